@@ -1,0 +1,60 @@
+//! Facts about the machine that validation and planning depend on, read once and passed in as a
+//! value so that the rules themselves stay testable with any host.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    /// Total memory in bytes.
+    pub memory_bytes: u64,
+    /// ateam's own state folder; no grant may overlap it.
+    pub state_dir: PathBuf,
+}
+
+impl Host {
+    /// Read the real machine. `state_dir` overrides `$XDG_STATE_HOME/ateam`.
+    pub fn detect(state_dir: Option<PathBuf>) -> Host {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/".into());
+        let state_dir = state_dir.unwrap_or_else(|| default_state_dir(&home));
+        Host {
+            uid: current_id("-u"),
+            gid: current_id("-g"),
+            memory_bytes: memory_total().unwrap_or(u64::MAX),
+            home,
+            state_dir,
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/ateam`, or `~/.local/state/ateam`.
+pub fn default_state_dir(home: &Path) -> PathBuf {
+    match std::env::var_os("XDG_STATE_HOME") {
+        Some(x) if !x.is_empty() => PathBuf::from(x).join("ateam"),
+        _ => home.join(".local/state/ateam"),
+    }
+}
+
+/// The process's real uid or gid, taken from /proc to avoid an unsafe libc call.
+fn current_id(flag: &str) -> u32 {
+    let field = if flag == "-u" { "Uid:" } else { "Gid:" };
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn memory_total() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -1,0 +1,14 @@
+//! ateam: a declarative controller for local containers that run teams of AI coding agents.
+//!
+//! The code follows the reconcile loop's data flow:
+//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
+//! - `model`: what the manifests ask for, after validation;
+//! - `host`: facts about this machine the rules need (uid, home, memory, state folder);
+//! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`, and the container spec
+//!   and spec hash it compares;
+//! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
+
+pub mod host;
+pub mod manifest;
+pub mod model;
+pub mod plan;

@@ -1,0 +1,253 @@
+//! The manifest format as users write it. These types only describe shape (serde parses them,
+//! schemars documents them); `validate` turns them into the trusted model in `crate::model`.
+//! Every struct denies unknown fields: a typo must be an error, not a silently ignored line.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "ateam.dev/v1alpha1";
+
+/// Every object: `apiVersion`, `kind`, `metadata`, `spec`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Object<S> {
+    /// Always `ateam.dev/v1alpha1`.
+    pub api_version: String,
+    /// `Team`, `MainSession`, `Member` or `AccessGrant`.
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: S,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metadata {
+    /// A DNS-1123 label: lowercase letters, digits and `-`, at most 63 characters, starting and
+    /// ending with a letter or digit.
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Which container engine a team runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// The first engine that answers: Podman (rootless, then rootful), then Docker.
+    #[default]
+    Auto,
+    Docker,
+    Podman,
+}
+
+/// `kind: Team`: the shared settings of a set of sessions and members.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TeamSpec {
+    /// Container engine; default `auto`.
+    #[serde(default)]
+    pub backend: BackendChoice,
+    /// Default image for members that name none.
+    pub image: Option<String>,
+    /// Most members the team may have; default 10. A larger value must be written here.
+    pub max_members: Option<u32>,
+    /// Deepest nesting of members; a main session is depth 0, its members depth 1. Default 3.
+    pub max_depth: Option<u32>,
+    /// Where transcripts live; default `~/.local/share/ateam/<team>`. Relative paths are
+    /// relative to the manifest's folder.
+    pub session_dir: Option<String>,
+    /// Start members even when the engine cannot enforce their memory and pids limits
+    /// (rootless Podman on cgroup v1). Default false: such members are refused.
+    #[serde(default)]
+    pub allow_unenforced_limits: bool,
+}
+
+/// `kind: MainSession`: a session a person drives, on the host, with the person's own access.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MainSessionSpec {
+    /// The team; may be left out when the manifests hold exactly one Team.
+    pub team: Option<String>,
+    /// Working directory; default the manifest's folder.
+    pub cwd: Option<String>,
+    /// The command and its arguments, for example `[claude]`.
+    pub command: Vec<String>,
+    /// Extra environment; the session otherwise starts with a clean environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Network access of a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum NetworkSpec {
+    /// No network at all (only loopback).
+    #[serde(rename = "none")]
+    None,
+    /// Only these hosts, through ateam's egress proxy (`host`, `host:port`, `*.example.com`).
+    #[serde(rename = "allow")]
+    Allow(Vec<String>),
+    /// Unrestricted network.
+    #[serde(rename = "open")]
+    Open,
+}
+
+/// `kind: AccessGrant`: the folders and network a member may use.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AccessGrantSpec {
+    pub team: Option<String>,
+    /// Folders mounted read-only.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Folders mounted read-write (write implies read).
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// `none` (default), `open`, or `{allow: [hosts]}`.
+    #[serde(default = "network_none")]
+    pub network: NetworkSpec,
+}
+
+fn network_none() -> NetworkSpec {
+    NetworkSpec::None
+}
+
+/// What the engine does when a member's process ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum RestartPolicy {
+    Never,
+    /// Default: an agent that finished its work (exit 0) stays finished.
+    #[default]
+    OnFailure,
+    Always,
+}
+
+/// A memory size (`512Mi`, `2G`, `1073741824`) or a CPU count (`1.5`, `500m`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Quantity {
+    Text(String),
+    Number(f64),
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a quantity such as 512Mi, 2G or 1.5")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity::Text(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity::Number(v as f64))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity::Number(v as f64))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity::Number(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Limits of a member's container.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    /// Memory cap (also the memory+swap cap); default `1Gi`.
+    pub memory: Option<Quantity>,
+    /// Most processes; default 512.
+    pub pids: Option<u32>,
+    /// CPU share (`1.5`, `500m`); default unlimited.
+    pub cpus: Option<Quantity>,
+}
+
+/// `kind: Member`: a helper agent in a locked-down container.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberSpec {
+    pub team: Option<String>,
+    /// The MainSession or Member this one works for (`lead`, or `MainSession/lead` when a main
+    /// session and a member share the name).
+    pub parent: String,
+    /// The AccessGrant it runs with; without one it gets no folders and no network.
+    pub access: Option<String>,
+    /// Image; default the Team's `image`.
+    pub image: Option<String>,
+    /// Command and arguments; default the image's own.
+    pub command: Option<Vec<String>>,
+    /// Working directory inside its grants; default the first write grant, else the first read
+    /// grant, else its transcript folder.
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Names of variables whose values are taken from the environment of `ateam apply` and
+    /// handed over in a private file, never in the container's configuration.
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub restart: RestartPolicy,
+}
+
+/// The four kinds, as one JSON Schema for editors.
+pub fn json_schema() -> serde_json::Value {
+    let kinds = [
+        ("Team", schemars::schema_for!(Object<TeamSpec>)),
+        (
+            "MainSession",
+            schemars::schema_for!(Object<MainSessionSpec>),
+        ),
+        (
+            "AccessGrant",
+            schemars::schema_for!(Object<AccessGrantSpec>),
+        ),
+        ("Member", schemars::schema_for!(Object<MemberSpec>)),
+    ];
+    let mut defs = serde_json::Map::new();
+    let mut one_of = Vec::new();
+    for (kind, schema) in kinds {
+        let mut v = schema.to_value();
+        if let Some(serde_json::Value::Object(d)) =
+            v.as_object_mut().and_then(|o| o.remove("$defs"))
+        {
+            defs.extend(d);
+        }
+        let obj = v
+            .as_object_mut()
+            .expect("a schema of a struct is an object");
+        obj.remove("$schema");
+        obj.insert("title".into(), kind.into());
+        let props = obj["properties"]
+            .as_object_mut()
+            .expect("Object has properties");
+        props.insert("kind".into(), serde_json::json!({ "const": kind }));
+        props.insert(
+            "apiVersion".into(),
+            serde_json::json!({ "const": API_VERSION }),
+        );
+        one_of.push(serde_json::json!({
+            "if": { "properties": { "kind": { "const": kind } }, "required": ["kind"] },
+            "then": v,
+        }));
+    }
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://ateam.dev/schemas/v1alpha1/ateam.schema.json",
+        "title": "ateam manifest",
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": { "kind": { "enum": ["Team", "MainSession", "AccessGrant", "Member"] } },
+        "allOf": one_of,
+        "$defs": defs,
+    })
+}

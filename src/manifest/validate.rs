@@ -1,0 +1,1058 @@
+//! Every rule a set of manifests must pass, and the trusted model built from them.
+//!
+//! Rules run in stages (shape, names, references, grants, limits) and each stage reports all it
+//! finds; a later stage only runs on objects an earlier one could read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_path_to_error::Segment;
+
+use super::paths::{check_dir, check_grant, resolve, within};
+use super::quantity::{human_bytes, parse_cpus, parse_memory};
+use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
+use super::yaml::{self, Document};
+use super::{Problem, Source, did_you_mean};
+use crate::host::Host;
+use crate::model::{self, AccessGrant, Desired, Network, Parent};
+
+const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
+const DEFAULT_MAX_MEMBERS: u32 = 10;
+const DEFAULT_MAX_DEPTH: u32 = 3;
+const DEFAULT_MEMORY: u64 = 1 << 30;
+const DEFAULT_PIDS: u32 = 512;
+/// Share of host memory that members' caps may add up to.
+const MEMORY_SHARE: f64 = 0.75;
+
+#[derive(Debug, Clone)]
+enum Spec {
+    Team(raw::TeamSpec),
+    MainSession(raw::MainSessionSpec),
+    AccessGrant(raw::AccessGrantSpec),
+    Member(raw::MemberSpec),
+}
+
+/// One readable object, with what is needed to point at its fields.
+#[derive(Debug, Clone)]
+struct Parsed<'a> {
+    src: &'a Source,
+    doc: Document,
+    kind: &'static str,
+    name: String,
+    labels: BTreeMap<String, String>,
+    spec: Spec,
+}
+
+impl Parsed<'_> {
+    fn id(&self) -> String {
+        format!("{}/{}", self.kind, self.name)
+    }
+
+    fn problem(&self, field: &str, message: impl Into<String>) -> Problem {
+        let pos = self.doc.pos_of(field);
+        Problem {
+            file: self.src.path.clone(),
+            line: pos.line,
+            column: pos.column,
+            object: Some(self.id()),
+            field: Some(field.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// For problems about a value rather than its key (a bad path in a list).
+    fn value_problem(&self, field: &str, message: impl Into<String>) -> Problem {
+        let pos = self.doc.value_pos(field);
+        Problem {
+            line: pos.line,
+            column: pos.column,
+            ..self.problem(field, message)
+        }
+    }
+
+    fn team_field(&self) -> Option<&str> {
+        match &self.spec {
+            Spec::Team(_) => Some(&self.name),
+            Spec::MainSession(s) => s.team.as_deref(),
+            Spec::AccessGrant(s) => s.team.as_deref(),
+            Spec::Member(s) => s.team.as_deref(),
+        }
+    }
+}
+
+/// Checks `sources` against every rule; the model when all pass, else every problem found.
+pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut objects = Vec::new();
+    for src in sources {
+        match yaml::parse(&src.text) {
+            Ok(docs) => {
+                for doc in docs {
+                    if let Some(p) = parse_object(src, doc, &mut problems) {
+                        objects.push(p);
+                    }
+                }
+            }
+            Err(e) => problems.push(Problem {
+                file: src.path.clone(),
+                line: e.pos.line,
+                column: e.pos.column,
+                object: None,
+                field: None,
+                message: format!("YAML syntax: {}", e.message),
+            }),
+        }
+    }
+    let desired = build(&objects, host, &mut problems);
+    if problems.is_empty() {
+        Ok(desired)
+    } else {
+        Err(problems)
+    }
+}
+
+fn parse_object<'a>(
+    src: &'a Source,
+    doc: Document,
+    problems: &mut Vec<Problem>,
+) -> Option<Parsed<'a>> {
+    let at = |doc: &Document, field: &str, object: Option<String>, message: String| {
+        let pos = doc.pos_of(field);
+        Problem {
+            file: src.path.clone(),
+            line: pos.line,
+            column: pos.column,
+            object,
+            field: (!field.is_empty()).then(|| field.to_string()),
+            message,
+        }
+    };
+    if !doc.value.is_object() {
+        problems.push(at(
+            &doc,
+            "",
+            None,
+            "a manifest must be a mapping with apiVersion, kind, metadata and spec".into(),
+        ));
+        return None;
+    }
+    let kind = match doc.value.get("kind") {
+        None => {
+            problems.push(at(
+                &doc,
+                "",
+                None,
+                format!("missing field `kind` (one of {})", KINDS.join(", ")),
+            ));
+            return None;
+        }
+        Some(Value::String(k)) => match KINDS.iter().find(|x| *x == k) {
+            Some(k) => *k,
+            None => {
+                let hint = did_you_mean(k, KINDS)
+                    .map(|m| format!(" (did you mean `{m}`?)"))
+                    .unwrap_or_default();
+                problems.push(at(
+                    &doc,
+                    "kind",
+                    None,
+                    format!("unknown kind `{k}`{hint}; kinds are {}", KINDS.join(", ")),
+                ));
+                return None;
+            }
+        },
+        Some(other) => {
+            problems.push(at(
+                &doc,
+                "kind",
+                None,
+                format!("`kind` must be a string, not {other}"),
+            ));
+            return None;
+        }
+    };
+    let shown_name = doc
+        .value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_string();
+    let object = Some(format!("{kind}/{shown_name}"));
+    let before = problems.len();
+    let mut report = |errs: Vec<(String, String)>| {
+        for (field, msg) in errs {
+            problems.push(at(&doc, &field, object.clone(), msg));
+        }
+    };
+    let parsed = match kind {
+        "Team" => typed(&doc.value, &mut report)
+            .map(|o: raw::Object<raw::TeamSpec>| (o.api_version, o.metadata, Spec::Team(o.spec))),
+        "MainSession" => {
+            typed(&doc.value, &mut report).map(|o: raw::Object<raw::MainSessionSpec>| {
+                (o.api_version, o.metadata, Spec::MainSession(o.spec))
+            })
+        }
+        "AccessGrant" => {
+            typed(&doc.value, &mut report).map(|o: raw::Object<raw::AccessGrantSpec>| {
+                (o.api_version, o.metadata, Spec::AccessGrant(o.spec))
+            })
+        }
+        _ => typed(&doc.value, &mut report).map(|o: raw::Object<raw::MemberSpec>| {
+            (o.api_version, o.metadata, Spec::Member(o.spec))
+        }),
+    };
+    let (api_version, metadata, spec) = parsed?;
+    if api_version != API_VERSION {
+        problems.push(at(
+            &doc,
+            "apiVersion",
+            object.clone(),
+            format!("apiVersion must be `{API_VERSION}`, not `{api_version}`"),
+        ));
+    }
+    if let Err(e) = check_dns_label(&metadata.name) {
+        problems.push(at(&doc, "metadata.name", object.clone(), e));
+    }
+    if problems.len() > before {
+        return None;
+    }
+    Some(Parsed {
+        src,
+        doc,
+        kind,
+        name: metadata.name,
+        labels: metadata.labels,
+        spec,
+    })
+}
+
+/// Deserializes `value` as `T`, reporting every shape error rather than the first: each bad
+/// field is recorded and taken out, and parsing runs again on what is left.
+fn typed<T: DeserializeOwned>(
+    value: &Value,
+    report: &mut dyn FnMut(Vec<(String, String)>),
+) -> Option<T> {
+    let mut v = value.clone();
+    let mut errs: Vec<(String, String)> = Vec::new();
+    // Array elements already removed, by the array's original path, so later paths still name
+    // the element as the user numbered it.
+    let mut removed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for _ in 0..100 {
+        match serde_path_to_error::deserialize::<_, T>(&v) {
+            Ok(t) => {
+                if errs.is_empty() {
+                    return Some(t);
+                }
+                break;
+            }
+            Err(e) => {
+                let segments: Vec<Segment> = e.path().iter().cloned().collect();
+                let msg = e.inner().to_string();
+                let (segments, msg) = match unknown_field(&msg) {
+                    // serde reports an unknown field at its parent; point at the field itself.
+                    Some((field, known)) => {
+                        let hint = did_you_mean(&field, known.iter().map(String::as_str))
+                            .map(|m| format!(" (did you mean `{m}`?)"))
+                            .unwrap_or_else(|| format!("; known fields: {}", known.join(", ")));
+                        let mut s = segments;
+                        if !matches!(s.last(), Some(Segment::Map { key }) if *key == field) {
+                            s.push(Segment::Map { key: field.clone() });
+                        }
+                        (s, format!("unknown field `{field}`{hint}"))
+                    }
+                    None => (segments, msg),
+                };
+                let original = original_path(&segments, &removed);
+                let is_consequence = msg.starts_with("missing field")
+                    && errs
+                        .iter()
+                        .any(|(p, _)| p.starts_with(&original) || original.starts_with(p.as_str()));
+                if !is_consequence {
+                    errs.push((original.clone(), msg));
+                }
+                if !remove_at(&mut v, &segments, &mut removed) {
+                    break;
+                }
+            }
+        }
+    }
+    report(errs);
+    None
+}
+
+/// `unknown field `x`, expected one of `a`, `b`` → ("x", ["a", "b"]).
+fn unknown_field(msg: &str) -> Option<(String, Vec<String>)> {
+    let rest = msg.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let known = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    Some((field.to_string(), known))
+}
+
+fn path_string(segments: &[Segment]) -> String {
+    let mut s = String::new();
+    for seg in segments {
+        match seg {
+            Segment::Seq { index } => s.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    s
+}
+
+/// Maps a path in the pruned value back to the path the user wrote.
+fn original_path(segments: &[Segment], removed: &BTreeMap<String, Vec<usize>>) -> String {
+    let mut fixed = Vec::new();
+    for seg in segments {
+        match seg {
+            Segment::Seq { index } => {
+                let gone = removed
+                    .get(&path_string(&fixed))
+                    .cloned()
+                    .unwrap_or_default();
+                let mut orig = *index;
+                for g in gone.iter().copied().collect::<BTreeSet<_>>() {
+                    if g <= orig {
+                        orig += 1;
+                    }
+                }
+                fixed.push(Segment::Seq { index: orig });
+            }
+            other => fixed.push(other.clone()),
+        }
+    }
+    path_string(&fixed)
+}
+
+/// Removes the value at `segments`; false when nothing could be removed (the error is at the
+/// root, so parsing cannot go on).
+fn remove_at(
+    v: &mut Value,
+    segments: &[Segment],
+    removed: &mut BTreeMap<String, Vec<usize>>,
+) -> bool {
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut cur = &mut *v;
+    for seg in parents {
+        cur = match (seg, cur) {
+            (Segment::Map { key } | Segment::Enum { variant: key }, Value::Object(m)) => {
+                match m.get_mut(key) {
+                    Some(c) => c,
+                    None => return false,
+                }
+            }
+            (Segment::Seq { index }, Value::Array(a)) => match a.get_mut(*index) {
+                Some(c) => c,
+                None => return false,
+            },
+            _ => return false,
+        };
+    }
+    match (last, cur) {
+        (Segment::Map { key } | Segment::Enum { variant: key }, Value::Object(m)) => {
+            m.remove(key).is_some()
+        }
+        (Segment::Seq { index }, Value::Array(a)) if *index < a.len() => {
+            let orig = original_path(segments, removed);
+            let array = original_path(parents, removed);
+            let n: usize = orig
+                .rsplit('[')
+                .next()
+                .and_then(|s| s.trim_end_matches(']').parse().ok())
+                .unwrap_or(*index);
+            a.remove(*index);
+            removed.entry(array).or_default().push(n);
+            true
+        }
+        _ => false,
+    }
+}
+
+fn check_dns_label(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a valid name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(format!("`{name}` is not a valid environment variable name"));
+    }
+    if name.starts_with("ATEAM_") {
+        return Err(format!(
+            "`{name}`: names starting with ATEAM_ are set by ateam itself"
+        ));
+    }
+    Ok(())
+}
+
+fn check_host_pattern(h: &str) -> Result<(), String> {
+    let (host, port) = match h.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (h, None),
+    };
+    if let Some(p) = port
+        && p.parse::<u16>().map(|p| p == 0).unwrap_or(true)
+    {
+        return Err(format!("`{h}` has an invalid port `{p}`"));
+    }
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{h}` is not a host name (examples: api.example.com, *.example.com, host:443)"
+        ))
+    }
+}
+
+/// Does the allowlist entry `outer` let through everything `inner` does.
+fn host_covers(outer: &str, inner: &str) -> bool {
+    if outer == inner {
+        return true;
+    }
+    let (oh, op) = outer
+        .rsplit_once(':')
+        .map(|(h, p)| (h, Some(p)))
+        .unwrap_or((outer, None));
+    let (ih, ip) = inner
+        .rsplit_once(':')
+        .map(|(h, p)| (h, Some(p)))
+        .unwrap_or((inner, None));
+    let port_ok = op.is_none() || op == ip;
+    let host_ok = oh == ih
+        || oh.strip_prefix("*.").is_some_and(|d| {
+            let ih_plain = ih.strip_prefix("*.").unwrap_or(ih);
+            ih_plain.ends_with(&format!(".{d}"))
+        });
+    port_ok && host_ok
+}
+
+/// Is `child` the same as or narrower than `parent`; the first way it is wider if not.
+fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, String)> {
+    for (i, r) in child.read.iter().enumerate() {
+        if !parent
+            .read
+            .iter()
+            .chain(&parent.write)
+            .any(|p| within(r, p))
+        {
+            return Err((
+                format!("read[{i}]"),
+                format!("reads `{}`, which its parent may not read", r.display()),
+            ));
+        }
+    }
+    for (i, w) in child.write.iter().enumerate() {
+        if !parent.write.iter().any(|p| within(w, p)) {
+            return Err((
+                format!("write[{i}]"),
+                format!("writes `{}`, which its parent may not write", w.display()),
+            ));
+        }
+    }
+    let ok = match (&child.network, &parent.network) {
+        (Network::None, _) | (_, Network::Open) => true,
+        (Network::Allow(c), Network::Allow(p)) => {
+            c.iter().all(|h| p.iter().any(|o| host_covers(o, h)))
+        }
+        (Network::Allow(_) | Network::Open, _) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err((
+            "network".into(),
+            "allows more network than its parent's grant".into(),
+        ))
+    }
+}
+
+/// The stages after parsing: names, teams, references, grants, members, limits.
+fn build(objects: &[Parsed], host: &Host, problems: &mut Vec<Problem>) -> Desired {
+    // Teams and their membership.
+    let teams: Vec<&Parsed> = objects.iter().filter(|o| o.kind == "Team").collect();
+    let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
+    let mut seen: BTreeMap<(String, &str, String), &Parsed> = BTreeMap::new();
+    let mut by_team: BTreeMap<String, Vec<&Parsed>> = BTreeMap::new();
+    for o in objects {
+        let team = match o.team_field() {
+            Some(t) if team_names.contains(&t) => t.to_string(),
+            Some(t) => {
+                let hint = did_you_mean(t, team_names.iter().copied())
+                    .map(|m| format!(" (did you mean `{m}`?)"))
+                    .unwrap_or_default();
+                problems.push(o.value_problem(
+                    "spec.team",
+                    format!("team `{t}` is not defined in these manifests{hint}"),
+                ));
+                continue;
+            }
+            None if teams.len() == 1 => teams[0].name.clone(),
+            None if teams.is_empty() => {
+                problems.push(o.problem("spec", "no Team in these manifests: add a `kind: Team` object or name one in spec.team"));
+                continue;
+            }
+            None => {
+                problems.push(o.problem(
+                    "spec",
+                    format!(
+                        "several teams are defined ({}); say which with spec.team",
+                        team_names.join(", ")
+                    ),
+                ));
+                continue;
+            }
+        };
+        let key = (team.clone(), o.kind, o.name.clone());
+        if let Some(first) = seen.get(&key) {
+            let pos = first.doc.pos_of("metadata.name");
+            problems.push(o.problem(
+                "metadata.name",
+                format!(
+                    "{} is defined twice in team `{team}`; the first is at {}:{}",
+                    o.id(),
+                    first.src.path.display(),
+                    pos.line
+                ),
+            ));
+            continue;
+        }
+        seen.insert(key, o);
+        by_team.entry(team).or_default().push(o);
+    }
+
+    let mut desired = Desired::default();
+    let mut memory_total: u64 = 0;
+    let memory_limit = (host.memory_bytes as f64 * MEMORY_SHARE) as u64;
+    let mut all_session_dirs = Vec::new();
+    let mut team_models = Vec::new();
+    for t in &teams {
+        let Spec::Team(spec) = &t.spec else { continue };
+        if !by_team.contains_key(&t.name) {
+            continue;
+        }
+        let session_dir = match &spec.session_dir {
+            Some(d) => resolve(d, &t.src.dir, &host.home),
+            None => host.home.join(".local/share/ateam").join(&t.name),
+        };
+        if let Err(e) = check_session_dir(&session_dir, host) {
+            problems.push(t.value_problem("spec.sessionDir", e));
+        }
+        all_session_dirs.push(session_dir.clone());
+        team_models.push((t, spec, session_dir));
+    }
+
+    for (t, spec, session_dir) in team_models {
+        let objs = &by_team[&t.name];
+        let mut team = model::Team {
+            name: t.name.clone(),
+            backend: spec.backend,
+            image: spec.image.clone(),
+            max_members: spec.max_members.unwrap_or(DEFAULT_MAX_MEMBERS),
+            max_depth: spec.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+            session_dir: session_dir.clone(),
+            allow_unenforced_limits: spec.allow_unenforced_limits,
+            sessions: vec![],
+            grants: vec![],
+            members: vec![],
+        };
+        if let Some(img) = &spec.image
+            && let Err(e) = check_image(img)
+        {
+            problems.push(t.value_problem("spec.image", e));
+        }
+
+        // Main sessions.
+        for o in objs {
+            let Spec::MainSession(s) = &o.spec else {
+                continue;
+            };
+            let cwd = s
+                .cwd
+                .as_deref()
+                .map(|c| resolve(c, &o.src.dir, &host.home))
+                .unwrap_or_else(|| o.src.dir.clone());
+            if let Err(e) = check_dir(&cwd) {
+                problems.push(o.value_problem("spec.cwd", e));
+            }
+            if s.command.is_empty() || s.command[0].trim().is_empty() {
+                problems.push(o.problem(
+                    "spec.command",
+                    "the command must name a program, for example [claude]",
+                ));
+            }
+            for k in s.env.keys() {
+                if let Err(e) = check_env_name(k) {
+                    problems.push(o.problem(&format!("spec.env.{k}"), e));
+                }
+            }
+            team.sessions.push(model::MainSession {
+                name: o.name.clone(),
+                cwd,
+                command: s.command.clone(),
+                env: s.env.clone(),
+                labels: o.labels.clone(),
+            });
+        }
+
+        // Grants.
+        let mut grants: BTreeMap<&str, (AccessGrant, &Parsed)> = BTreeMap::new();
+        for o in objs {
+            let Spec::AccessGrant(g) = &o.spec else {
+                continue;
+            };
+            let mut check = |list: &[String], field: &str| -> Vec<PathBuf> {
+                let mut out = Vec::new();
+                for (i, raw) in list.iter().enumerate() {
+                    let p = resolve(raw, &o.src.dir, &host.home);
+                    let f = format!("spec.{field}[{i}]");
+                    if let Err(e) = check_grant(&p, host) {
+                        problems.push(o.value_problem(&f, e));
+                    } else if let Some(sd) = all_session_dirs
+                        .iter()
+                        .find(|sd| within(&p, sd) || within(sd, &p))
+                    {
+                        problems.push(o.value_problem(
+                            &f,
+                            format!("`{}` overlaps the transcripts folder {}; members must not see each other's transcripts", p.display(), sd.display()),
+                        ));
+                    }
+                    out.push(p);
+                }
+                out
+            };
+            let write = check(&g.write, "write");
+            let read: Vec<PathBuf> = check(&g.read, "read")
+                .into_iter()
+                .filter(|r| !write.contains(r))
+                .collect();
+            let network = match &g.network {
+                NetworkSpec::None => Network::None,
+                NetworkSpec::Open => Network::Open,
+                NetworkSpec::Allow(hosts) => {
+                    if hosts.is_empty() {
+                        problems.push(o.problem(
+                            "spec.network",
+                            "an empty allow list: write `network: none` for no network",
+                        ));
+                    }
+                    for (i, h) in hosts.iter().enumerate() {
+                        if let Err(e) = check_host_pattern(h) {
+                            problems.push(o.value_problem(&format!("spec.network.allow[{i}]"), e));
+                        }
+                    }
+                    Network::Allow(hosts.clone())
+                }
+            };
+            grants.insert(
+                &o.name,
+                (
+                    AccessGrant {
+                        name: o.name.clone(),
+                        read,
+                        write,
+                        network,
+                    },
+                    o,
+                ),
+            );
+        }
+        team.grants = grants.values().map(|(g, _)| g.clone()).collect();
+
+        // Members: references first, then depth and narrowing along the parent chain.
+        let members: BTreeMap<&str, (&Parsed, &raw::MemberSpec)> = objs
+            .iter()
+            .filter_map(|o| match &o.spec {
+                Spec::Member(m) => Some((o.name.as_str(), (*o, m))),
+                _ => None,
+            })
+            .collect();
+        let session_names: BTreeSet<&str> = team.sessions.iter().map(|s| s.name.as_str()).collect();
+        let mut parents: BTreeMap<&str, Parent> = BTreeMap::new();
+        for (name, (o, m)) in &members {
+            match resolve_parent(&m.parent, &session_names, &members) {
+                Ok(p) => {
+                    parents.insert(name, p);
+                }
+                Err(e) => problems.push(o.value_problem("spec.parent", e)),
+            }
+            if let Some(a) = &m.access
+                && !grants.contains_key(a.as_str())
+            {
+                let hint = did_you_mean(a, grants.keys().copied())
+                    .map(|m| format!(" (did you mean `{m}`?)"))
+                    .unwrap_or_default();
+                problems.push(o.value_problem(
+                    "spec.access",
+                    format!(
+                        "AccessGrant `{a}` is not defined in team `{}`{hint}",
+                        t.name
+                    ),
+                ));
+            }
+        }
+        // Depth, and cycles among members.
+        let mut depth: BTreeMap<&str, u32> = BTreeMap::new();
+        for name in members.keys() {
+            let mut chain = vec![*name];
+            let mut cur = *name;
+            let d = loop {
+                match parents.get(cur) {
+                    Some(Parent::MainSession(_)) => break Some(chain.len() as u32),
+                    Some(Parent::Member(p)) => {
+                        if chain.contains(&p.as_str()) {
+                            chain.push(p);
+                            break None;
+                        }
+                        chain.push(p);
+                        cur = p;
+                    }
+                    None => break Some(0), // unresolved parent: reported already
+                }
+            };
+            match d {
+                Some(0) => {}
+                Some(d) => {
+                    depth.insert(name, d);
+                    if d > team.max_depth {
+                        problems.push(members[name].0.value_problem(
+                            "spec.parent",
+                            format!(
+                                "`{name}` is at depth {d}, deeper than the team's maxDepth {}",
+                                team.max_depth
+                            ),
+                        ));
+                    }
+                }
+                None => problems.push(members[name].0.value_problem(
+                    "spec.parent",
+                    format!("parents form a cycle: {}", chain.join(" -> ")),
+                )),
+            }
+        }
+        if members.len() as u32 > team.max_members {
+            let field = if spec.max_members.is_some() {
+                "spec.maxMembers"
+            } else {
+                "spec"
+            };
+            problems.push(t.problem(
+                field,
+                format!(
+                    "team `{}` has {} members, more than maxMembers {}; to allow more, set spec.maxMembers explicitly",
+                    t.name,
+                    members.len(),
+                    team.max_members
+                ),
+            ));
+        }
+
+        for (name, (o, m)) in &members {
+            let access = m
+                .access
+                .as_deref()
+                .and_then(|a| grants.get(a))
+                .map(|(g, _)| g.clone())
+                .unwrap_or_else(AccessGrant::empty);
+            if let Some(Parent::Member(p)) = parents.get(name) {
+                let parent_access = members
+                    .get(p.as_str())
+                    .and_then(|(_, pm)| pm.access.as_deref())
+                    .and_then(|a| grants.get(a));
+                let parent_grant = parent_access
+                    .map(|(g, _)| g.clone())
+                    .unwrap_or_else(AccessGrant::empty);
+                if let Err((field, why)) = narrower(&access, &parent_grant) {
+                    problems.push(o.value_problem(
+                        "spec.access",
+                        format!("grant `{}` {why} (`{p}`, grant `{}`: {field}); a member's access must be the same as or narrower than its parent's", access.name, parent_grant.name),
+                    ));
+                }
+            }
+            let image = match m.image.clone().or_else(|| spec.image.clone()) {
+                Some(i) => {
+                    if let Err(e) = check_image(&i) {
+                        problems.push(o.value_problem("spec.image", e));
+                    }
+                    i
+                }
+                None => {
+                    problems.push(o.problem(
+                        "spec",
+                        "no image: set spec.image here or a default spec.image on the Team",
+                    ));
+                    String::new()
+                }
+            };
+            if let Some(c) = &m.command
+                && (c.is_empty() || c[0].trim().is_empty())
+            {
+                problems.push(o.problem(
+                    "spec.command",
+                    "the command must name a program; leave it out to use the image's own",
+                ));
+            }
+            let transcript_dir = session_dir.join("members").join(name);
+            let cwd = match &m.cwd {
+                Some(c) => {
+                    let p = resolve(c, &o.src.dir, &host.home);
+                    let inside = access
+                        .read
+                        .iter()
+                        .chain(&access.write)
+                        .any(|g| within(&p, g))
+                        || within(&p, &transcript_dir);
+                    if !inside {
+                        problems.push(o.value_problem(
+                            "spec.cwd",
+                            format!(
+                                "`{}` is not inside the member's grants or transcript folder",
+                                p.display()
+                            ),
+                        ));
+                    } else if !within(&p, &transcript_dir)
+                        && let Err(e) = check_dir(&p)
+                    {
+                        problems.push(o.value_problem("spec.cwd", e));
+                    }
+                    p
+                }
+                None => access
+                    .write
+                    .first()
+                    .or(access.read.first())
+                    .cloned()
+                    .unwrap_or_else(|| transcript_dir.clone()),
+            };
+            for k in m.env.keys() {
+                if let Err(e) = check_env_name(k) {
+                    problems.push(o.problem(&format!("spec.env.{k}"), e));
+                }
+            }
+            for (i, k) in m.secret_env.iter().enumerate() {
+                if let Err(e) = check_env_name(k) {
+                    problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), e));
+                } else if m.env.contains_key(k) {
+                    problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), format!("`{k}` is in both env and secretEnv; a secret must not also be a plain value")));
+                }
+            }
+            let memory_bytes = match &m.resources.memory {
+                None => DEFAULT_MEMORY,
+                Some(q) => match parse_memory(&quantity_text(q)) {
+                    Ok(b) if b >= 6 << 20 => b,
+                    Ok(b) => {
+                        problems.push(o.value_problem(
+                            "spec.resources.memory",
+                            format!("{} is below the engines' minimum of 6MiB", human_bytes(b)),
+                        ));
+                        DEFAULT_MEMORY
+                    }
+                    Err(e) => {
+                        problems.push(o.value_problem("spec.resources.memory", e));
+                        DEFAULT_MEMORY
+                    }
+                },
+            };
+            let nano_cpus = match &m.resources.cpus {
+                None => None,
+                Some(q) => match parse_cpus(&quantity_text(q)) {
+                    Ok(n) => Some(n),
+                    Err(e) => {
+                        problems.push(o.value_problem("spec.resources.cpus", e));
+                        None
+                    }
+                },
+            };
+            let pids = m.resources.pids.unwrap_or(DEFAULT_PIDS);
+            if pids < 8 {
+                problems.push(o.value_problem(
+                    "spec.resources.pids",
+                    format!("pids {pids} is too low to start anything; use at least 8"),
+                ));
+            }
+            memory_total += memory_bytes;
+            if memory_total > memory_limit && memory_total - memory_bytes <= memory_limit {
+                problems.push(o.value_problem(
+                    "spec.resources.memory",
+                    format!(
+                        "members' memory caps add up to {} with this one, more than 75% of this host's {} ({}); lower some caps or run fewer members",
+                        human_bytes(memory_total),
+                        human_bytes(host.memory_bytes),
+                        human_bytes(memory_limit)
+                    ),
+                ));
+            }
+            team.members.push(model::Member {
+                name: name.to_string(),
+                parent: parents
+                    .get(name)
+                    .cloned()
+                    .unwrap_or(Parent::MainSession(String::new())),
+                depth: depth.get(name).copied().unwrap_or(1),
+                access,
+                image,
+                command: m.command.clone(),
+                cwd,
+                env: m.env.clone(),
+                secret_env: m.secret_env.clone(),
+                memory_bytes,
+                pids,
+                nano_cpus,
+                restart: m.restart,
+                labels: o.labels.clone(),
+                transcript_dir,
+            });
+        }
+        desired.teams.push(team);
+    }
+    desired
+}
+
+fn quantity_text(q: &Quantity) -> String {
+    match q {
+        Quantity::Text(s) => s.clone(),
+        Quantity::Number(n) => n.to_string(),
+    }
+}
+
+fn resolve_parent(
+    parent: &str,
+    sessions: &BTreeSet<&str>,
+    members: &BTreeMap<&str, (&Parsed, &raw::MemberSpec)>,
+) -> Result<Parent, String> {
+    let (kind, name) = match parent.split_once('/') {
+        Some((k, n)) => (Some(k), n),
+        None => (None, parent),
+    };
+    let is_session = sessions.contains(name);
+    let is_member = members.contains_key(name);
+    match (kind, is_session, is_member) {
+        (Some("MainSession"), true, _) | (None, true, false) => {
+            Ok(Parent::MainSession(name.into()))
+        }
+        (Some("Member"), _, true) | (None, false, true) => Ok(Parent::Member(name.into())),
+        (None, true, true) => Err(format!(
+            "`{name}` is both a MainSession and a Member; write `MainSession/{name}` or `Member/{name}`"
+        )),
+        (Some(k), _, _) if k != "MainSession" && k != "Member" => {
+            Err(format!("a parent is a MainSession or a Member, not a {k}"))
+        }
+        _ => {
+            let candidates = sessions.iter().copied().chain(members.keys().copied());
+            let hint = did_you_mean(name, candidates)
+                .map(|m| format!(" (did you mean `{m}`?)"))
+                .unwrap_or_default();
+            Err(format!(
+                "parent `{parent}` is not a MainSession or Member of this team{hint}"
+            ))
+        }
+    }
+}
+
+fn check_image(image: &str) -> Result<(), String> {
+    if image.is_empty() || image.chars().any(char::is_whitespace) {
+        Err(format!(
+            "`{image}` is not an image reference (example: ateam-demo:latest)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The transcripts folder need not exist yet, but what exists of it must be a real directory
+/// path (no symlink), and it must not be a place that is never granted.
+fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
+    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
+        return Err(format!(
+            "`{}` overlaps ateam's own state folder {}",
+            dir.display(),
+            host.state_dir.display()
+        ));
+    }
+    for forbidden in ["/proc", "/dev", "/sys", "/run", "/tmp"] {
+        if Path::new(forbidden).starts_with(dir) && dir != Path::new(forbidden)
+            || dir == Path::new("/")
+        {
+            return Err(format!(
+                "`{}` contains {forbidden}; choose a folder of its own",
+                dir.display()
+            ));
+        }
+    }
+    let mut existing = dir.to_path_buf();
+    while !existing.exists() {
+        if !existing.pop() {
+            break;
+        }
+    }
+    check_dir(&existing).map_err(|e| format!("transcripts folder: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_patterns() {
+        assert!(host_covers("*.example.com", "api.example.com"));
+        assert!(host_covers("*.example.com", "*.a.example.com"));
+        assert!(!host_covers("*.example.com", "example.com"));
+        assert!(host_covers("api.example.com", "api.example.com:443"));
+        assert!(!host_covers("api.example.com:443", "api.example.com"));
+        assert!(check_host_pattern("api.example.com:443").is_ok());
+        assert!(check_host_pattern("*.example.com").is_ok());
+        assert!(check_host_pattern("http://x").is_err());
+        assert!(check_host_pattern("a..b").is_err());
+    }
+
+    #[test]
+    fn unknown_field_message() {
+        let (f, known) =
+            unknown_field("unknown field `memroy`, expected one of `memory`, `pids`, `cpus`")
+                .unwrap();
+        assert_eq!(f, "memroy");
+        assert_eq!(known, ["memory", "pids", "cpus"]);
+        assert_eq!(
+            unknown_field("unknown field `x`, expected `y`").unwrap().1,
+            ["y"]
+        );
+    }
+}

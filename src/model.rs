@@ -1,0 +1,96 @@
+//! The trusted model: what validation produced. Every path here is absolute, canonical and
+//! checked; every reference resolves. Nothing downstream re-validates.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::manifest::raw::{BackendChoice, RestartPolicy};
+
+/// Everything a set of manifests asks for, grouped by team.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Desired {
+    pub teams: Vec<Team>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Team {
+    pub name: String,
+    pub backend: BackendChoice,
+    pub image: Option<String>,
+    pub max_members: u32,
+    pub max_depth: u32,
+    pub session_dir: PathBuf,
+    pub allow_unenforced_limits: bool,
+    pub sessions: Vec<MainSession>,
+    pub grants: Vec<AccessGrant>,
+    pub members: Vec<Member>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MainSession {
+    pub name: String,
+    pub cwd: PathBuf,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Network access, ordered from narrowest to widest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Network {
+    None,
+    Allow(Vec<String>),
+    Open,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessGrant {
+    pub name: String,
+    /// Read-only folders (not repeating those in `write`).
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub network: Network,
+}
+
+impl AccessGrant {
+    /// A member without `access` gets this: nothing.
+    pub fn empty() -> Self {
+        AccessGrant {
+            name: String::new(),
+            read: vec![],
+            write: vec![],
+            network: Network::None,
+        }
+    }
+}
+
+/// Who a member works for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Parent {
+    MainSession(String),
+    Member(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    pub name: String,
+    pub parent: Parent,
+    pub depth: u32,
+    pub access: AccessGrant,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub secret_env: Vec<String>,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    /// CPUs in billionths (the engines' NanoCpus).
+    pub nano_cpus: Option<u64>,
+    pub restart: RestartPolicy,
+    pub labels: BTreeMap<String, String>,
+    /// `<sessionDir>/members/<name>`.
+    pub transcript_dir: PathBuf,
+}
