@@ -12,3 +12,4 @@ pub mod host;
 pub mod manifest;
 pub mod model;
 pub mod plan;
+pub mod policy;

@@ -1,1 +1,397 @@
+//! The planning step of the reconciler: a pure function from what the manifests want and what
+//! the machine has to the list of things to do. No I/O happens here, so every case is a table
+//! row in the tests.
+
+pub mod observed;
 pub mod spec;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::RestartPolicy;
+use crate::policy::{self, Violation};
+pub use observed::{ContainerState, Observed, ObservedContainer};
+use spec::labels;
+pub use spec::{DesiredMember, DesiredState};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Remove ateam containers of the teams in scope that no manifest wants.
+    pub prune: bool,
+}
+
+/// What to do, and what to tell the user without doing anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub findings: Vec<Finding>,
+}
+
+impl Plan {
+    pub fn is_noop(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
+/// A container the plan refers to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRef {
+    pub id: String,
+    pub name: String,
+}
+
+/// One change to make. Removing a container stops it first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "camelCase")]
+pub enum Action {
+    MakeTranscriptDir {
+        team: String,
+        member: String,
+        path: PathBuf,
+    },
+    Create {
+        member: Box<DesiredMember>,
+    },
+    Recreate {
+        member: Box<DesiredMember>,
+        old: ContainerRef,
+        reason: Drift,
+    },
+    Start {
+        team: String,
+        member: String,
+        container: ContainerRef,
+        reason: StartReason,
+    },
+    RemoveOrphan {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
+    RemoveDuplicate {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
+}
+
+/// Why a member's container must be replaced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Drift {
+    /// The manifest changed: these fields differ.
+    Spec { changes: Vec<FieldChange> },
+    /// The spec hash differs but the old spec is unknown (label missing or unreadable).
+    SpecHash { from: String, to: String },
+    /// Someone changed the container outside ateam.
+    Policy { violations: Vec<Violation> },
+    /// The engine marks the container dead; it cannot be started again.
+    Dead,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldChange {
+    pub field: String,
+    pub from: Value,
+    pub to: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StartReason {
+    /// Created but never started (for example, an apply that was interrupted).
+    NeverStarted,
+    /// Exited with this code and the restart policy asks for a restart.
+    Restart { code: i64, policy: RestartPolicy },
+}
+
+/// Something the user should know that the plan does not act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "finding", rename_all = "camelCase")]
+pub enum Finding {
+    /// An ateam container of a team in scope that no manifest wants (`--prune` removes it).
+    Orphan {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
+    /// A container holds the name a member needs but ateam (this store) did not make it; it is
+    /// never touched.
+    Conflict {
+        team: String,
+        member: String,
+        container: ContainerRef,
+        owner: Option<String>,
+    },
+    /// Exited and its restart policy says to leave it.
+    Finished {
+        team: String,
+        member: String,
+        code: i64,
+    },
+    /// Paused by someone; left as it is.
+    Paused { team: String, member: String },
+    /// The transcript of a member that no manifest wants any more; kept until `--purge`.
+    RetainedTranscript {
+        team: String,
+        member: String,
+        path: PathBuf,
+    },
+}
+
+/// Plans the changes that make `observed` match `desired`.
+pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> Plan {
+    let mut plan = Plan::default();
+    let in_scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
+    let wanted: BTreeSet<(&str, &str)> = desired
+        .members
+        .iter()
+        .map(|m| (m.team.as_str(), m.member.as_str()))
+        .collect();
+
+    // Ours: containers of this store, grouped by (team, member).
+    let mut ours: BTreeMap<(&str, &str), Vec<&ObservedContainer>> = BTreeMap::new();
+    for c in &observed.containers {
+        if let Some(key) = owned_key(c, &desired.store) {
+            ours.entry(key).or_default().push(c);
+        }
+    }
+
+    for m in &desired.members {
+        if !observed.transcript_dirs.contains(&m.transcript_dir) {
+            plan.actions.push(Action::MakeTranscriptDir {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                path: m.transcript_dir.clone(),
+            });
+        }
+        let mine = ours
+            .remove(&(m.team.as_str(), m.member.as_str()))
+            .unwrap_or_default();
+        if mine.is_empty() {
+            match observed.containers.iter().find(|c| c.name == m.spec.name) {
+                Some(c) => plan.findings.push(Finding::Conflict {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    container: cref(c),
+                    owner: c
+                        .labels
+                        .get(labels::STORE)
+                        .map(|s| format!("ateam store {s}")),
+                }),
+                None => plan.actions.push(Action::Create {
+                    member: Box::new(m.clone()),
+                }),
+            }
+            continue;
+        }
+        let keep = pick_keeper(&mine, &m.hash);
+        for extra in mine.iter().filter(|c| c.id != keep.id) {
+            plan.actions.push(Action::RemoveDuplicate {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                container: cref(extra),
+            });
+        }
+        plan_member(m, keep, &mut plan);
+    }
+
+    // Left over: ours but not wanted.
+    for ((team, member), containers) in ours {
+        if !in_scope.contains(team) || wanted.contains(&(team, member)) {
+            continue;
+        }
+        for c in containers {
+            let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
+            plan.push_orphan(opts.prune, team, member, container);
+        }
+    }
+
+    // Transcripts of members no manifest wants any more: reported, never removed here.
+    for t in &desired.teams {
+        let members_dir = t.session_dir.join("members");
+        for dir in &observed.transcript_dirs {
+            let Some(name) = dir.strip_prefix(&members_dir).ok().and_then(|r| r.to_str()) else {
+                continue;
+            };
+            if !name.contains('/') && !wanted.contains(&(t.name.as_str(), name)) {
+                plan.findings.push(Finding::RetainedTranscript {
+                    team: t.name.clone(),
+                    member: name.to_string(),
+                    path: dir.clone(),
+                });
+            }
+        }
+    }
+    plan
+}
+
+impl Plan {
+    fn push_orphan(&mut self, prune: bool, team: String, member: String, container: ContainerRef) {
+        if prune {
+            self.actions.push(Action::RemoveOrphan {
+                team,
+                member,
+                container,
+            });
+        } else {
+            self.findings.push(Finding::Orphan {
+                team,
+                member,
+                container,
+            });
+        }
+    }
+}
+
+/// The container for one wanted member: up to date and running as its policy says.
+fn plan_member(m: &DesiredMember, c: &ObservedContainer, plan: &mut Plan) {
+    let recreate = |reason: Drift| Action::Recreate {
+        member: Box::new(m.clone()),
+        old: cref(c),
+        reason,
+    };
+    if let Some(drift) = spec_drift(m, c) {
+        plan.actions.push(recreate(drift));
+        return;
+    }
+    if let Some(eff) = &c.effective {
+        let violations = policy::verify(&m.spec, eff);
+        if !violations.is_empty() {
+            plan.actions.push(recreate(Drift::Policy { violations }));
+            return;
+        }
+    }
+    let (team, member) = (m.team.clone(), m.member.clone());
+    match c.state {
+        ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
+        ContainerState::Paused => plan.findings.push(Finding::Paused { team, member }),
+        ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),
+        ContainerState::Created => plan.actions.push(Action::Start {
+            team,
+            member,
+            container: cref(c),
+            reason: StartReason::NeverStarted,
+        }),
+        ContainerState::Exited { code } => {
+            let restart = match m.restart {
+                RestartPolicy::Never => false,
+                RestartPolicy::OnFailure => code != 0,
+                RestartPolicy::Always => true,
+            };
+            if restart {
+                plan.actions.push(Action::Start {
+                    team,
+                    member,
+                    container: cref(c),
+                    reason: StartReason::Restart {
+                        code,
+                        policy: m.restart,
+                    },
+                });
+            } else {
+                plan.findings.push(Finding::Finished { team, member, code });
+            }
+        }
+    }
+}
+
+/// How the container's recorded spec differs from the wanted one, if it does.
+fn spec_drift(m: &DesiredMember, c: &ObservedContainer) -> Option<Drift> {
+    let old_hash = c.labels.get(labels::SPEC_HASH).cloned().unwrap_or_default();
+    if old_hash == m.hash {
+        return None;
+    }
+    let old: Option<Value> = c
+        .labels
+        .get(labels::SPEC)
+        .and_then(|s| serde_json::from_str(s).ok());
+    let new = serde_json::to_value(&m.spec).expect("a spec always serializes");
+    match old {
+        Some(old) => {
+            let mut changes = Vec::new();
+            diff_values("", &old, &new, &mut changes);
+            if changes.is_empty() {
+                // Same content under a different hash: the label was edited by hand.
+                Some(Drift::SpecHash {
+                    from: old_hash,
+                    to: m.hash.clone(),
+                })
+            } else {
+                Some(Drift::Spec { changes })
+            }
+        }
+        None => Some(Drift::SpecHash {
+            from: old_hash,
+            to: m.hash.clone(),
+        }),
+    }
+}
+
+/// Field-by-field differences; maps are walked into, lists are compared whole.
+pub fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                diff_values(
+                    &p,
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        _ if old != new => out.push(FieldChange {
+            field: path.to_string(),
+            from: old.clone(),
+            to: new.clone(),
+        }),
+        _ => {}
+    }
+}
+
+/// `(team, member)` of a container this store made.
+fn owned_key<'a>(c: &'a ObservedContainer, store: &str) -> Option<(&'a str, &'a str)> {
+    if c.labels.get(labels::MANAGED_BY).map(String::as_str) != Some("ateam")
+        || c.labels.get(labels::STORE).map(String::as_str) != Some(store)
+    {
+        return None;
+    }
+    Some((
+        c.labels.get(labels::TEAM)?.as_str(),
+        c.labels.get(labels::MEMBER)?.as_str(),
+    ))
+}
+
+/// Of several containers for one member, keep the one that is most nearly right: current spec
+/// first, then live, then newest.
+fn pick_keeper<'a>(cs: &[&'a ObservedContainer], hash: &str) -> &'a ObservedContainer {
+    cs.iter()
+        .copied()
+        .max_by_key(|c| {
+            (
+                c.labels.get(labels::SPEC_HASH).map(String::as_str) == Some(hash),
+                c.state.is_live(),
+                c.created,
+            )
+        })
+        .expect("called with at least one container")
+}
+
+fn cref(c: &ObservedContainer) -> ContainerRef {
+    ContainerRef {
+        id: c.id.clone(),
+        name: c.name.clone(),
+    }
+}

@@ -1,1 +1,216 @@
+//! The desired container of a member, and its spec hash.
+//!
+//! `ContainerSpec` holds everything that defines a member's container and nothing else: a change
+//! of any field (and only that) changes the hash and so recreates the member. What ateam decides
+//! at run time without touching the container (the restart policy) lives beside it, not in it.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::host::Host;
+use crate::model::{Desired, Member, Network, RestartPolicy, Team};
+
+/// Label keys that ateam puts on every container it makes.
+pub mod labels {
+    pub const MANAGED_BY: &str = "ateam.dev/managed-by";
+    pub const STORE: &str = "ateam.dev/store";
+    pub const TEAM: &str = "ateam.dev/team";
+    pub const MEMBER: &str = "ateam.dev/member";
+    pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
+    /// The whole spec as JSON, so that drift can name the field that changed.
+    pub const SPEC: &str = "ateam.dev/spec";
+}
+
+/// The home folder inside a member: a private tmpfs.
+pub const MEMBER_HOME: &str = "/home/agent";
+
+/// A bind mount, at the same path inside the container as on the host.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Mount {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub cwd: PathBuf,
+    /// Plain environment (secrets are not here: only their names, in `secret_env`).
+    pub env: BTreeMap<String, String>,
+    pub secret_env: Vec<String>,
+    /// `uid:gid` of the user who runs ateam.
+    pub user: String,
+    /// Granted folders and the transcript folder, sorted by path so parents mount first.
+    pub mounts: Vec<Mount>,
+    /// Mount point -> options.
+    pub tmpfs: BTreeMap<String, String>,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    pub nano_cpus: Option<u64>,
+    pub network: Network,
+    /// The user's labels from the manifest.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerSpec {
+    /// A short, stable hash of the canonical JSON of the spec (struct fields in a fixed order,
+    /// maps sorted).
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).expect("a spec always serializes");
+        let digest = Sha256::digest(&json);
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// One member as the planner wants it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DesiredMember {
+    pub team: String,
+    pub member: String,
+    pub spec: ContainerSpec,
+    pub hash: String,
+    pub restart: RestartPolicy,
+    pub transcript_dir: PathBuf,
+}
+
+impl DesiredMember {
+    /// The labels the container is created with.
+    pub fn container_labels(&self, store: &str) -> BTreeMap<String, String> {
+        let mut l = self.spec.labels.clone();
+        l.insert(labels::MANAGED_BY.into(), "ateam".into());
+        l.insert(labels::STORE.into(), store.into());
+        l.insert(labels::TEAM.into(), self.team.clone());
+        l.insert(labels::MEMBER.into(), self.member.clone());
+        l.insert(labels::SPEC_HASH.into(), self.hash.clone());
+        l.insert(
+            labels::SPEC.into(),
+            serde_json::to_string(&self.spec).expect("a spec always serializes"),
+        );
+        l
+    }
+}
+
+/// What the planner compares against the machine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DesiredState {
+    /// Which ateam store (state folder) owns these containers.
+    pub store: String,
+    /// Teams in scope: only their containers and transcripts are looked at.
+    pub teams: Vec<TeamScope>,
+    pub members: Vec<DesiredMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamScope {
+    pub name: String,
+    pub session_dir: PathBuf,
+}
+
+/// The container name of a member; unique per store and team.
+pub fn container_name(team: &str, member: &str) -> String {
+    format!("ateam-{team}-{member}")
+}
+
+/// An id for a state folder, so that two stores on one machine never touch each other's
+/// containers.
+pub fn store_id(state_dir: &std::path::Path) -> String {
+    let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
+    let mut mounts: Vec<Mount> = m
+        .access
+        .read
+        .iter()
+        .map(|p| Mount {
+            path: p.clone(),
+            read_only: true,
+        })
+        .chain(m.access.write.iter().map(|p| Mount {
+            path: p.clone(),
+            read_only: false,
+        }))
+        .chain(std::iter::once(Mount {
+            path: m.transcript_dir.clone(),
+            read_only: false,
+        }))
+        .collect();
+    mounts.sort();
+    mounts.dedup();
+    let mut env = m.env.clone();
+    env.insert("HOME".into(), MEMBER_HOME.into());
+    env.insert("ATEAM_TEAM".into(), team.name.clone());
+    env.insert("ATEAM_MEMBER".into(), m.name.clone());
+    env.insert(
+        "ATEAM_SESSION_DIR".into(),
+        m.transcript_dir.display().to_string(),
+    );
+    let join = |v: &[PathBuf]| {
+        v.iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    env.insert("ATEAM_READ_DIRS".into(), join(&m.access.read));
+    env.insert("ATEAM_WRITE_DIRS".into(), join(&m.access.write));
+    let tmpfs = BTreeMap::from([
+        ("/tmp".to_string(), "rw,nosuid,nodev,size=256m".to_string()),
+        (
+            MEMBER_HOME.to_string(),
+            "rw,nosuid,nodev,size=256m".to_string(),
+        ),
+    ]);
+    ContainerSpec {
+        name: container_name(&team.name, &m.name),
+        image: m.image.clone(),
+        command: m.command.clone(),
+        cwd: m.cwd.clone(),
+        env,
+        secret_env: m.secret_env.clone(),
+        user: format!("{}:{}", host.uid, host.gid),
+        mounts,
+        tmpfs,
+        memory_bytes: m.memory_bytes,
+        pids: m.pids,
+        nano_cpus: m.nano_cpus,
+        network: m.access.network.clone(),
+        labels: m.labels.clone(),
+    }
+}
+
+/// The planner's view of a validated set of manifests.
+pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
+    let mut members = Vec::new();
+    for team in &desired.teams {
+        for m in &team.members {
+            let spec = member_spec(team, m, host);
+            members.push(DesiredMember {
+                team: team.name.clone(),
+                member: m.name.clone(),
+                hash: spec.hash(),
+                spec,
+                restart: m.restart,
+                transcript_dir: m.transcript_dir.clone(),
+            });
+        }
+    }
+    DesiredState {
+        store: store_id(&host.state_dir),
+        teams: desired
+            .teams
+            .iter()
+            .map(|t| TeamScope {
+                name: t.name.clone(),
+                session_dir: t.session_dir.clone(),
+            })
+            .collect(),
+        members,
+    }
+}

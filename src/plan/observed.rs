@@ -1,0 +1,55 @@
+//! What observe found on the machine, as plain data. The planner reads nothing else.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Effective;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    /// Containers with ateam's labels, plus any container whose name a desired member would
+    /// take (so that conflicts are seen).
+    pub containers: Vec<ObservedContainer>,
+    /// Member transcript folders that exist: `<sessionDir>/members/<name>`.
+    pub transcript_dirs: BTreeSet<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObservedContainer {
+    pub id: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub state: ContainerState,
+    /// Seconds since the epoch when created; the newest of duplicates is kept.
+    pub created: i64,
+    /// From inspect; None when it was not inspected.
+    pub effective: Option<Effective>,
+}
+
+/// The engine's view of a container's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Paused,
+    Restarting,
+    Exited { code: i64 },
+    Removing,
+    Dead,
+}
+
+impl ContainerState {
+    /// Whether member code may be running now.
+    pub fn is_live(self) -> bool {
+        match self {
+            ContainerState::Running | ContainerState::Paused | ContainerState::Restarting => true,
+            ContainerState::Created
+            | ContainerState::Exited { .. }
+            | ContainerState::Removing
+            | ContainerState::Dead => false,
+        }
+    }
+}

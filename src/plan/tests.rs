@@ -1,0 +1,468 @@
+//! The planner, case by case. Each test states the machine (observed) and the plan it expects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use super::spec::{desired_state, labels};
+use super::*;
+use crate::host::Host;
+use crate::model::{AccessGrant, Desired, Member, Network, Parent, Team};
+use crate::policy;
+
+/// A table row: what to change, and the change the planner must name.
+type Edit<T> = Box<dyn Fn(&mut T)>;
+
+fn host() -> Host {
+    Host {
+        uid: 1000,
+        gid: 1000,
+        home: "/home/u".into(),
+        memory_bytes: 16 << 30,
+        state_dir: "/home/u/.local/state/ateam".into(),
+    }
+}
+
+fn member(name: &str) -> Member {
+    Member {
+        name: name.into(),
+        parent: Parent::MainSession("lead".into()),
+        depth: 1,
+        access: AccessGrant {
+            name: "g".into(),
+            read: vec!["/src/docs".into()],
+            write: vec!["/src/repo".into()],
+            network: Network::None,
+        },
+        image: "ateam-demo:latest".into(),
+        command: None,
+        cwd: "/src/repo".into(),
+        env: BTreeMap::new(),
+        secret_env: vec![],
+        memory_bytes: 1 << 30,
+        pids: 512,
+        nano_cpus: None,
+        restart: RestartPolicy::OnFailure,
+        labels: BTreeMap::new(),
+        transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+    }
+}
+
+fn team(members: Vec<Member>) -> Desired {
+    Desired {
+        teams: vec![Team {
+            name: "t".into(),
+            backend: Default::default(),
+            image: None,
+            max_members: 10,
+            max_depth: 3,
+            session_dir: "/home/u/sessions".into(),
+            allow_unenforced_limits: false,
+            sessions: vec![],
+            grants: vec![],
+            members,
+        }],
+    }
+}
+
+fn want(members: Vec<Member>) -> DesiredState {
+    desired_state(&team(members), &host())
+}
+
+/// The container ateam would have made for `m`, in `state`, with a compliant config.
+fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedContainer {
+    let m = d.members.iter().find(|m| m.member == name).unwrap();
+    ObservedContainer {
+        id: format!("id-{name}"),
+        name: m.spec.name.clone(),
+        labels: m.container_labels(&d.store),
+        state,
+        created: 100,
+        effective: Some(policy::compliant(&m.spec)),
+    }
+}
+
+fn transcripts(names: &[&str]) -> BTreeSet<PathBuf> {
+    names
+        .iter()
+        .map(|n| PathBuf::from(format!("/home/u/sessions/members/{n}")))
+        .collect()
+}
+
+fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
+    Observed {
+        containers: names
+            .iter()
+            .map(|n| running(d, n, ContainerState::Running))
+            .collect(),
+        transcript_dirs: transcripts(names),
+    }
+}
+
+fn kinds(p: &Plan) -> Vec<String> {
+    p.actions
+        .iter()
+        .map(|a| match a {
+            Action::MakeTranscriptDir { member, .. } => format!("mkdir {member}"),
+            Action::Create { member } => format!("create {}", member.member),
+            Action::Recreate { member, .. } => format!("recreate {}", member.member),
+            Action::Start { member, .. } => format!("start {member}"),
+            Action::RemoveOrphan { member, .. } => format!("remove-orphan {member}"),
+            Action::RemoveDuplicate { container, .. } => {
+                format!("remove-duplicate {}", container.id)
+            }
+        })
+        .collect()
+}
+
+fn reason(p: &Plan) -> &Drift {
+    match &p.actions[..] {
+        [Action::Recreate { reason, .. }] => reason,
+        other => panic!("expected one recreate, got {other:?}"),
+    }
+}
+
+#[test]
+fn nothing_observed_creates_everything() {
+    let d = want(vec![member("a"), member("b")]);
+    let p = plan(&d, &Observed::default(), PlanOptions::default());
+    assert_eq!(kinds(&p), ["mkdir a", "create a", "mkdir b", "create b"]);
+    assert!(p.findings.is_empty());
+}
+
+#[test]
+fn everything_in_sync_plans_nothing() {
+    let d = want(vec![member("a"), member("b")]);
+    let p = plan(&d, &in_sync(&d, &["a", "b"]), PlanOptions { prune: true });
+    assert_eq!(p, Plan::default());
+    assert!(p.is_noop());
+}
+
+#[test]
+fn each_kind_of_spec_drift_names_the_field() {
+    let old = want(vec![member("a")]);
+    let observed = in_sync(&old, &["a"]);
+    let cases: Vec<(&str, Edit<Member>, Value, Value)> = vec![
+        (
+            "memoryBytes",
+            Box::new(|m| m.memory_bytes = 2 << 30),
+            (1u64 << 30).into(),
+            (2u64 << 30).into(),
+        ),
+        (
+            "image",
+            Box::new(|m| m.image = "other:1".into()),
+            "ateam-demo:latest".into(),
+            "other:1".into(),
+        ),
+        (
+            "env.MODE",
+            Box::new(|m| {
+                m.env.insert("MODE".into(), "fast".into());
+            }),
+            Value::Null,
+            "fast".into(),
+        ),
+        ("pids", Box::new(|m| m.pids = 64), 512.into(), 64.into()),
+        (
+            "nanoCpus",
+            Box::new(|m| m.nano_cpus = Some(500_000_000)),
+            Value::Null,
+            500_000_000.into(),
+        ),
+        (
+            "network",
+            Box::new(|m| m.access.network = Network::Open),
+            "none".into(),
+            "open".into(),
+        ),
+        (
+            "cwd",
+            Box::new(|m| m.cwd = "/src/docs".into()),
+            "/src/repo".into(),
+            "/src/docs".into(),
+        ),
+        (
+            "secretEnv",
+            Box::new(|m| m.secret_env = vec!["TOKEN".into()]),
+            serde_json::json!([]),
+            serde_json::json!(["TOKEN"]),
+        ),
+    ];
+    for (field, edit, from, to) in cases {
+        let mut m = member("a");
+        edit(&mut m);
+        let p = plan(&want(vec![m]), &observed, PlanOptions::default());
+        match reason(&p) {
+            Drift::Spec { changes } => {
+                assert_eq!(changes.len(), 1, "{field}: {changes:?}");
+                assert_eq!(
+                    (changes[0].field.as_str(), &changes[0].from, &changes[0].to),
+                    (field, &from, &to)
+                );
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_new_grant_is_a_mount_change() {
+    let old = want(vec![member("a")]);
+    let mut m = member("a");
+    m.access.read.push("/src/more".into());
+    let p = plan(
+        &want(vec![m]),
+        &in_sync(&old, &["a"]),
+        PlanOptions::default(),
+    );
+    let Drift::Spec { changes } = reason(&p) else {
+        panic!()
+    };
+    let fields: Vec<&str> = changes.iter().map(|c| c.field.as_str()).collect();
+    assert_eq!(fields, ["env.ATEAM_READ_DIRS", "mounts"]);
+}
+
+#[test]
+fn unknown_old_spec_still_recreates_by_hash() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].labels.remove(labels::SPEC);
+    o.containers[0]
+        .labels
+        .insert(labels::SPEC_HASH.into(), "0000".into());
+    let p = plan(&d, &o, PlanOptions::default());
+    assert_eq!(
+        reason(&p),
+        &Drift::SpecHash {
+            from: "0000".into(),
+            to: d.members[0].hash.clone()
+        }
+    );
+}
+
+#[test]
+fn tampering_is_a_policy_violation() {
+    let d = want(vec![member("a")]);
+    let tamper: Vec<(&str, Edit<policy::Effective>)> = vec![
+        ("privileged", Box::new(|e| e.privileged = true)),
+        (
+            "bind mounts",
+            Box::new(|e| {
+                e.bind_mounts.push(spec::Mount {
+                    path: "/etc".into(),
+                    read_only: true,
+                })
+            }),
+        ),
+        ("network", Box::new(|e| e.network_mode = "bridge".into())),
+        (
+            "capabilities added",
+            Box::new(|e| e.cap_add.push("SYS_ADMIN".into())),
+        ),
+        (
+            "read-only root filesystem",
+            Box::new(|e| e.read_only_rootfs = false),
+        ),
+        (
+            "other mounts",
+            Box::new(|e| e.other_mounts.push("/var/run/docker.sock".into())),
+        ),
+        ("user", Box::new(|e| e.user = "0:0".into())),
+        ("memory", Box::new(|e| e.memory_bytes = 0)),
+    ];
+    for (item, edit) in tamper {
+        let mut o = in_sync(&d, &["a"]);
+        edit(o.containers[0].effective.as_mut().unwrap());
+        let p = plan(&d, &o, PlanOptions::default());
+        let Drift::Policy { violations } = reason(&p) else {
+            panic!("{item}")
+        };
+        assert_eq!(
+            violations
+                .iter()
+                .map(|v| v.item.as_str())
+                .collect::<Vec<_>>(),
+            [item]
+        );
+    }
+}
+
+#[test]
+fn orphans_are_reported_unless_prune_is_asked() {
+    let old = want(vec![member("a"), member("gone")]);
+    let observed = in_sync(&old, &["a", "gone"]);
+    let d = want(vec![member("a")]);
+
+    let p = plan(&d, &observed, PlanOptions::default());
+    assert!(p.actions.is_empty());
+    assert!(
+        matches!(&p.findings[..], [Finding::Orphan { member, .. }, Finding::RetainedTranscript { .. }] if member == "gone")
+    );
+
+    let p = plan(&d, &observed, PlanOptions { prune: true });
+    assert_eq!(kinds(&p), ["remove-orphan gone"]);
+}
+
+#[test]
+fn other_teams_and_other_stores_are_not_ours() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    let mut other_team = running(&d, "a", ContainerState::Running);
+    other_team.id = "x1".into();
+    other_team.name = "ateam-u-a".into();
+    other_team.labels.insert(labels::TEAM.into(), "u".into());
+    let mut other_store = running(&d, "a", ContainerState::Running);
+    other_store.id = "x2".into();
+    other_store.name = "elsewhere".into();
+    other_store
+        .labels
+        .insert(labels::STORE.into(), "another".into());
+    o.containers.extend([other_team, other_store]);
+    assert_eq!(plan(&d, &o, PlanOptions { prune: true }), Plan::default());
+}
+
+#[test]
+fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
+    let d = want(vec![member("a")]);
+    let foreign = ObservedContainer {
+        id: "f00".into(),
+        name: "ateam-t-a".into(),
+        labels: BTreeMap::new(),
+        state: ContainerState::Running,
+        created: 1,
+        effective: None,
+    };
+    let o = Observed {
+        containers: vec![foreign],
+        transcript_dirs: transcripts(&["a"]),
+    };
+    let p = plan(&d, &o, PlanOptions { prune: true });
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(&p.findings[..], [Finding::Conflict { container, owner: None, .. }] if container.id == "f00")
+    );
+}
+
+#[test]
+fn stopped_members_follow_their_restart_policy() {
+    use ContainerState::*;
+    use RestartPolicy::*;
+    let cases = [
+        (Never, Exited { code: 1 }, None),
+        (Never, Exited { code: 0 }, None),
+        (OnFailure, Exited { code: 0 }, None),
+        (
+            OnFailure,
+            Exited { code: 137 },
+            Some(StartReason::Restart {
+                code: 137,
+                policy: OnFailure,
+            }),
+        ),
+        (
+            Always,
+            Exited { code: 0 },
+            Some(StartReason::Restart {
+                code: 0,
+                policy: Always,
+            }),
+        ),
+        (Never, Created, Some(StartReason::NeverStarted)),
+    ];
+    for (policy, state, expect) in cases {
+        let mut m = member("a");
+        m.restart = policy;
+        let d = want(vec![m]);
+        let mut o = in_sync(&d, &["a"]);
+        o.containers[0].state = state;
+        let p = plan(&d, &o, PlanOptions::default());
+        match expect {
+            Some(why) => assert!(
+                matches!(&p.actions[..], [Action::Start { reason, .. }] if *reason == why),
+                "{policy:?} {state:?}: {p:?}"
+            ),
+            None => {
+                assert!(p.actions.is_empty(), "{policy:?} {state:?}: {p:?}");
+                assert!(matches!(&p.findings[..], [Finding::Finished { .. }]));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_restart_policy_is_not_part_of_the_container() {
+    let d = want(vec![member("a")]);
+    let mut m = member("a");
+    m.restart = RestartPolicy::Always;
+    assert_eq!(want(vec![m]).members[0].hash, d.members[0].hash);
+}
+
+#[test]
+fn dead_is_recreated_paused_is_reported() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].state = ContainerState::Dead;
+    assert_eq!(reason(&plan(&d, &o, PlanOptions::default())), &Drift::Dead);
+    o.containers[0].state = ContainerState::Paused;
+    let p = plan(&d, &o, PlanOptions::default());
+    assert!(p.actions.is_empty());
+    assert!(matches!(&p.findings[..], [Finding::Paused { .. }]));
+}
+
+#[test]
+fn deleted_members_keep_their_transcripts() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.transcript_dirs.extend(transcripts(&["old1", "old2"]));
+    let p = plan(&d, &o, PlanOptions { prune: true });
+    assert!(p.actions.is_empty(), "nothing removes a transcript: {p:?}");
+    let kept: Vec<&str> = p
+        .findings
+        .iter()
+        .map(|f| match f {
+            Finding::RetainedTranscript { member, .. } => member.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(kept, ["old1", "old2"]);
+}
+
+#[test]
+fn missing_transcript_folder_is_made_without_touching_the_container() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.transcript_dirs.clear();
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["mkdir a"]);
+}
+
+#[test]
+fn duplicates_keep_the_current_one() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    let mut stale = running(&d, "a", ContainerState::Running);
+    stale.id = "stale".into();
+    stale.created = 999;
+    stale.labels.insert(labels::SPEC_HASH.into(), "old".into());
+    o.containers.push(stale);
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["remove-duplicate stale"]
+    );
+}
+
+#[test]
+fn spec_hash_is_stable_and_changes_with_any_field() {
+    let a = want(vec![member("a")]).members[0].clone();
+    assert_eq!(
+        a.hash,
+        want(vec![member("a")]).members[0].hash,
+        "same input, same hash"
+    );
+    assert_eq!(a.hash.len(), 16);
+    let mut m = member("a");
+    m.labels.insert("k".into(), "v".into());
+    assert_ne!(want(vec![m]).members[0].hash, a.hash);
+    let mut m = member("a");
+    m.command = Some(vec!["sh".into()]);
+    assert_ne!(want(vec![m]).members[0].hash, a.hash);
+}
