@@ -27,8 +27,10 @@ pub struct Metadata {
     /// A DNS-1123 label: lowercase letters, digits and `-`, at most 63 characters, starting and
     /// ending with a letter or digit.
     pub name: String,
+    /// Copied onto the member's container.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Free-form notes; ateam ignores them.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
 }
@@ -99,6 +101,7 @@ pub enum NetworkSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AccessGrantSpec {
+    /// The team; may be left out when the manifests hold exactly one Team.
     pub team: Option<String>,
     /// Folders mounted read-only.
     #[serde(default)]
@@ -174,6 +177,7 @@ pub struct Resources {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MemberSpec {
+    /// The team; may be left out when the manifests hold exactly one Team.
     pub team: Option<String>,
     /// The MainSession or Member this one works for (`lead`, or `MainSession/lead` when a main
     /// session and a member share the name).
@@ -187,14 +191,17 @@ pub struct MemberSpec {
     /// Working directory inside its grants; default the first write grant, else the first read
     /// grant, else its transcript folder.
     pub cwd: Option<String>,
+    /// Plain environment variables (visible in the engine's configuration: no secrets here).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Names of variables whose values are taken from the environment of `ateam apply` and
     /// handed over in a private file, never in the container's configuration.
     #[serde(default)]
     pub secret_env: Vec<String>,
+    /// Memory, pids and CPU limits.
     #[serde(default)]
     pub resources: Resources,
+    /// `Never`, `OnFailure` (default) or `Always`; ateam restarts, not the engine.
     #[serde(default)]
     pub restart: RestartPolicy,
 }

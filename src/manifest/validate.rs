@@ -86,11 +86,12 @@ impl Parsed<'_> {
 pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut objects = Vec::new();
+    let mut broken = Broken::new();
     for src in sources {
         match yaml::parse(&src.text) {
             Ok(docs) => {
                 for doc in docs {
-                    if let Some(p) = parse_object(src, doc, &mut problems) {
+                    if let Some(p) = parse_object(src, doc, &mut problems, &mut broken) {
                         objects.push(p);
                     }
                 }
@@ -105,7 +106,14 @@ pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>
             }),
         }
     }
-    let desired = build(&objects, host, &mut problems);
+    let desired = build(&objects, &broken, host, &mut problems);
+    // Report in reading order: by file as given, then by place in the file.
+    let order: BTreeMap<&Path, usize> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.path.as_path(), i))
+        .collect();
+    problems.sort_by_key(|p| (order.get(p.file.as_path()).copied(), p.line, p.column));
     if problems.is_empty() {
         Ok(desired)
     } else {
@@ -113,10 +121,15 @@ pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>
     }
 }
 
+/// Objects that were found but could not be read, by kind and name: references to them are
+/// not reported again as missing.
+type Broken = BTreeSet<(&'static str, String)>;
+
 fn parse_object<'a>(
     src: &'a Source,
     doc: Document,
     problems: &mut Vec<Problem>,
+    broken: &mut Broken,
 ) -> Option<Parsed<'a>> {
     let at = |doc: &Document, field: &str, object: Option<String>, message: String| {
         let pos = doc.pos_of(field);
@@ -203,7 +216,10 @@ fn parse_object<'a>(
             (o.api_version, o.metadata, Spec::Member(o.spec))
         }),
     };
-    let (api_version, metadata, spec) = parsed?;
+    let Some((api_version, metadata, spec)) = parsed else {
+        broken.insert((kind, shown_name));
+        return None;
+    };
     if api_version != API_VERSION {
         problems.push(at(
             &doc,
@@ -216,6 +232,7 @@ fn parse_object<'a>(
         problems.push(at(&doc, "metadata.name", object.clone(), e));
     }
     if problems.len() > before {
+        broken.insert((kind, shown_name));
         return None;
     }
     Some(Parsed {
@@ -262,7 +279,7 @@ fn typed<T: DeserializeOwned>(
                         }
                         (s, format!("unknown field `{field}`{hint}"))
                     }
-                    None => (segments, msg),
+                    None => (segments, plain_words(&msg)),
                 };
                 let original = original_path(&segments, &removed);
                 let is_consequence = msg.starts_with("missing field")
@@ -280,6 +297,14 @@ fn typed<T: DeserializeOwned>(
     }
     report(errs);
     None
+}
+
+/// serde names Rust types; users know YAML's words.
+fn plain_words(msg: &str) -> String {
+    msg.replace("expected u32", "expected a whole number")
+        .replace("expected u64", "expected a whole number")
+        .replace("expected a sequence", "expected a list")
+        .replace("expected a map", "expected a mapping")
 }
 
 /// `unknown field `x`, expected one of `a`, `b`` → ("x", ["a", "b"]).
@@ -415,6 +440,12 @@ fn check_env_name(name: &str) -> Result<(), String> {
 }
 
 fn check_host_pattern(h: &str) -> Result<(), String> {
+    if let Some((_, rest)) = h.split_once("://") {
+        let host = rest.split('/').next().unwrap_or(rest);
+        return Err(format!(
+            "`{h}` is a URL; write the host name only, for example `{host}`"
+        ));
+    }
     let (host, port) = match h.rsplit_once(':') {
         Some((host, port)) => (host, Some(port)),
         None => (h, None),
@@ -506,15 +537,19 @@ fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, St
 }
 
 /// The stages after parsing: names, teams, references, grants, members, limits.
-fn build(objects: &[Parsed], host: &Host, problems: &mut Vec<Problem>) -> Desired {
+fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Problem>) -> Desired {
     // Teams and their membership.
     let teams: Vec<&Parsed> = objects.iter().filter(|o| o.kind == "Team").collect();
     let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
+    let broken_teams = broken.iter().filter(|(k, _)| *k == "Team").count();
     let mut seen: BTreeMap<(String, &str, String), &Parsed> = BTreeMap::new();
     let mut by_team: BTreeMap<String, Vec<&Parsed>> = BTreeMap::new();
     for o in objects {
         let team = match o.team_field() {
             Some(t) if team_names.contains(&t) => t.to_string(),
+            // Its Team could not be read; that problem is reported already.
+            Some(t) if broken.contains(&("Team", t.to_string())) => continue,
+            None if teams.is_empty() && broken_teams > 0 => continue,
             Some(t) => {
                 let hint = did_you_mean(t, team_names.iter().copied())
                     .map(|m| format!(" (did you mean `{m}`?)"))
@@ -707,15 +742,21 @@ fn build(objects: &[Parsed], host: &Host, problems: &mut Vec<Problem>) -> Desire
             .collect();
         let session_names: BTreeSet<&str> = team.sessions.iter().map(|s| s.name.as_str()).collect();
         let mut parents: BTreeMap<&str, Parent> = BTreeMap::new();
+        let is_broken = |parent: &str| {
+            let name = parent.rsplit('/').next().unwrap_or(parent).to_string();
+            broken.contains(&("Member", name.clone())) || broken.contains(&("MainSession", name))
+        };
         for (name, (o, m)) in &members {
             match resolve_parent(&m.parent, &session_names, &members) {
                 Ok(p) => {
                     parents.insert(name, p);
                 }
+                Err(_) if is_broken(&m.parent) => {}
                 Err(e) => problems.push(o.value_problem("spec.parent", e)),
             }
             if let Some(a) = &m.access
                 && !grants.contains_key(a.as_str())
+                && !broken.contains(&("AccessGrant", a.clone()))
             {
                 let hint = did_you_mean(a, grants.keys().copied())
                     .map(|m| format!(" (did you mean `{m}`?)"))

@@ -198,6 +198,11 @@ fn to_json(node: &Node, path: &str, doc: &mut Document) -> Result<Value, SyntaxE
                 .collect::<Result<_, _>>()?,
         ),
         Node::Map(pairs, _) => {
+            // A block mapping's own mark sits after its first key; the first key is where a
+            // reader looks.
+            if let Some((k, _)) = pairs.first() {
+                doc.values.insert(path.to_string(), k.pos());
+            }
             let mut map = Map::new();
             for (k, v) in pairs {
                 let key = match k {
