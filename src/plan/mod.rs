@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::RestartPolicy;
+use crate::model::{Network, RestartPolicy};
 use crate::policy::{self, Violation};
 pub use observed::{ContainerState, Observed, ObservedContainer};
 use spec::labels;
@@ -53,6 +53,17 @@ pub enum Action {
         team: String,
         member: String,
         path: PathBuf,
+    },
+    /// Start the member's allowlisting egress proxy (before its container starts).
+    StartEgressProxy {
+        team: String,
+        member: String,
+        socket: PathBuf,
+        allow: Vec<String>,
+    },
+    /// Start a main session's terminal on the host.
+    StartSession {
+        session: Box<spec::DesiredSession>,
     },
     Create {
         member: Box<DesiredMember>,
@@ -162,7 +173,24 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         }
     }
 
+    for s in &desired.sessions {
+        if !observed.live_sockets.contains(&s.socket) {
+            plan.actions.push(Action::StartSession {
+                session: Box::new(s.clone()),
+            });
+        }
+    }
     for m in &desired.members {
+        if let (Some(socket), Network::Allow(allow)) = (&m.egress_socket, &m.spec.network)
+            && !observed.live_sockets.contains(socket)
+        {
+            plan.actions.push(Action::StartEgressProxy {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                socket: socket.clone(),
+                allow: allow.clone(),
+            });
+        }
         if !observed.transcript_dirs.contains(&m.transcript_dir) {
             plan.actions.push(Action::MakeTranscriptDir {
                 team: m.team.clone(),

@@ -14,6 +14,8 @@ pub struct Observed {
     pub containers: Vec<ObservedContainer>,
     /// Member transcript folders that exist: `<sessionDir>/members/<name>`.
     pub transcript_dirs: BTreeSet<PathBuf>,
+    /// Unix sockets that something answers on (a socket file alone does not count).
+    pub live_sockets: BTreeSet<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

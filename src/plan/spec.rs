@@ -77,6 +77,19 @@ pub struct DesiredMember {
     pub hash: String,
     pub restart: RestartPolicy,
     pub transcript_dir: PathBuf,
+    /// The egress proxy's socket, when the network is an allowlist.
+    pub egress_socket: Option<PathBuf>,
+}
+
+/// A main session as the planner wants it: a terminal on the host, on its own socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DesiredSession {
+    pub team: String,
+    pub name: String,
+    pub socket: PathBuf,
+    pub cwd: PathBuf,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
 }
 
 impl DesiredMember {
@@ -103,6 +116,7 @@ pub struct DesiredState {
     pub store: String,
     /// Teams in scope: only their containers and transcripts are looked at.
     pub teams: Vec<TeamScope>,
+    pub sessions: Vec<DesiredSession>,
     pub members: Vec<DesiredMember>,
 }
 
@@ -185,10 +199,27 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     }
 }
 
+/// Where a team's sockets live: under the state folder, private to the user.
+pub fn team_run_dir(state_dir: &std::path::Path, team: &str) -> PathBuf {
+    state_dir.join("teams").join(team)
+}
+
 /// The planner's view of a validated set of manifests.
 pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
     let mut members = Vec::new();
+    let mut sessions = Vec::new();
     for team in &desired.teams {
+        let run = team_run_dir(&host.state_dir, &team.name);
+        for s in &team.sessions {
+            sessions.push(DesiredSession {
+                team: team.name.clone(),
+                name: s.name.clone(),
+                socket: run.join("sessions").join(&s.name).join("tmux.sock"),
+                cwd: s.cwd.clone(),
+                command: s.command.clone(),
+                env: s.env.clone(),
+            });
+        }
         for m in &team.members {
             let spec = member_spec(team, m, host);
             members.push(DesiredMember {
@@ -198,6 +229,8 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 spec,
                 restart: m.restart,
                 transcript_dir: m.transcript_dir.clone(),
+                egress_socket: matches!(m.access.network, Network::Allow(_))
+                    .then(|| run.join("members").join(&m.name).join("egress.sock")),
             });
         }
     }
@@ -211,6 +244,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 session_dir: t.session_dir.clone(),
             })
             .collect(),
+        sessions,
         members,
     }
 }

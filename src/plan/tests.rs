@@ -95,6 +95,7 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
             .map(|n| running(d, n, ContainerState::Running))
             .collect(),
         transcript_dirs: transcripts(names),
+        live_sockets: BTreeSet::new(),
     }
 }
 
@@ -103,6 +104,8 @@ fn kinds(p: &Plan) -> Vec<String> {
         .iter()
         .map(|a| match a {
             Action::MakeTranscriptDir { member, .. } => format!("mkdir {member}"),
+            Action::StartEgressProxy { member, .. } => format!("proxy {member}"),
+            Action::StartSession { session } => format!("session {}", session.name),
             Action::Create { member } => format!("create {}", member.member),
             Action::Recreate { member, .. } => format!("recreate {}", member.member),
             Action::Start { member, .. } => format!("start {member}"),
@@ -335,6 +338,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
     let o = Observed {
         containers: vec![foreign],
         transcript_dirs: transcripts(&["a"]),
+        live_sockets: BTreeSet::new(),
     };
     let p = plan(&d, &o, PlanOptions { prune: true });
     assert!(p.actions.is_empty(), "{p:?}");
@@ -465,4 +469,38 @@ fn spec_hash_is_stable_and_changes_with_any_field() {
     let mut m = member("a");
     m.command = Some(vec!["sh".into()]);
     assert_ne!(want(vec![m]).members[0].hash, a.hash);
+}
+
+#[test]
+fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
+    let mut d = team(vec![member("a"), member("b")]);
+    d.teams[0].members[1].access.network = Network::Allow(vec!["api.example.com".into()]);
+    d.teams[0].sessions.push(crate::model::MainSession {
+        name: "lead".into(),
+        cwd: "/src/repo".into(),
+        command: vec!["claude".into()],
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+    });
+    let d = desired_state(&d, &host());
+    let proxy = d.members[1]
+        .egress_socket
+        .clone()
+        .expect("an allowlist gets a proxy socket");
+    assert_eq!(
+        proxy,
+        PathBuf::from("/home/u/.local/state/ateam/teams/t/members/b/egress.sock")
+    );
+    assert_eq!(
+        d.members[0].egress_socket, None,
+        "network none needs no proxy"
+    );
+    let mut o = in_sync(&d, &["a", "b"]);
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["session lead", "proxy b"]
+    );
+    o.live_sockets.insert(proxy);
+    o.live_sockets.insert(d.sessions[0].socket.clone());
+    assert!(plan(&d, &o, PlanOptions::default()).is_noop());
 }
