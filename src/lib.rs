@@ -8,6 +8,7 @@
 //!   and spec hash it compares;
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
+pub mod backend;
 pub mod host;
 pub mod manifest;
 pub mod model;

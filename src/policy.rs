@@ -218,11 +218,8 @@ fn show_mounts(m: &[Mount]) -> String {
     }
     m.iter()
         .map(|m| {
-            format!(
-                "{}:{}",
-                m.path.display(),
-                if m.read_only { "ro" } else { "rw" }
-            )
+            let mode = if m.read_only { "ro" } else { "rw" };
+            format!("{}:{}:{mode}", m.source.display(), m.target.display())
         })
         .collect::<Vec<_>>()
         .join(",")

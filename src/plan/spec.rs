@@ -27,11 +27,27 @@ pub mod labels {
 /// The home folder inside a member: a private tmpfs.
 pub const MEMBER_HOME: &str = "/home/agent";
 
-/// A bind mount, at the same path inside the container as on the host.
+/// Where ateam's control folder (start gate, secrets) appears inside a member.
+pub const CTL_TARGET: &str = "/.ateam";
+
+/// A bind mount. Grants and transcripts sit at the same path inside as outside, so that paths
+/// in messages and transcripts mean the same thing on both sides.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Mount {
-    pub path: PathBuf,
+    pub target: PathBuf,
+    pub source: PathBuf,
     pub read_only: bool,
+}
+
+impl Mount {
+    /// The same folder at the same path.
+    pub fn same(path: &std::path::Path, read_only: bool) -> Mount {
+        Mount {
+            target: path.to_path_buf(),
+            source: path.to_path_buf(),
+            read_only,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,7 +62,8 @@ pub struct ContainerSpec {
     pub secret_env: Vec<String>,
     /// `uid:gid` of the user who runs ateam.
     pub user: String,
-    /// Granted folders and the transcript folder, sorted by path so parents mount first.
+    /// Granted folders, the transcript folder and the control folder, sorted by target so
+    /// that parents mount first.
     pub mounts: Vec<Mount>,
     /// Mount point -> options.
     pub tmpfs: BTreeMap<String, String>,
@@ -77,6 +94,10 @@ pub struct DesiredMember {
     pub hash: String,
     pub restart: RestartPolicy,
     pub transcript_dir: PathBuf,
+    /// Private per-member files on the host: the start gate, the secrets file.
+    pub ctl_dir: PathBuf,
+    /// From the Team: start even where memory and pids limits are not enforced.
+    pub allow_unenforced_limits: bool,
     /// The egress proxy's socket, when the network is an allowlist.
     pub egress_socket: Option<PathBuf>,
 }
@@ -138,23 +159,30 @@ pub fn store_id(state_dir: &std::path::Path) -> String {
     digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A member's private folder under the state folder.
+pub fn member_ctl_dir(state_dir: &std::path::Path, team: &str, member: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("members")
+        .join(member)
+        .join("ctl")
+}
+
 pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
+    let ctl = member_ctl_dir(&host.state_dir, &team.name, &m.name);
     let mut mounts: Vec<Mount> = m
         .access
         .read
         .iter()
-        .map(|p| Mount {
-            path: p.clone(),
-            read_only: true,
-        })
-        .chain(m.access.write.iter().map(|p| Mount {
-            path: p.clone(),
-            read_only: false,
-        }))
-        .chain(std::iter::once(Mount {
-            path: m.transcript_dir.clone(),
-            read_only: false,
-        }))
+        .map(|p| Mount::same(p, true))
+        .chain(m.access.write.iter().map(|p| Mount::same(p, false)))
+        .chain([
+            Mount::same(&m.transcript_dir, false),
+            Mount {
+                target: CTL_TARGET.into(),
+                source: ctl,
+                read_only: true,
+            },
+        ])
         .collect();
     mounts.sort();
     mounts.dedup();
@@ -229,6 +257,8 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 spec,
                 restart: m.restart,
                 transcript_dir: m.transcript_dir.clone(),
+                ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
+                allow_unenforced_limits: team.allow_unenforced_limits,
                 egress_socket: matches!(m.access.network, Network::Allow(_))
                     .then(|| run.join("members").join(&m.name).join("egress.sock")),
             });

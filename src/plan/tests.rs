@@ -250,12 +250,7 @@ fn tampering_is_a_policy_violation() {
         ("privileged", Box::new(|e| e.privileged = true)),
         (
             "bind mounts",
-            Box::new(|e| {
-                e.bind_mounts.push(spec::Mount {
-                    path: "/etc".into(),
-                    read_only: true,
-                })
-            }),
+            Box::new(|e| e.bind_mounts.push(spec::Mount::same("/etc".as_ref(), true))),
         ),
         ("network", Box::new(|e| e.network_mode = "bridge".into())),
         (

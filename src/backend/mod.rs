@@ -1,0 +1,222 @@
+//! Container engines behind one trait. `docker` talks to dockerd (and anything Docker-API
+//! compatible) through bollard; `podman` talks to Podman's own libpod API through podman-api.
+//!
+//! Backends translate, they do not decide: the create request arrives fully formed from
+//! `policy::create_request`, and an inspect result goes back as `policy::Effective` for the
+//! policy to judge. The only engine-specific choices here are how to say the same thing in each
+//! API (for example `userns=keep-id` on rootless Podman).
+
+pub mod connect;
+pub mod docker;
+pub mod podman;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::plan::observed::{ContainerState, ObservedContainer};
+use crate::plan::spec::Mount;
+use crate::policy::Effective;
+
+/// Which engine, and how it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EngineKind {
+    Docker,
+    Podman { rootless: bool },
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineKind::Docker => f.write_str("docker"),
+            EngineKind::Podman { rootless: false } => f.write_str("podman"),
+            EngineKind::Podman { rootless: true } => f.write_str("podman (rootless)"),
+        }
+    }
+}
+
+/// What `ping` learns about an engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineInfo {
+    pub kind: EngineKind,
+    /// The engine's own version, e.g. `20.10.24+dfsg1` or `4.3.1`.
+    pub version: String,
+    /// The API version in use.
+    pub api_version: String,
+    /// 1 or 2.
+    pub cgroup_version: u8,
+    /// False where the engine accepts memory and pids limits but ignores them (rootless Podman
+    /// on cgroup v1).
+    pub limits_enforced: bool,
+}
+
+/// A container to create, fully decided by the policy. Backends map each field to their API
+/// and add nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    pub name: String,
+    pub image: String,
+    /// Replaces the image's entrypoint (the start gate).
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// `uid:gid`.
+    pub user: String,
+    pub workdir: PathBuf,
+    /// Bind mounts (`rbind`, private propagation).
+    pub mounts: Vec<Mount>,
+    /// Mount point -> options (`rw,nosuid,nodev,size=256m`).
+    pub tmpfs: BTreeMap<String, String>,
+    pub memory_bytes: u64,
+    /// Always equal to `memory_bytes`: no swap beyond the cap.
+    pub memory_swap_bytes: u64,
+    pub pids: u32,
+    pub nano_cpus: Option<u64>,
+    /// No network at all (`none`), or the engine's default private network.
+    pub network_none: bool,
+    pub labels: BTreeMap<String, String>,
+    pub cap_drop_all: bool,
+    pub no_new_privileges: bool,
+    pub read_only_rootfs: bool,
+    pub init: bool,
+    /// Rootless Podman: map the user's uid to itself inside, so written files are the user's.
+    pub userns_keep_id: bool,
+}
+
+/// One container as a list call sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub id: String,
+    /// Without a leading `/`.
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub state: ContainerState,
+    /// Seconds since the epoch.
+    pub created: i64,
+}
+
+/// One container as inspect sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inspected {
+    pub summary: Summary,
+    pub effective: Effective,
+    /// The host pid of the container's first process, while it runs.
+    pub pid: Option<u32>,
+    pub image: String,
+    pub restart_count: u64,
+    /// When it last started (RFC 3339), if ever.
+    pub started_at: Option<String>,
+}
+
+impl Inspected {
+    pub fn observed(self) -> ObservedContainer {
+        ObservedContainer {
+            id: self.summary.id,
+            name: self.summary.name,
+            labels: self.summary.labels,
+            state: self.summary.state,
+            created: self.summary.created,
+            effective: Some(self.effective),
+        }
+    }
+}
+
+/// The output of a command run in a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Why an engine call failed, in terms a user can act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// Nothing answers on the socket.
+    #[error("{engine} is not running: nothing answers on {socket}{hint}")]
+    Unavailable {
+        engine: String,
+        socket: String,
+        hint: String,
+    },
+    /// The socket exists but this user may not use it.
+    #[error("permission denied on {socket}: {hint}")]
+    PermissionDenied { socket: String, hint: String },
+    /// No engine found at all.
+    #[error("no container engine found; tried:\n{tried}\n{hint}")]
+    NoEngine { tried: String, hint: String },
+    /// ateam never pulls: the image must be built or loaded locally.
+    #[error(
+        "image `{image}` is not on {engine}; ateam never pulls. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`)"
+    )]
+    ImageMissing { engine: String, image: String },
+    /// A container of that name exists and ateam did not make it.
+    #[error(
+        "a container named `{name}` already exists and ateam did not make it; rename or remove it yourself (ateam never touches it)"
+    )]
+    NameConflict { name: String },
+    #[error("container {id} not found")]
+    NotFound { id: String },
+    /// Any other answer from the engine.
+    #[error("{engine}: {op}: {message}")]
+    Engine {
+        engine: String,
+        op: String,
+        message: String,
+    },
+}
+
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
+#[async_trait]
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> EngineKind;
+    /// Where it is connected, for messages.
+    fn endpoint(&self) -> &str;
+    /// Checks the engine answers and learns what it can enforce.
+    async fn ping(&self) -> Result<EngineInfo>;
+    /// All containers (running or not) carrying every one of `labels`.
+    async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<Summary>>;
+    /// The container with exactly this name, whoever made it.
+    async fn find_by_name(&self, name: &str) -> Result<Option<Summary>>;
+    async fn inspect(&self, id: &str) -> Result<Inspected>;
+    /// The image's entrypoint followed by its cmd; `ImageMissing` if the image is not local.
+    async fn image_command(&self, image: &str) -> Result<Vec<String>>;
+    /// Creates (never pulls, never starts); returns the id.
+    async fn create(&self, req: &CreateRequest) -> Result<String>;
+    async fn start(&self, id: &str) -> Result<()>;
+    async fn stop(&self, id: &str, timeout_secs: u32) -> Result<()>;
+    /// Removes, stopping first if needed. Removing what is already gone is not an error.
+    async fn remove(&self, id: &str) -> Result<()>;
+    async fn rename(&self, id: &str, name: &str) -> Result<()>;
+    /// Runs `cmd` in the running container and waits for it.
+    async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
+    /// The last `tail` lines of output (stdout and stderr).
+    async fn logs(&self, id: &str, tail: usize) -> Result<String>;
+    /// Ids of containers with these labels that changed (start, die, destroy, ...), as they
+    /// happen; the stream ends when the engine connection does.
+    async fn events(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<futures_util::stream::BoxStream<'static, Result<String>>>;
+}
+
+/// Maps an engine's status word to the state model.
+pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
+    match status {
+        "running" => ContainerState::Running,
+        "paused" => ContainerState::Paused,
+        "restarting" => ContainerState::Restarting,
+        "removing" => ContainerState::Removing,
+        "dead" => ContainerState::Dead,
+        "exited" | "stopped" => ContainerState::Exited { code: exit_code },
+        // "created", "configured", "initialized" and anything new: never started.
+        _ => ContainerState::Created,
+    }
+}
