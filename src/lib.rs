@@ -6,6 +6,11 @@
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`, and the container spec
 //!   and spec hash it compares;
+//! - `policy`: the container hardening as data: the create request, and the check of an
+//!   engine's inspect result against it;
+//! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and engine discovery;
+//! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
+//!   gate in `gate/`, verification before the member's command runs);
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
 pub mod backend;
@@ -14,3 +19,4 @@ pub mod manifest;
 pub mod model;
 pub mod plan;
 pub mod policy;
+pub mod runtime;

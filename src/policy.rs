@@ -59,9 +59,29 @@ impl fmt::Display for Violation {
     }
 }
 
+/// Whether the engine applies memory, pids and CPU limits. Rootless Podman on cgroup v1
+/// accepts them and drops them; where the user allowed that, their absence is not a violation
+/// (status still reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limits {
+    Enforced,
+    Unenforced,
+}
+
+/// The policy items that `Limits::Unenforced` waives.
+const LIMIT_ITEMS: [&str; 4] = ["memory", "memory+swap", "pids limit", "cpus"];
+
 /// Every difference between `found` and what the policy requires for `spec`. Empty means the
 /// container may run.
-pub fn verify(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
+pub fn verify(spec: &ContainerSpec, found: &Effective, limits: Limits) -> Vec<Violation> {
+    let mut v = verify_all(spec, found);
+    if limits == Limits::Unenforced {
+        v.retain(|x| !LIMIT_ITEMS.contains(&x.item.as_str()));
+    }
+    v
+}
+
+fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
     let mut v = Vec::new();
     let mut check = |item: &str, ok: bool, expected: String, got: String| {
         if !ok {
@@ -252,5 +272,42 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
         group_add: vec![],
         host_namespaces: vec![],
         published_ports: vec![],
+    }
+}
+
+/// The entrypoint of every member: ateam's start gate, which runs the member's command once
+/// ateam has checked the started container (see gate/main.rs).
+pub const GATE_ENTRYPOINT: [&str; 2] = ["/.ateam/gate", "--"];
+
+/// The create request for a member: the hardening is all here, so that both backends make the
+/// same container. `cmd` is the member's command (or the image's own, resolved by the caller).
+pub fn create_request(
+    spec: &ContainerSpec,
+    labels: std::collections::BTreeMap<String, String>,
+    cmd: Vec<String>,
+    engine: crate::backend::EngineKind,
+) -> crate::backend::CreateRequest {
+    crate::backend::CreateRequest {
+        name: spec.name.clone(),
+        image: spec.image.clone(),
+        entrypoint: GATE_ENTRYPOINT.iter().map(|s| s.to_string()).collect(),
+        cmd,
+        env: spec.env.clone(),
+        user: spec.user.clone(),
+        workdir: spec.cwd.clone(),
+        mounts: spec.mounts.clone(),
+        tmpfs: spec.tmpfs.clone(),
+        memory_bytes: spec.memory_bytes,
+        memory_swap_bytes: spec.memory_bytes,
+        pids: spec.pids,
+        nano_cpus: spec.nano_cpus,
+        // An allowlist reaches the network only through the egress proxy's socket.
+        network_none: !matches!(spec.network, Network::Open),
+        labels,
+        cap_drop_all: true,
+        no_new_privileges: true,
+        read_only_rootfs: true,
+        init: true,
+        userns_keep_id: engine == crate::backend::EngineKind::Podman { rootless: true },
     }
 }

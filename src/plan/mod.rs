@@ -226,7 +226,12 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
                 container: cref(extra),
             });
         }
-        plan_member(m, keep, &mut plan);
+        plan_member(
+            m,
+            keep,
+            observed.limits_unenforced && m.allow_unenforced_limits,
+            &mut plan,
+        );
     }
 
     // Left over: ours but not wanted.
@@ -278,7 +283,12 @@ impl Plan {
 }
 
 /// The container for one wanted member: up to date and running as its policy says.
-fn plan_member(m: &DesiredMember, c: &ObservedContainer, plan: &mut Plan) {
+fn plan_member(
+    m: &DesiredMember,
+    c: &ObservedContainer,
+    observed_limits_unenforced: bool,
+    plan: &mut Plan,
+) {
     let recreate = |reason: Drift| Action::Recreate {
         member: Box::new(m.clone()),
         old: cref(c),
@@ -289,7 +299,12 @@ fn plan_member(m: &DesiredMember, c: &ObservedContainer, plan: &mut Plan) {
         return;
     }
     if let Some(eff) = &c.effective {
-        let violations = policy::verify(&m.spec, eff);
+        let limits = if observed_limits_unenforced {
+            policy::Limits::Unenforced
+        } else {
+            policy::Limits::Enforced
+        };
+        let violations = policy::verify(&m.spec, eff, limits);
         if !violations.is_empty() {
             plan.actions.push(recreate(Drift::Policy { violations }));
             return;

@@ -16,6 +16,8 @@ pub struct Observed {
     pub transcript_dirs: BTreeSet<PathBuf>,
     /// Unix sockets that something answers on (a socket file alone does not count).
     pub live_sockets: BTreeSet<PathBuf>,
+    /// The engine ignores memory, pids and CPU limits (rootless Podman on cgroup v1).
+    pub limits_unenforced: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -96,6 +96,7 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
             .collect(),
         transcript_dirs: transcripts(names),
         live_sockets: BTreeSet::new(),
+        limits_unenforced: false,
     }
 }
 
@@ -333,7 +334,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
     let o = Observed {
         containers: vec![foreign],
         transcript_dirs: transcripts(&["a"]),
-        live_sockets: BTreeSet::new(),
+        ..Default::default()
     };
     let p = plan(&d, &o, PlanOptions { prune: true });
     assert!(p.actions.is_empty(), "{p:?}");
@@ -498,4 +499,25 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
     o.live_sockets.insert(proxy);
     o.live_sockets.insert(d.sessions[0].socket.clone());
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());
+}
+
+#[test]
+fn unenforced_limits_are_waived_only_where_the_team_allows_it() {
+    let mut m = member("a");
+    m.memory_bytes = 64 << 20;
+    let mut d = team(vec![m]);
+    let strict = desired_state(&d, &host());
+    let mut o = in_sync(&strict, &["a"]);
+    // What rootless Podman on cgroup v1 reports: the limits are simply not there.
+    let eff = o.containers[0].effective.as_mut().unwrap();
+    (eff.memory_bytes, eff.memory_swap_bytes, eff.pids_limit) = (0, 0, 0);
+    o.limits_unenforced = true;
+    let p = plan(&strict, &o, PlanOptions::default());
+    let Drift::Policy { violations } = reason(&p) else {
+        panic!()
+    };
+    assert_eq!(violations.len(), 3, "{violations:?}");
+    d.teams[0].allow_unenforced_limits = true;
+    let relaxed = desired_state(&d, &host());
+    assert!(plan(&relaxed, &o, PlanOptions::default()).is_noop());
 }

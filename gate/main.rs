@@ -1,0 +1,72 @@
+//! ateam-gate: the first process of every member container, started by the engine's init.
+//!
+//! It holds the member's command back until ateam has checked the running container from the
+//! outside (policy, and that every granted folder is the very folder that was validated), then
+//! hands it the secrets and `exec`s it. ateam releases it by writing the container's id into
+//! `/.ateam/go`; an id that is not this container's (a stale file) does not count.
+//!
+//! Built by build.rs as a static, std-only binary so that it runs in any image.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, exit};
+use std::time::{Duration, Instant};
+
+const CTL: &str = "/.ateam";
+const WAIT: Duration = Duration::from_secs(300);
+const PR_SET_NO_NEW_PRIVS: i32 = 38;
+
+unsafe extern "C" {
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+}
+
+fn main() {
+    let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().map(|a| a == "--").unwrap_or(false) {
+        args.next();
+    }
+    let cmd: Vec<OsString> = args.collect();
+    if cmd.is_empty() {
+        eprintln!("ateam-gate: no command to run");
+        exit(126);
+    }
+    // The engine sets this too; setting it here means it holds even if a container was
+    // created by hand without it.
+    unsafe {
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    }
+    let me = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let me = me.trim();
+    let go = Path::new(CTL).join("go");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(id) = std::fs::read_to_string(&go) {
+            let id = id.trim();
+            if !id.is_empty() && !me.is_empty() && id.starts_with(me) {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            eprintln!("ateam-gate: not released by ateam within {}s; not starting", WAIT.as_secs());
+            exit(125);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut command = Command::new(&cmd[0]);
+    command.args(&cmd[1..]);
+    // Secrets: NUL-separated KEY=VALUE entries in a 0600 file of the user's.
+    if let Ok(bytes) = std::fs::read(Path::new(CTL).join("secrets")) {
+        for entry in bytes.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            if let Some(eq) = entry.iter().position(|b| *b == b'=') {
+                let key = OsString::from_vec(entry[..eq].to_vec());
+                let value = OsString::from_vec(entry[eq + 1..].to_vec());
+                command.env(key, value);
+            }
+        }
+    }
+    let err = command.exec();
+    eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
+    exit(127);
+}

@@ -1,0 +1,310 @@
+//! Bringing one member's container up safely: the side effects that `plan` only names.
+//!
+//! The order is the point: pin every folder to mount (open, no symlinks), write the control
+//! folder (gate closed), create, check the created container against the policy, start it (the
+//! gate holds the member's command), check it again from the engine and from the kernel, check
+//! each mounted folder is the pinned one, and only then release the gate. A failure at any
+//! step after create removes the container, so nothing that was not checked ever runs.
+
+pub mod files;
+pub mod gate;
+pub mod pin;
+pub mod procfs;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, Inspected};
+use crate::plan::spec::DesiredMember;
+use crate::policy::{self, Limits, Violation};
+use files::Owner;
+use pin::{PinError, Pinned};
+
+/// Why a member could not be brought up. The container, if one was made, is gone.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    #[error("member `{member}`: {source}")]
+    Backend {
+        member: String,
+        #[source]
+        source: BackendError,
+    },
+    /// The engine would accept memory and pids limits and ignore them.
+    #[error(
+        "member `{member}`: {engine} does not enforce memory and pids limits here (rootless Podman on cgroup v1), so it was not started; set `allowUnenforcedLimits: true` in the Team spec to run it anyway, or use rootful Podman, Docker or cgroup v2"
+    )]
+    LimitsNotEnforced { member: String, engine: String },
+    #[error("member `{member}`: secretEnv `{name}` is not set in the environment of ateam")]
+    MissingSecret { member: String, name: String },
+    #[error("member `{member}`: image `{image}` has no command; set spec.command")]
+    NoCommand { member: String, image: String },
+    #[error("member `{member}`: {}: {source}", .path.display())]
+    Io {
+        member: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A folder could not be pinned, or the container got another folder than the pinned one.
+    #[error(
+        "member `{member}`: {source}; the container was removed before the member's command ran"
+    )]
+    Pin {
+        member: String,
+        #[source]
+        source: PinError,
+    },
+    #[error(
+        "member `{member}`: container {id} differs from the policy ({stage}), so it was removed:\n{}",
+        .violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n")
+    )]
+    PolicyViolation {
+        member: String,
+        id: String,
+        stage: &'static str,
+        violations: Vec<Violation>,
+    },
+    /// What the kernel says about the container's process is not what the policy asked for.
+    #[error("member `{member}`: container {id}: {what}; it was removed")]
+    Process {
+        member: String,
+        id: String,
+        what: String,
+    },
+    #[error("{cause}\n(removing the failed container {id} then failed too: {rollback})")]
+    Rollback {
+        cause: Box<RunError>,
+        id: String,
+        rollback: BackendError,
+    },
+}
+
+/// A member ready to be created: folders pinned, control folder written, request built.
+#[derive(Debug)]
+pub struct Prepared {
+    pub member: DesiredMember,
+    pub request: CreateRequest,
+    pins: Vec<(PathBuf, Pinned)>,
+}
+
+/// One engine, one store, one user.
+pub struct Runtime {
+    pub backend: Arc<dyn Backend>,
+    pub info: EngineInfo,
+    /// The store id that labels every container this runtime makes.
+    pub store: String,
+    /// Who member files belong to (and who members run as).
+    pub owner: Owner,
+}
+
+impl Runtime {
+    fn limits(&self, m: &DesiredMember) -> Result<Limits, RunError> {
+        match (self.info.limits_enforced, m.allow_unenforced_limits) {
+            (true, _) => Ok(Limits::Enforced),
+            (false, true) => Ok(Limits::Unenforced),
+            (false, false) => Err(RunError::LimitsNotEnforced {
+                member: m.member.clone(),
+                engine: self.info.kind.to_string(),
+            }),
+        }
+    }
+
+    /// Everything before the engine creates anything. `secret` looks up a secret's value.
+    pub async fn prepare(
+        &self,
+        m: &DesiredMember,
+        secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Result<Prepared, RunError> {
+        self.limits(m)?;
+        let io = |path: &std::path::Path| {
+            let (member, path) = (m.member.clone(), path.to_path_buf());
+            move |source| RunError::Io {
+                member,
+                path,
+                source,
+            }
+        };
+        files::private_dir(&m.transcript_dir, self.owner).map_err(io(&m.transcript_dir))?;
+        files::private_dir(&m.ctl_dir, self.owner).map_err(io(&m.ctl_dir))?;
+        gate::install(&m.ctl_dir, self.owner).map_err(io(&m.ctl_dir))?;
+        gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
+        let mut secrets = Vec::new();
+        for name in &m.spec.secret_env {
+            let value = secret(name).ok_or_else(|| RunError::MissingSecret {
+                member: m.member.clone(),
+                name: name.clone(),
+            })?;
+            secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
+        }
+        let secrets_path = m.ctl_dir.join("secrets");
+        files::write_atomic(&secrets_path, &secrets, 0o600, self.owner)
+            .map_err(io(&secrets_path))?;
+
+        let pins = self.pin_all(m)?;
+        let cmd = match &m.spec.command {
+            Some(c) => c.clone(),
+            None => self
+                .backend
+                .image_command(&m.spec.image)
+                .await
+                .map_err(|e| self.backend_err(m, e))?,
+        };
+        if cmd.is_empty() {
+            return Err(RunError::NoCommand {
+                member: m.member.clone(),
+                image: m.spec.image.clone(),
+            });
+        }
+        let request = policy::create_request(
+            &m.spec,
+            m.container_labels(&self.store),
+            cmd,
+            self.info.kind,
+        );
+        Ok(Prepared {
+            member: m.clone(),
+            request,
+            pins,
+        })
+    }
+
+    fn pin_all(&self, m: &DesiredMember) -> Result<Vec<(PathBuf, Pinned)>, RunError> {
+        m.spec
+            .mounts
+            .iter()
+            .map(|mount| {
+                pin::pin(&mount.source)
+                    .map(|p| (mount.target.clone(), p))
+                    .map_err(|source| RunError::Pin {
+                        member: m.member.clone(),
+                        source,
+                    })
+            })
+            .collect()
+    }
+
+    fn backend_err(&self, m: &DesiredMember, source: BackendError) -> RunError {
+        RunError::Backend {
+            member: m.member.clone(),
+            source,
+        }
+    }
+
+    /// Creates the container (under `name` when given: a replacement's temporary name),
+    /// verifies it, starts it, verifies it again and releases the gate. Returns the id.
+    pub async fn launch(&self, p: Prepared, name: Option<&str>) -> Result<String, RunError> {
+        let mut req = p.request;
+        if let Some(n) = name {
+            req.name = n.to_string();
+        }
+        let m = &p.member;
+        let id = self
+            .backend
+            .create(&req)
+            .await
+            .map_err(|e| self.backend_err(m, e))?;
+        match self.verify_and_start(m, &id, &p.pins).await {
+            Ok(()) => Ok(id),
+            Err(cause) => Err(self.rollback(cause, &id).await),
+        }
+    }
+
+    /// Starts an existing container of `m` again (restart policy), with the same checks as a
+    /// new one: the engine mounts folders anew at every start.
+    pub async fn restart(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
+        self.limits(m)?;
+        gate::close(&m.ctl_dir).map_err(|source| RunError::Io {
+            member: m.member.clone(),
+            path: m.ctl_dir.clone(),
+            source,
+        })?;
+        let pins = self.pin_all(m)?;
+        match self.verify_and_start(m, id, &pins).await {
+            Ok(()) => Ok(()),
+            Err(cause) => Err(self.rollback(cause, id).await),
+        }
+    }
+
+    async fn rollback(&self, cause: RunError, id: &str) -> RunError {
+        match self.backend.remove(id).await {
+            Ok(()) => cause,
+            Err(rollback) => RunError::Rollback {
+                cause: Box::new(cause),
+                id: id.to_string(),
+                rollback,
+            },
+        }
+    }
+
+    async fn verify_and_start(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        pins: &[(PathBuf, Pinned)],
+    ) -> Result<(), RunError> {
+        let limits = self.limits(m)?;
+        self.check_policy(m, id, limits, "after create").await?;
+        self.backend
+            .start(id)
+            .await
+            .map_err(|e| self.backend_err(m, e))?;
+        let inspected = self.check_policy(m, id, limits, "after start").await?;
+        let process = |what: String| RunError::Process {
+            member: m.member.clone(),
+            id: id.to_string(),
+            what,
+        };
+        let Some(pid) = inspected.pid else {
+            let logs = self.backend.logs(id, 20).await.unwrap_or_default();
+            return Err(process(format!(
+                "it stopped before it was released; last output:\n{logs}"
+            )));
+        };
+        let st = procfs::status(pid)
+            .map_err(|e| process(format!("cannot read /proc/{pid}/status: {e}")))?;
+        let user = format!("{}:{}", st.uid, st.gid);
+        if st.cap_bnd != 0 || st.cap_eff != 0 || !st.no_new_privs || user != m.spec.user {
+            return Err(process(format!(
+                "its process has capabilities {:x}/{:x}, no-new-privileges {}, user {user} (expected none, on, {})",
+                st.cap_eff, st.cap_bnd, st.no_new_privs, m.spec.user
+            )));
+        }
+        for (target, pinned) in pins {
+            pin::check(pid, target, pinned).map_err(|source| RunError::Pin {
+                member: m.member.clone(),
+                source,
+            })?;
+        }
+        gate::release(&m.ctl_dir, id, self.owner).map_err(|source| RunError::Io {
+            member: m.member.clone(),
+            path: m.ctl_dir.clone(),
+            source,
+        })
+    }
+
+    async fn check_policy(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        limits: Limits,
+        stage: &'static str,
+    ) -> Result<Inspected, RunError> {
+        let inspected = self
+            .backend
+            .inspect(id)
+            .await
+            .map_err(|e| self.backend_err(m, e))?;
+        let violations = policy::verify(&m.spec, &inspected.effective, limits);
+        if violations.is_empty() {
+            Ok(inspected)
+        } else {
+            Err(RunError::PolicyViolation {
+                member: m.member.clone(),
+                id: id.to_string(),
+                stage,
+                violations,
+            })
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Pinning granted folders: open each one without following any symlink, keep it open, and
+//! later check that the folder a container really got is that same folder (device and inode).
+//! This closes the gap between validation and the engine's mount: a folder swapped for a
+//! symlink in between is caught before any member code runs.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat2, statx};
+
+/// A folder held open since it was checked.
+#[derive(Debug)]
+pub struct Pinned {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    _fd: OwnedFd,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The path could not be opened as a folder without following a symlink.
+    #[error("cannot pin `{path}`: {reason}")]
+    Open { path: PathBuf, reason: String },
+    /// The container sees another folder than the one that was checked.
+    #[error("`{path}` in the container is not the folder that was checked (expected device {} inode {}, found device {} inode {}); it was replaced, perhaps by a symlink", .expected.0, .expected.1, .found.0, .found.1)]
+    Swapped {
+        path: PathBuf,
+        expected: (u64, u64),
+        found: (u64, u64),
+    },
+    #[error("cannot look at `{path}` inside the container: {reason}")]
+    Inspect { path: PathBuf, reason: String },
+}
+
+/// Opens `path` as a directory, refusing symlinks in every component (openat2 with
+/// RESOLVE_NO_SYMLINKS), and records its device and inode.
+pub fn pin(path: &Path) -> Result<Pinned, PinError> {
+    let err = |reason: String| PinError::Open {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let fd = openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => err("a component is a symlink".into()),
+        rustix::io::Errno::NOTDIR => err("not a directory".into()),
+        other => err(other.to_string()),
+    })?;
+    let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+        .map_err(|e| err(e.to_string()))?;
+    Ok(Pinned {
+        path: path.to_path_buf(),
+        dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        ino: st.stx_ino,
+        _fd: fd,
+    })
+}
+
+/// Device and inode of `target` as process `pid` sees it (through `/proc/<pid>/root`), not
+/// following a final symlink.
+pub fn seen_by(pid: u32, target: &Path) -> Result<(u64, u64), PinError> {
+    let rel = target.strip_prefix("/").unwrap_or(target);
+    let path = Path::new("/proc")
+        .join(pid.to_string())
+        .join("root")
+        .join(rel);
+    let st = statx(
+        CWD,
+        &path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS,
+    )
+    .map_err(|e| PinError::Inspect {
+        path: target.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok((
+        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    ))
+}
+
+/// Checks that the container of `pid` has exactly the pinned folder at `target`.
+pub fn check(pid: u32, target: &Path, pinned: &Pinned) -> Result<(), PinError> {
+    let found = seen_by(pid, target)?;
+    if found == (pinned.dev, pinned.ino) {
+        Ok(())
+    } else {
+        Err(PinError::Swapped {
+            path: target.to_path_buf(),
+            expected: (pinned.dev, pinned.ino),
+            found,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_real_folders_and_refuses_symlinks() {
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, t.path().join("link")).unwrap();
+        std::fs::write(t.path().join("file"), "").unwrap();
+        let p = pin(&real).unwrap();
+        // Our own process sees the same folder through /proc/self/root.
+        check(std::process::id(), &real, &p).unwrap();
+        assert!(matches!(
+            pin(&t.path().join("link")),
+            Err(PinError::Open { .. })
+        ));
+        assert!(matches!(
+            pin(&t.path().join("link/x")),
+            Err(PinError::Open { .. })
+        ));
+        assert!(
+            pin(&t.path().join("file"))
+                .unwrap_err()
+                .to_string()
+                .contains("not a directory")
+        );
+    }
+
+    #[test]
+    fn a_swapped_folder_is_caught() {
+        let t = tempfile::tempdir().unwrap();
+        let grant = t.path().join("grant");
+        let other = t.path().join("other");
+        std::fs::create_dir(&grant).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        let p = pin(&grant).unwrap();
+        std::fs::rename(&grant, t.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&other, &grant).unwrap();
+        // The path now names a symlink: lstat sees a different inode.
+        assert!(matches!(
+            check(std::process::id(), &grant, &p),
+            Err(PinError::Swapped { .. })
+        ));
+    }
+}
