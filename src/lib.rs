@@ -17,6 +17,7 @@ pub mod backend;
 pub mod host;
 pub mod manifest;
 pub mod model;
+pub mod observe;
 pub mod plan;
 pub mod policy;
 pub mod runtime;

@@ -1,0 +1,87 @@
+//! Observing the machine: one list call, inspects in parallel, the transcript folders, the
+//! sockets. Produces the plain `Observed` value the planner reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+
+use crate::backend::{Backend, BackendError, EngineInfo};
+use crate::plan::spec::{DesiredState, labels};
+use crate::plan::{Observed, ObservedContainer};
+
+/// How many inspects run at once.
+pub const INSPECT_CONCURRENCY: usize = 16;
+
+/// Everything the planner needs to know about the machine for `desired`.
+pub async fn observe(
+    backend: &dyn Backend,
+    info: &EngineInfo,
+    desired: &DesiredState,
+) -> Result<Observed, BackendError> {
+    // One list call for everything: ours are told apart by label; a container that holds a
+    // wanted name but is not ours is a conflict, and the planner must see it.
+    let all = backend.list(&BTreeMap::new()).await?;
+    let wanted: BTreeSet<&str> = desired
+        .members
+        .iter()
+        .map(|m| m.spec.name.as_str())
+        .collect();
+    let (summaries, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|s| {
+        s.labels.get(labels::MANAGED_BY).map(String::as_str) == Some("ateam")
+            && s.labels.get(labels::STORE) == Some(&desired.store)
+    });
+    let foreign = others
+        .into_iter()
+        .filter(|s| wanted.contains(s.name.as_str()))
+        .map(|s| ObservedContainer {
+            id: s.id,
+            name: s.name,
+            labels: s.labels,
+            state: s.state,
+            created: s.created,
+            effective: None,
+        });
+    let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
+        .map(|s| async move {
+            match backend.inspect(&s.id).await {
+                Ok(i) => Ok(Some(i.observed())),
+                // Removed between list and inspect: it is simply not there.
+                Err(BackendError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .buffer_unordered(INSPECT_CONCURRENCY)
+        .try_filter_map(|c| async move { Ok(c) })
+        .try_collect()
+        .await?;
+    containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    containers.extend(foreign);
+
+    let mut transcript_dirs = BTreeSet::new();
+    for t in &desired.teams {
+        if let Ok(entries) = std::fs::read_dir(t.session_dir.join("members")) {
+            transcript_dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    let sockets = desired.sessions.iter().map(|s| &s.socket).chain(
+        desired
+            .members
+            .iter()
+            .filter_map(|m| m.egress_socket.as_ref()),
+    );
+    let live_sockets = sockets
+        .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
+        .cloned()
+        .collect();
+    Ok(Observed {
+        containers,
+        transcript_dirs,
+        live_sockets,
+        limits_unenforced: !info.limits_enforced,
+    })
+}
