@@ -21,3 +21,4 @@ pub mod observe;
 pub mod plan;
 pub mod policy;
 pub mod runtime;
+pub mod store;

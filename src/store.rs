@@ -1,0 +1,210 @@
+//! ateam's state folder: the last applied model of each team, and the lock that keeps two
+//! applies from interleaving. Folders are 0700, files 0600, writes atomic.
+//!
+//! Layout:
+//! ```text
+//! <state>/lock                              flock'ed by apply and delete
+//! <state>/teams/<team>/applied.json         the validated model last applied
+//! <state>/teams/<team>/members/<m>/ctl/     the member's gate, secrets, release file
+//! <state>/teams/<team>/sessions/<s>/        a main session's terminal socket
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FlockOperation, flock};
+
+use crate::model::Team;
+use crate::runtime::files::{self, Owner};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `--no-wait` and someone holds the lock.
+    #[error(
+        "another ateam command is changing this store ({holder}); try again, or drop --no-wait to wait for it"
+    )]
+    Busy { holder: String },
+    #[error("{}: not a model ateam wrote ({source}); remove it to forget the team", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub struct Store {
+    pub dir: PathBuf,
+    owner: Owner,
+}
+
+/// Held while an apply or delete runs; released on drop (and by the kernel if ateam dies).
+#[must_use = "the lock is released when this is dropped"]
+pub struct Lock {
+    _file: File,
+}
+
+impl Store {
+    pub fn new(dir: PathBuf, owner: Owner) -> Store {
+        Store { dir, owner }
+    }
+
+    /// Takes the store's lock. When it is held, waits (calling `waiting` once with who holds
+    /// it) unless `no_wait`.
+    pub fn lock(&self, no_wait: bool, waiting: impl FnOnce(&str)) -> Result<Lock, StoreError> {
+        files::private_dir(&self.dir, self.owner).map_err(io(&self.dir))?;
+        let path = self.dir.join("lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io(&path))?;
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+            let holder = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            let holder = if holder.is_empty() {
+                "another process".to_string()
+            } else {
+                holder
+            };
+            if no_wait {
+                return Err(StoreError::Busy { holder });
+            }
+            waiting(&holder);
+            flock(&file, FlockOperation::LockExclusive).map_err(|e| StoreError::Io {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+        }
+        // Who holds it, for the next one that waits.
+        file.set_len(0).map_err(io(&path))?;
+        let _ = writeln!(file, "pid {}", std::process::id());
+        Ok(Lock { _file: file })
+    }
+
+    fn team_file(&self, team: &str) -> PathBuf {
+        self.dir.join("teams").join(team).join("applied.json")
+    }
+
+    /// Records what was applied for a team (after its apply converged or partly did: the
+    /// record is what the user asked for, which status compares against).
+    pub fn save_team(&self, team: &Team) -> Result<(), StoreError> {
+        let path = self.team_file(&team.name);
+        let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
+        files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        let json = serde_json::to_vec_pretty(team).expect("the model serializes");
+        files::write_atomic(&path, &json, 0o600, self.owner).map_err(io(&path))
+    }
+
+    pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
+        files::remove_if_present(&self.team_file(team)).map_err(io(&self.team_file(team)))
+    }
+
+    /// Every applied team, sorted by name.
+    pub fn teams(&self) -> Result<Vec<Team>, StoreError> {
+        let root = self.dir.join("teams");
+        let mut names: Vec<String> = match std::fs::read_dir(&root) {
+            Ok(rd) => rd
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vec![],
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: root,
+                    source: e,
+                });
+            }
+        };
+        names.sort();
+        let mut teams = Vec::new();
+        for n in names {
+            if let Some(t) = self.team(&n)? {
+                teams.push(t);
+            }
+        }
+        Ok(teams)
+    }
+
+    pub fn team(&self, name: &str) -> Result<Option<Team>, StoreError> {
+        let path = self.team_file(name);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| StoreError::Corrupt { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Owner {
+        Owner {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        }
+    }
+
+    #[test]
+    fn a_second_lock_waits_or_fails_fast() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path().join("state"), me());
+        let held = store.lock(false, |_| panic!("free at first")).unwrap();
+        let other = Store::new(t.path().join("state"), me());
+        match other.lock(true, |_| {}) {
+            Err(StoreError::Busy { holder }) => {
+                assert_eq!(holder, format!("pid {}", std::process::id()))
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        drop(held);
+        let _again = other.lock(true, |_| {}).unwrap();
+    }
+
+    #[test]
+    fn teams_round_trip() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path().join("state"), me());
+        assert!(store.teams().unwrap().is_empty());
+        let team = Team {
+            name: "demo".into(),
+            backend: Default::default(),
+            image: None,
+            max_members: 10,
+            max_depth: 3,
+            session_dir: "/x".into(),
+            allow_unenforced_limits: false,
+            sessions: vec![],
+            grants: vec![],
+            members: vec![],
+        };
+        store.save_team(&team).unwrap();
+        assert_eq!(store.teams().unwrap(), vec![team]);
+        store.forget_team("demo").unwrap();
+        assert!(store.teams().unwrap().is_empty());
+    }
+}
