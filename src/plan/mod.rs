@@ -89,6 +89,13 @@ pub enum Action {
         member: String,
         container: ContainerRef,
     },
+    /// Give a verified replacement the member's name (its predecessor is gone).
+    FinishReplacement {
+        team: String,
+        member: String,
+        container: ContainerRef,
+        name: String,
+    },
 }
 
 /// Why a member's container must be replaced.
@@ -217,6 +224,45 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
                 }),
             }
             continue;
+        }
+        // A replacement left by an interrupted recreate: finish it if the old container is
+        // gone (it was verified before the old one was removed), undo it otherwise.
+        let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
+            .into_iter()
+            .partition(|c| c.labels.contains_key(labels::REPLACES));
+        if mine.is_empty() {
+            let best = pick_keeper(&replacements, &m.hash);
+            let finishable = spec_drift(m, best).is_none() && best.state.is_live();
+            for r in &replacements {
+                let (team, member, container) = (m.team.clone(), m.member.clone(), cref(r));
+                plan.actions.push(if finishable && r.id == best.id {
+                    Action::FinishReplacement {
+                        team,
+                        member,
+                        container,
+                        name: m.spec.name.clone(),
+                    }
+                } else {
+                    Action::RemoveDuplicate {
+                        team,
+                        member,
+                        container,
+                    }
+                });
+            }
+            if !finishable {
+                plan.actions.push(Action::Create {
+                    member: Box::new(m.clone()),
+                });
+            }
+            continue;
+        }
+        for r in replacements {
+            plan.actions.push(Action::RemoveDuplicate {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                container: cref(r),
+            });
         }
         let keep = pick_keeper(&mine, &m.hash);
         for extra in mine.iter().filter(|c| c.id != keep.id) {

@@ -22,6 +22,13 @@ pub mod labels {
     pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
     /// The whole spec as JSON, so that drift can name the field that changed.
     pub const SPEC: &str = "ateam.dev/spec";
+    /// On a replacement being brought up: the id of the container it replaces.
+    pub const REPLACES: &str = "ateam.dev/replaces";
+}
+
+/// The temporary name of a member's replacement, until the old container is gone.
+pub fn replacement_name(name: &str) -> String {
+    format!("{name}-next")
 }
 
 /// The home folder inside a member: a private tmpfs.
@@ -232,6 +239,14 @@ pub fn team_run_dir(state_dir: &std::path::Path, team: &str) -> PathBuf {
     state_dir.join("teams").join(team)
 }
 
+/// Where a member's egress proxy will listen.
+pub fn egress_socket_path(state_dir: &std::path::Path, team: &str, member: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("members")
+        .join(member)
+        .join("egress.sock")
+}
+
 /// The planner's view of a validated set of manifests.
 pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
     let mut members = Vec::new();
@@ -259,8 +274,10 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 transcript_dir: m.transcript_dir.clone(),
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
                 allow_unenforced_limits: team.allow_unenforced_limits,
-                egress_socket: matches!(m.access.network, Network::Allow(_))
-                    .then(|| run.join("members").join(&m.name).join("egress.sock")),
+                // The allowlisting egress proxy is not built yet: until it is, an allowlist
+                // member runs with no network at all (the narrower side), and no proxy is
+                // planned. Its socket will be `egress_socket_path(..)`.
+                egress_socket: None,
             });
         }
     }

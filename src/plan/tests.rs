@@ -114,6 +114,7 @@ fn kinds(p: &Plan) -> Vec<String> {
             Action::RemoveDuplicate { container, .. } => {
                 format!("remove-duplicate {}", container.id)
             }
+            Action::FinishReplacement { container, .. } => format!("finish {}", container.id),
         })
         .collect()
 }
@@ -478,19 +479,9 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         env: BTreeMap::new(),
         labels: BTreeMap::new(),
     });
-    let d = desired_state(&d, &host());
-    let proxy = d.members[1]
-        .egress_socket
-        .clone()
-        .expect("an allowlist gets a proxy socket");
-    assert_eq!(
-        proxy,
-        PathBuf::from("/home/u/.local/state/ateam/teams/t/members/b/egress.sock")
-    );
-    assert_eq!(
-        d.members[0].egress_socket, None,
-        "network none needs no proxy"
-    );
+    let mut d = desired_state(&d, &host());
+    let proxy = spec::egress_socket_path(&host().state_dir, "t", "b");
+    d.members[1].egress_socket = Some(proxy.clone());
     let mut o = in_sync(&d, &["a", "b"]);
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
@@ -520,4 +511,38 @@ fn unenforced_limits_are_waived_only_where_the_team_allows_it() {
     d.teams[0].allow_unenforced_limits = true;
     let relaxed = desired_state(&d, &host());
     assert!(plan(&relaxed, &o, PlanOptions::default()).is_noop());
+}
+
+#[test]
+fn an_interrupted_recreate_is_finished_or_undone() {
+    let d = want(vec![member("a")]);
+    let replacement = |old: &str| {
+        let mut r = running(&d, "a", ContainerState::Running);
+        r.id = "new".into();
+        r.name = spec::replacement_name(&r.name);
+        r.labels.insert(labels::REPLACES.into(), old.into());
+        r
+    };
+    // Crash after the replacement was verified and the old one removed: finish by renaming.
+    let mut o = in_sync(&d, &[]);
+    o.transcript_dirs = transcripts(&["a"]);
+    o.containers.push(replacement("id-a"));
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["finish new"]);
+    // Crash before the old one was removed: undo the replacement, keep the old one.
+    let mut o = in_sync(&d, &["a"]);
+    o.containers.push(replacement("id-a"));
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["remove-duplicate new"]
+    );
+    // A replacement that never got going is removed and the member created afresh.
+    let mut o = in_sync(&d, &[]);
+    o.transcript_dirs = transcripts(&["a"]);
+    let mut r = replacement("id-a");
+    r.state = ContainerState::Created;
+    o.containers.push(r);
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["remove-duplicate new", "create a"]
+    );
 }
