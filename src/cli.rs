@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,6 +23,16 @@ pub struct Global {
     /// ateam's state folder (last applied manifests, locks, private files).
     #[arg(long, global = true, env = "ATEAM_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Container engine; default: the Team's `backend`, else the first that answers.
+    #[arg(long, global = true, value_enum)]
+    pub backend: Option<BackendArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BackendArg {
+    Auto,
+    Docker,
+    Podman,
 }
 
 /// Where manifests come from.
@@ -31,6 +41,21 @@ pub struct Files {
     /// Manifest files or folders (recursive: *.yaml, *.yml); `-` reads stdin. Repeatable.
     #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
+}
+
+/// Manifests, when a command may also work from the applied state.
+#[derive(Debug, Args)]
+pub struct OptionalFiles {
+    /// Compare against these manifests instead of the last applied ones.
+    #[arg(short = 'f', long = "filename", num_args = 1..)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+    Yaml,
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,4 +70,72 @@ pub enum Command {
     },
     /// Print the JSON Schema of the manifests (for editors: yaml-language-server).
     Schema,
+    /// Make the machine match the manifests, and wait until the members run.
+    Apply {
+        #[command(flatten)]
+        files: Files,
+        /// Remove ateam containers of these teams that no manifest wants.
+        #[arg(long)]
+        prune: bool,
+        /// Show what would change (as `diff`) and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Members brought up at once; default min(8, 2 x CPUs).
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Fail at once if another apply holds the store, instead of waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Show what apply would change. Exit 0: no change, 1: changes, 2: error.
+    Diff {
+        #[command(flatten)]
+        files: Files,
+        #[arg(long)]
+        prune: bool,
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// What runs, what drifted, where each transcript is.
+    Status {
+        /// Only this team.
+        team: Option<String>,
+        #[command(flatten)]
+        files: OptionalFiles,
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+        /// Exit 1 when anything differs from the manifests (for CI).
+        #[arg(long)]
+        exit_code: bool,
+    },
+    /// Stop and remove a team's containers; transcripts stay unless --purge.
+    Delete {
+        #[command(flatten)]
+        files: OptionalFiles,
+        /// The team to delete (from the applied state).
+        #[arg(long, conflicts_with = "files")]
+        team: Option<String>,
+        /// Also delete the members' transcripts.
+        #[arg(long)]
+        purge: bool,
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Print a member's output.
+    Logs {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        /// Lines from the end.
+        #[arg(long, default_value_t = 100)]
+        tail: usize,
+    },
+    /// Run a command in a member's container.
+    Exec {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }

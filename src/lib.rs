@@ -14,11 +14,13 @@
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
 pub mod backend;
+pub mod execute;
 pub mod host;
 pub mod manifest;
 pub mod model;
 pub mod observe;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod runtime;
 pub mod store;

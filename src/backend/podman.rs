@@ -1,76 +1,1294 @@
 //! Podman through podman-api (libpod API).
+//!
+//! Everything goes through podman-api except two calls whose podman-api 0.11 options are
+//! misspelt and silently ignored by Podman: `create` (a raw POST of a libpod SpecGenerator, see
+//! `create_body`) and `stop` (its timeout). What libpod inspect reports, as checked on
+//! Podman 4.3.1 (cgroup v1), and how it is read here:
+//!
+//! - Dropped capabilities: `HostConfig.CapDrop` lists the individual `CAP_*` names, never
+//!   "ALL"; the top-level `BoundingCaps` is null when nothing is left, so that is what
+//!   `cap_drop_all` reads.
+//! - no-new-privileges: `HostConfig.SecurityOpt` contains `no-new-privileges`.
+//! - tmpfs mounts (sent as mounts of type `tmpfs`) appear in `HostConfig.Tmpfs`, not `Mounts`.
+//! - `/etc/hosts`, `/etc/hostname`, `/etc/resolv.conf`, `/run/.containerenv` and the init
+//!   binary are bind-mounted by Podman but do not appear in `Mounts`.
+//! - Rootless on cgroup v1: memory, swap, pids and cpu limits are accepted but ignored and
+//!   inspect reports them as 0 (`ping` says `limits_enforced: false`).
+//! - `userns=keep-id` (rootless only) is reported as `UsernsMode: "private"`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use containers_api::conn::hyper::{self, Body, Client, Response, StatusCode};
+use containers_api::conn::{Payload, RequestClient, Transport, TtyChunk};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use podman_api::Podman;
+use podman_api::models::{ContainerInspectResponseLibpod, ListContainer};
+use podman_api::opts::{
+    ContainerDeleteOpts, ContainerListFilter, ContainerListOpts, ContainerLogsOpts, EventsOpts,
+    ExecCreateOpts, ExecStartOpts,
+};
+use serde_json::{Value, json};
 
 use super::{
     Backend, BackendError, CreateRequest, EngineInfo, EngineKind, ExecOutput, Inspected, Result,
-    Summary,
+    Summary, state_from,
 };
+use crate::plan::spec::Mount;
+use crate::policy::Effective;
+
+const ENGINE: &str = "podman";
+/// The prefix of the raw libpod calls. Podman serves any `/vX/libpod/` prefix the same way; the
+/// fields used here are all in the 4.x SpecGenerator.
+const LIBPOD: &str = "/v4.0.0/libpod";
+/// CPU period used to express `nano_cpus` as a CFS quota (the kernel's default period).
+const CPU_PERIOD: u64 = 100_000;
 
 pub struct PodmanBackend {
     endpoint: String,
+    podman: Podman,
+    /// A plain client on the same socket, for the calls podman-api cannot make correctly.
+    raw: RequestClient<podman_api::Error>,
+    rootless: bool,
 }
 
 impl PodmanBackend {
+    /// Connects to `unix:///path` or `tcp://host:port` and asks the engine whether it runs
+    /// rootless (that decides `kind()` and how the policy's user mapping is expressed).
     pub async fn connect(uri: &str) -> Result<Self> {
-        Err(BackendError::Engine {
-            engine: "podman".into(),
-            op: "connect".into(),
-            message: format!("not implemented yet ({uri})"),
+        let podman = Podman::new(uri).map_err(|e| engine_err("connect", &e))?;
+        let raw = raw_client(uri)?;
+        let info = podman.info().await.map_err(|e| unavailable(uri, &e))?;
+        let rootless = info
+            .host
+            .as_ref()
+            .and_then(|h| h.security.as_ref())
+            .and_then(|s| s.rootless)
+            .unwrap_or(false);
+        Ok(PodmanBackend {
+            endpoint: uri.to_string(),
+            podman,
+            raw,
+            rootless,
         })
+    }
+}
+
+/// Builds a request client the way `Podman::unix_versioned` / `tcp_versioned` do, with a
+/// validator that keeps Podman's own error message.
+fn raw_client(uri: &str) -> Result<RequestClient<podman_api::Error>> {
+    let transport = if let Some(path) = uri.strip_prefix("unix://") {
+        Transport::Unix {
+            client: Client::builder()
+                .pool_max_idle_per_host(0)
+                .build(containers_api::conn::get_unix_connector()),
+            path: path.into(),
+        }
+    } else if let Some(host) = uri
+        .strip_prefix("tcp://")
+        .or_else(|| uri.strip_prefix("http://"))
+    {
+        let host = containers_api::url::url::Url::parse(&format!("tcp://{host}")).map_err(|e| {
+            BackendError::Engine {
+                engine: ENGINE.into(),
+                op: "connect".into(),
+                message: format!("invalid address {uri}: {e}"),
+            }
+        })?;
+        Transport::Tcp {
+            client: Client::builder().build(containers_api::conn::get_http_connector()),
+            host,
+        }
+    } else {
+        return Err(BackendError::Engine {
+            engine: ENGINE.into(),
+            op: "connect".into(),
+            message: format!("unsupported address {uri} (expected unix:// or tcp://)"),
+        });
+    };
+    Ok(RequestClient::new(transport, Box::new(validate_response)))
+}
+
+type Validated = Pin<
+    Box<dyn Future<Output = std::result::Result<Response<Body>, podman_api::Error>> + Send + Sync>,
+>;
+
+/// Passes 2xx through; anything else becomes `Fault` carrying Podman's `message`.
+fn validate_response(response: Response<Body>) -> Validated {
+    Box::pin(async move {
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let bytes = hyper::body::to_bytes(response.into_body())
+            .await
+            .map_err(containers_api::conn::Error::from)?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| {
+                let m = v.get("message").and_then(Value::as_str).unwrap_or("");
+                let c = v.get("cause").and_then(Value::as_str).unwrap_or("");
+                match (m.is_empty(), c.is_empty()) {
+                    (false, _) => Some(m.to_string()),
+                    (true, false) => Some(c.to_string()),
+                    (true, true) => None,
+                }
+            })
+            .unwrap_or_else(|| {
+                if text.trim().is_empty() {
+                    status.canonical_reason().unwrap_or("error").to_string()
+                } else {
+                    text.trim().to_string()
+                }
+            });
+        Err(podman_api::Error::Fault {
+            code: status,
+            message,
+        })
+    })
+}
+
+/// The HTTP status of an engine answer, if the error is one.
+fn status_of(e: &podman_api::Error) -> Option<StatusCode> {
+    match e {
+        podman_api::Error::Fault { code, .. } => Some(*code),
+        podman_api::Error::Error(containers_api::conn::Error::Fault { code, .. }) => Some(*code),
+        _ => None,
+    }
+}
+
+/// Podman's own words. podman-api formats faults as `"{message}: {cause}"` and the message
+/// usually already ends with the cause, so the repeat is dropped.
+fn message_of(e: &podman_api::Error) -> String {
+    match e {
+        podman_api::Error::Fault { message, .. }
+        | podman_api::Error::Error(containers_api::conn::Error::Fault { message, .. }) => {
+            match message.rsplit_once(": ") {
+                Some((head, tail)) if !tail.is_empty() && head.ends_with(tail) => head.to_string(),
+                _ => message.clone(),
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+fn is_not_found(e: &podman_api::Error) -> bool {
+    status_of(e) == Some(StatusCode::NOT_FOUND) || e.to_string().contains("no such container")
+}
+
+/// 304: already in the asked state (start a running container, stop a stopped one).
+fn is_not_modified(e: &podman_api::Error) -> bool {
+    status_of(e) == Some(StatusCode::NOT_MODIFIED)
+}
+
+fn engine_err(op: &str, e: &podman_api::Error) -> BackendError {
+    BackendError::Engine {
+        engine: ENGINE.into(),
+        op: op.into(),
+        message: message_of(e),
+    }
+}
+
+/// Not-found becomes `NotFound { id }`, the rest `Engine`.
+fn container_err(op: &str, id: &str, e: &podman_api::Error) -> BackendError {
+    if is_not_found(e) {
+        BackendError::NotFound { id: id.into() }
+    } else {
+        engine_err(op, e)
+    }
+}
+
+/// A failure to talk at all (as opposed to an error answer) means nothing usable is there.
+fn unavailable(uri: &str, e: &podman_api::Error) -> BackendError {
+    if status_of(e).is_some() {
+        return engine_err("connect", e);
+    }
+    BackendError::Unavailable {
+        engine: ENGINE.into(),
+        socket: uri.strip_prefix("unix://").unwrap_or(uri).into(),
+        hint: format!(" ({e})"),
+    }
+}
+
+/// The libpod SpecGenerator for `req`.
+///
+/// Sent raw instead of through `ContainerCreateOptsBuilder` because podman-api 0.11's
+/// `no_new_privilages` serializes the misspelt key `"no_new_privilages"`, which Podman
+/// silently ignores: the builder cannot set no-new-privileges.
+///
+/// Besides the request, the cgroup namespace is made private: on cgroup v1 Podman's default
+/// is the host's, which inspect reports as `CgroupMode: "host"` (a host namespace).
+fn create_body(req: &CreateRequest) -> Value {
+    let mut mounts: Vec<Value> = req
+        .mounts
+        .iter()
+        .map(|m| {
+            json!({
+                "destination": m.target,
+                "source": m.source,
+                "type": "bind",
+                "options": ["rbind", if m.read_only { "ro" } else { "rw" }, "rprivate"],
+            })
+        })
+        .collect();
+    // tmpfs as mounts of type "tmpfs": inspect reports them in HostConfig.Tmpfs.
+    mounts.extend(req.tmpfs.iter().map(|(target, opts)| {
+        let options: Vec<&str> = opts.split(',').filter(|o| !o.is_empty()).collect();
+        json!({
+            "destination": target,
+            "source": "tmpfs",
+            "type": "tmpfs",
+            "options": options,
+        })
+    }));
+    let mut limits = json!({
+        "memory": { "limit": req.memory_bytes, "swap": req.memory_swap_bytes },
+        "pids": { "limit": req.pids },
+    });
+    if let Some(nano) = req.nano_cpus {
+        limits["cpu"] = json!({ "quota": nano * CPU_PERIOD / 1_000_000_000, "period": CPU_PERIOD });
+    }
+    let mut body = json!({
+        "name": req.name,
+        "image": req.image,
+        "env": req.env,
+        "user": req.user,
+        "labels": req.labels,
+        "mounts": mounts,
+        "resource_limits": limits,
+        "no_new_privileges": req.no_new_privileges,
+        "read_only_filesystem": req.read_only_rootfs,
+        "init": req.init,
+        "restart_policy": "no",
+        "create_working_dir": false,
+        "cgroupns": { "nsmode": "private" },
+    });
+    // Empty means "the image's own", as in the Docker API.
+    if !req.entrypoint.is_empty() {
+        body["entrypoint"] = json!(req.entrypoint);
+    }
+    if !req.cmd.is_empty() {
+        body["command"] = json!(req.cmd);
+    }
+    if !req.workdir.as_os_str().is_empty() {
+        body["work_dir"] = json!(req.workdir);
+    }
+    if req.network_none {
+        body["netns"] = json!({ "nsmode": "none" });
+    }
+    if req.cap_drop_all {
+        body["cap_drop"] = json!(["ALL"]);
+    }
+    if req.userns_keep_id {
+        body["userns"] = json!({ "nsmode": "keep-id" });
+    }
+    body
+}
+
+fn summary_from_list(c: &ListContainer) -> Summary {
+    Summary {
+        id: c.id.clone().unwrap_or_default(),
+        name: c
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .unwrap_or_default(),
+        labels: to_btree(c.labels.as_ref()),
+        state: state_from(
+            c.state.as_deref().unwrap_or(""),
+            i64::from(c.exit_code.unwrap_or(0)),
+        ),
+        created: c.created.map(|t| t.timestamp()).unwrap_or(0),
+    }
+}
+
+fn to_btree(m: Option<&HashMap<String, String>>) -> BTreeMap<String, String> {
+    m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
+fn has_labels(have: &HashMap<String, String>, want: &BTreeMap<String, String>) -> bool {
+    want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+/// Reduces a libpod inspect to what the policy judges.
+fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
+    let cfg = d.config.as_ref();
+    let hc = d.host_config.as_ref();
+    let mut e = Effective {
+        user: cfg.and_then(|c| c.user.clone()).unwrap_or_default(),
+        ..Default::default()
+    };
+    // The bounding set is what the process can ever hold; libpod reports it as null when
+    // everything is dropped, while HostConfig.CapDrop lists names and never says "ALL".
+    e.cap_drop_all = d.bounding_caps.as_ref().is_none_or(|c| c.is_empty());
+    for m in d.mounts.iter().flatten() {
+        let kind = m.type_.as_deref().unwrap_or("");
+        let dest = m.destination.clone().unwrap_or_default();
+        match kind {
+            "bind" => e.bind_mounts.push(Mount {
+                source: m.source.clone().unwrap_or_default().into(),
+                target: dest.into(),
+                read_only: !m.rw.unwrap_or(false),
+            }),
+            "tmpfs" => e.tmpfs.push(dest),
+            _ => {
+                let source = m
+                    .source
+                    .clone()
+                    .or_else(|| m.name.clone())
+                    .unwrap_or_default();
+                e.other_mounts.push(format!("{kind}:{source}:{dest}"));
+            }
+        }
+    }
+    let Some(hc) = hc else {
+        return e;
+    };
+    e.privileged = hc.privileged.unwrap_or(false);
+    e.cap_add = hc.cap_add.clone().unwrap_or_default();
+    e.no_new_privileges = hc.security_opt.iter().flatten().any(|o| {
+        matches!(
+            o.as_str(),
+            "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges=true"
+        )
+    });
+    e.read_only_rootfs = hc.readonly_rootfs.unwrap_or(false);
+    e.init = hc.init.unwrap_or(false);
+    e.network_mode = hc.network_mode.clone().unwrap_or_default();
+    e.tmpfs
+        .extend(hc.tmpfs.iter().flatten().map(|(k, _)| k.clone()));
+    e.tmpfs.sort();
+    e.tmpfs.dedup();
+    e.memory_bytes = hc.memory.unwrap_or(0).max(0) as u64;
+    e.memory_swap_bytes = hc.memory_swap.unwrap_or(0);
+    e.pids_limit = hc.pids_limit.unwrap_or(0);
+    e.nano_cpus = match (hc.nano_cpus, hc.cpu_quota, hc.cpu_period) {
+        (Some(n), _, _) if n > 0 => n as u64,
+        (_, Some(q), Some(p)) if q > 0 && p > 0 => (q as u64).saturating_mul(1_000_000_000) / p,
+        _ => 0,
+    };
+    e.restart_policy = hc
+        .restart_policy
+        .as_ref()
+        .and_then(|r| r.name.clone())
+        .unwrap_or_default();
+    e.devices = hc
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "{}:{}:{}",
+                d.path_on_host.as_deref().unwrap_or(""),
+                d.path_in_container.as_deref().unwrap_or(""),
+                d.cgroup_permissions.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    e.group_add = hc.group_add.clone().unwrap_or_default();
+    for (ns, mode) in [
+        ("pid", &hc.pid_mode),
+        ("ipc", &hc.ipc_mode),
+        ("uts", &hc.uts_mode),
+        ("userns", &hc.userns_mode),
+        ("cgroup", &hc.cgroup_mode),
+    ] {
+        if mode.as_deref() == Some("host") {
+            e.host_namespaces.push(format!("{ns}=host"));
+        }
+    }
+    // Libpod 4.x has no Config.ExposedPorts: an exposed port is a PortBindings entry without
+    // bindings.
+    let mut ports: Vec<String> = Vec::new();
+    for (port, bindings) in hc.port_bindings.iter().flatten() {
+        match bindings.as_deref() {
+            Some(b) if !b.is_empty() => ports.extend(b.iter().map(|b| {
+                format!(
+                    "{}:{}->{port}",
+                    b.host_ip.as_deref().unwrap_or(""),
+                    b.host_port.as_deref().unwrap_or("")
+                )
+            })),
+            _ => ports.push(format!("exposed:{port}")),
+        }
+    }
+    ports.sort();
+    if hc.publish_all_ports.unwrap_or(false) {
+        ports.push("publish-all".into());
+    }
+    e.published_ports = ports;
+    e
+}
+
+fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
+    let state = d.state.as_ref();
+    let status = state.and_then(|s| s.status.as_deref()).unwrap_or("");
+    let running = status == "running" || state.and_then(|s| s.running).unwrap_or(false);
+    let pid = state
+        .and_then(|s| s.pid)
+        .filter(|p| running && *p > 0)
+        .and_then(|p| u32::try_from(p).ok());
+    let image = d
+        .config
+        .as_ref()
+        .and_then(|c| c.image.clone())
+        .filter(|i| !i.is_empty())
+        .or_else(|| d.image_name.clone())
+        .unwrap_or_default();
+    Inspected {
+        summary: Summary {
+            id: d.id.clone().unwrap_or_default(),
+            name: d
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .trim_start_matches('/')
+                .to_string(),
+            labels: to_btree(d.config.as_ref().and_then(|c| c.labels.as_ref())),
+            state: state_from(
+                status,
+                i64::from(state.and_then(|s| s.exit_code).unwrap_or(0)),
+            ),
+            created: d.created.map(|t| t.timestamp()).unwrap_or(0),
+        },
+        effective: effective_from(d),
+        pid,
+        image,
+        restart_count: d.restart_count.unwrap_or(0).max(0) as u64,
+        // Never started: Go's zero time, year 1.
+        started_at: state
+            .and_then(|s| s.started_at)
+            .filter(|t| t.timestamp() > 0)
+            .map(|t| t.to_rfc3339()),
     }
 }
 
 #[async_trait]
 impl Backend for PodmanBackend {
     fn kind(&self) -> EngineKind {
-        EngineKind::Podman { rootless: false }
+        EngineKind::Podman {
+            rootless: self.rootless,
+        }
     }
+
     fn endpoint(&self) -> &str {
         &self.endpoint
     }
+
     async fn ping(&self) -> Result<EngineInfo> {
-        todo!()
+        let info = self
+            .podman
+            .info()
+            .await
+            .map_err(|e| unavailable(&self.endpoint, &e))?;
+        let version = self
+            .podman
+            .version()
+            .await
+            .map_err(|e| engine_err("version", &e))?;
+        let host = info.host.as_ref();
+        let rootless = host
+            .and_then(|h| h.security.as_ref())
+            .and_then(|s| s.rootless)
+            .unwrap_or(self.rootless);
+        // "v1" / "v2". Unknown is taken as v1: the case where limits may be ignored.
+        let cgroup_version = host
+            .and_then(|h| h.cgroup_version.as_deref())
+            .and_then(|v| v.trim_start_matches('v').parse::<u8>().ok())
+            .unwrap_or(1);
+        Ok(EngineInfo {
+            kind: EngineKind::Podman { rootless },
+            version: version
+                .version
+                .or_else(|| info.version.as_ref().and_then(|v| v.version.clone()))
+                .unwrap_or_default(),
+            // The libpod API version (the top-level ApiVersion of /version is the Docker one).
+            api_version: info
+                .version
+                .as_ref()
+                .and_then(|v| v.api_version.clone())
+                .or(version.api_version)
+                .unwrap_or_default(),
+            cgroup_version,
+            limits_enforced: !(rootless && cgroup_version == 1),
+        })
     }
-    async fn list(&self, _labels: &BTreeMap<String, String>) -> Result<Vec<Summary>> {
-        todo!()
+
+    async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<Summary>> {
+        let opts = ContainerListOpts::builder()
+            .all(true)
+            .filter(
+                labels
+                    .iter()
+                    .map(|(k, v)| ContainerListFilter::LabelKeyVal(k.clone(), v.clone())),
+            )
+            .build();
+        let list = self
+            .podman
+            .containers()
+            .list(&opts)
+            .await
+            .map_err(|e| engine_err("list", &e))?;
+        // Filtered again here so the result never depends on how the engine combines filters.
+        Ok(list
+            .iter()
+            .filter(|c| {
+                labels.is_empty() || c.labels.as_ref().is_some_and(|l| has_labels(l, labels))
+            })
+            .map(summary_from_list)
+            .collect())
     }
-    async fn find_by_name(&self, _name: &str) -> Result<Option<Summary>> {
-        todo!()
+
+    async fn find_by_name(&self, name: &str) -> Result<Option<Summary>> {
+        // Podman's name filter is a regular expression (a substring match): keep the exact one.
+        let opts = ContainerListOpts::builder()
+            .all(true)
+            .filter([ContainerListFilter::Name(name.to_string())])
+            .build();
+        let list = self
+            .podman
+            .containers()
+            .list(&opts)
+            .await
+            .map_err(|e| engine_err("list", &e))?;
+        Ok(list.iter().map(summary_from_list).find(|s| s.name == name))
     }
-    async fn inspect(&self, _id: &str) -> Result<Inspected> {
-        todo!()
+
+    async fn inspect(&self, id: &str) -> Result<Inspected> {
+        let d = self
+            .podman
+            .containers()
+            .get(id)
+            .inspect()
+            .await
+            .map_err(|e| container_err("inspect", id, &e))?;
+        Ok(inspected_from(&d))
     }
-    async fn image_command(&self, _image: &str) -> Result<Vec<String>> {
-        todo!()
+
+    async fn image_command(&self, image: &str) -> Result<Vec<String>> {
+        let data = self
+            .podman
+            .images()
+            .get(image)
+            .inspect()
+            .await
+            .map_err(|e| {
+                if status_of(&e) == Some(StatusCode::NOT_FOUND)
+                    || message_of(&e).contains("image not known")
+                {
+                    BackendError::ImageMissing {
+                        engine: ENGINE.into(),
+                        image: image.into(),
+                    }
+                } else {
+                    engine_err("image inspect", &e)
+                }
+            })?;
+        let (entrypoint, cmd) = data
+            .config
+            .map(|c| (c.entrypoint, c.cmd))
+            .unwrap_or_default();
+        Ok(entrypoint
+            .unwrap_or_default()
+            .into_iter()
+            .chain(cmd.unwrap_or_default())
+            .collect())
     }
-    async fn create(&self, _req: &CreateRequest) -> Result<String> {
-        todo!()
+
+    async fn create(&self, req: &CreateRequest) -> Result<String> {
+        let body = create_body(req).to_string();
+        let text = self
+            .raw
+            .post_string(
+                format!("{LIBPOD}/containers/create"),
+                Payload::Json(body),
+                None,
+            )
+            .await
+            .map_err(|e| {
+                let message = message_of(&e);
+                if message.contains("image not known") {
+                    BackendError::ImageMissing {
+                        engine: ENGINE.into(),
+                        image: req.image.clone(),
+                    }
+                } else if message.contains("already in use") {
+                    BackendError::NameConflict {
+                        name: req.name.clone(),
+                    }
+                } else {
+                    engine_err("create", &e)
+                }
+            })?;
+        let answer: Value = serde_json::from_str(&text).map_err(|e| BackendError::Engine {
+            engine: ENGINE.into(),
+            op: "create".into(),
+            message: format!("unreadable answer ({e}): {text}"),
+        })?;
+        for w in answer
+            .get("Warnings")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            tracing::warn!(container = %req.name, "podman: {w}");
+        }
+        answer
+            .get("Id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| BackendError::Engine {
+                engine: ENGINE.into(),
+                op: "create".into(),
+                message: format!("no Id in the answer: {text}"),
+            })
     }
-    async fn start(&self, _id: &str) -> Result<()> {
-        todo!()
+
+    async fn start(&self, id: &str) -> Result<()> {
+        match self.podman.containers().get(id).start(None).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_modified(&e) => Ok(()),
+            Err(e) => Err(container_err("start", id, &e)),
+        }
     }
-    async fn stop(&self, _id: &str, _timeout_secs: u32) -> Result<()> {
-        todo!()
+
+    async fn stop(&self, id: &str, timeout_secs: u32) -> Result<()> {
+        // Raw, like create: podman-api 0.11's `ContainerStopOpts::timeout` sends `Timeout=`,
+        // which Podman 4.3 ignores (it reads `timeout`), so every stop would wait the
+        // container's default 10 s instead of `timeout_secs`.
+        let ep = containers_api::url::construct_ep(
+            format!("{LIBPOD}/containers/{id}/stop"),
+            Some(containers_api::url::encoded_pair("timeout", timeout_secs)),
+        );
+        match self.raw.post(ep, Payload::empty(), None).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_modified(&e) => Ok(()),
+            Err(e) => Err(container_err("stop", id, &e)),
+        }
     }
-    async fn remove(&self, _id: &str) -> Result<()> {
-        todo!()
+
+    async fn remove(&self, id: &str) -> Result<()> {
+        // force: stop first if running; timeout 0: the caller stops gracefully when it wants to.
+        let opts = ContainerDeleteOpts::builder()
+            .force(true)
+            .timeout(0)
+            .build();
+        match self.podman.containers().get(id).delete(&opts).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(engine_err("remove", &e)),
+        }
     }
-    async fn rename(&self, _id: &str, _name: &str) -> Result<()> {
-        todo!()
+
+    async fn rename(&self, id: &str, name: &str) -> Result<()> {
+        self.podman
+            .containers()
+            .get(id)
+            .rename(name)
+            .await
+            .map_err(|e| {
+                if message_of(&e).contains("already in use") {
+                    BackendError::NameConflict { name: name.into() }
+                } else {
+                    container_err("rename", id, &e)
+                }
+            })
     }
-    async fn exec(&self, _id: &str, _cmd: &[String]) -> Result<ExecOutput> {
-        todo!()
+
+    async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput> {
+        let opts = ExecCreateOpts::builder()
+            .command(cmd.iter().cloned())
+            .attach_stdout(true)
+            .attach_stderr(true)
+            .build();
+        let exec = self
+            .podman
+            .containers()
+            .get(id)
+            .create_exec(&opts)
+            .await
+            .map_err(|e| container_err("exec", id, &e))?;
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        // Without a TTY the libpod stream is multiplexed (8-byte frame headers); podman-api's
+        // Multiplexer splits it.
+        if let Some(mut stream) = exec
+            .start(&ExecStartOpts::builder().build())
+            .await
+            .map_err(|e| container_err("exec start", id, &e))?
+        {
+            while let Some(chunk) = stream.next().await {
+                match chunk {
+                    Ok(TtyChunk::StdOut(b)) => stdout.extend(b),
+                    Ok(TtyChunk::StdErr(b)) => stderr.extend(b),
+                    Ok(TtyChunk::StdIn(_)) => {}
+                    Err(e) => {
+                        return Err(BackendError::Engine {
+                            engine: ENGINE.into(),
+                            op: "exec".into(),
+                            message: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        // The stream ends when the process does; the exit code is recorded right after, so
+        // wait briefly for the session to say it is no longer running.
+        let mut code = None;
+        for _ in 0..50 {
+            let v = exec
+                .inspect()
+                .await
+                .map_err(|e| engine_err("exec inspect", &e))?;
+            if !v.get("Running").and_then(Value::as_bool).unwrap_or(false) {
+                code = v.get("ExitCode").and_then(Value::as_i64);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let code = code.ok_or_else(|| BackendError::Engine {
+            engine: ENGINE.into(),
+            op: "exec".into(),
+            message: "the command's exit code never appeared".into(),
+        })?;
+        Ok(ExecOutput {
+            code,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
     }
-    async fn logs(&self, _id: &str, _tail: usize) -> Result<String> {
-        todo!()
+
+    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+        let opts = ContainerLogsOpts::builder()
+            .stdout(true)
+            .stderr(true)
+            .tail(tail.to_string())
+            .build();
+        let container = self.podman.containers().get(id);
+        let mut stream = container.logs(&opts);
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(c) => out.extend(Vec::from(c)),
+                Err(e) => return Err(container_err("logs", id, &e)),
+            }
+        }
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
+
     async fn events(
         &self,
-        _labels: &BTreeMap<String, String>,
-    ) -> Result<futures_util::stream::BoxStream<'static, Result<String>>> {
-        todo!()
+        labels: &BTreeMap<String, String>,
+    ) -> Result<BoxStream<'static, Result<String>>> {
+        // podman-api's event stream borrows the client, so a task owns a clone and forwards
+        // ids; it ends when the receiver is dropped or the engine closes the stream.
+        //
+        // `since` = now: the subscription is made by the task a moment later, and events in
+        // between are replayed from Podman's event log instead of being lost.
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut filters: Vec<(String, Vec<String>)> =
+            vec![("type".into(), vec!["container".into()])];
+        if !labels.is_empty() {
+            filters.push((
+                "label".into(),
+                labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            ));
+        }
+        let opts = EventsOpts::builder()
+            .stream(true)
+            .since(since.to_string())
+            .filters(filters)
+            .build();
+        let podman = self.podman.clone();
+        let labels = labels.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<String>>(64);
+        tokio::spawn(async move {
+            let mut events = podman.events(&opts);
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => break,
+                    next = events.next() => match next {
+                        None => break,
+                        // Several label filters are OR-ed by Podman: require all of them here.
+                        Some(Ok(ev)) => {
+                            if ev.typ == "container"
+                                && has_labels(&ev.actor.attributes, &labels)
+                                && tx.send(Ok(ev.actor.id)).await.is_err()
+                            {
+                                break;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            let _ = tx.send(Err(engine_err("events", &e))).await;
+                            break;
+                        }
+                    },
+                }
+            }
+        });
+        Ok(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })
+        .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::observed::ContainerState;
+    use futures_util::FutureExt;
+    use std::os::unix::fs::MetadataExt;
+    use std::panic::AssertUnwindSafe;
+    use std::path::Path;
+
+    const MIB64: u64 = 64 * 1024 * 1024;
+
+    fn request(
+        name: &str,
+        image: &str,
+        user: &str,
+        ro: &Path,
+        rw: &Path,
+        run: &str,
+    ) -> CreateRequest {
+        let mut mounts = vec![Mount::same(ro, true), Mount::same(rw, false)];
+        mounts.sort();
+        CreateRequest {
+            name: name.into(),
+            image: image.into(),
+            entrypoint: vec!["/bin/sh".into(), "-c".into()],
+            cmd: vec![format!("echo hello-from-{run}; exec sleep 300")],
+            env: BTreeMap::from([("ATEAM_TEST".into(), "1".into())]),
+            user: user.into(),
+            workdir: "/tmp".into(),
+            mounts,
+            tmpfs: BTreeMap::from([("/tmp".into(), "rw,nosuid,nodev,size=16m".into())]),
+            memory_bytes: MIB64,
+            memory_swap_bytes: MIB64,
+            pids: 64,
+            nano_cpus: Some(500_000_000),
+            network_none: true,
+            labels: BTreeMap::from([("ateam.test.run".into(), run.into())]),
+            cap_drop_all: true,
+            no_new_privileges: true,
+            read_only_rootfs: true,
+            init: true,
+            userns_keep_id: false,
+        }
+    }
+
+    #[test]
+    fn create_body_spells_every_hardening_key() {
+        let mut req = request(
+            "n",
+            "img",
+            "1000:1000",
+            Path::new("/a"),
+            Path::new("/b"),
+            "r",
+        );
+        req.userns_keep_id = true;
+        let b = create_body(&req);
+        assert_eq!(b["no_new_privileges"], json!(true));
+        assert!(b.get("no_new_privilages").is_none());
+        assert_eq!(b["cap_drop"], json!(["ALL"]));
+        assert_eq!(b["read_only_filesystem"], json!(true));
+        assert_eq!(b["init"], json!(true));
+        assert_eq!(b["netns"], json!({"nsmode": "none"}));
+        assert_eq!(b["userns"], json!({"nsmode": "keep-id"}));
+        assert_eq!(b["cgroupns"], json!({"nsmode": "private"}));
+        assert_eq!(b["restart_policy"], json!("no"));
+        assert_eq!(
+            b["resource_limits"],
+            json!({
+                "memory": {"limit": MIB64, "swap": MIB64},
+                "pids": {"limit": 64},
+                "cpu": {"quota": 50_000, "period": 100_000},
+            })
+        );
+        assert_eq!(
+            b["mounts"],
+            json!([
+                {"destination": "/a", "source": "/a", "type": "bind", "options": ["rbind", "ro", "rprivate"]},
+                {"destination": "/b", "source": "/b", "type": "bind", "options": ["rbind", "rw", "rprivate"]},
+                {"destination": "/tmp", "source": "tmpfs", "type": "tmpfs", "options": ["rw", "nosuid", "nodev", "size=16m"]},
+            ])
+        );
+        assert_eq!(b["entrypoint"], json!(["/bin/sh", "-c"]));
+        assert_eq!(b["work_dir"], json!("/tmp"));
+    }
+
+    #[test]
+    fn effective_reads_libpod_inspect() {
+        // Trimmed from a real Podman 4.3.1 inspect, plus a port and a volume.
+        let d: ContainerInspectResponseLibpod = serde_json::from_value(json!({
+            "Id": "abc", "Name": "n", "BoundingCaps": null,
+            "State": {"Status": "running", "Running": true, "Pid": 42, "ExitCode": 0,
+                      "StartedAt": "2024-01-01T00:00:00Z"},
+            "Config": {"User": "1000:1000", "Image": "localhost/ateam-demo:latest",
+                       "Labels": {"k": "v"}},
+            "Mounts": [
+                {"Type": "bind", "Source": "/s", "Destination": "/d", "RW": false},
+                {"Type": "volume", "Name": "vol", "Source": "/var/lib/v", "Destination": "/v", "RW": true}
+            ],
+            "HostConfig": {
+                "CapAdd": [], "CapDrop": ["CAP_CHOWN"], "SecurityOpt": ["no-new-privileges"],
+                "ReadonlyRootfs": true, "Init": true, "NetworkMode": "none",
+                "Tmpfs": {"/tmp": "rw,rprivate,tmpcopyup"}, "Memory": 67108864,
+                "MemorySwap": 67108864, "PidsLimit": 64, "NanoCpus": 0, "CpuQuota": 50000,
+                "CpuPeriod": 100000, "RestartPolicy": {"Name": "no", "MaximumRetryCount": 0},
+                "PidMode": "host", "IpcMode": "shareable", "UTSMode": "private",
+                "UsernsMode": "", "CgroupMode": "private",
+                "PortBindings": {"8080/tcp": null, "9090/tcp": [{"HostIp": "", "HostPort": "19090"}]}
+            }
+        }))
+        .expect("parses");
+        let i = inspected_from(&d);
+        assert_eq!(i.pid, Some(42));
+        assert_eq!(i.summary.state, ContainerState::Running);
+        assert_eq!(i.started_at.as_deref(), Some("2024-01-01T00:00:00+00:00"));
+        let e = i.effective;
+        assert!(e.cap_drop_all && e.no_new_privileges && e.read_only_rootfs && e.init);
+        assert_eq!(
+            e.bind_mounts,
+            vec![Mount {
+                source: "/s".into(),
+                target: "/d".into(),
+                read_only: true
+            }]
+        );
+        assert_eq!(e.other_mounts, vec!["volume:/var/lib/v:/v".to_string()]);
+        assert_eq!(e.tmpfs, vec!["/tmp".to_string()]);
+        assert_eq!(e.nano_cpus, 500_000_000);
+        assert_eq!(e.host_namespaces, vec!["pid=host".to_string()]);
+        assert_eq!(
+            e.published_ports,
+            vec![
+                ":19090->9090/tcp".to_string(),
+                "exposed:8080/tcp".to_string()
+            ]
+        );
+    }
+
+    /// One engine under test.
+    struct Target {
+        uri: String,
+        user: &'static str,
+        uid: u32,
+        rootless: bool,
+    }
+
+    fn target(var: &str, rootless: bool) -> Target {
+        let uri = std::env::var(var).unwrap_or_else(|_| {
+            panic!(
+                "{var} is not set: run scripts/engines.sh as root, then `source /run/ateam-ci/env`"
+            )
+        });
+        let (user, uid) = if rootless {
+            ("1001:1001", 1001)
+        } else {
+            ("1000:1000", 1000)
+        };
+        Target {
+            uri,
+            user,
+            uid,
+            rootless,
+        }
+    }
+
+    fn image() -> String {
+        std::env::var("ATEAM_TEST_IMAGE").unwrap_or_else(|_| "ateam-demo:latest".into())
+    }
+
+    fn unique() -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos();
+        format!("ateam-ptest-{}-{nanos}", std::process::id())
+    }
+
+    /// Runs the scenario and removes everything it created, even when it fails.
+    async fn run(t: Target) {
+        let b = PodmanBackend::connect(&t.uri).await.expect("connect");
+        let run = unique();
+        let result = AssertUnwindSafe(scenario(&b, &t, &run))
+            .catch_unwind()
+            .await;
+        let labels = BTreeMap::from([("ateam.test.run".to_string(), run.clone())]);
+        for s in b.list(&labels).await.unwrap_or_default() {
+            let _ = b.remove(&s.id).await;
+        }
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
+    }
+
+    fn proc_status(pid: u32, key: &str) -> String {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("{key} missing in /proc/{pid}/status"))
+            .trim()
+            .to_string()
+    }
+
+    async fn scenario(b: &PodmanBackend, t: &Target, run: &str) {
+        let image = image();
+
+        let info = b.ping().await.expect("ping");
+        assert_eq!(
+            info.kind,
+            EngineKind::Podman {
+                rootless: t.rootless
+            }
+        );
+        assert_eq!(b.kind(), info.kind);
+        assert!(
+            !info.version.is_empty() && !info.api_version.is_empty(),
+            "{info:?}"
+        );
+        assert!(matches!(info.cgroup_version, 1 | 2));
+        assert_eq!(
+            info.limits_enforced,
+            !(t.rootless && info.cgroup_version == 1)
+        );
+        if t.rootless && info.cgroup_version == 1 {
+            assert!(!info.limits_enforced);
+        }
+
+        let cmd = b.image_command(&image).await.expect("image_command");
+        assert!(!cmd.is_empty(), "the demo image has a command");
+        let missing = "localhost/ateam-no-such-image:never";
+        assert!(matches!(
+            b.image_command(missing).await,
+            Err(BackendError::ImageMissing { .. })
+        ));
+
+        let labels = BTreeMap::from([("ateam.test.run".to_string(), run.to_string())]);
+        let mut events = b.events(&labels).await.expect("events");
+
+        let ro = tempfile::tempdir().expect("tempdir");
+        let rw = tempfile::tempdir().expect("tempdir");
+        for d in [ro.path(), rw.path()] {
+            std::os::unix::fs::chown(d, Some(t.uid), Some(t.uid)).expect("chown");
+        }
+        let name = format!("{run}-a");
+        let mut req = request(&name, &image, t.user, ro.path(), rw.path(), run);
+        req.userns_keep_id = t.rootless;
+        let id = b.create(&req).await.expect("create");
+
+        // Created, not started.
+        let i = b.inspect(&id).await.expect("inspect");
+        assert_eq!(i.summary.id, id);
+        assert_eq!(i.summary.name, name);
+        assert_eq!(i.summary.state, ContainerState::Created);
+        assert_eq!(
+            i.summary.labels.get("ateam.test.run").map(String::as_str),
+            Some(run)
+        );
+        assert!(i.summary.created > 0);
+        assert_eq!(i.pid, None);
+        assert_eq!(i.started_at, None);
+        assert!(i.image.contains("ateam-demo"), "{}", i.image);
+        // Rootless on cgroup v1 accepts the limits but ignores them: inspect shows 0.
+        let limited = info.limits_enforced;
+        let mut got = i.effective.clone();
+        got.bind_mounts.sort();
+        let want = Effective {
+            user: t.user.into(),
+            privileged: false,
+            cap_add: vec![],
+            cap_drop_all: true,
+            no_new_privileges: true,
+            read_only_rootfs: true,
+            init: true,
+            network_mode: "none".into(),
+            bind_mounts: req.mounts.clone(),
+            tmpfs: vec!["/tmp".into()],
+            other_mounts: vec![],
+            memory_bytes: if limited { MIB64 } else { 0 },
+            memory_swap_bytes: if limited { MIB64 as i64 } else { 0 },
+            pids_limit: if limited { 64 } else { 0 },
+            nano_cpus: if limited { 500_000_000 } else { 0 },
+            restart_policy: "no".into(),
+            devices: vec![],
+            group_add: vec![],
+            host_namespaces: vec![],
+            published_ports: vec![],
+        };
+        assert_eq!(got, want);
+
+        b.start(&id).await.expect("start");
+        b.start(&id)
+            .await
+            .expect("starting a running container is fine");
+        let i = b.inspect(&id).await.expect("inspect running");
+        assert_eq!(i.summary.state, ContainerState::Running);
+        assert!(i.started_at.is_some());
+        let pid = i.pid.expect("a running container has a pid");
+        assert_eq!(proc_status(pid, "CapBnd"), "0000000000000000");
+        assert_eq!(proc_status(pid, "CapEff"), "0000000000000000");
+        assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
+
+        let sh = |s: &str| vec!["/bin/sh".to_string(), "-c".to_string(), s.to_string()];
+        let out = b
+            .exec(&id, &["id".into(), "-u".into()])
+            .await
+            .expect("exec id");
+        assert_eq!(
+            (out.code, out.stdout.trim()),
+            (0, t.uid.to_string().as_str()),
+            "{out:?}"
+        );
+
+        let out = b
+            .exec(&id, &sh("echo out; echo err >&2; exit 3"))
+            .await
+            .expect("exec streams");
+        assert_eq!(
+            (out.code, out.stdout.as_str(), out.stderr.as_str()),
+            (3, "out\n", "err\n")
+        );
+
+        let ro_file = ro.path().join("x");
+        let out = b
+            .exec(&id, &["touch".into(), ro_file.display().to_string()])
+            .await
+            .expect("exec touch");
+        assert_ne!(out.code, 0, "{out:?}");
+        assert!(out.stderr.contains("Read-only file system"), "{out:?}");
+        assert!(!ro_file.exists());
+
+        let rw_file = rw.path().join("f");
+        let out = b
+            .exec(&id, &sh(&format!("echo hi > {}", rw_file.display())))
+            .await
+            .expect("exec write");
+        assert_eq!(out.code, 0, "{out:?}");
+        let meta = std::fs::metadata(&rw_file).expect("written on the host");
+        assert_eq!((meta.uid(), meta.gid()), (t.uid, t.uid));
+
+        let out = b
+            .exec(&id, &sh("echo x > /etc/x"))
+            .await
+            .expect("exec rootfs");
+        assert_ne!(out.code, 0, "read-only rootfs: {out:?}");
+
+        let logs = b.logs(&id, 10).await.expect("logs");
+        assert!(logs.contains(&format!("hello-from-{run}")), "{logs:?}");
+
+        let listed = b.list(&labels).await.expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].id, id);
+        assert_eq!(listed[0].name, name);
+        assert_eq!(listed[0].state, ContainerState::Running);
+        let found = b.find_by_name(&name).await.expect("find").expect("found");
+        assert_eq!(found.id, id);
+        // Podman's name filter matches substrings: a prefix must not be taken for the name.
+        assert!(b.find_by_name(run).await.expect("find").is_none());
+        assert!(
+            b.find_by_name(&format!("{name}x"))
+                .await
+                .expect("find")
+                .is_none()
+        );
+
+        assert!(matches!(
+            b.create(&req).await,
+            Err(BackendError::NameConflict { name: n }) if n == name
+        ));
+        let mut other = req.clone();
+        other.name = format!("{run}-b");
+        other.image = missing.into();
+        assert!(matches!(
+            b.create(&other).await,
+            Err(BackendError::ImageMissing { .. })
+        ));
+
+        b.stop(&id, 5).await.expect("stop");
+        b.stop(&id, 5)
+            .await
+            .expect("stopping a stopped container is fine");
+        let i = b.inspect(&id).await.expect("inspect stopped");
+        assert!(
+            matches!(i.summary.state, ContainerState::Exited { .. }),
+            "{:?}",
+            i.summary.state
+        );
+        assert_eq!(i.pid, None);
+
+        // A process that ignores SIGTERM: stop must kill it after `timeout_secs`, not 10 s.
+        let mut stubborn = req.clone();
+        stubborn.name = format!("{run}-d");
+        stubborn.cmd = vec!["trap '' TERM; sleep 300".into()];
+        let sid = b.create(&stubborn).await.expect("create stubborn");
+        b.start(&sid).await.expect("start stubborn");
+        let t0 = std::time::Instant::now();
+        b.stop(&sid, 1).await.expect("stop stubborn");
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(6), "stop waited {took:?}");
+        assert!(matches!(
+            b.inspect(&sid).await.expect("inspect").summary.state,
+            ContainerState::Exited { .. }
+        ));
+        assert!(matches!(
+            b.rename(&id, &stubborn.name).await,
+            Err(BackendError::NameConflict { name: n }) if n == stubborn.name
+        ));
+        b.remove(&sid).await.expect("remove stubborn");
+
+        let renamed = format!("{run}-c");
+        b.rename(&id, &renamed).await.expect("rename");
+        assert_eq!(b.inspect(&id).await.expect("inspect").summary.name, renamed);
+
+        b.remove(&id).await.expect("remove");
+        b.remove(&id).await.expect("removing what is gone is fine");
+        assert!(matches!(
+            b.inspect(&id).await,
+            Err(BackendError::NotFound { .. })
+        ));
+        assert!(matches!(
+            b.start(&id).await,
+            Err(BackendError::NotFound { .. })
+        ));
+        assert!(b.list(&labels).await.expect("list").is_empty());
+
+        let seen = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(ev) = events.next().await {
+                if ev.expect("event") == id {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(seen, Ok(true), "an event for the container");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs Podman: scripts/engines.sh"]
+    async fn rootful_podman() {
+        run(target("ATEAM_TEST_PODMAN_ROOTFUL", false)).await;
+    }
+
+    #[tokio::test]
+    #[ignore = "needs Podman: scripts/engines.sh"]
+    async fn rootless_podman() {
+        run(target("ATEAM_TEST_PODMAN_ROOTLESS", true)).await;
     }
 }

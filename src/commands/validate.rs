@@ -9,12 +9,15 @@ use ateam::model::Desired;
 
 /// Reads and validates manifests, for every command that takes `-f`.
 pub fn load(global: &Global, files: &Files) -> Result<Desired, ManifestError> {
-    let host = Host::detect(global.state_dir.clone());
+    load_with(&Host::detect(global.state_dir.clone()), files)
+}
+
+pub fn load_with(host: &Host, files: &Files) -> Result<Desired, ManifestError> {
     let (sources, mut problems) = manifest::read_sources(&files.files, &mut std::io::stdin());
     if sources.is_empty() && problems.is_empty() {
         return Err(ManifestError::Empty(files.files.clone()));
     }
-    match manifest::validate(&sources, &host) {
+    match manifest::validate(&sources, host) {
         Ok(d) if problems.is_empty() => Ok(d),
         Ok(_) => Err(ManifestError::Invalid(problems)),
         Err(mut more) => {

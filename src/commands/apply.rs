@@ -1,0 +1,135 @@
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::cli::{Files, Global, Output};
+use ateam::execute::{Executor, default_concurrency};
+use ateam::observe::observe;
+use ateam::plan::spec::labels;
+use ateam::plan::{ContainerState, Finding, PlanOptions, plan};
+use ateam::report::render_diff;
+
+use super::common::Ctx;
+use super::progress::Display;
+
+pub struct Opts {
+    pub prune: bool,
+    pub dry_run: bool,
+    pub concurrency: Option<usize>,
+    pub no_wait: bool,
+}
+
+pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<ExitCode> {
+    if o.dry_run {
+        return Ok(super::diff::run(global, files, o.prune, Output::Text).await);
+    }
+    let ctx = Ctx::new(global);
+    let desired = ctx.load(files)?;
+    let _lock = ctx
+        .store
+        .lock(o.no_wait, |holder| {
+            eprintln!("waiting for another ateam command to finish ({holder})...")
+        })
+        .context("locking the state folder")?;
+    let (backend, info) = ctx.connect(&desired.teams).await?;
+    let ds = ctx.desired_state(&desired);
+    let observed = observe(backend.as_ref(), &info, &ds).await?;
+    let p = plan(&ds, &observed, PlanOptions { prune: o.prune });
+    for f in &p.findings {
+        match f {
+            Finding::Orphan { .. }
+            | Finding::Conflict { .. }
+            | Finding::RetainedTranscript { .. } => {
+                // The same words as diff, for what apply leaves alone.
+                let one = ateam::plan::Plan {
+                    actions: vec![],
+                    findings: vec![f.clone()],
+                };
+                eprint!(
+                    "{}",
+                    render_diff(&one)
+                        .lines()
+                        .filter(|l| l.starts_with("  "))
+                        .map(|l| format!("{}\n", l.trim_start()))
+                        .collect::<String>()
+                );
+            }
+            Finding::Finished { .. } | Finding::Paused { .. } => {}
+        }
+    }
+    let members = ds.members.len();
+    if p.is_noop() {
+        for t in &desired.teams {
+            ctx.store.save_team(t)?;
+        }
+        println!(
+            "no changes: {members} member(s) as the manifests say ({})",
+            info.kind
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rt = ctx.runtime(backend.clone(), info.clone(), ds.store.clone());
+    let display = Display::new();
+    let secret = |name: &str| std::env::var(name).ok();
+    let exec = Executor {
+        rt: &rt,
+        concurrency: o.concurrency.unwrap_or_else(default_concurrency),
+        secret: &secret,
+        progress: &display,
+    };
+    let failures = exec.run(&p, &ds.members).await;
+    for t in &desired.teams {
+        ctx.store.save_team(t)?;
+    }
+    let mut failed = failures.len();
+    for f in &failures {
+        eprintln!("error: {}", f.error);
+    }
+    // Wait-until-running: one more look, and the reason for every member that is not up.
+    let after = observe(backend.as_ref(), &info, &ds).await?;
+    for m in &ds.members {
+        if failures
+            .iter()
+            .any(|f| f.team == m.team && f.member == m.member)
+        {
+            continue;
+        }
+        let c = after.containers.iter().find(|c| {
+            c.labels.get(labels::TEAM) == Some(&m.team)
+                && c.labels.get(labels::MEMBER) == Some(&m.member)
+                && !c.labels.contains_key(labels::REPLACES)
+        });
+        match c.map(|c| (c, c.state)) {
+            Some((_, ContainerState::Running)) => {}
+            Some((c, ContainerState::Exited { code })) => {
+                failed += 1;
+                let logs = backend.logs(&c.id, 10).await.unwrap_or_default();
+                eprintln!(
+                    "error: {}/{} exited with code {code}; last output:\n{}",
+                    m.team,
+                    m.member,
+                    indent(&logs)
+                );
+            }
+            Some((c, state)) => {
+                failed += 1;
+                eprintln!("error: {}/{} is {state:?} ({})", m.team, m.member, c.name);
+            }
+            None => {
+                failed += 1;
+                eprintln!("error: {}/{} has no container", m.team, m.member);
+            }
+        }
+    }
+    if failed == 0 {
+        println!("applied: {members} member(s) running ({})", info.kind);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{failed} of {members} member(s) not running");
+        Ok(ExitCode::from(super::EXIT_ERROR))
+    }
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    {l}\n")).collect()
+}

@@ -1,0 +1,99 @@
+//! What the commands share: the host, the store, the engine, and loading the desired state.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+
+use crate::cli::{BackendArg, Files, Global};
+use ateam::backend::connect::{self, Env};
+use ateam::backend::{Backend, EngineInfo};
+use ateam::host::Host;
+use ateam::manifest::ManifestError;
+use ateam::model::{BackendChoice, Desired, Team};
+use ateam::plan::spec::{DesiredState, desired_state};
+use ateam::runtime::Runtime;
+use ateam::runtime::files::Owner;
+use ateam::store::Store;
+
+pub struct Ctx {
+    pub host: Host,
+    pub store: Store,
+    pub owner: Owner,
+    backend_arg: Option<BackendArg>,
+}
+
+impl Ctx {
+    pub fn new(global: &Global) -> Ctx {
+        let host = Host::detect(global.state_dir.clone());
+        let owner = Owner {
+            uid: host.uid,
+            gid: host.gid,
+        };
+        let store = Store::new(host.state_dir.clone(), owner);
+        Ctx {
+            host,
+            store,
+            owner,
+            backend_arg: global.backend,
+        }
+    }
+
+    /// Validated manifests; invalid ones are an error listing every problem.
+    pub fn load(&self, files: &Files) -> Result<Desired, ManifestError> {
+        super::validate::load_with(&self.host, files)
+    }
+
+    /// The teams last applied, optionally only `name`.
+    pub fn applied(&self, name: Option<&str>) -> anyhow::Result<Desired> {
+        let mut teams = self.store.teams().context("reading the applied state")?;
+        if let Some(n) = name {
+            teams.retain(|t| t.name == n);
+            if teams.is_empty() {
+                bail!(
+                    "team `{n}` has not been applied with this state folder ({})",
+                    self.host.state_dir.display()
+                );
+            }
+        }
+        Ok(Desired { teams })
+    }
+
+    pub fn desired_state(&self, desired: &Desired) -> DesiredState {
+        desired_state(desired, &self.host)
+    }
+
+    /// The engine: `--backend`, else the teams' `backend` (which must agree), else auto.
+    pub async fn connect(&self, teams: &[Team]) -> anyhow::Result<(Arc<dyn Backend>, EngineInfo)> {
+        let choice = match self.backend_arg {
+            Some(BackendArg::Auto) => BackendChoice::Auto,
+            Some(BackendArg::Docker) => BackendChoice::Docker,
+            Some(BackendArg::Podman) => BackendChoice::Podman,
+            None => {
+                let mut choices: Vec<BackendChoice> = teams.iter().map(|t| t.backend).collect();
+                choices.dedup();
+                match choices[..] {
+                    [] => BackendChoice::Auto,
+                    [one] => one,
+                    _ => bail!(
+                        "these teams ask for different backends; apply them separately or pass --backend"
+                    ),
+                }
+            }
+        };
+        Ok(connect::connect(choice, &Env::from_process(self.host.uid)).await?)
+    }
+
+    pub fn runtime(
+        &self,
+        backend: Arc<dyn Backend>,
+        info: EngineInfo,
+        store_id: String,
+    ) -> Runtime {
+        Runtime {
+            backend,
+            info,
+            store: store_id,
+            owner: self.owner,
+        }
+    }
+}

@@ -1,0 +1,100 @@
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+
+use crate::cli::{Files, Global, OptionalFiles};
+use ateam::execute::Executor;
+use ateam::model::Desired;
+use ateam::observe::observe;
+use ateam::plan::spec::team_run_dir;
+use ateam::plan::{PlanOptions, plan};
+
+use super::common::Ctx;
+use super::progress::Display;
+
+/// Removes the teams' containers (all that this store made for them), then their private
+/// state. Transcripts stay unless `purge`; the user is told where they are.
+pub async fn run(
+    global: &Global,
+    files: &OptionalFiles,
+    team: Option<&str>,
+    purge: bool,
+    no_wait: bool,
+) -> anyhow::Result<ExitCode> {
+    let ctx = Ctx::new(global);
+    let desired = match (files.files.is_empty(), team) {
+        (false, _) => ctx.load(&Files {
+            files: files.files.clone(),
+        })?,
+        (true, Some(t)) => ctx.applied(Some(t))?,
+        (true, None) => bail!("say what to delete: -f MANIFESTS or --team NAME"),
+    };
+    let _lock = ctx
+        .store
+        .lock(no_wait, |holder| {
+            eprintln!("waiting for another ateam command to finish ({holder})...")
+        })
+        .context("locking the state folder")?;
+    let (backend, info) = ctx.connect(&desired.teams).await?;
+    // Nothing wanted: every container of these teams is an orphan, and prune removes them.
+    let mut empty = Desired {
+        teams: desired.teams.clone(),
+    };
+    for t in &mut empty.teams {
+        t.members.clear();
+        t.sessions.clear();
+    }
+    let ds = ctx.desired_state(&empty);
+    let observed = observe(backend.as_ref(), &info, &ds).await?;
+    let p = plan(&ds, &observed, PlanOptions { prune: true });
+    let rt = ctx.runtime(backend, info, ds.store.clone());
+    let display = Display::new();
+    let secret = |_: &str| None;
+    let failures = Executor {
+        rt: &rt,
+        concurrency: 8,
+        secret: &secret,
+        progress: &display,
+    }
+    .run(&p, &[])
+    .await;
+    for f in &failures {
+        eprintln!("error: {}", f.error);
+    }
+    if !failures.is_empty() {
+        return Ok(ExitCode::from(super::EXIT_ERROR));
+    }
+    for t in &desired.teams {
+        let members = t.session_dir.join("members");
+        if purge {
+            for m in &t.members {
+                if m.transcript_dir.exists() {
+                    std::fs::remove_dir_all(&m.transcript_dir)
+                        .with_context(|| format!("removing {}", m.transcript_dir.display()))?;
+                }
+            }
+            // Transcripts of members removed earlier, still kept.
+            for f in &p.findings {
+                if let ateam::plan::Finding::RetainedTranscript { path, team, .. } = f
+                    && *team == t.name
+                {
+                    std::fs::remove_dir_all(path)
+                        .with_context(|| format!("removing {}", path.display()))?;
+                }
+            }
+            println!("team {}: containers removed, transcripts deleted", t.name);
+        } else {
+            println!(
+                "team {}: containers removed; transcripts kept in {}",
+                t.name,
+                members.display()
+            );
+        }
+        let run = team_run_dir(&ctx.host.state_dir, &t.name);
+        if run.exists() {
+            std::fs::remove_dir_all(&run).with_context(|| format!("removing {}", run.display()))?;
+        }
+        ctx.store.forget_team(&t.name)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,57 @@
+//! Apply's progress: a line per member that updates in place on a terminal, plain lines
+//! otherwise (CI logs, pipes).
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::sync::Mutex;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use ateam::execute::Progress;
+
+pub enum Display {
+    Terminal {
+        multi: MultiProgress,
+        bars: Mutex<BTreeMap<String, ProgressBar>>,
+    },
+    Plain,
+}
+
+impl Display {
+    pub fn new() -> Display {
+        if std::io::stderr().is_terminal() {
+            Display::Terminal {
+                multi: MultiProgress::new(),
+                bars: Mutex::new(BTreeMap::new()),
+            }
+        } else {
+            Display::Plain
+        }
+    }
+}
+
+impl Progress for Display {
+    fn step(&self, team: &str, member: &str, step: &str) {
+        let who = format!("{team}/{member}");
+        match self {
+            Display::Plain => eprintln!("{who}: {step}"),
+            Display::Terminal { multi, bars } => {
+                let mut bars = bars.lock().unwrap_or_else(|e| e.into_inner());
+                let bar = bars.entry(who.clone()).or_insert_with(|| {
+                    let b = multi.add(ProgressBar::new_spinner());
+                    b.set_style(
+                        ProgressStyle::with_template("{spinner} {prefix:30} {msg}")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
+                    b.set_prefix(who.clone());
+                    b.enable_steady_tick(std::time::Duration::from_millis(120));
+                    b
+                });
+                match step {
+                    "ready" | "removing" | "failed" => bar.finish_with_message(step.to_string()),
+                    _ => bar.set_message(step.to_string()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,66 @@
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use crate::cli::{Global, OptionalFiles, Output};
+use ateam::execute::{restarts, transcript_usage};
+use ateam::observe::observe;
+use ateam::plan::spec::member_ctl_dir;
+use ateam::plan::{PlanOptions, plan};
+use ateam::report::{Extras, render_status, team_status};
+
+use super::common::Ctx;
+
+pub async fn run(
+    global: &Global,
+    team: Option<&str>,
+    files: &OptionalFiles,
+    output: Output,
+    exit_code: bool,
+) -> anyhow::Result<ExitCode> {
+    let ctx = Ctx::new(global);
+    let mut desired = if files.files.is_empty() {
+        ctx.applied(team)?
+    } else {
+        ctx.load(&crate::cli::Files {
+            files: files.files.clone(),
+        })?
+    };
+    if let Some(t) = team {
+        desired.teams.retain(|x| x.name == t);
+    }
+    if desired.teams.is_empty() {
+        println!(
+            "no teams applied (state folder {})",
+            ctx.host.state_dir.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (backend, info) = ctx.connect(&desired.teams).await?;
+    let ds = ctx.desired_state(&desired);
+    let observed = observe(backend.as_ref(), &info, &ds).await?;
+    let p = plan(&ds, &observed, PlanOptions::default());
+    let state_dir = ctx.host.state_dir.clone();
+    let count = move |team: &str, member: &str| restarts(&member_ctl_dir(&state_dir, team, member));
+    let extras = Extras {
+        now: SystemTime::now(),
+        transcript_usage: &transcript_usage,
+        restarts: &count,
+    };
+    let engine = info.kind.to_string();
+    let teams: Vec<_> = desired
+        .teams
+        .iter()
+        .map(|t| team_status(t, &engine, &observed, &p, &extras))
+        .collect();
+    match output {
+        Output::Text => print!("{}", render_status(&teams)),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&teams)?),
+        Output::Yaml => print!("{}", serde_yaml::to_string(&teams)?),
+    }
+    let drifted = teams.iter().any(|t| t.drifted);
+    Ok(if exit_code && drifted {
+        ExitCode::from(super::EXIT_ERROR)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
