@@ -309,5 +309,7 @@ pub fn create_request(
         read_only_rootfs: true,
         init: true,
         userns_keep_id: engine == crate::backend::EngineKind::Podman { rootless: true },
+        // Engines on cgroup v1 default to the host's cgroup namespace, which the policy refuses.
+        cgroupns_private: true,
     }
 }

@@ -85,6 +85,8 @@ pub struct CreateRequest {
     pub init: bool,
     /// Rootless Podman: map the user's uid to itself inside, so written files are the user's.
     pub userns_keep_id: bool,
+    /// A private cgroup namespace. Engines on cgroup v1 default to the host's.
+    pub cgroupns_private: bool,
 }
 
 /// One container as a list call sees it.

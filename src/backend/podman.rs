@@ -266,7 +266,6 @@ fn create_body(req: &CreateRequest) -> Value {
         "init": req.init,
         "restart_policy": "no",
         "create_working_dir": false,
-        "cgroupns": { "nsmode": "private" },
     });
     // Empty means "the image's own", as in the Docker API.
     if !req.entrypoint.is_empty() {
@@ -283,6 +282,9 @@ fn create_body(req: &CreateRequest) -> Value {
     }
     if req.cap_drop_all {
         body["cap_drop"] = json!(["ALL"]);
+    }
+    if req.cgroupns_private {
+        body["cgroupns"] = json!({ "nsmode": "private" });
     }
     if req.userns_keep_id {
         body["userns"] = json!({ "nsmode": "keep-id" });
@@ -886,6 +888,7 @@ mod tests {
             read_only_rootfs: true,
             init: true,
             userns_keep_id: false,
+            cgroupns_private: true,
         }
     }
 
