@@ -137,7 +137,18 @@ impl Executor<'_> {
                 let p = self.rt.prepare(member, self.secret).await?;
                 self.progress
                     .step(&member.team, &member.member, "verifying");
-                self.rt.launch(p, None).await?;
+                match self.rt.launch(p, None).await {
+                    Err(RunError::Backend {
+                        source: BackendError::NameConflict { .. },
+                        ..
+                    }) if self.remove_unfinished(&member.spec.name).await? => {
+                        let p = self.rt.prepare(member, self.secret).await?;
+                        self.rt.launch(p, None).await?;
+                    }
+                    other => {
+                        other?;
+                    }
+                }
                 self.progress.step(&member.team, &member.member, "ready");
                 Ok(())
             }
@@ -202,6 +213,24 @@ impl Executor<'_> {
                 session: member.clone(),
                 message: "the egress proxy is not available in this version".into(),
             }),
+        }
+    }
+
+    /// A create that an interrupted apply sent can still be in the engine's hands when the
+    /// next apply lists containers, and then appear: the name is taken by a container of
+    /// ours that was never verified nor released. Such a container is removed (true); a
+    /// container of anyone else is left alone (false).
+    async fn remove_unfinished(&self, name: &str) -> Result<bool, ActionError> {
+        let backend = |source| ActionError::Backend {
+            member: name.to_string(),
+            source,
+        };
+        match self.rt.backend.find_by_name(name).await.map_err(backend)? {
+            Some(c) if c.labels.get(labels::STORE) == Some(&self.rt.store) => {
+                self.rt.backend.remove(&c.id).await.map_err(backend)?;
+                Ok(true)
+            }
+            _ => Ok(false),
         }
     }
 

@@ -230,7 +230,7 @@ pub fn team_status(
         observed.containers.iter().find(|c| {
             c.labels.get(labels::TEAM).map(String::as_str) == Some(&team.name)
                 && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
-                && !c.labels.contains_key(labels::REPLACES)
+                && !crate::plan::spec::is_replacement(&c.name, &c.labels)
         })
     };
     let mut rows = Vec::new();

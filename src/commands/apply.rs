@@ -97,7 +97,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         let c = after.containers.iter().find(|c| {
             c.labels.get(labels::TEAM) == Some(&m.team)
                 && c.labels.get(labels::MEMBER) == Some(&m.member)
-                && !c.labels.contains_key(labels::REPLACES)
+                && !ateam::plan::spec::is_replacement(&c.name, &c.labels)
         });
         match c.map(|c| (c, c.state)) {
             Some((_, ContainerState::Running)) => {}

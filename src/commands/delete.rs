@@ -66,21 +66,34 @@ pub async fn run(
     }
     for t in &desired.teams {
         let members = t.session_dir.join("members");
-        if purge {
-            for m in &t.members {
-                if m.transcript_dir.exists() {
-                    std::fs::remove_dir_all(&m.transcript_dir)
-                        .with_context(|| format!("removing {}", m.transcript_dir.display()))?;
-                }
+        // Main sessions ateam started for the team end with it (their transcripts stay).
+        for sess in &t.sessions {
+            let socket = team_run_dir(&ctx.host.state_dir, &t.name)
+                .join("sessions")
+                .join(&sess.name)
+                .join("tmux.sock");
+            if socket.exists() {
+                let _ = std::process::Command::new("tmux")
+                    .arg("-S")
+                    .arg(&socket)
+                    .arg("kill-server")
+                    .output();
             }
-            // Transcripts of members removed earlier, still kept.
+        }
+        if purge {
+            // Every transcript folder of the team: its members', and those kept from members
+            // removed earlier (which the empty plan reports as retained).
+            let mut dirs: std::collections::BTreeSet<std::path::PathBuf> =
+                t.members.iter().map(|m| m.transcript_dir.clone()).collect();
             for f in &p.findings {
                 if let ateam::plan::Finding::RetainedTranscript { path, team, .. } = f
                     && *team == t.name
                 {
-                    std::fs::remove_dir_all(path)
-                        .with_context(|| format!("removing {}", path.display()))?;
+                    dirs.insert(path.clone());
                 }
+            }
+            for d in dirs.iter().filter(|d| d.exists()) {
+                std::fs::remove_dir_all(d).with_context(|| format!("removing {}", d.display()))?;
             }
             println!("team {}: containers removed, transcripts deleted", t.name);
         } else {

@@ -35,7 +35,7 @@ async fn find(
     let found = backend.list(&filter).await?;
     let Some(c) = found
         .iter()
-        .find(|c| !c.labels.contains_key(labels::REPLACES))
+        .find(|c| !ateam::plan::spec::is_replacement(&c.name, &c.labels))
     else {
         bail!(
             "member `{member}` of team `{}` has no container; run ateam apply",

@@ -229,7 +229,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         // gone (it was verified before the old one was removed), undo it otherwise.
         let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
             .into_iter()
-            .partition(|c| c.labels.contains_key(labels::REPLACES));
+            .partition(|c| spec::is_replacement(&c.name, &c.labels));
         if mine.is_empty() {
             let best = pick_keeper(&replacements, &m.hash);
             let finishable = spec_drift(m, best).is_none() && best.state.is_live();

@@ -31,6 +31,12 @@ pub fn replacement_name(name: &str) -> String {
     format!("{name}-next")
 }
 
+/// A replacement still under its temporary name. (Once renamed into place it keeps the
+/// `replaces` label, as labels cannot change, but it is then the member's container.)
+pub fn is_replacement(name: &str, labels: &BTreeMap<String, String>) -> bool {
+    labels.contains_key(labels::REPLACES) && name.ends_with("-next")
+}
+
 /// The home folder inside a member: a private tmpfs.
 pub const MEMBER_HOME: &str = "/home/agent";
 

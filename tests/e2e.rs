@@ -1,0 +1,531 @@
+//! ateam as a user drives it: the `ateam` binary against real engines, on a copy of the
+//! example team. Run by scripts/test.sh once the engines are up; ignored by a plain
+//! `cargo test`. Every case runs on Docker and on rootful Podman.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ateam::plan::spec::store_id;
+
+struct World {
+    engine: &'static str,
+    dir: tempfile::TempDir,
+    team: String,
+}
+
+impl World {
+    /// A copy of examples/demo-team under a unique team name.
+    fn new(engine: &'static str, tag: &str) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-e2e-")
+            .tempdir()
+            .unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
+        copy_dir(&src, dir.path());
+        let _ = std::fs::remove_dir_all(dir.path().join("sessions/members"));
+        let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
+        let w = World { engine, dir, team };
+        w.edit(|t| t.replace("name: demo\n", &format!("name: {}\n", w.team)));
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn manifest(&self) -> PathBuf {
+        self.root().join("team.yaml")
+    }
+
+    fn state(&self) -> PathBuf {
+        self.root().join("state")
+    }
+
+    fn edit(&self, f: impl FnOnce(&str) -> String) {
+        let text = std::fs::read_to_string(self.manifest()).unwrap();
+        std::fs::write(self.manifest(), f(&text)).unwrap();
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        c.arg("--backend").arg(self.engine).args(args);
+        c.env("ATEAM_STATE_DIR", self.state())
+            .env("ANTHROPIC_API_KEY", "test-key");
+        let (docker, podman) = (var("ATEAM_TEST_DOCKER"), var("ATEAM_TEST_PODMAN_ROOTFUL"));
+        c.env("DOCKER_HOST", docker).env("CONTAINER_HOST", podman);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn apply(&self) -> Output {
+        let out = self.ateam(&["apply", "-f", self.manifest().to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "apply failed:\n{}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        out
+    }
+
+    /// The engine's own CLI, for looking and for changes made behind ateam's back.
+    fn engine_cli(&self, args: &[&str]) -> Output {
+        let (bin, flag, uri) = match self.engine {
+            "docker" => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+        };
+        Command::new(bin)
+            .arg(flag)
+            .arg(uri)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// name -> id of every container of this store, running or not.
+    fn containers(&self) -> BTreeMap<String, String> {
+        let filter = format!("label=ateam.dev/store={}", store_id(&self.state()));
+        let out = self.engine_cli(&[
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &filter,
+            "--format",
+            "{{.Names}} {{.ID}}",
+        ]);
+        text(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                l.split_once(' ')
+                    .map(|(n, i)| (n.to_string(), i.to_string()))
+            })
+            .collect()
+    }
+
+    fn name(&self, member: &str) -> String {
+        format!("ateam-{}-{member}", self.team)
+    }
+
+    fn transcript(&self, member: &str) -> PathBuf {
+        self.root()
+            .join("sessions/members")
+            .join(member)
+            .join("transcript.log")
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        let out = self.ateam(&["status", "-o", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "--team", &self.team]);
+        let names: Vec<String> = self.containers().into_keys().collect();
+        if !names.is_empty() {
+            let mut args = vec!["rm", "-f"];
+            args.extend(names.iter().map(String::as_str));
+            let _ = self.engine_cli(&args);
+        }
+    }
+}
+
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: run scripts/engines.sh and source /run/ateam-ci/env")
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn wait_for(path: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(path)
+        .map(|s| s.contains(what))
+        .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} never contained {what:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The state of one member in `status -o json`.
+fn state_of(status: &serde_json::Value, name: &str) -> String {
+    status[0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in status: {status:#}"))["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+// ----------------------------------------------------------------------------------- cases
+
+fn apply_is_idempotent_and_recreates_only_what_changed(engine: &'static str) {
+    let w = World::new(engine, "idem");
+    let out = w.apply();
+    assert!(
+        text(&out.stdout).contains("applied: 3 member(s) running"),
+        "{}",
+        text(&out.stdout)
+    );
+    let first = w.containers();
+    assert_eq!(first.len(), 3, "{first:?}");
+
+    let again = w.apply();
+    assert!(
+        text(&again.stdout).contains("no changes"),
+        "{}",
+        text(&again.stdout)
+    );
+    assert_eq!(w.containers(), first, "a no-op apply replaced nothing");
+
+    wait_for(&w.transcript("writer"), "sleeping");
+    let before = std::fs::read_to_string(w.transcript("writer")).unwrap();
+    w.edit(|t| t.replace("memory: 1Gi", "memory: 768Mi"));
+    let diff = w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(diff.status.code(), Some(1), "diff exits 1 on changes");
+    assert!(
+        text(&diff.stdout)
+            .contains("~ recreate writer: memoryBytes changed from 1073741824 to 805306368"),
+        "{}",
+        text(&diff.stdout)
+    );
+    w.apply();
+    let after = w.containers();
+    for m in ["reviewer", "tester"] {
+        assert_eq!(after[&w.name(m)], first[&w.name(m)], "{m} was not touched");
+    }
+    assert_ne!(
+        after[&w.name("writer")],
+        first[&w.name("writer")],
+        "writer was recreated"
+    );
+    assert_eq!(after.len(), 3, "no leftover replacement: {after:?}");
+    wait_for(&w.transcript("writer"), "sleeping");
+    let now = std::fs::read_to_string(w.transcript("writer")).unwrap();
+    assert!(
+        now.starts_with(&before),
+        "the transcript survived the recreate"
+    );
+    let diff = w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(diff.status.code(), Some(0), "{}", text(&diff.stdout));
+}
+
+fn status_names_every_drift_and_apply_converges(engine: &'static str) {
+    let w = World::new(engine, "drift");
+    w.apply();
+    let ok = w.ateam(&["status", "--exit-code"]);
+    assert_eq!(ok.status.code(), Some(0), "in sync:\n{}", text(&ok.stdout));
+    // Behind ateam's back: kill one, stop one, remove one, and start a stranger with its labels.
+    let ids = w.containers();
+    assert!(
+        w.engine_cli(&["kill", &ids[&w.name("reviewer")]])
+            .status
+            .success()
+    );
+    assert!(
+        w.engine_cli(&["stop", "-t", "1", &ids[&w.name("writer")]])
+            .status
+            .success()
+    );
+    assert!(
+        w.engine_cli(&["rm", "-f", &ids[&w.name("tester")]])
+            .status
+            .success()
+    );
+    let store = format!("ateam.dev/store={}", store_id(&w.state()));
+    let team = format!("ateam.dev/team={}", w.team);
+    let ghost = w.engine_cli(&[
+        "run",
+        "-d",
+        "--name",
+        &w.name("ghost"),
+        "--network",
+        "none",
+        "--label",
+        "ateam.dev/managed-by=ateam",
+        "--label",
+        &store,
+        "--label",
+        &team,
+        "--label",
+        "ateam.dev/member=ghost",
+        "ateam-demo:latest",
+        "sleep",
+        "1000",
+    ]);
+    assert!(ghost.status.success(), "{}", text(&ghost.stderr));
+
+    let status = w.status_json();
+    assert_eq!(state_of(&status, "reviewer"), "exited 137");
+    assert!(
+        state_of(&status, "writer").starts_with("exited"),
+        "{}",
+        state_of(&status, "writer")
+    );
+    assert_eq!(state_of(&status, "tester"), "missing");
+    assert_eq!(state_of(&status, "ghost"), "orphan");
+    assert_eq!(status[0]["drifted"], true);
+    let table = w.ateam(&["status", "--exit-code"]);
+    assert_eq!(table.status.code(), Some(1), "--exit-code fails on drift");
+    for word in ["exited 137", "missing", "orphan"] {
+        assert!(
+            text(&table.stdout).contains(word),
+            "{word}:\n{}",
+            text(&table.stdout)
+        );
+    }
+
+    // apply restarts and recreates; the orphan stays until --prune.
+    w.apply();
+    let status = w.status_json();
+    for m in ["reviewer", "writer", "tester"] {
+        assert_eq!(state_of(&status, m), "running", "{m}");
+    }
+    assert_eq!(state_of(&status, "ghost"), "orphan");
+    assert_eq!(
+        status[0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "reviewer")
+            .unwrap()["restarts"],
+        1
+    );
+    let out = w.ateam(&["apply", "--prune", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!w.containers().contains_key(&w.name("ghost")));
+    let ok = w.ateam(&["status", "--exit-code"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "converged:\n{}",
+        text(&ok.stdout)
+    );
+}
+
+fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
+    let w = World::new(engine, "del");
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    let out = w.ateam(&["delete", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("transcripts kept in"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(w.containers().is_empty(), "{:?}", w.containers());
+    assert!(
+        w.transcript("reviewer").exists(),
+        "delete keeps transcripts"
+    );
+
+    w.apply();
+    // A member removed from the manifests keeps its transcript, and status lists it.
+    w.edit(|t| {
+        let i = t
+            .rfind("---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata:\n  name: tester")
+            .unwrap();
+        t[..i].to_string()
+    });
+    let out = w.ateam(&["apply", "--prune", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status = w.status_json();
+    assert_eq!(state_of(&status, "tester"), "retained");
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !w.transcript("reviewer").exists() && !w.transcript("tester").exists(),
+        "--purge removes transcripts"
+    );
+    assert!(
+        w.root().join("workspace/repo/README.md").exists(),
+        "granted files are never touched"
+    );
+}
+
+/// A team of ten plain members, for the crash and concurrency cases.
+fn ten_members(w: &World, memory: &str) {
+    let mut t = format!(
+        "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {{name: {}}}\nspec: {{image: ateam-demo:latest, sessionDir: ./sessions}}\n---\n\
+         apiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {{name: g}}\nspec: {{write: [./workspace/repo]}}\n",
+        w.team
+    );
+    for i in 0..10 {
+        t.push_str(&format!(
+            "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\nspec: {{parent: lead, access: g, resources: {{memory: {memory}}}}}\n"
+        ));
+    }
+    t.push_str("---\napiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: lead}\nspec: {command: [sh]}\n");
+    std::fs::write(w.manifest(), t).unwrap();
+}
+
+fn converged_ten(w: &World) {
+    let c = w.containers();
+    let names: Vec<&String> = c.keys().collect();
+    let want: Vec<String> = (0..10).map(|i| w.name(&format!("m{i}"))).collect();
+    assert_eq!(
+        names,
+        want.iter().collect::<Vec<_>>(),
+        "exactly the ten members, no duplicates, no leftovers"
+    );
+    let status = w.status_json();
+    for i in 0..10 {
+        assert_eq!(state_of(&status, &format!("m{i}")), "running");
+    }
+}
+
+fn a_killed_apply_is_finished_by_the_next_one(engine: &'static str) {
+    let w = World::new(engine, "kill");
+    for (round, delay_ms) in [40u64, 150, 300, 500, 800, 1200].into_iter().enumerate() {
+        // Even rounds change every member (recreate), odd rounds start from nothing.
+        if round % 2 == 1 {
+            let _ = w.ateam(&["delete", "--team", &w.team]);
+        }
+        ten_members(&w, if round % 4 < 2 { "64Mi" } else { "80Mi" });
+        let mut child: Child = w
+            .cmd(&["apply", "-f", w.manifest().to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "round {round} (killed after {delay_ms} ms): {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        converged_ten(&w);
+        let again = w.apply();
+        assert!(
+            text(&again.stdout).contains("no changes"),
+            "round {round}: {}",
+            text(&again.stdout)
+        );
+    }
+}
+
+fn concurrent_applies_serialize(engine: &'static str) {
+    let w = World::new(engine, "conc");
+    ten_members(&w, "64Mi");
+    let children: Vec<Child> = (0..5)
+        .map(|_| {
+            w.cmd(&["apply", "-f", w.manifest().to_str().unwrap()])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}\n{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+    let waited = outs
+        .iter()
+        .filter(|o| text(&o.stderr).contains("waiting for another ateam command"))
+        .count();
+    assert!(
+        waited >= 1,
+        "the applies ran one at a time: at least one waited"
+    );
+    let created = outs
+        .iter()
+        .filter(|o| text(&o.stdout).contains("applied: 10 member(s)"))
+        .count();
+    let noop = outs
+        .iter()
+        .filter(|o| text(&o.stdout).contains("no changes"))
+        .count();
+    assert_eq!(
+        (created, noop),
+        (1, 4),
+        "one apply did the work, the four after it found nothing to do"
+    );
+    converged_ten(&w);
+    let busy = {
+        let _held = w
+            .cmd(&["apply", "-f", w.manifest().to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        // A second one with --no-wait while the first holds the lock fails at once, or runs
+        // after it; either way no duplicate.
+        let o = w.ateam(&["apply", "--no-wait", "-f", w.manifest().to_str().unwrap()]);
+        o.status.code()
+    };
+    assert!(matches!(busy, Some(0) | Some(1)));
+    converged_ten(&w);
+}
+
+macro_rules! e2e {
+    ($engine:ident: $($case:ident),* $(,)?) => {
+        mod $engine {
+            $(
+                #[test]
+                #[ignore = "needs container engines: run scripts/test.sh"]
+                fn $case() {
+                    super::$case(stringify!($engine));
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! every_engine {
+    ($($case:ident),* $(,)?) => {
+        e2e!(docker: $($case),*);
+        e2e!(podman: $($case),*);
+    };
+}
+
+every_engine!(
+    apply_is_idempotent_and_recreates_only_what_changed,
+    status_names_every_drift_and_apply_converges,
+    delete_keeps_transcripts_and_purge_removes_them,
+    a_killed_apply_is_finished_by_the_next_one,
+    concurrent_applies_serialize,
+);
