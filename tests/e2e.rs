@@ -487,17 +487,19 @@ fn concurrent_applies_serialize(engine: &'static str) {
         "one apply did the work, the four after it found nothing to do"
     );
     converged_ten(&w);
-    let busy = {
-        let _held = w
-            .cmd(&["apply", "-f", w.manifest().to_str().unwrap()])
-            .spawn()
-            .unwrap();
-        // A second one with --no-wait while the first holds the lock fails at once, or runs
-        // after it; either way no duplicate.
-        let o = w.ateam(&["apply", "--no-wait", "-f", w.manifest().to_str().unwrap()]);
-        o.status.code()
-    };
-    assert!(matches!(busy, Some(0) | Some(1)));
+    // While another process holds the store, --no-wait fails at once and changes nothing.
+    let me = ateam::runtime::files::Owner { uid: 0, gid: 0 };
+    let held = ateam::store::Store::new(w.state(), me)
+        .lock(true, |_| {})
+        .unwrap();
+    let o = w.ateam(&["apply", "--no-wait", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("another ateam command is changing this store"),
+        "{}",
+        text(&o.stderr)
+    );
+    drop(held);
     converged_ten(&w);
 }
 
