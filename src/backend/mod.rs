@@ -209,6 +209,17 @@ pub trait Backend: Send + Sync {
     ) -> Result<futures_util::stream::BoxStream<'static, Result<String>>>;
 }
 
+/// The cgroup version of this host: 2 when /sys/fs/cgroup is a cgroup2 mount.
+pub fn host_cgroup_version() -> u8 {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    // f_type's integer type differs between platforms.
+    #[allow(clippy::unnecessary_cast)]
+    match rustix::fs::statfs("/sys/fs/cgroup") {
+        Ok(st) if st.f_type as i64 == CGROUP2_SUPER_MAGIC => 2,
+        _ => 1,
+    }
+}
+
 /// Maps an engine's status word to the state model.
 pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
     match status {
