@@ -30,6 +30,8 @@ bash scripts/engines.sh >/dev/null
 source /run/ateam-ci/env
 cargo build --release --locked -q
 ATEAM=$REPO/target/release/ateam
+# Main sessions of an earlier run would outlive their folder.
+pkill -f "tmux -S $W/" 2>/dev/null || true
 rm -rf "$W" && mkdir -p "$W/results"
 
 # gen_ateam DIR N: a team of N members, each with one write grant, no network.

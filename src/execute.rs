@@ -159,9 +159,10 @@ impl Executor<'_> {
                 container,
                 ..
             } => {
+                // The planner starts only members the manifests want.
                 let m = wanted.ok_or_else(|| ActionError::Session {
                     session: member.clone(),
-                    message: "not in the manifests".into(),
+                    message: "a start was planned for a member no manifest wants".into(),
                 })?;
                 self.progress.step(team, member, "starting");
                 self.rt.restart(m, &container.id).await?;

@@ -10,6 +10,7 @@ mod schema;
 mod status;
 mod validate;
 
+use std::future::Future;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
@@ -22,59 +23,54 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate { files, show } => validate::run(g, &files, show),
         Command::Schema => schema::run(),
-        command => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                match command {
-                    Command::Apply {
-                        files,
-                        prune,
-                        dry_run,
-                        concurrency,
-                        no_wait,
-                    } => {
-                        apply::run(
-                            g,
-                            &files,
-                            apply::Opts {
-                                prune,
-                                dry_run,
-                                concurrency,
-                                no_wait,
-                            },
-                        )
-                        .await
-                    }
-                    Command::Diff {
-                        files,
-                        prune,
-                        output,
-                    } => Ok(diff::run(g, &files, prune, output).await),
-                    Command::Status {
-                        team,
-                        files,
-                        output,
-                        exit_code,
-                    } => status::run(g, team.as_deref(), &files, output, exit_code).await,
-                    Command::Delete {
-                        files,
-                        team,
-                        purge,
-                        no_wait,
-                    } => delete::run(g, &files, team.as_deref(), purge, no_wait).await,
-                    Command::Logs { member, team, tail } => {
-                        member::logs(g, team.as_deref(), &member, tail).await
-                    }
-                    Command::Exec {
-                        member,
-                        team,
-                        command,
-                    } => member::exec(g, team.as_deref(), &member, &command).await,
-                    Command::Validate { .. } | Command::Schema => unreachable!("handled above"),
-                }
-            })
+        Command::Apply {
+            files,
+            prune,
+            dry_run,
+            concurrency,
+            no_wait,
+        } => block_on(apply::run(
+            g,
+            &files,
+            apply::Opts {
+                prune,
+                dry_run,
+                concurrency,
+                no_wait,
+            },
+        ))?,
+        Command::Diff {
+            files,
+            prune,
+            output,
+        } => Ok(block_on(diff::run(g, &files, prune, output))?),
+        Command::Status {
+            team,
+            files,
+            output,
+            exit_code,
+        } => block_on(status::run(g, team.as_deref(), &files, output, exit_code))?,
+        Command::Delete {
+            files,
+            team,
+            purge,
+            no_wait,
+        } => block_on(delete::run(g, &files, team.as_deref(), purge, no_wait))?,
+        Command::Logs { member, team, tail } => {
+            block_on(member::logs(g, team.as_deref(), &member, tail))?
         }
+        Command::Exec {
+            member,
+            team,
+            command,
+        } => block_on(member::exec(g, team.as_deref(), &member, &command))?,
     }
+}
+
+/// The engine commands are async; validate and schema need no runtime.
+fn block_on<F: Future>(f: F) -> anyhow::Result<F::Output> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(f))
 }
