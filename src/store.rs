@@ -5,6 +5,7 @@
 //! ```text
 //! <state>/lock                              flock'ed by apply and delete
 //! <state>/teams/<team>/applied.json         the validated model last applied
+//! <state>/teams/<team>/engine.json          the engine it was applied on
 //! <state>/teams/<team>/members/<m>/ctl/     the member's gate, secrets, release file
 //! <state>/teams/<team>/sessions/<s>/        a main session's terminal socket
 //! ```
@@ -17,6 +18,13 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FlockOperation, flock};
 
 use crate::model::Team;
+
+/// Where a team was applied: `docker` or `podman`, and the engine's address.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EngineRecord {
+    pub engine: String,
+    pub uri: String,
+}
 use crate::runtime::files::{self, Owner};
 
 #[derive(Debug, thiserror::Error)]
@@ -113,10 +121,31 @@ impl Store {
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
         let json = serde_json::to_vec_pretty(team).expect("the model serializes");
+        if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
+            return Ok(());
+        }
         files::write_atomic(&path, &json, 0o600, self.owner).map_err(io(&path))
     }
 
+    /// Remembers which engine a team was applied on, so that status, logs and delete find
+    /// it again without the environment that apply ran in.
+    pub fn save_engine(&self, team: &str, engine: &EngineRecord) -> Result<(), StoreError> {
+        let path = self.dir.join("teams").join(team).join("engine.json");
+        let json = serde_json::to_vec(engine).expect("a record serializes");
+        if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
+            return Ok(());
+        }
+        files::write_atomic(&path, &json, 0o600, self.owner).map_err(io(&path))
+    }
+
+    pub fn engine(&self, team: &str) -> Option<EngineRecord> {
+        let bytes = std::fs::read(self.dir.join("teams").join(team).join("engine.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
+        files::remove_if_present(&self.dir.join("teams").join(team).join("engine.json"))
+            .map_err(io(&self.dir))?;
         files::remove_if_present(&self.team_file(team)).map_err(io(&self.team_file(team)))
     }
 

@@ -59,6 +59,17 @@ impl World {
         c
     }
 
+    /// As a user in a new shell: no engine variables, no --backend.
+    fn bare(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_ateam"))
+            .args(args)
+            .env("ATEAM_STATE_DIR", self.state())
+            .env_remove("DOCKER_HOST")
+            .env_remove("CONTAINER_HOST")
+            .output()
+            .unwrap()
+    }
+
     fn ateam(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
     }
@@ -247,8 +258,20 @@ fn apply_is_idempotent_and_recreates_only_what_changed(engine: &'static str) {
 fn status_names_every_drift_and_apply_converges(engine: &'static str) {
     let w = World::new(engine, "drift");
     w.apply();
-    let ok = w.ateam(&["status", "--exit-code"]);
-    assert_eq!(ok.status.code(), Some(0), "in sync:\n{}", text(&ok.stdout));
+    // Status finds the engine the team was applied on, without -f, --backend or variables.
+    let ok = w.bare(&["status", "--exit-code"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "in sync:\n{}{}",
+        text(&ok.stdout),
+        text(&ok.stderr)
+    );
+    assert!(
+        text(&ok.stdout).contains(&format!("TEAM {} ({engine})", w.team)),
+        "{}",
+        text(&ok.stdout)
+    );
     // Behind ateam's back: kill one, stop one, remove one, and start a stranger with its labels.
     let ids = w.containers();
     assert!(

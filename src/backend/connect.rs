@@ -178,7 +178,8 @@ fn start_hint(env: &Env) -> String {
     };
     match (podman_installed, docker_installed) {
         (true, _) => format!(
-            "Podman is installed but its API socket is not running. Start it with\n  systemctl --user start podman.socket\nor, without systemd,\n  podman system service --time=0 unix://{sock} &"
+            "Podman is installed but its API socket is not running. Start it with\n  systemctl {}start podman.socket\nor, without systemd,\n  podman system service --time=0 unix://{sock} &",
+            if env.uid == 0 { "" } else { "--user " }
         ),
         (false, true) => "Docker is installed but dockerd is not running: start it (systemctl start docker) or set DOCKER_HOST.".into(),
         (false, false) => "Install Podman (apt-get install podman) or Docker, or run scripts/engines.sh for the test setup.".into(),

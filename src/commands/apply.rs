@@ -62,6 +62,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         for t in &desired.teams {
             ctx.store.save_team(t)?;
         }
+        ctx.remember_engine(&desired.teams, backend.as_ref())?;
         println!(
             "no changes: {members} member(s) as the manifests say ({})",
             info.kind
@@ -81,6 +82,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     for t in &desired.teams {
         ctx.store.save_team(t)?;
     }
+    ctx.remember_engine(&desired.teams, backend.as_ref())?;
     let mut failed = failures.len();
     for f in &failures {
         eprintln!("error: {}", f.error);

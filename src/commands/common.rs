@@ -5,15 +5,15 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 
 use crate::cli::{BackendArg, Files, Global};
-use ateam::backend::connect::{self, Env};
-use ateam::backend::{Backend, EngineInfo};
+use ateam::backend::connect::{self, Candidate, Engine, Env};
+use ateam::backend::{Backend, EngineInfo, EngineKind};
 use ateam::host::Host;
 use ateam::manifest::ManifestError;
 use ateam::model::{BackendChoice, Desired, Team};
 use ateam::plan::spec::{DesiredState, desired_state};
 use ateam::runtime::Runtime;
 use ateam::runtime::files::Owner;
-use ateam::store::Store;
+use ateam::store::{EngineRecord, Store};
 
 pub struct Ctx {
     pub host: Host,
@@ -62,8 +62,31 @@ impl Ctx {
         desired_state(desired, &self.host)
     }
 
-    /// The engine: `--backend`, else the teams' `backend` (which must agree), else auto.
+    /// The engine: `--backend`; else the one these teams were applied on; else the teams'
+    /// `backend` (which must agree); else the first that answers.
     pub async fn connect(&self, teams: &[Team]) -> anyhow::Result<(Arc<dyn Backend>, EngineInfo)> {
+        if self.backend_arg.is_none()
+            && let Some((team, r)) = teams
+                .iter()
+                .find_map(|t| self.store.engine(&t.name).map(|r| (t, r)))
+        {
+            let engine = if r.engine == "podman" {
+                Engine::Podman
+            } else {
+                Engine::Docker
+            };
+            let c = Candidate {
+                engine,
+                uri: r.uri.clone(),
+                origin: "applied state",
+            };
+            return connect::connect_to(&c).await.with_context(|| {
+                format!(
+                    "team `{}` was applied on {} at {}; pass --backend to use another engine",
+                    team.name, r.engine, r.uri
+                )
+            });
+        }
         let choice = match self.backend_arg {
             Some(BackendArg::Auto) => BackendChoice::Auto,
             Some(BackendArg::Docker) => BackendChoice::Docker,
@@ -81,6 +104,22 @@ impl Ctx {
             }
         };
         Ok(connect::connect(choice, &Env::from_process(self.host.uid)).await?)
+    }
+
+    /// Records the engine `teams` were applied on.
+    pub fn remember_engine(&self, teams: &[Team], backend: &dyn Backend) -> anyhow::Result<()> {
+        let engine = match backend.kind() {
+            EngineKind::Docker => "docker",
+            EngineKind::Podman { .. } => "podman",
+        };
+        for t in teams {
+            let record = EngineRecord {
+                engine: engine.into(),
+                uri: backend.endpoint().to_string(),
+            };
+            self.store.save_engine(&t.name, &record)?;
+        }
+        Ok(())
     }
 
     pub fn runtime(

@@ -13,7 +13,7 @@ pub fn install(ctl: &Path, owner: Owner) -> std::io::Result<()> {
     if std::fs::read(&path).map(|b| b == GATE).unwrap_or(false) {
         return Ok(());
     }
-    write_atomic(&path, GATE, 0o755, owner)
+    write_atomic(&path, GATE, 0o700, owner)
 }
 
 /// Holds the member back: removes the release file before a container is (re)started.
@@ -23,5 +23,5 @@ pub fn close(ctl: &Path) -> std::io::Result<()> {
 
 /// Lets the container with this id run its command.
 pub fn release(ctl: &Path, container_id: &str, owner: Owner) -> std::io::Result<()> {
-    write_atomic(&ctl.join("go"), container_id.as_bytes(), 0o644, owner)
+    write_atomic(&ctl.join("go"), container_id.as_bytes(), 0o600, owner)
 }
