@@ -129,6 +129,9 @@ pub enum Command {
         /// Lines from the end.
         #[arg(long, default_value_t = 100)]
         tail: usize,
+        /// Keep printing new output until the member stops.
+        #[arg(short, long)]
+        follow: bool,
     },
     /// Run a command in a member's container.
     Exec {

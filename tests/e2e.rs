@@ -401,6 +401,55 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     );
 }
 
+fn logs_and_exec_look_inside(engine: &'static str) {
+    let w = World::new(engine, "look");
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    let logs = w.bare(&["logs", "reviewer", "--tail", "3"]);
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs.stderr));
+    assert!(
+        text(&logs.stdout).contains("agent: sleeping"),
+        "{}",
+        text(&logs.stdout)
+    );
+    assert_eq!(text(&logs.stdout).lines().count(), 3);
+    let exec = w.bare(&[
+        "exec",
+        "reviewer",
+        "--",
+        "sh",
+        "-c",
+        "ls /sys/class/net; exit 3",
+    ]);
+    assert_eq!(exec.status.code(), Some(3), "exec passes the exit code on");
+    assert_eq!(text(&exec.stdout).trim(), "lo");
+    // -f follows until the member stops: the agent's goodbye arrives, then the command ends.
+    let follow = w
+        .cmd(&["logs", "-f", "reviewer", "--tail", "0"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        w.engine_cli(&["stop", "-t", "5", &w.name("reviewer")])
+            .status
+            .success()
+    );
+    let out = follow.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("stopping on signal"),
+        "{}",
+        text(&out.stdout)
+    );
+    let unknown = w.bare(&["logs", "nobody"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        text(&unknown.stderr).contains("no applied team has a member `nobody`"),
+        "{}",
+        text(&unknown.stderr)
+    );
+}
+
 /// A team of ten plain members, for the crash and concurrency cases.
 fn ten_members(w: &World, memory: &str) {
     let mut t = format!(
@@ -551,6 +600,7 @@ every_engine!(
     apply_is_idempotent_and_recreates_only_what_changed,
     status_names_every_drift_and_apply_converges,
     delete_keeps_transcripts_and_purge_removes_them,
+    logs_and_exec_look_inside,
     a_killed_apply_is_finished_by_the_next_one,
     concurrent_applies_serialize,
 );

@@ -406,21 +406,26 @@ impl Backend for DockerBackend {
         })
     }
 
-    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+    async fn logs(
+        &self,
+        id: &str,
+        tail: usize,
+        follow: bool,
+        sink: &mut super::LogSink<'_>,
+    ) -> Result<()> {
         let opts = LogsOptions {
             stdout: true,
             stderr: true,
+            follow,
             tail: tail.to_string(),
             ..Default::default()
         };
-        // Bytes first: a frame boundary can split a UTF-8 character.
-        let mut out = Vec::new();
         let mut stream = self.docker.logs(id, Some(opts));
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| self.container_err("logs", id, e))?;
-            out.extend_from_slice(&chunk.into_bytes());
+            sink(&chunk.into_bytes());
         }
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        Ok(())
     }
 
     async fn events(
@@ -1079,7 +1084,7 @@ mod tests {
 
         let mut logs = String::new();
         for _ in 0..50 {
-            logs = b.logs(&id, 100).await.expect("logs");
+            logs = super::super::logs_text(&b, &id, 100).await.expect("logs");
             if logs.contains("agent: sleeping") {
                 break;
             }
@@ -1087,7 +1092,9 @@ mod tests {
         }
         assert!(logs.contains("agent: started as uid=1000"), "{logs}");
         assert!(logs.contains("read dir /ro (read-only): seen"), "{logs}");
-        let last = b.logs(&id, 1).await.expect("logs tail 1");
+        let last = super::super::logs_text(&b, &id, 1)
+            .await
+            .expect("logs tail 1");
         assert_eq!(last.lines().count(), 1, "{last}");
 
         let listed = b.list(&labels).await.expect("list");

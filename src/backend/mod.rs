@@ -175,6 +175,10 @@ pub enum BackendError {
 
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 
+/// Where `logs` writes output as it arrives. (Spelled out with `for<'b>`: async-trait would
+/// otherwise tie the chunk's lifetime to the call.)
+pub type LogSink<'a> = dyn for<'b> FnMut(&'b [u8]) + Send + 'a;
+
 /// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -199,14 +203,26 @@ pub trait Backend: Send + Sync {
     async fn rename(&self, id: &str, name: &str) -> Result<()>;
     /// Runs `cmd` in the running container and waits for it.
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
-    /// The last `tail` lines of output (stdout and stderr).
-    async fn logs(&self, id: &str, tail: usize) -> Result<String>;
+    /// The last `tail` lines of output (stdout and stderr), chunk by chunk into `sink`; with
+    /// `follow`, then everything new until the container stops.
+    async fn logs(&self, id: &str, tail: usize, follow: bool, sink: &mut LogSink<'_>)
+    -> Result<()>;
     /// Ids of containers with these labels that changed (start, die, destroy, ...), as they
     /// happen; the stream ends when the engine connection does.
     async fn events(
         &self,
         labels: &BTreeMap<String, String>,
     ) -> Result<futures_util::stream::BoxStream<'static, Result<String>>>;
+}
+
+/// The last `tail` lines of a container's output, as text.
+pub async fn logs_text(backend: &dyn Backend, id: &str, tail: usize) -> Result<String> {
+    let mut out = Vec::new();
+    backend
+        .logs(id, tail, false, &mut |chunk| out.extend_from_slice(chunk))
+        .await?;
+    // Bytes first: a frame boundary can split a UTF-8 character.
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The cgroup version of this host: 2 when /sys/fs/cgroup is a cgroup2 mount.

@@ -776,22 +776,28 @@ impl Backend for PodmanBackend {
         })
     }
 
-    async fn logs(&self, id: &str, tail: usize) -> Result<String> {
+    async fn logs(
+        &self,
+        id: &str,
+        tail: usize,
+        follow: bool,
+        sink: &mut super::LogSink<'_>,
+    ) -> Result<()> {
         let opts = ContainerLogsOpts::builder()
             .stdout(true)
             .stderr(true)
+            .follow(follow)
             .tail(tail.to_string())
             .build();
         let container = self.podman.containers().get(id);
         let mut stream = container.logs(&opts);
-        let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
             match chunk {
-                Ok(c) => out.extend(Vec::from(c)),
+                Ok(c) => sink(&Vec::from(c)),
                 Err(e) => return Err(container_err("logs", id, &e)),
             }
         }
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        Ok(())
     }
 
     async fn events(
@@ -1200,7 +1206,7 @@ mod tests {
             .expect("exec rootfs");
         assert_ne!(out.code, 0, "read-only rootfs: {out:?}");
 
-        let logs = b.logs(&id, 10).await.expect("logs");
+        let logs = super::super::logs_text(b, &id, 10).await.expect("logs");
         assert!(logs.contains(&format!("hello-from-{run}")), "{logs:?}");
 
         let listed = b.list(&labels).await.expect("list");

@@ -105,7 +105,9 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
             Some((_, ContainerState::Running)) => {}
             Some((c, ContainerState::Exited { code })) => {
                 failed += 1;
-                let logs = backend.logs(&c.id, 10).await.unwrap_or_default();
+                let logs = ateam::backend::logs_text(backend.as_ref(), &c.id, 10)
+                    .await
+                    .unwrap_or_default();
                 eprintln!(
                     "error: {}/{} exited with code {code}; last output:\n{}",
                     m.team,

@@ -1,6 +1,7 @@
 //! `logs` and `exec`: looking inside one member, through the engine.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::bail;
@@ -51,10 +52,17 @@ pub async fn logs(
     team: Option<&str>,
     member: &str,
     tail: usize,
+    follow: bool,
 ) -> anyhow::Result<ExitCode> {
     let ctx = Ctx::new(global);
     let (backend, id) = find(&ctx, team, member).await?;
-    print!("{}", backend.logs(&id, tail).await?);
+    let mut out = std::io::stdout();
+    backend
+        .logs(&id, tail, follow, &mut |chunk| {
+            // Written as it comes, so that -f shows lines as the member prints them.
+            let _ = out.write_all(chunk).and_then(|()| out.flush());
+        })
+        .await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -56,9 +56,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             purge,
             no_wait,
         } => block_on(delete::run(g, &files, team.as_deref(), purge, no_wait))?,
-        Command::Logs { member, team, tail } => {
-            block_on(member::logs(g, team.as_deref(), &member, tail))?
-        }
+        Command::Logs {
+            member,
+            team,
+            tail,
+            follow,
+        } => block_on(member::logs(g, team.as_deref(), &member, tail, follow))?,
         Command::Exec {
             member,
             team,

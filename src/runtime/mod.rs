@@ -256,7 +256,9 @@ impl Runtime {
             what,
         };
         let Some(pid) = inspected.pid else {
-            let logs = self.backend.logs(id, 20).await.unwrap_or_default();
+            let logs = crate::backend::logs_text(self.backend.as_ref(), id, 20)
+                .await
+                .unwrap_or_default();
             return Err(process(format!(
                 "it stopped before it was released; last output:\n{logs}"
             )));
