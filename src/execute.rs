@@ -9,7 +9,7 @@ use futures_util::{StreamExt, stream};
 
 use crate::backend::BackendError;
 use crate::plan::spec::{DesiredMember, DesiredSession, labels, replacement_name};
-use crate::plan::{Action, ContainerRef, Plan};
+use crate::plan::{Action, ContainerRef, Plan, StartReason};
 use crate::runtime::{RunError, Runtime, files};
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
@@ -157,7 +157,7 @@ impl Executor<'_> {
                 team,
                 member,
                 container,
-                ..
+                reason,
             } => {
                 // The planner starts only members the manifests want.
                 let m = wanted.ok_or_else(|| ActionError::Session {
@@ -166,14 +166,16 @@ impl Executor<'_> {
                 })?;
                 self.progress.step(team, member, "starting");
                 self.rt.restart(m, &container.id).await?;
-                let count = restarts(&m.ctl_dir) + 1;
-                let path = m.ctl_dir.join("restarts");
-                files::write_atomic(&path, count.to_string().as_bytes(), 0o600, self.rt.owner)
-                    .map_err(|source| ActionError::Io {
-                        member: member.clone(),
-                        path,
-                        source,
-                    })?;
+                if let StartReason::Restart { .. } = reason {
+                    let count = restarts(&m.ctl_dir) + 1;
+                    let path = m.ctl_dir.join("restarts");
+                    files::write_atomic(&path, count.to_string().as_bytes(), 0o600, self.rt.owner)
+                        .map_err(|source| ActionError::Io {
+                            member: member.clone(),
+                            path,
+                            source,
+                        })?;
+                }
                 self.progress.step(team, member, "ready");
                 Ok(())
             }

@@ -7,7 +7,7 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 
 use crate::backend::{Backend, BackendError, EngineInfo};
 use crate::plan::spec::{DesiredState, labels};
-use crate::plan::{Observed, ObservedContainer};
+use crate::plan::{ContainerState, Observed, ObservedContainer};
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
@@ -40,6 +40,7 @@ pub async fn observe(
             state: s.state,
             created: s.created,
             effective: None,
+            released: true,
         });
     let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
         .map(|s| async move {
@@ -55,6 +56,21 @@ pub async fn observe(
         .try_collect()
         .await?;
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    // A running member whose gate file does not name it was started by an apply that died
+    // before verifying it: its command has not run, and the planner must finish the job.
+    for c in containers
+        .iter_mut()
+        .filter(|c| c.state == ContainerState::Running)
+    {
+        let wanted = desired.members.iter().find(|m| {
+            c.labels.get(labels::TEAM) == Some(&m.team)
+                && c.labels.get(labels::MEMBER) == Some(&m.member)
+        });
+        if let Some(m) = wanted {
+            let go = std::fs::read_to_string(m.ctl_dir.join("go")).unwrap_or_default();
+            c.released = !go.trim().is_empty() && c.id.starts_with(go.trim());
+        }
+    }
     containers.extend(foreign);
 
     let mut transcript_dirs = BTreeSet::new();

@@ -157,6 +157,7 @@ pub fn drift_text(d: &Drift) -> String {
 fn start_text(r: &StartReason) -> String {
     match r {
         StartReason::NeverStarted => "created but never started".into(),
+        StartReason::NotReleased => "running but never verified (an apply was interrupted)".into(),
         StartReason::Restart { code, policy } => {
             format!("exited {code}, restart policy {policy:?}")
         }
@@ -290,6 +291,11 @@ pub fn team_status(
                 ("drifted".into(), Some(drift_text(reason)), true)
             }
             (Some(c), _) => match c.state {
+                ContainerState::Running if !c.released => (
+                    "held at gate".into(),
+                    Some("started but never verified (an apply was interrupted); apply checks and releases it".into()),
+                    true,
+                ),
                 ContainerState::Running | ContainerState::Restarting => {
                     ("running".into(), None, false)
                 }

@@ -450,6 +450,43 @@ fn logs_and_exec_look_inside(engine: &'static str) {
     );
 }
 
+fn a_member_held_at_its_gate_is_released_by_the_next_apply(engine: &'static str) {
+    let w = World::new(engine, "gate");
+    w.apply();
+    wait_for(&w.transcript("tester"), "sleeping");
+    // As if an apply died between start and release: no release file, container restarted.
+    let ctl = w
+        .state()
+        .join("teams")
+        .join(&w.team)
+        .join("members/tester/ctl");
+    std::fs::remove_file(ctl.join("go")).unwrap();
+    std::fs::remove_file(w.transcript("tester")).unwrap();
+    assert!(
+        w.engine_cli(&["restart", "-t", "1", &w.name("tester")])
+            .status
+            .success()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    // (The old process said goodbye on its way out; nothing new started.)
+    let log = std::fs::read_to_string(w.transcript("tester")).unwrap_or_default();
+    assert!(
+        !log.contains("started as"),
+        "the gate holds the member's command back: {log}"
+    );
+    let status = w.status_json();
+    assert_eq!(state_of(&status, "tester"), "held at gate");
+    let id = w.containers()[&w.name("tester")].clone();
+    w.apply();
+    wait_for(&w.transcript("tester"), "sleeping");
+    assert_eq!(
+        w.containers()[&w.name("tester")],
+        id,
+        "checked and released, not replaced"
+    );
+    assert_eq!(state_of(&w.status_json(), "tester"), "running");
+}
+
 /// A team of ten plain members, for the crash and concurrency cases.
 fn ten_members(w: &World, memory: &str) {
     let mut t = format!(
@@ -601,6 +638,7 @@ every_engine!(
     status_names_every_drift_and_apply_converges,
     delete_keeps_transcripts_and_purge_removes_them,
     logs_and_exec_look_inside,
+    a_member_held_at_its_gate_is_released_by_the_next_apply,
     a_killed_apply_is_finished_by_the_next_one,
     concurrent_applies_serialize,
 );

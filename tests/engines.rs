@@ -180,6 +180,7 @@ impl Team {
             info: e.info.clone(),
             store: desired.store.clone(),
             owner: e.owner,
+            state_dir: host.state_dir.clone(),
         };
         let cli = match e.name {
             "docker" => vec!["docker".into(), "-H".into(), e.uri.clone()],

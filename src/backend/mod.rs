@@ -123,6 +123,7 @@ impl Inspected {
             state: self.summary.state,
             created: self.summary.created,
             effective: Some(self.effective),
+            released: true,
         }
     }
 }

@@ -133,6 +133,7 @@ impl Ctx {
             info,
             store: store_id,
             owner: self.owner,
+            state_dir: self.host.state_dir.clone(),
         }
     }
 }

@@ -126,6 +126,9 @@ pub enum StartReason {
     NeverStarted,
     /// Exited with this code and the restart policy asks for a restart.
     Restart { code: i64, policy: RestartPolicy },
+    /// Running, but an interrupted apply never verified it nor released its gate: check it
+    /// now, then release.
+    NotReleased,
 }
 
 /// Something the user should know that the plan does not act on.
@@ -358,6 +361,12 @@ fn plan_member(
     }
     let (team, member) = (m.team.clone(), m.member.clone());
     match c.state {
+        ContainerState::Running if !c.released => plan.actions.push(Action::Start {
+            team,
+            member,
+            container: cref(c),
+            reason: StartReason::NotReleased,
+        }),
         ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
         ContainerState::Paused => plan.findings.push(Finding::Paused { team, member }),
         ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),

@@ -30,6 +30,14 @@ pub struct ObservedContainer {
     pub created: i64,
     /// From inspect; None when it was not inspected.
     pub effective: Option<Effective>,
+    /// Its start gate was released (its command runs). False for a container that an
+    /// interrupted apply started but never verified.
+    #[serde(default = "yes")]
+    pub released: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The engine's view of a container's life.

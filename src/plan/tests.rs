@@ -78,6 +78,7 @@ fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedConta
         state,
         created: 100,
         effective: Some(policy::compliant(&m.spec)),
+        released: true,
     }
 }
 
@@ -331,6 +332,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         state: ContainerState::Running,
         created: 1,
         effective: None,
+        released: true,
     };
     let o = Observed {
         containers: vec![foreign],
@@ -544,5 +546,23 @@ fn an_interrupted_recreate_is_finished_or_undone() {
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
         ["remove-duplicate new", "create a"]
+    );
+}
+
+#[test]
+fn a_running_container_never_released_is_checked_then_released() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].released = false;
+    let p = plan(&d, &o, PlanOptions::default());
+    assert!(
+        matches!(
+            &p.actions[..],
+            [Action::Start {
+                reason: StartReason::NotReleased,
+                ..
+            }]
+        ),
+        "{p:?}"
     );
 }

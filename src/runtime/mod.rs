@@ -96,6 +96,8 @@ pub struct Runtime {
     pub store: String,
     /// Who member files belong to (and who members run as).
     pub owner: Owner,
+    /// ateam's state folder (for files shared by members, such as the gate).
+    pub state_dir: PathBuf,
 }
 
 impl Runtime {
@@ -127,7 +129,8 @@ impl Runtime {
         };
         files::private_dir(&m.transcript_dir, self.owner).map_err(io(&m.transcript_dir))?;
         files::private_dir(&m.ctl_dir, self.owner).map_err(io(&m.ctl_dir))?;
-        gate::install(&m.ctl_dir, self.owner).map_err(io(&m.ctl_dir))?;
+        gate::install(&m.ctl_dir, &self.state_dir.join("gate"), self.owner)
+            .map_err(io(&m.ctl_dir))?;
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
         let mut secrets = Vec::new();
         for name in &m.spec.secret_env {
