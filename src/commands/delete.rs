@@ -52,7 +52,7 @@ pub async fn run(
     let secret = |_: &str| None;
     let failures = Executor {
         rt: &rt,
-        concurrency: 8,
+        concurrency: ateam::execute::default_concurrency(),
         secret: &secret,
         progress: &display,
     }
