@@ -121,3 +121,31 @@ fn schema_command_prints_the_checked_in_schema() {
         std::fs::read_to_string(Path::new(&root()).join("manifests/ateam.schema.json")).unwrap();
     assert_eq!(text(&out.stdout), on_disk);
 }
+
+#[test]
+fn apply_and_diff_with_bad_manifests_touch_nothing() {
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().join("state");
+    for (cmd, code) in [("apply", 1), ("diff", 2)] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
+            .args([cmd, "-f", "tests/broken/17-access-missing.yaml"])
+            .current_dir(root())
+            .env("ATEAM_STATE_DIR", &state_dir)
+            // No engine is reachable here: validation must fail before any is looked for.
+            .env("DOCKER_HOST", "unix:///nonexistent.sock")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{cmd}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("spec.access: AccessGrant `repo-reed` is not defined"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!state_dir.exists(), "{cmd} created the state folder");
+    }
+}
