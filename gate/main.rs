@@ -32,6 +32,15 @@ fn main() {
         eprintln!("ateam-gate: no command to run");
         exit(126);
     }
+    // A command that cannot run is said now, before ateam waits to release it: ateam then
+    // sees the container stop and reports this line.
+    if !runnable(&cmd[0]) {
+        eprintln!(
+            "ateam-gate: command not found or not executable: {:?}",
+            cmd[0]
+        );
+        exit(127);
+    }
     // The engine sets this too; setting it here means it holds even if a container was
     // created by hand without it.
     unsafe {
@@ -49,7 +58,10 @@ fn main() {
             }
         }
         if Instant::now() > deadline {
-            eprintln!("ateam-gate: not released by ateam within {}s; not starting", WAIT.as_secs());
+            eprintln!(
+                "ateam-gate: not released by ateam within {}s; not starting",
+                WAIT.as_secs()
+            );
             exit(125);
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -69,4 +81,21 @@ fn main() {
     let err = command.exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);
+}
+
+/// Whether `program` names an executable file, looked up in PATH when it has no slash.
+fn runnable(program: &OsString) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    let p = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return is_exec(p);
+    }
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path).any(|dir| is_exec(&dir.join(p)))
 }

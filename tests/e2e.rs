@@ -487,6 +487,38 @@ fn a_member_held_at_its_gate_is_released_by_the_next_apply(engine: &'static str)
     assert_eq!(state_of(&w.status_json(), "tester"), "running");
 }
 
+fn a_member_that_cannot_start_is_named_with_its_output(engine: &'static str) {
+    let w = World::new(engine, "fail");
+    w.edit(|t| {
+        t.replace(
+            "command: [/bin/agent.sh]",
+            "command: [no-such-agent, --flag]",
+        )
+    });
+    let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("member `tester`") && err.contains("stopped before it was released"),
+        "{err}"
+    );
+    assert!(
+        err.contains("command not found or not executable: \"no-such-agent\""),
+        "{err}"
+    );
+    assert!(err.contains("1 of 3 member(s) not running"), "{err}");
+    // The others are up; fixing the manifest fixes the member.
+    assert_eq!(state_of(&w.status_json(), "reviewer"), "running");
+    w.edit(|t| {
+        t.replace(
+            "command: [no-such-agent, --flag]",
+            "command: [/bin/agent.sh]",
+        )
+    });
+    w.apply();
+    assert_eq!(state_of(&w.status_json(), "tester"), "running");
+}
+
 /// A team of ten plain members, for the crash and concurrency cases.
 fn ten_members(w: &World, memory: &str) {
     let mut t = format!(
@@ -638,6 +670,7 @@ every_engine!(
     status_names_every_drift_and_apply_converges,
     delete_keeps_transcripts_and_purge_removes_them,
     logs_and_exec_look_inside,
+    a_member_that_cannot_start_is_named_with_its_output,
     a_member_held_at_its_gate_is_released_by_the_next_apply,
     a_killed_apply_is_finished_by_the_next_one,
     concurrent_applies_serialize,

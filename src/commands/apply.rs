@@ -88,7 +88,9 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         eprintln!("error: {}", f.error);
     }
     // Wait-until-running: one more look, and the reason for every member that is not up.
-    let after = observe(backend.as_ref(), &info, &ds).await?;
+    // A list call is enough: states only, no inspects.
+    let ours = std::collections::BTreeMap::from([(labels::STORE.to_string(), ds.store.clone())]);
+    let after = backend.list(&ours).await?;
     for m in &ds.members {
         if failures
             .iter()
@@ -96,13 +98,19 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         {
             continue;
         }
-        let c = after.containers.iter().find(|c| {
+        let c = after.iter().find(|c| {
             c.labels.get(labels::TEAM) == Some(&m.team)
                 && c.labels.get(labels::MEMBER) == Some(&m.member)
                 && !ateam::plan::spec::is_replacement(&c.name, &c.labels)
         });
         match c.map(|c| (c, c.state)) {
             Some((_, ContainerState::Running)) => {}
+            // Done already, and its restart policy leaves it done: not a failure.
+            Some((_, ContainerState::Exited { code: 0 }))
+                if m.restart != ateam::model::RestartPolicy::Always =>
+            {
+                println!("{}/{} finished (exit 0)", m.team, m.member);
+            }
             Some((c, ContainerState::Exited { code })) => {
                 failed += 1;
                 let logs = ateam::backend::logs_text(backend.as_ref(), &c.id, 10)

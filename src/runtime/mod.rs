@@ -66,7 +66,7 @@ pub enum RunError {
         violations: Vec<Violation>,
     },
     /// What the kernel says about the container's process is not what the policy asked for.
-    #[error("member `{member}`: container {id}: {what}; it was removed")]
+    #[error("member `{member}`: container {} was removed: {what}", &.id[..12.min(.id.len())])]
     Process {
         member: String,
         id: String,
@@ -263,7 +263,11 @@ impl Runtime {
                 .await
                 .unwrap_or_default();
             return Err(process(format!(
-                "it stopped before it was released; last output:\n{logs}"
+                "it stopped before it was released; last output:\n{}",
+                logs.lines()
+                    .map(|l| format!("    {l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             )));
         };
         let st = procfs::status(pid)
