@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, Inspected};
+use crate::plan::observed::ContainerState;
 use crate::plan::spec::DesiredMember;
 use crate::policy::{self, Limits, Violation};
 use files::Owner;
@@ -207,7 +208,10 @@ impl Runtime {
             .create(&req)
             .await
             .map_err(|e| self.backend_err(m, e))?;
-        match self.verify_and_start(m, &id, &p.pins).await {
+        match self
+            .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str))
+            .await
+        {
             Ok(()) => Ok(id),
             Err(cause) => Err(self.rollback(cause, &id).await),
         }
@@ -223,7 +227,8 @@ impl Runtime {
             source,
         })?;
         let pins = self.pin_all(m)?;
-        match self.verify_and_start(m, id, &pins).await {
+        // The command was found when the container was created; the image cannot change.
+        match self.verify_and_start(m, id, &pins, None).await {
             Ok(()) => Ok(()),
             Err(cause) => Err(self.rollback(cause, id).await),
         }
@@ -245,6 +250,7 @@ impl Runtime {
         m: &DesiredMember,
         id: &str,
         pins: &[(PathBuf, Pinned)],
+        command: Option<&str>,
     ) -> Result<(), RunError> {
         let limits = self.limits(m)?;
         self.check_policy(m, id, limits, "after create").await?;
@@ -259,19 +265,22 @@ impl Runtime {
             what,
         };
         let Some(pid) = inspected.pid else {
-            let logs = crate::backend::logs_text(self.backend.as_ref(), id, 20)
-                .await
-                .unwrap_or_default();
-            return Err(process(format!(
-                "it stopped before it was released; last output:\n{}",
-                logs.lines()
-                    .map(|l| format!("    {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            )));
+            return Err(self.stopped_early(m, id).await);
         };
-        let st = procfs::status(pid)
-            .map_err(|e| process(format!("cannot read /proc/{pid}/status: {e}")))?;
+        // The process can end while it is being looked at (a command that cannot run ends at
+        // once); then that, not the failed look, is the reason to report.
+        let st = match procfs::status(pid) {
+            Ok(st) => st,
+            Err(e) => {
+                return Err(self
+                    .unless_stopped(
+                        m,
+                        id,
+                        process(format!("cannot read /proc/{pid}/status: {e}")),
+                    )
+                    .await);
+            }
+        };
         let user = format!("{}:{}", st.uid, st.gid);
         if st.cap_bnd != 0 || st.cap_eff != 0 || !st.no_new_privs || user != m.spec.user {
             return Err(process(format!(
@@ -280,16 +289,84 @@ impl Runtime {
             )));
         }
         for (target, pinned) in pins {
-            pin::check(pid, target, pinned).map_err(|source| RunError::Pin {
-                member: m.member.clone(),
-                source,
-            })?;
+            match pin::check(pid, target, pinned) {
+                Ok(()) => {}
+                Err(source @ PinError::Inspect { .. }) => {
+                    let err = RunError::Pin {
+                        member: m.member.clone(),
+                        source,
+                    };
+                    return Err(self.unless_stopped(m, id, err).await);
+                }
+                Err(source) => {
+                    return Err(RunError::Pin {
+                        member: m.member.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        // A command that cannot run would end the member the moment the gate opens, after apply
+        // has said all is well: look for it from outside first.
+        if let Some(cmd) = command
+            && !procfs::runnable_in(pid, cmd, &m.spec.cwd)
+        {
+            let err = process(format!(
+                "its command `{cmd}` is not found or not executable in the image"
+            ));
+            return Err(self.unless_stopped(m, id, err).await);
         }
         gate::release(&m.ctl_dir, id, self.owner).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),
             source,
         })
+    }
+
+    /// The container stopped before its gate was released: say so, with its exit code and its
+    /// last output (which an engine may write out a moment after the exit).
+    async fn stopped_early(&self, m: &DesiredMember, id: &str) -> RunError {
+        let code = match self.backend.inspect(id).await.map(|i| i.summary.state) {
+            Ok(ContainerState::Exited { code }) => format!(
+                " with exit code {code}{}",
+                if code == 127 {
+                    " (command not found)"
+                } else {
+                    ""
+                }
+            ),
+            _ => String::new(),
+        };
+        let mut logs = String::new();
+        for _ in 0..5 {
+            logs = crate::backend::logs_text(self.backend.as_ref(), id, 20)
+                .await
+                .unwrap_or_default();
+            if !logs.trim().is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let what = format!(
+            "it stopped{code} before it was released; last output:\n{}",
+            logs.lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        RunError::Process {
+            member: m.member.clone(),
+            id: id.to_string(),
+            what,
+        }
+    }
+
+    /// `err`, unless the container has stopped meanwhile, which is then the better reason.
+    async fn unless_stopped(&self, m: &DesiredMember, id: &str, err: RunError) -> RunError {
+        match self.backend.inspect(id).await {
+            Ok(i) if i.pid.is_none() => self.stopped_early(m, id).await,
+            _ => err,
+        }
     }
 
     async fn check_policy(

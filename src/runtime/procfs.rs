@@ -43,6 +43,55 @@ fn parse(text: &str) -> ProcStatus {
     }
 }
 
+/// Whether `program` names an executable file inside the container of `pid`: looked up in its
+/// PATH when it has no slash, resolved inside the container's root (RESOLVE_IN_ROOT, so an
+/// absolute symlink such as /bin/sh -> /bin/busybox means the container's busybox).
+pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
+    use rustix::fs::{
+        AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat, openat2, statx,
+    };
+    let Ok(root) = openat(
+        CWD,
+        format!("/proc/{pid}/root"),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let path = environ
+        .split(|b| *b == 0)
+        .find_map(|e| e.strip_prefix(b"PATH="))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let candidates: Vec<std::path::PathBuf> = if program.starts_with('/') {
+        vec![program.into()]
+    } else if program.contains('/') {
+        vec![cwd.join(program)]
+    } else {
+        path.split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| Path::new(d).join(program))
+            .collect()
+    };
+    candidates.iter().any(|c| {
+        let rel = c.strip_prefix("/").unwrap_or(c);
+        openat2(
+            &root,
+            rel,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT,
+        )
+        .and_then(|fd| statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS))
+        .map(|st| {
+            let mode = u32::from(st.stx_mode);
+            mode & 0o170000 == 0o100000 && mode & 0o111 != 0
+        })
+        .unwrap_or(false)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +111,18 @@ mod tests {
         );
         let me = status(std::process::id()).unwrap();
         assert_eq!(me.uid, rustix::process::getuid().as_raw());
+    }
+
+    #[test]
+    fn finds_commands_through_a_process_root() {
+        let me = std::process::id();
+        assert!(runnable_in(me, "sh", Path::new("/")));
+        assert!(runnable_in(me, "/bin/sh", Path::new("/")));
+        assert!(!runnable_in(me, "no-such-program-here", Path::new("/")));
+        assert!(
+            !runnable_in(me, "/etc/passwd", Path::new("/")),
+            "not executable"
+        );
+        assert!(!runnable_in(me, "/etc", Path::new("/")), "a folder");
     }
 }
