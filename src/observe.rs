@@ -18,21 +18,39 @@ pub async fn observe(
     info: &EngineInfo,
     desired: &DesiredState,
 ) -> Result<Observed, BackendError> {
-    // One list call for everything: ours are told apart by label; a container that holds a
-    // wanted name but is not ours is a conflict, and the planner must see it.
-    let all = backend.list(&BTreeMap::new()).await?;
-    let wanted: BTreeSet<&str> = desired
+    // One label-filtered list for ours. Only when a wanted member has no container of ours
+    // is everything listed once more, to see a container of that name that is not ours (a
+    // conflict the planner must not step on): a no-op apply never pays for that.
+    let ours = BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), "ateam".to_string()),
+        (labels::STORE.to_string(), desired.store.clone()),
+    ]);
+    let summaries = backend.list(&ours).await?;
+    let have: BTreeSet<(&str, &str)> = summaries
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.labels.get(labels::TEAM)?.as_str(),
+                s.labels.get(labels::MEMBER)?.as_str(),
+            ))
+        })
+        .collect();
+    let missing: BTreeSet<&str> = desired
         .members
         .iter()
+        .filter(|m| !have.contains(&(m.team.as_str(), m.member.as_str())))
         .map(|m| m.spec.name.as_str())
         .collect();
-    let (summaries, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|s| {
-        s.labels.get(labels::MANAGED_BY).map(String::as_str) == Some("ateam")
-            && s.labels.get(labels::STORE) == Some(&desired.store)
-    });
-    let foreign = others
+    let others = if missing.is_empty() {
+        Vec::new()
+    } else {
+        backend.list(&BTreeMap::new()).await?
+    };
+    let foreign: Vec<ObservedContainer> = others
         .into_iter()
-        .filter(|s| wanted.contains(s.name.as_str()))
+        .filter(|s| {
+            missing.contains(s.name.as_str()) && s.labels.get(labels::STORE) != Some(&desired.store)
+        })
         .map(|s| ObservedContainer {
             id: s.id,
             name: s.name,
@@ -41,7 +59,8 @@ pub async fn observe(
             created: s.created,
             effective: None,
             released: true,
-        });
+        })
+        .collect();
     let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
         .map(|s| async move {
             match backend.inspect(&s.id).await {
