@@ -2,8 +2,11 @@
 //!
 //! It holds the member's command back until ateam has checked the running container from the
 //! outside (policy, and that every granted folder is the very folder that was validated), then
-//! hands it the secrets and `exec`s it. ateam releases it by writing the container's id into
-//! `/.ateam/go`; an id that is not this container's (a stale file) does not count.
+//! hands it the secrets and `exec`s it. ateam releases it by writing into `/.ateam/go` the
+//! container's id, the boot id and the start time of the container's first process (its
+//! init). A release is good for one start only: after any restart, by the engine or by a
+//! person, the init is a new process with a new start time, so the old file no longer counts
+//! and the gate waits for ateam to check the container again.
 //!
 //! Built by build.rs as a static, std-only binary so that it runs in any image.
 
@@ -47,15 +50,15 @@ fn main() {
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     }
     let me = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let me = me.trim();
+    let me = me.trim().to_string();
+    let this_start = start_token();
     let go = Path::new(CTL).join("go");
     let deadline = Instant::now() + WAIT;
     loop {
-        if let Ok(id) = std::fs::read_to_string(&go) {
-            let id = id.trim();
-            if !id.is_empty() && !me.is_empty() && id.starts_with(me) {
-                break;
-            }
+        if let (Ok(release), Some(start)) = (std::fs::read_to_string(&go), &this_start)
+            && released(&release, &me, start)
+        {
+            break;
         }
         if Instant::now() > deadline {
             eprintln!(
@@ -81,6 +84,27 @@ fn main() {
     let err = command.exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);
+}
+
+/// The boot id and the start time (in clock ticks since boot) of this container's init,
+/// `/proc/1`: what makes this start of the container different from every other.
+fn start_token() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let stat = std::fs::read_to_string("/proc/1/stat").ok()?;
+    // The command name may hold spaces and parentheses: fields are counted after the last `)`.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let start = after.split_whitespace().nth(19)?;
+    Some(format!("{} {start}", boot.trim()))
+}
+
+/// A release file reads `<container id> <boot id> <init start time>`; it counts only for
+/// this container (whose hostname is its short id) and this very start.
+fn released(release: &str, me: &str, start: &str) -> bool {
+    let release = release.trim();
+    let Some((id, token)) = release.split_once(' ') else {
+        return false;
+    };
+    !me.is_empty() && id.starts_with(me) && token == start
 }
 
 /// Whether `program` names an executable file, looked up in PATH when it has no slash.

@@ -71,7 +71,10 @@ fn key(a: &Action) -> (String, String) {
         | Action::Start { team, member, .. }
         | Action::RemoveOrphan { team, member, .. }
         | Action::RemoveDuplicate { team, member, .. }
-        | Action::FinishReplacement { team, member, .. } => (team.clone(), member.clone()),
+        | Action::RemoveStranger { team, member, .. }
+        | Action::FinishReplacement { team, member, .. }
+        | Action::RestoreName { team, member, .. }
+        | Action::Unpause { team, member, .. } => (team.clone(), member.clone()),
         Action::Create { member } | Action::Recreate { member, .. } => {
             (member.team.clone(), member.member.clone())
         }
@@ -191,12 +194,44 @@ impl Executor<'_> {
             } => {
                 self.progress.step(team, member, "removing");
                 self.rt
+                    .remove(team, member, &container.id)
+                    .await
+                    .map_err(ActionError::from)
+            }
+            Action::RemoveStranger {
+                team,
+                member,
+                container,
+            } => {
+                // Never recorded, so nothing to forget.
+                self.progress.step(team, member, "removing");
+                self.rt
                     .backend
                     .remove(&container.id)
                     .await
                     .map_err(backend(member))
             }
+            Action::Unpause {
+                team,
+                member,
+                container,
+            } => {
+                self.progress.step(team, member, "starting");
+                self.rt
+                    .backend
+                    .unpause(&container.id)
+                    .await
+                    .map_err(backend(member))?;
+                self.progress.step(team, member, "ready");
+                Ok(())
+            }
             Action::FinishReplacement {
+                team,
+                member,
+                container,
+                name,
+            }
+            | Action::RestoreName {
                 team,
                 member,
                 container,
@@ -230,7 +265,11 @@ impl Executor<'_> {
         };
         match self.rt.backend.find_by_name(name).await.map_err(backend)? {
             Some(c) if c.labels.get(labels::STORE) == Some(&self.rt.store) => {
-                self.rt.backend.remove(&c.id).await.map_err(backend)?;
+                let (team, member) = (
+                    c.labels.get(labels::TEAM).cloned().unwrap_or_default(),
+                    c.labels.get(labels::MEMBER).cloned().unwrap_or_default(),
+                );
+                self.rt.remove(&team, &member, &c.id).await?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -256,12 +295,12 @@ impl Executor<'_> {
         if let Some(stale) = self.rt.backend.find_by_name(&temp).await.map_err(backend)?
             && stale.labels.get(labels::STORE) == Some(&self.rt.store)
         {
-            self.rt.backend.remove(&stale.id).await.map_err(backend)?;
+            self.rt.remove(&m.team, &m.member, &stale.id).await?;
         }
         self.progress.step(&m.team, &m.member, "verifying");
         let new_id = self.rt.launch(p, Some(&temp)).await?;
         self.progress.step(&m.team, &m.member, "replacing");
-        self.rt.backend.remove(&old.id).await.map_err(backend)?;
+        self.rt.remove(&m.team, &m.member, &old.id).await?;
         self.rt
             .backend
             .rename(&new_id, &m.spec.name)

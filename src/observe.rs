@@ -5,9 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 
-use crate::backend::{Backend, BackendError, EngineInfo};
+use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
 use crate::plan::spec::{DesiredState, labels};
 use crate::plan::{ContainerState, Observed, ObservedContainer};
+use crate::runtime::{cgroup, gate};
+use crate::store::Record;
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
@@ -26,8 +28,17 @@ pub async fn observe(
         (labels::STORE.to_string(), desired.store.clone()),
     ]);
     let summaries = backend.list(&ours).await?;
+    let mut recorded = BTreeSet::new();
+    for t in &desired.teams {
+        if let Ok(entries) = std::fs::read_dir(t.run_dir.join("members")) {
+            for e in entries.flatten() {
+                recorded.extend(Record::load(&e.path().join("containers.json")).ids);
+            }
+        }
+    }
     let have: BTreeSet<(&str, &str)> = summaries
         .iter()
+        .filter(|s| recorded.contains(&s.id))
         .filter_map(|s| {
             Some((
                 s.labels.get(labels::TEAM)?.as_str(),
@@ -58,13 +69,13 @@ pub async fn observe(
             state: s.state,
             created: s.created,
             effective: None,
-            released: true,
+            released: false,
         })
         .collect();
     let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
         .map(|s| async move {
             match backend.inspect(&s.id).await {
-                Ok(i) => Ok(Some(i.observed())),
+                Ok(i) => Ok(Some(observed_one(i, desired))),
                 // Removed between list and inspect: it is simply not there.
                 Err(BackendError::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
@@ -75,21 +86,6 @@ pub async fn observe(
         .try_collect()
         .await?;
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-    // A running member whose gate file does not name it was started by an apply that died
-    // before verifying it: its command has not run, and the planner must finish the job.
-    for c in containers
-        .iter_mut()
-        .filter(|c| c.state == ContainerState::Running)
-    {
-        let wanted = desired.members.iter().find(|m| {
-            c.labels.get(labels::TEAM) == Some(&m.team)
-                && c.labels.get(labels::MEMBER) == Some(&m.member)
-        });
-        if let Some(m) = wanted {
-            let go = std::fs::read_to_string(m.ctl_dir.join("go")).unwrap_or_default();
-            c.released = !go.trim().is_empty() && c.id.starts_with(go.trim());
-        }
-    }
     containers.extend(foreign);
 
     let mut transcript_dirs = BTreeSet::new();
@@ -118,5 +114,26 @@ pub async fn observe(
         transcript_dirs,
         live_sockets,
         limits_unenforced: !info.limits_enforced,
+        recorded,
     })
+}
+
+/// One inspected container. A running member counts as released only when its gate file
+/// names this very start (see `gate::is_released`): one that an interrupted apply never
+/// verified, or that was restarted behind ateam's back, is held at its gate.
+fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
+    cgroup::overlay(&mut i.effective, i.pid);
+    let wanted = desired.members.iter().find(|m| {
+        i.summary.labels.get(labels::TEAM) == Some(&m.team)
+            && i.summary.labels.get(labels::MEMBER) == Some(&m.member)
+    });
+    let released = match wanted {
+        Some(m) if i.summary.state == ContainerState::Running => {
+            gate::is_released(&m.ctl_dir, &i.summary.id, i.pid)
+        }
+        _ => false,
+    };
+    let mut c = i.observed();
+    c.released = released;
+    c
 }

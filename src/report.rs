@@ -77,6 +77,33 @@ pub fn render_diff(plan: &Plan) -> String {
                 team,
                 format!("  ~ finish replacing {member}: rename to {name}"),
             ),
+            Action::RestoreName {
+                team,
+                member,
+                container,
+                name,
+            } => (
+                team,
+                format!(
+                    "  ~ rename {member} back: {} was renamed, its name is {name}",
+                    container.name
+                ),
+            ),
+            Action::Unpause { team, member, .. } => {
+                (team, format!("  > unpause {member}: someone paused it"))
+            }
+            Action::RemoveStranger {
+                team,
+                member,
+                container,
+            } => (
+                team,
+                format!(
+                    "  - remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
+                    container.name,
+                    short(&container.id)
+                ),
+            ),
         };
         by_team.entry(team.clone()).or_default().push(line);
     }
@@ -112,7 +139,19 @@ pub fn render_diff(plan: &Plan) -> String {
                     path.display()
                 ),
             ),
-            Finding::Finished { .. } | Finding::Paused { .. } => continue,
+            Finding::Stranger {
+                team,
+                member,
+                container,
+            } => (
+                team,
+                format!(
+                    "  ! stranger {} {}: it carries the labels of {member} but ateam did not make it; never adopted, --prune removes it",
+                    container.name,
+                    short(&container.id)
+                ),
+            ),
+            Finding::Finished { .. } => continue,
         };
         by_team.entry(team.clone()).or_default().push(line);
     }
@@ -157,7 +196,9 @@ pub fn drift_text(d: &Drift) -> String {
 fn start_text(r: &StartReason) -> String {
     match r {
         StartReason::NeverStarted => "created but never started".into(),
-        StartReason::NotReleased => "running but never verified (an apply was interrupted)".into(),
+        StartReason::NotReleased => {
+            "held at its gate: started since ateam last checked it (a restart, or an interrupted apply)".into()
+        }
         StartReason::Restart { code, policy } => {
             format!("exited {code}, restart policy {policy:?}")
         }
@@ -231,7 +272,12 @@ pub fn team_status(
         observed.containers.iter().find(|c| {
             c.labels.get(labels::TEAM).map(String::as_str) == Some(&team.name)
                 && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
-                && !crate::plan::spec::is_replacement(&c.name, &c.labels)
+                && observed.recorded.contains(&c.id)
+                && !crate::plan::spec::is_replacement(
+                    &crate::plan::spec::container_name(&team.name, member),
+                    &c.name,
+                    &c.labels,
+                )
         })
     };
     let mut rows = Vec::new();
@@ -269,6 +315,9 @@ pub fn team_status(
             }
             | Action::FinishReplacement {
                 team: t, member, ..
+            }
+            | Action::RestoreName {
+                team: t, member, ..
             } => *t == team.name && *member == m.name,
             _ => false,
         });
@@ -290,10 +339,15 @@ pub fn team_status(
             (Some(_), Some(Action::Recreate { reason, .. })) => {
                 ("drifted".into(), Some(drift_text(reason)), true)
             }
+            (Some(c), Some(Action::RestoreName { name, .. })) => (
+                "renamed".into(),
+                Some(format!("renamed to {}; apply names it {name} again", c.name)),
+                true,
+            ),
             (Some(c), _) => match c.state {
                 ContainerState::Running if !c.released => (
                     "held at gate".into(),
-                    Some("started but never verified (an apply was interrupted); apply checks and releases it".into()),
+                    Some("started since ateam last checked it (a restart, or an interrupted apply): its command does not run; apply checks and releases it".into()),
                     true,
                 ),
                 ContainerState::Running | ContainerState::Restarting => {
@@ -308,7 +362,11 @@ pub fn team_status(
                     )
                 }
                 ContainerState::Created => ("created".into(), Some("never started".into()), true),
-                ContainerState::Paused => ("paused".into(), None, true),
+                ContainerState::Paused => (
+                    "paused".into(),
+                    Some("someone paused it; apply lets it go on".into()),
+                    true,
+                ),
                 ContainerState::Removing => ("removing".into(), None, true),
                 ContainerState::Dead => ("dead".into(), None, true),
             },
@@ -331,6 +389,51 @@ pub fn team_status(
             grants: grants_summary(&m.access),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
             drifted,
+        });
+    }
+    let strangers = plan
+        .findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::Stranger {
+                team,
+                member,
+                container,
+            } => Some((team, member, container)),
+            _ => None,
+        })
+        .chain(plan.actions.iter().filter_map(|a| match a {
+            Action::RemoveStranger {
+                team,
+                member,
+                container,
+            } => Some((team, member, container)),
+            _ => None,
+        }));
+    for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
+        rows.push(MemberStatus {
+            name: member.clone(),
+            kind: "Member",
+            parent: "-".into(),
+            state: "stranger".into(),
+            detail: Some(format!(
+                "{} {} carries ateam's labels but ateam did not make it: never adopted nor released; apply removes it when it holds a member's name, --prune in any case",
+                container.name,
+                short(&container.id)
+            )),
+            container: Some(container.name.clone()),
+            age_secs: observed
+                .containers
+                .iter()
+                .find(|c| c.id == container.id)
+                .and_then(age),
+            restarts: 0,
+            transcript: None,
+            transcript_bytes: 0,
+            last_activity_secs: None,
+            grants: "-".into(),
+            limits_unenforced: false,
+            drifted: true,
         });
     }
     for f in &plan.findings {

@@ -7,6 +7,7 @@
 //! <state>/teams/<team>/applied.json         the validated model last applied
 //! <state>/teams/<team>/engine.json          the engine it was applied on
 //! <state>/teams/<team>/members/<m>/ctl/     the member's gate, secrets, release file
+//! <state>/teams/<team>/members/<m>/containers.json   ids of the containers ateam made
 //! <state>/teams/<team>/sessions/<s>/        a main session's terminal socket
 //! ```
 
@@ -187,6 +188,49 @@ impl Store {
     }
 }
 
+/// The containers ateam made for one member, by id. An id is written after create and before
+/// start, so a container that is not here was not made by ateam (whatever its labels say) and
+/// is never adopted, released or started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// The format's version, so that a later ateam can read (or refuse) an older record.
+    pub version: u32,
+    pub ids: std::collections::BTreeSet<String>,
+}
+
+impl Record {
+    pub const VERSION: u32 = 1;
+
+    /// The record at `path`; empty when there is none or it cannot be read (then nothing is
+    /// trusted, the safe side).
+    pub fn load(path: &Path) -> Record {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+            .filter(|r| r.version == Record::VERSION)
+            .unwrap_or_default()
+    }
+
+    /// Adds (`true`) or drops (`false`) an id, atomically.
+    pub fn update(path: &Path, id: &str, add: bool, owner: Owner) -> std::io::Result<()> {
+        let mut r = Record::load(path);
+        r.version = Record::VERSION;
+        let changed = if add {
+            r.ids.insert(id.to_string())
+        } else {
+            r.ids.remove(id)
+        };
+        if !changed {
+            return Ok(());
+        }
+        if let Some(dir) = path.parent() {
+            files::private_dir(dir, owner)?;
+        }
+        let json = serde_json::to_vec(&r).expect("a record serializes");
+        files::write_atomic(path, &json, 0o600, owner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +256,24 @@ mod tests {
         }
         drop(held);
         let _again = other.lock(true, |_| {}).unwrap();
+    }
+
+    #[test]
+    fn a_record_keeps_ids_and_refuses_what_it_cannot_read() {
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("m/containers.json");
+        assert!(Record::load(&path).ids.is_empty());
+        Record::update(&path, "abc", true, me()).unwrap();
+        Record::update(&path, "def", true, me()).unwrap();
+        Record::update(&path, "abc", false, me()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            r#"{"version":1,"ids":["def"]}"#
+        );
+        std::fs::write(&path, r#"{"version":99,"ids":["def"]}"#).unwrap();
+        assert!(Record::load(&path).ids.is_empty(), "an unknown version");
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(Record::load(&path).ids.is_empty());
     }
 
     #[test]

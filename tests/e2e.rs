@@ -122,7 +122,7 @@ impl World {
     }
 
     fn name(&self, member: &str) -> String {
-        format!("ateam-{}-{member}", self.team)
+        ateam::plan::spec::container_name(&self.team, member)
     }
 
     fn transcript(&self, member: &str) -> PathBuf {
@@ -320,11 +320,12 @@ fn status_names_every_drift_and_apply_converges(engine: &'static str) {
         state_of(&status, "writer")
     );
     assert_eq!(state_of(&status, "tester"), "missing");
-    assert_eq!(state_of(&status, "ghost"), "orphan");
+    // It carries the labels but ateam did not make it: a stranger, never an orphan to adopt.
+    assert_eq!(state_of(&status, "ghost"), "stranger");
     assert_eq!(status[0]["drifted"], true);
     let table = w.ateam(&["status", "--exit-code"]);
     assert_eq!(table.status.code(), Some(1), "--exit-code fails on drift");
-    for word in ["exited 137", "missing", "orphan"] {
+    for word in ["exited 137", "missing", "stranger"] {
         assert!(
             text(&table.stdout).contains(word),
             "{word}:\n{}",
@@ -332,13 +333,13 @@ fn status_names_every_drift_and_apply_converges(engine: &'static str) {
         );
     }
 
-    // apply restarts and recreates; the orphan stays until --prune.
+    // apply restarts and recreates; the stranger stays until --prune.
     w.apply();
     let status = w.status_json();
     for m in ["reviewer", "writer", "tester"] {
         assert_eq!(state_of(&status, m), "running", "{m}");
     }
-    assert_eq!(state_of(&status, "ghost"), "orphan");
+    assert_eq!(state_of(&status, "ghost"), "stranger");
     assert_eq!(
         status[0]["members"]
             .as_array()

@@ -349,6 +349,13 @@ impl Backend for DockerBackend {
             })
     }
 
+    async fn unpause(&self, id: &str) -> Result<()> {
+        self.docker
+            .unpause_container(id)
+            .await
+            .map_err(|e| self.container_err("unpause container", id, e))
+    }
+
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput> {
         let config = CreateExecOptions {
             attach_stdout: Some(true),

@@ -123,7 +123,7 @@ impl Inspected {
             state: self.summary.state,
             created: self.summary.created,
             effective: Some(self.effective),
-            released: true,
+            released: false,
         }
     }
 }
@@ -202,6 +202,8 @@ pub trait Backend: Send + Sync {
     /// Removes, stopping first if needed. Removing what is already gone is not an error.
     async fn remove(&self, id: &str) -> Result<()>;
     async fn rename(&self, id: &str, name: &str) -> Result<()>;
+    /// Lets a paused container go on.
+    async fn unpause(&self, id: &str) -> Result<()>;
     /// Runs `cmd` in the running container and waits for it.
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
     /// The last `tail` lines of output (stdout and stderr), chunk by chunk into `sink`; with

@@ -713,6 +713,15 @@ impl Backend for PodmanBackend {
             })
     }
 
+    async fn unpause(&self, id: &str) -> Result<()> {
+        self.podman
+            .containers()
+            .get(id)
+            .unpause()
+            .await
+            .map_err(|e| container_err("unpause", id, &e))
+    }
+
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput> {
         let opts = ExecCreateOpts::builder()
             .command(cmd.iter().cloned())

@@ -38,6 +38,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     for f in &p.findings {
         match f {
             Finding::Orphan { .. }
+            | Finding::Stranger { .. }
             | Finding::Conflict { .. }
             | Finding::RetainedTranscript { .. } => {
                 // The same words as diff, for what apply leaves alone.
@@ -54,7 +55,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
                         .collect::<String>()
                 );
             }
-            Finding::Finished { .. } | Finding::Paused { .. } => {}
+            Finding::Finished { .. } => {}
         }
     }
     let members = ds.members.len();
@@ -98,10 +99,10 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         {
             continue;
         }
+        let record = ateam::store::Record::load(&m.record);
         let c = after.iter().find(|c| {
-            c.labels.get(labels::TEAM) == Some(&m.team)
-                && c.labels.get(labels::MEMBER) == Some(&m.member)
-                && !ateam::plan::spec::is_replacement(&c.name, &c.labels)
+            record.ids.contains(&c.id)
+                && !ateam::plan::spec::is_replacement(&m.spec.name, &c.name, &c.labels)
         });
         match c.map(|c| (c, c.state)) {
             Some((_, ContainerState::Running)) => {}

@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 use crate::cli::Global;
-use ateam::plan::spec::{labels, store_id};
+use ateam::plan::spec::{
+    container_name, is_replacement, labels, member_record_path, store_id, team_run_dir,
+};
+use ateam::store::Record;
 
 use super::common::Ctx;
 
@@ -34,9 +37,14 @@ async fn find(
         (labels::MEMBER.to_string(), member.to_string()),
     ]);
     let found = backend.list(&filter).await?;
+    // Only a container ateam made (in its record), never one that merely carries the labels.
+    let run = team_run_dir(&ctx.host.state_dir, &t.name);
+    let record = Record::load(&member_record_path(&run, member));
+    let name = container_name(&t.name, member);
     let Some(c) = found
         .iter()
-        .find(|c| !ateam::plan::spec::is_replacement(&c.name, &c.labels))
+        .filter(|c| record.ids.contains(&c.id))
+        .find(|c| !is_replacement(&name, &c.name, &c.labels))
     else {
         bail!(
             "member `{member}` of team `{}` has no container; run ateam apply",

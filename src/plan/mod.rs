@@ -96,6 +96,26 @@ pub enum Action {
         container: ContainerRef,
         name: String,
     },
+    /// Give the member's container its name back (someone renamed it).
+    RestoreName {
+        team: String,
+        member: String,
+        container: ContainerRef,
+        name: String,
+    },
+    /// Let a paused member go on (someone paused it).
+    Unpause {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
+    /// Remove a container with ateam's labels that ateam did not make (not in its record):
+    /// with `--prune`, or because it holds the name the member's own container needs.
+    RemoveStranger {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
 }
 
 /// Why a member's container must be replaced.
@@ -155,8 +175,13 @@ pub enum Finding {
         member: String,
         code: i64,
     },
-    /// Paused by someone; left as it is.
-    Paused { team: String, member: String },
+    /// A container with this store's labels that ateam did not make (its id is in no record):
+    /// never adopted, released or started; `--prune` removes it.
+    Stranger {
+        team: String,
+        member: String,
+        container: ContainerRef,
+    },
     /// The transcript of a member that no manifest wants any more; kept until `--purge`.
     RetainedTranscript {
         team: String,
@@ -175,11 +200,45 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         .map(|m| (m.team.as_str(), m.member.as_str()))
         .collect();
 
-    // Ours: containers of this store, grouped by (team, member).
+    // Ours: containers this store made (labelled and recorded), grouped by (team, member).
+    // Strangers carry the labels but are in no record: they are never adopted.
     let mut ours: BTreeMap<(&str, &str), Vec<&ObservedContainer>> = BTreeMap::new();
+    let mut strangers: Vec<((&str, &str), &ObservedContainer)> = Vec::new();
     for c in &observed.containers {
         if let Some(key) = owned_key(c, &desired.store) {
-            ours.entry(key).or_default().push(c);
+            if observed.recorded.contains(&c.id) {
+                ours.entry(key).or_default().push(c);
+            } else if in_scope.contains(key.0) {
+                strangers.push((key, c));
+            }
+        }
+    }
+    // A stranger that holds the name a wanted member's container (or its replacement) needs is
+    // removed as the replacement of that name; any other is reported, or pruned.
+    let names: BTreeMap<String, &DesiredMember> = desired
+        .members
+        .iter()
+        .flat_map(|m| {
+            [
+                (m.spec.name.clone(), m),
+                (spec::replacement_name(&m.spec.name), m),
+            ]
+        })
+        .collect();
+    for ((team, member), c) in strangers {
+        let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
+        if names.contains_key(&c.name) || opts.prune {
+            plan.actions.push(Action::RemoveStranger {
+                team,
+                member,
+                container,
+            });
+        } else {
+            plan.findings.push(Finding::Stranger {
+                team,
+                member,
+                container,
+            });
         }
     }
 
@@ -212,7 +271,11 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
             .remove(&(m.team.as_str(), m.member.as_str()))
             .unwrap_or_default();
         if mine.is_empty() {
-            match observed.containers.iter().find(|c| c.name == m.spec.name) {
+            let foreign = observed
+                .containers
+                .iter()
+                .find(|c| c.name == m.spec.name && owned_key(c, &desired.store).is_none());
+            match foreign {
                 Some(c) => plan.findings.push(Finding::Conflict {
                     team: m.team.clone(),
                     member: m.member.clone(),
@@ -232,7 +295,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         // gone (it was verified before the old one was removed), undo it otherwise.
         let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
             .into_iter()
-            .partition(|c| spec::is_replacement(&c.name, &c.labels));
+            .partition(|c| spec::is_replacement(&m.spec.name, &c.name, &c.labels));
         if mine.is_empty() {
             let best = pick_keeper(&replacements, &m.hash);
             let finishable = spec_drift(m, best).is_none() && best.state.is_live();
@@ -360,6 +423,14 @@ fn plan_member(
         }
     }
     let (team, member) = (m.team.clone(), m.member.clone());
+    if c.name != m.spec.name {
+        plan.actions.push(Action::RestoreName {
+            team: team.clone(),
+            member: member.clone(),
+            container: cref(c),
+            name: m.spec.name.clone(),
+        });
+    }
     match c.state {
         ContainerState::Running if !c.released => plan.actions.push(Action::Start {
             team,
@@ -368,7 +439,11 @@ fn plan_member(
             reason: StartReason::NotReleased,
         }),
         ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
-        ContainerState::Paused => plan.findings.push(Finding::Paused { team, member }),
+        ContainerState::Paused => plan.actions.push(Action::Unpause {
+            team,
+            member,
+            container: cref(c),
+        }),
         ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),
         ContainerState::Created => plan.actions.push(Action::Start {
             team,

@@ -18,6 +18,10 @@ pub struct Observed {
     pub live_sockets: BTreeSet<PathBuf>,
     /// The engine ignores memory, pids and CPU limits (rootless Podman on cgroup v1).
     pub limits_unenforced: bool,
+    /// Ids of the containers this store made (its records, `store::Record`), for the teams in
+    /// scope. A container with ateam's labels whose id is not here is a stranger.
+    #[serde(default)]
+    pub recorded: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,8 +34,9 @@ pub struct ObservedContainer {
     pub created: i64,
     /// From inspect; None when it was not inspected.
     pub effective: Option<Effective>,
-    /// Its start gate was released (its command runs). False for a container that an
-    /// interrupted apply started but never verified.
+    /// Its start gate was released for the start now running (its command runs). False for a
+    /// container that an interrupted apply started but never verified, and for one that the
+    /// engine or a person restarted since: its gate holds until ateam checks it again.
     #[serde(default = "yes")]
     pub released: bool,
 }

@@ -26,15 +26,17 @@ pub mod labels {
     pub const REPLACES: &str = "ateam.dev/replaces";
 }
 
-/// The temporary name of a member's replacement, until the old container is gone.
+/// The temporary name of a member's replacement, until the old container is gone. `_` never
+/// appears in a team or member name (DNS-1123 labels), so this can equal no member's name.
 pub fn replacement_name(name: &str) -> String {
-    format!("{name}-next")
+    format!("{name}_next")
 }
 
-/// A replacement still under its temporary name. (Once renamed into place it keeps the
-/// `replaces` label, as labels cannot change, but it is then the member's container.)
-pub fn is_replacement(name: &str, labels: &BTreeMap<String, String>) -> bool {
-    labels.contains_key(labels::REPLACES) && name.ends_with("-next")
+/// A replacement still under its temporary name: labelled as one and named as the member's
+/// replacement exactly (not by a pattern). Once renamed into place it keeps the `replaces`
+/// label, as labels cannot change, but it is then the member's container.
+pub fn is_replacement(member_name: &str, c_name: &str, labels: &BTreeMap<String, String>) -> bool {
+    labels.contains_key(labels::REPLACES) && c_name == replacement_name(member_name)
 }
 
 /// The home folder inside a member: a private tmpfs.
@@ -109,6 +111,8 @@ pub struct DesiredMember {
     pub transcript_dir: PathBuf,
     /// Private per-member files on the host: the start gate, the secrets file.
     pub ctl_dir: PathBuf,
+    /// The ids of the containers ateam made for it (`member_record_path`).
+    pub record: PathBuf,
     /// From the Team: start even where memory and pids limits are not enforced.
     pub allow_unenforced_limits: bool,
     /// The egress proxy's socket, when the network is an allowlist.
@@ -158,11 +162,15 @@ pub struct DesiredState {
 pub struct TeamScope {
     pub name: String,
     pub session_dir: PathBuf,
+    /// `team_run_dir`: where its members' records are.
+    pub run_dir: PathBuf,
 }
 
-/// The container name of a member; unique per store and team.
+/// The container name of a member. Team and member names are DNS-1123 labels (no `_`), so
+/// `_` separates them without ambiguity: team `t` member `a-b` and team `t-a` member `b` get
+/// two names. Containers are still identified by labels and the store's record, never by name.
 pub fn container_name(team: &str, member: &str) -> String {
-    format!("ateam-{team}-{member}")
+    format!("ateam_{team}_{member}")
 }
 
 /// An id for a state folder, so that two stores on one machine never touch each other's
@@ -178,6 +186,12 @@ pub fn member_ctl_dir(state_dir: &std::path::Path, team: &str, member: &str) -> 
         .join("members")
         .join(member)
         .join("ctl")
+}
+
+/// The record of the containers ateam made for a member (`store::Record`), beside its control
+/// folder and never mounted into it.
+pub fn member_record_path(run_dir: &std::path::Path, member: &str) -> PathBuf {
+    run_dir.join("members").join(member).join("containers.json")
 }
 
 pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
@@ -279,6 +293,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 restart: m.restart,
                 transcript_dir: m.transcript_dir.clone(),
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
+                record: member_record_path(&run, &m.name),
                 allow_unenforced_limits: team.allow_unenforced_limits,
                 // The allowlisting egress proxy is not built yet: until it is, an allowlist
                 // member runs with no network at all (the narrower side), and no proxy is
@@ -295,6 +310,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
             .map(|t| TeamScope {
                 name: t.name.clone(),
                 session_dir: t.session_dir.clone(),
+                run_dir: team_run_dir(&host.state_dir, &t.name),
             })
             .collect(),
         sessions,

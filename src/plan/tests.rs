@@ -90,15 +90,23 @@ fn transcripts(names: &[&str]) -> BTreeSet<PathBuf> {
 }
 
 fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
+    let containers: Vec<ObservedContainer> = names
+        .iter()
+        .map(|n| running(d, n, ContainerState::Running))
+        .collect();
     Observed {
-        containers: names
-            .iter()
-            .map(|n| running(d, n, ContainerState::Running))
-            .collect(),
+        recorded: containers.iter().map(|c| c.id.clone()).collect(),
+        containers,
         transcript_dirs: transcripts(names),
         live_sockets: BTreeSet::new(),
         limits_unenforced: false,
     }
+}
+
+/// Adds a container ateam made (recorded) to what is observed.
+fn made(o: &mut Observed, c: ObservedContainer) {
+    o.recorded.insert(c.id.clone());
+    o.containers.push(c);
 }
 
 fn kinds(p: &Plan) -> Vec<String> {
@@ -116,6 +124,15 @@ fn kinds(p: &Plan) -> Vec<String> {
                 format!("remove-duplicate {}", container.id)
             }
             Action::FinishReplacement { container, .. } => format!("finish {}", container.id),
+            Action::RestoreName {
+                container, name, ..
+            } => {
+                format!("rename {} {name}", container.id)
+            }
+            Action::Unpause { member, .. } => format!("unpause {member}"),
+            Action::RemoveStranger { container, .. } => {
+                format!("remove-stranger {}", container.id)
+            }
         })
         .collect()
 }
@@ -310,7 +327,7 @@ fn other_teams_and_other_stores_are_not_ours() {
     let mut o = in_sync(&d, &["a"]);
     let mut other_team = running(&d, "a", ContainerState::Running);
     other_team.id = "x1".into();
-    other_team.name = "ateam-u-a".into();
+    other_team.name = "ateam_u_a".into();
     other_team.labels.insert(labels::TEAM.into(), "u".into());
     let mut other_store = running(&d, "a", ContainerState::Running);
     other_store.id = "x2".into();
@@ -327,7 +344,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
     let d = want(vec![member("a")]);
     let foreign = ObservedContainer {
         id: "f00".into(),
-        name: "ateam-t-a".into(),
+        name: "ateam_t_a".into(),
         labels: BTreeMap::new(),
         state: ContainerState::Running,
         created: 1,
@@ -401,15 +418,89 @@ fn the_restart_policy_is_not_part_of_the_container() {
 }
 
 #[test]
-fn dead_is_recreated_paused_is_reported() {
+fn dead_is_recreated_paused_and_renamed_are_put_right() {
     let d = want(vec![member("a")]);
     let mut o = in_sync(&d, &["a"]);
     o.containers[0].state = ContainerState::Dead;
     assert_eq!(reason(&plan(&d, &o, PlanOptions::default())), &Drift::Dead);
     o.containers[0].state = ContainerState::Paused;
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["unpause a"]);
+    o.containers[0].state = ContainerState::Running;
+    o.containers[0].name = "renamed-by-hand".into();
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["rename id-a ateam_t_a"]
+    );
+}
+
+#[test]
+fn a_container_with_our_labels_that_we_did_not_make_is_a_stranger() {
+    let d = want(vec![member("a")]);
+    let mut stranger = running(&d, "a", ContainerState::Running);
+    stranger.id = "evil".into();
+    stranger.name = "look-alike".into();
+    // Beside the genuine member: reported, never adopted; --prune removes it.
+    let mut o = in_sync(&d, &["a"]);
+    o.containers.push(stranger.clone());
     let p = plan(&d, &o, PlanOptions::default());
-    assert!(p.actions.is_empty());
-    assert!(matches!(&p.findings[..], [Finding::Paused { .. }]));
+    assert!(p.actions.is_empty(), "{p:?}");
+    assert!(
+        matches!(&p.findings[..], [Finding::Stranger { container, .. }] if container.id == "evil")
+    );
+    let p = plan(&d, &o, PlanOptions { prune: true });
+    assert_eq!(kinds(&p), ["remove-stranger evil"]);
+    // Alone, even exited or never released: never started, released or kept as the member;
+    // the member is created beside it.
+    for state in [
+        ContainerState::Exited { code: 1 },
+        ContainerState::Created,
+        ContainerState::Running,
+    ] {
+        let mut s = stranger.clone();
+        s.state = state;
+        let o = Observed {
+            containers: vec![s],
+            transcript_dirs: transcripts(&["a"]),
+            ..Default::default()
+        };
+        assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["create a"]);
+    }
+    // Holding the member's own name (or its replacement's): removed as the replacement of
+    // that name, then the member is made.
+    for name in ["ateam_t_a", "ateam_t_a_next"] {
+        let mut s = stranger.clone();
+        s.name = name.into();
+        let o = Observed {
+            containers: vec![s],
+            transcript_dirs: transcripts(&["a"]),
+            ..Default::default()
+        };
+        assert_eq!(
+            kinds(&plan(&d, &o, PlanOptions::default())),
+            ["remove-stranger evil", "create a"]
+        );
+    }
+}
+
+#[test]
+fn names_never_collide() {
+    use spec::{container_name, replacement_name};
+    assert_ne!(container_name("t", "a-b"), container_name("t-a", "b"));
+    let names = [
+        container_name("t", "a"),
+        container_name("t", "a-next"),
+        container_name("t", "next"),
+    ];
+    for n in &names {
+        assert!(!names.contains(&replacement_name(n)), "{n}");
+    }
+    // A change to member `a` leaves member `a-next` alone.
+    let d = want(vec![member("a"), member("a-next")]);
+    let mut o = in_sync(&d, &["a", "a-next"]);
+    o.containers[0]
+        .labels
+        .insert(labels::SPEC_HASH.into(), "old".into());
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["recreate a"]);
 }
 
 #[test]
@@ -446,7 +537,7 @@ fn duplicates_keep_the_current_one() {
     stale.id = "stale".into();
     stale.created = 999;
     stale.labels.insert(labels::SPEC_HASH.into(), "old".into());
-    o.containers.push(stale);
+    made(&mut o, stale);
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
         ["remove-duplicate stale"]
@@ -528,11 +619,11 @@ fn an_interrupted_recreate_is_finished_or_undone() {
     // Crash after the replacement was verified and the old one removed: finish by renaming.
     let mut o = in_sync(&d, &[]);
     o.transcript_dirs = transcripts(&["a"]);
-    o.containers.push(replacement("id-a"));
+    made(&mut o, replacement("id-a"));
     assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["finish new"]);
     // Crash before the old one was removed: undo the replacement, keep the old one.
     let mut o = in_sync(&d, &["a"]);
-    o.containers.push(replacement("id-a"));
+    made(&mut o, replacement("id-a"));
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
         ["remove-duplicate new"]
@@ -542,7 +633,7 @@ fn an_interrupted_recreate_is_finished_or_undone() {
     o.transcript_dirs = transcripts(&["a"]);
     let mut r = replacement("id-a");
     r.state = ContainerState::Created;
-    o.containers.push(r);
+    made(&mut o, r);
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
         ["remove-duplicate new", "create a"]

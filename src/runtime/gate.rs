@@ -56,7 +56,24 @@ pub fn close(ctl: &Path) -> std::io::Result<()> {
     remove_if_present(&ctl.join("go"))
 }
 
-/// Lets the container with this id run its command.
-pub fn release(ctl: &Path, container_id: &str, owner: Owner) -> std::io::Result<()> {
-    write_atomic(&ctl.join("go"), container_id.as_bytes(), 0o600, owner)
+/// Lets the container with this id run its command, for this start only: `start` is the
+/// `procfs::start_token` of its init, which a restart changes.
+pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std::io::Result<()> {
+    let text = format!("{container_id} {start}");
+    write_atomic(&ctl.join("go"), text.as_bytes(), 0o600, owner)
+}
+
+/// Whether the gate of the container `id`, whose init is `pid`, was released for the start
+/// now running. A release of an earlier start does not count: the gate still holds.
+pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
+    let (Ok(text), Some(pid)) = (std::fs::read_to_string(ctl.join("go")), pid) else {
+        return false;
+    };
+    let Ok(now) = super::procfs::start_token(pid) else {
+        return false;
+    };
+    match text.trim().split_once(' ') {
+        Some((who, start)) => !who.is_empty() && id.starts_with(who) && start == now,
+        None => false,
+    }
 }

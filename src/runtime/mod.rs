@@ -6,6 +6,7 @@
 //! each mounted folder is the pinned one, and only then release the gate. A failure at any
 //! step after create removes the container, so nothing that was not checked ever runs.
 
+pub mod cgroup;
 pub mod files;
 pub mod gate;
 pub mod pin;
@@ -16,8 +17,9 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, Inspected};
 use crate::plan::observed::ContainerState;
-use crate::plan::spec::DesiredMember;
+use crate::plan::spec::{DesiredMember, member_record_path, team_run_dir};
 use crate::policy::{self, Limits, Violation};
+use crate::store::Record;
 use files::Owner;
 use pin::{PinError, Pinned};
 
@@ -208,12 +210,21 @@ impl Runtime {
             .create(&req)
             .await
             .map_err(|e| self.backend_err(m, e))?;
+        // Recorded before it ever starts: only what is in the record is ever adopted.
+        if let Err(source) = Record::update(&m.record, &id, true, self.owner) {
+            let cause = RunError::Io {
+                member: m.member.clone(),
+                path: m.record.clone(),
+                source,
+            };
+            return Err(self.rollback(m, cause, &id).await);
+        }
         match self
             .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str))
             .await
         {
             Ok(()) => Ok(id),
-            Err(cause) => Err(self.rollback(cause, &id).await),
+            Err(cause) => Err(self.rollback(m, cause, &id).await),
         }
     }
 
@@ -230,19 +241,44 @@ impl Runtime {
         // The command was found when the container was created; the image cannot change.
         match self.verify_and_start(m, id, &pins, None).await {
             Ok(()) => Ok(()),
-            Err(cause) => Err(self.rollback(cause, id).await),
+            Err(cause) => Err(self.rollback(m, cause, id).await),
         }
     }
 
-    async fn rollback(&self, cause: RunError, id: &str) -> RunError {
+    async fn rollback(&self, m: &DesiredMember, cause: RunError, id: &str) -> RunError {
         match self.backend.remove(id).await {
-            Ok(()) => cause,
+            Ok(()) => {
+                // Gone: an id left in the record would only ever name nothing.
+                let _ = Record::update(&m.record, id, false, self.owner);
+                cause
+            }
             Err(rollback) => RunError::Rollback {
                 cause: Box::new(cause),
                 id: id.to_string(),
                 rollback,
             },
         }
+    }
+
+    fn record_path(&self, team: &str, member: &str) -> PathBuf {
+        member_record_path(&team_run_dir(&self.state_dir, team), member)
+    }
+
+    /// Removes a container ateam made for `team`/`member`, then forgets its id.
+    pub async fn remove(&self, team: &str, member: &str, id: &str) -> Result<(), RunError> {
+        self.backend
+            .remove(id)
+            .await
+            .map_err(|source| RunError::Backend {
+                member: member.to_string(),
+                source,
+            })?;
+        let path = self.record_path(team, member);
+        Record::update(&path, id, false, self.owner).map_err(|source| RunError::Io {
+            member: member.to_string(),
+            path,
+            source,
+        })
     }
 
     async fn verify_and_start(
@@ -266,6 +302,15 @@ impl Runtime {
         };
         let Some(pid) = inspected.pid else {
             return Err(self.stopped_early(m, id).await);
+        };
+        // Taken before any check: the checks below are of this start, and the release will be
+        // good for this start only. A restart in between makes a new init the token misses.
+        let start = match procfs::start_token(pid) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = process(format!("cannot read /proc/{pid}/stat: {e}"));
+                return Err(self.unless_stopped(m, id, err).await);
+            }
         };
         // The process can end while it is being looked at (a command that cannot run ends at
         // once); then that, not the failed look, is the reason to report.
@@ -316,7 +361,7 @@ impl Runtime {
             ));
             return Err(self.unless_stopped(m, id, err).await);
         }
-        gate::release(&m.ctl_dir, id, self.owner).map_err(|source| RunError::Io {
+        gate::release(&m.ctl_dir, id, &start, self.owner).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),
             source,
@@ -362,11 +407,23 @@ impl Runtime {
     }
 
     /// `err`, unless the container has stopped meanwhile, which is then the better reason.
+    /// The engine may still say "running" a moment after the process is gone: while its
+    /// `/proc` entry is missing, ask again for up to a second.
     async fn unless_stopped(&self, m: &DesiredMember, id: &str, err: RunError) -> RunError {
-        match self.backend.inspect(id).await {
-            Ok(i) if i.pid.is_none() => self.stopped_early(m, id).await,
-            _ => err,
+        for _ in 0..20 {
+            match self.backend.inspect(id).await {
+                Ok(i) => match i.pid {
+                    None => return self.stopped_early(m, id).await,
+                    Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => {
+                        return err;
+                    }
+                    Some(_) => {}
+                },
+                Err(_) => return err,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        err
     }
 
     async fn check_policy(
@@ -376,11 +433,12 @@ impl Runtime {
         limits: Limits,
         stage: &'static str,
     ) -> Result<Inspected, RunError> {
-        let inspected = self
+        let mut inspected = self
             .backend
             .inspect(id)
             .await
             .map_err(|e| self.backend_err(m, e))?;
+        cgroup::overlay(&mut inspected.effective, inspected.pid);
         let violations = policy::verify(&m.spec, &inspected.effective, limits);
         if violations.is_empty() {
             Ok(inspected)

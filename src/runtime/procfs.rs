@@ -43,6 +43,28 @@ fn parse(text: &str) -> ProcStatus {
     }
 }
 
+/// What tells this start of a container from every other: the boot id and the start time of
+/// its first process (`pid`, the container's init), as the gate reads them from inside
+/// (`/proc/sys/kernel/random/boot_id`, `/proc/1/stat`). A release names it, so that it holds
+/// for one start only.
+pub fn start_token(pid: u32) -> std::io::Result<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let start = stat_start_time(&stat).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/stat has no start time"),
+        )
+    })?;
+    Ok(format!("{} {start}", boot.trim()))
+}
+
+/// Field 22 of `/proc/<pid>/stat`; the command name before it may hold spaces and `)`.
+fn stat_start_time(stat: &str) -> Option<&str> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)
+}
+
 /// Whether `program` names an executable file inside the container of `pid`: looked up in its
 /// PATH when it has no slash, resolved inside the container's root (RESOLVE_IN_ROOT, so an
 /// absolute symlink such as /bin/sh -> /bin/busybox means the container's busybox).
@@ -111,6 +133,19 @@ mod tests {
         );
         let me = status(std::process::id()).unwrap();
         assert_eq!(me.uid, rustix::process::getuid().as_raw());
+    }
+
+    #[test]
+    fn start_time_is_field_22_even_with_a_tricky_name() {
+        let stat = "42 (a b) c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(stat_start_time(stat), Some("987654"));
+        let me = start_token(std::process::id()).unwrap();
+        assert_eq!(me, start_token(std::process::id()).unwrap());
+        assert_ne!(
+            me,
+            start_token(1).unwrap(),
+            "another process, another token"
+        );
     }
 
     #[test]

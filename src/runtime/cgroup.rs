@@ -1,0 +1,175 @@
+//! The memory and pids limits the kernel enforces on a container's process, read from its
+//! cgroup (v1 or v2). An engine's inspect reports what it was told, which can differ from the
+//! kernel after an out-of-band update (Podman 4.3's `update` changes the cgroup and not its
+//! inspect): the cgroup is where a limit holds, so that is where it is checked.
+
+use std::path::{Path, PathBuf};
+
+/// What the kernel enforces. `None`: that limit could not be read (a controller the engine
+/// does not use, swap accounting off); the engine's word then stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Enforced {
+    /// Bytes; `Some(0)` means unlimited.
+    pub memory: Option<u64>,
+    /// Memory plus swap, in bytes; `Some(0)` means unlimited.
+    pub memory_swap: Option<u64>,
+    /// `Some(0)` means unlimited.
+    pub pids: Option<u64>,
+}
+
+/// The limits in force for the process `pid`, read through the host's /sys/fs/cgroup.
+pub fn enforced(pid: u32) -> Enforced {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return Enforced::default();
+    };
+    enforced_in(Path::new("/sys/fs/cgroup"), &text)
+}
+
+/// `root` is where the cgroup file systems are mounted; `proc_cgroup` the process's
+/// `/proc/<pid>/cgroup`. A v1 controller line wins over the unified hierarchy (the hybrid
+/// layout keeps memory and pids in v1).
+fn enforced_in(root: &Path, proc_cgroup: &str) -> Enforced {
+    let v1 = |controller: &str| -> Option<PathBuf> {
+        proc_cgroup.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+            list.split(',')
+                .any(|c| c == controller)
+                .then(|| root.join(controller).join(path.trim_start_matches('/')))
+        })
+    };
+    let unified = proc_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| root.join(p.trim_start_matches('/')));
+    let read = |dir: &Path, file: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(dir.join(file)).ok()?;
+        parse_limit(text.trim())
+    };
+    let mut e = Enforced::default();
+    if let Some(dir) = v1("memory") {
+        e.memory = read(&dir, "memory.limit_in_bytes");
+        e.memory_swap = read(&dir, "memory.memsw.limit_in_bytes");
+    } else if let Some(dir) = &unified {
+        e.memory = read(dir, "memory.max");
+        // memory.swap.max is swap alone, and "max" there means unlimited swap, while "0"
+        // means none: memory+swap is then the memory limit.
+        let swap = std::fs::read_to_string(dir.join("memory.swap.max")).ok();
+        e.memory_swap = match (e.memory, swap.as_deref().map(str::trim)) {
+            (Some(0), _) | (_, Some("max")) => Some(0),
+            (Some(m), Some(s)) => s.parse::<u64>().ok().map(|s| m.saturating_add(s)),
+            _ => None,
+        };
+    }
+    if let Some(dir) = v1("pids") {
+        e.pids = read(&dir, "pids.max");
+    } else if let Some(dir) = &unified {
+        e.pids = read(dir, "pids.max");
+    }
+    e
+}
+
+/// `max` and v1's "no limit" (the largest page-aligned i64) are 0, as the engines say it.
+fn parse_limit(text: &str) -> Option<u64> {
+    if text == "max" {
+        return Some(0);
+    }
+    let n: u64 = text.parse().ok()?;
+    Some(if n >= 1 << 62 { 0 } else { n })
+}
+
+/// Overrides the limits an inspect reported with those the kernel enforces, where they
+/// could be read. The kernel keeps memory limits in whole pages: a value within the page the
+/// engine's value falls in is that value.
+pub fn overlay(effective: &mut crate::policy::Effective, pid: Option<u32>) {
+    const PAGE: u64 = 4096;
+    let Some(pid) = pid else { return };
+    let e = enforced(pid);
+    let same_page = |kernel: u64, engine: u64| kernel / PAGE == engine / PAGE;
+    if let Some(m) = e.memory
+        && !same_page(m, effective.memory_bytes)
+    {
+        effective.memory_bytes = m;
+    }
+    let swap = u64::try_from(effective.memory_swap_bytes).unwrap_or(0);
+    if let Some(s) = e.memory_swap
+        && !same_page(s, swap)
+    {
+        effective.memory_swap_bytes = i64::try_from(s).unwrap_or(i64::MAX);
+    }
+    if let Some(p) = e.pids {
+        effective.pids_limit = i64::try_from(p).unwrap_or(i64::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = t.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn reads_v1_controllers() {
+        let t = tree(&[
+            ("memory/docker/c1/memory.limit_in_bytes", "67108864\n"),
+            ("memory/docker/c1/memory.memsw.limit_in_bytes", "67108864\n"),
+            ("pids/docker/c1/pids.max", "64\n"),
+        ]);
+        let proc =
+            "9:name=systemd:/docker/c1\n8:pids:/docker/c1\n4:memory:/docker/c1\n0::/docker/c1\n";
+        assert_eq!(
+            enforced_in(t.path(), proc),
+            Enforced {
+                memory: Some(64 << 20),
+                memory_swap: Some(64 << 20),
+                pids: Some(64)
+            }
+        );
+    }
+
+    #[test]
+    fn reads_v2_and_unlimited_values() {
+        let t = tree(&[
+            ("system.slice/c2/memory.max", "max\n"),
+            ("system.slice/c2/memory.swap.max", "0\n"),
+            ("system.slice/c2/pids.max", "max\n"),
+        ]);
+        let e = enforced_in(t.path(), "0::/system.slice/c2\n");
+        assert_eq!(
+            e,
+            Enforced {
+                memory: Some(0),
+                memory_swap: Some(0),
+                pids: Some(0)
+            }
+        );
+        let t = tree(&[
+            ("c3/memory.max", "1048576\n"),
+            ("c3/memory.swap.max", "0\n"),
+        ]);
+        let e = enforced_in(t.path(), "0::/c3\n");
+        assert_eq!(
+            (e.memory, e.memory_swap, e.pids),
+            (Some(1 << 20), Some(1 << 20), None)
+        );
+        assert_eq!(parse_limit("9223372036854771712"), Some(0));
+    }
+
+    #[test]
+    fn this_process_has_readable_limits_or_none() {
+        // Whatever the machine, reading our own cgroup neither fails nor invents a limit
+        // below what the process already uses.
+        let e = enforced(std::process::id());
+        if let Some(m) = e.memory.filter(|m| *m > 0) {
+            assert!(m > 1 << 20, "{m}");
+        }
+    }
+}
