@@ -129,7 +129,12 @@ impl Executor<'_> {
         };
         match a {
             Action::MakeTranscriptDir { member, path, .. } => {
-                files::private_dir(path, self.rt.owner).map_err(|source| ActionError::Io {
+                // The member's own: it writes its transcript there as the user it runs as.
+                let owner = match wanted {
+                    Some(m) => self.rt.member_owner(m)?,
+                    None => self.rt.owner,
+                };
+                files::member_dir(path, self.rt.owner, owner).map_err(|source| ActionError::Io {
                     member: member.clone(),
                     path: path.clone(),
                     source,

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::model::UserId;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
     pub uid: u32,
@@ -12,6 +14,26 @@ pub struct Host {
     pub memory_bytes: u64,
     /// ateam's own state folder; no grant may overlap it.
     pub state_dir: PathBuf,
+    /// The user who ran `sudo ateam` (SUDO_UID, SUDO_GID), when ateam runs as root for them.
+    pub sudo_user: Option<UserId>,
+}
+
+impl Host {
+    /// Who members run as when neither the Member nor its Team says `user`: the caller; when
+    /// the caller is root, the user who ran sudo; else `nobody`. Never root by default: a
+    /// member running as root owns every root-owned file in its grants.
+    pub fn default_member_user(&self) -> UserId {
+        let caller = UserId {
+            uid: self.uid,
+            gid: self.gid,
+        };
+        if !caller.is_root() {
+            return caller;
+        }
+        self.sudo_user
+            .filter(|u| !u.is_root())
+            .unwrap_or(UserId::NOBODY)
+    }
 }
 
 impl Host {
@@ -27,8 +49,17 @@ impl Host {
             memory_bytes: memory_total().unwrap_or(u64::MAX),
             home,
             state_dir,
+            sudo_user: sudo_user(),
         }
     }
+}
+
+fn sudo_user() -> Option<UserId> {
+    let id = |k: &str| std::env::var(k).ok()?.parse().ok();
+    Some(UserId {
+        uid: id("SUDO_UID")?,
+        gid: id("SUDO_GID")?,
+    })
 }
 
 /// `$XDG_STATE_HOME/ateam`, or `~/.local/state/ateam`.

@@ -18,6 +18,12 @@ pub struct Desired {
 pub struct Team {
     pub name: String,
     pub backend: BackendChoice,
+    /// Who its members run as, unless a Member says otherwise.
+    #[serde(default)]
+    pub user: Option<UserId>,
+    /// Members may run as uid or gid 0 (said in so many words in the Team).
+    #[serde(default)]
+    pub allow_root_user: bool,
     pub image: Option<String>,
     pub max_members: u32,
     pub max_depth: u32,
@@ -78,6 +84,9 @@ pub enum Parent {
 pub struct Member {
     pub name: String,
     pub parent: Parent,
+    /// Who it runs as, from the Member or its Team; `None`: `Host::default_member_user`.
+    #[serde(default)]
+    pub user: Option<UserId>,
     pub depth: u32,
     pub access: AccessGrant,
     pub image: String,
@@ -93,4 +102,49 @@ pub struct Member {
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/members/<name>`.
     pub transcript_dir: PathBuf,
+}
+
+/// A numeric user and group, as members run with it (`uid:gid`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct UserId {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl UserId {
+    /// `nobody:nogroup`: who members run as when ateam runs as root and nobody else is known.
+    pub const NOBODY: UserId = UserId {
+        uid: 65534,
+        gid: 65534,
+    };
+
+    pub fn is_root(self) -> bool {
+        self.uid == 0 || self.gid == 0
+    }
+}
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
+    }
+}
+
+impl std::str::FromStr for UserId {
+    type Err = String;
+
+    /// Numbers only: a name would mean one thing on the host and another in the image.
+    fn from_str(s: &str) -> Result<UserId, String> {
+        let bad = || format!("`{s}` is not UID:GID (two numbers, for example 1000:1000)");
+        let (u, g) = s.split_once(':').ok_or_else(bad)?;
+        let num = |x: &str| {
+            (!x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| x.parse::<u32>().ok())
+                .flatten()
+                .ok_or_else(bad)
+        };
+        Ok(UserId {
+            uid: num(u)?,
+            gid: num(g)?,
+        })
+    }
 }

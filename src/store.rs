@@ -284,6 +284,8 @@ mod tests {
         let team = Team {
             name: "demo".into(),
             backend: Default::default(),
+            user: None,
+            allow_root_user: false,
             image: None,
             max_members: 10,
             max_depth: 3,

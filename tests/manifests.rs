@@ -27,6 +27,7 @@ fn test_host() -> Host {
         state_dir: home.join(".local/state/ateam"),
         home,
         memory_bytes: 8 << 30,
+        sudo_user: None,
     }
 }
 

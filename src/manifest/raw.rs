@@ -66,6 +66,13 @@ pub struct TeamSpec {
     /// (rootless Podman on cgroup v1). Default false: such members are refused.
     #[serde(default)]
     pub allow_unenforced_limits: bool,
+    /// `UID:GID` its members run as, unless a Member says otherwise. Default: the user who
+    /// runs ateam; when that is root, the user who ran sudo (SUDO_UID), else 65534:65534.
+    pub user: Option<String>,
+    /// Let members run as uid 0 or gid 0. Default false: root in a member owns every
+    /// root-owned file in its grants, so `user: 0:0` is refused without this.
+    #[serde(default)]
+    pub allow_root_user: bool,
 }
 
 /// `kind: MainSession`: a session a person drives, on the host, with the person's own access.
@@ -204,6 +211,9 @@ pub struct MemberSpec {
     /// `Never`, `OnFailure` (default) or `Always`; ateam restarts, not the engine.
     #[serde(default)]
     pub restart: RestartPolicy,
+    /// `UID:GID` it runs as; default the Team's `user`. On rootless Podman members always run
+    /// as you.
+    pub user: Option<String>,
 }
 
 /// The four kinds, as one JSON Schema for editors.

@@ -16,7 +16,7 @@ use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
 use crate::host::Host;
-use crate::model::{self, AccessGrant, Desired, Network, Parent};
+use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
@@ -617,9 +617,27 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
 
     for (t, spec, session_dir) in team_models {
         let objs = &by_team[&t.name];
+        let team_user = spec
+            .user
+            .as_deref()
+            .and_then(|u| match u.parse::<UserId>() {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    problems.push(t.value_problem("spec.user", e));
+                    None
+                }
+            });
+        if let Some(u) = team_user
+            && u.is_root()
+            && !spec.allow_root_user
+        {
+            problems.push(t.value_problem("spec.user", root_user_refused(u)));
+        }
         let mut team = model::Team {
             name: t.name.clone(),
             backend: spec.backend,
+            user: team_user,
+            allow_root_user: spec.allow_root_user,
             image: spec.image.clone(),
             max_members: spec.max_members.unwrap_or(DEFAULT_MAX_MEMBERS),
             max_depth: spec.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
@@ -949,6 +967,19 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                     format!("pids {pids} is too low to start anything; use at least 8"),
                 ));
             }
+            let user = match m.user.as_deref().map(str::parse::<UserId>) {
+                Some(Ok(u)) => {
+                    if u.is_root() && !spec.allow_root_user {
+                        problems.push(o.value_problem("spec.user", root_user_refused(u)));
+                    }
+                    Some(u)
+                }
+                Some(Err(e)) => {
+                    problems.push(o.value_problem("spec.user", e));
+                    None
+                }
+                None => team_user,
+            };
             memory_total += memory_bytes;
             if memory_total > memory_limit && memory_total - memory_bytes <= memory_limit {
                 problems.push(o.value_problem(
@@ -963,6 +994,7 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
             }
             team.members.push(model::Member {
                 name: name.to_string(),
+                user,
                 parent: parents
                     .get(name)
                     .cloned()
@@ -985,6 +1017,12 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
         desired.teams.push(team);
     }
     desired
+}
+
+fn root_user_refused(u: UserId) -> String {
+    format!(
+        "`{u}` is root: a member running as uid or gid 0 owns every root-owned file in its grants; use an unprivileged UID:GID, or set `allowRootUser: true` in the Team to say you mean it"
+    )
 }
 
 fn quantity_text(q: &Quantity) -> String {

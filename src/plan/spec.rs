@@ -75,7 +75,7 @@ pub struct ContainerSpec {
     /// Plain environment (secrets are not here: only their names, in `secret_env`).
     pub env: BTreeMap<String, String>,
     pub secret_env: Vec<String>,
-    /// `uid:gid` of the user who runs ateam.
+    /// `uid:gid` it runs as: the Member's or Team's `user`, else `Host::default_member_user`.
     pub user: String,
     /// Granted folders, the transcript folder and the control folder, sorted by target so
     /// that parents mount first.
@@ -243,7 +243,10 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         cwd: m.cwd.clone(),
         env,
         secret_env: m.secret_env.clone(),
-        user: format!("{}:{}", host.uid, host.gid),
+        user: m
+            .user
+            .unwrap_or_else(|| host.default_member_user())
+            .to_string(),
         mounts,
         tmpfs,
         memory_bytes: m.memory_bytes,

@@ -19,12 +19,14 @@ fn host() -> Host {
         home: "/home/u".into(),
         memory_bytes: 16 << 30,
         state_dir: "/home/u/.local/state/ateam".into(),
+        sudo_user: None,
     }
 }
 
 fn member(name: &str) -> Member {
     Member {
         name: name.into(),
+        user: None,
         parent: Parent::MainSession("lead".into()),
         depth: 1,
         access: AccessGrant {
@@ -52,6 +54,8 @@ fn team(members: Vec<Member>) -> Desired {
         teams: vec![Team {
             name: "t".into(),
             backend: Default::default(),
+            user: None,
+            allow_root_user: false,
             image: None,
             max_members: 10,
             max_depth: 3,

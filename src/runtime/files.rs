@@ -65,6 +65,29 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, owner: Owner) -> std::
     File::open(dir)?.sync_all()
 }
 
+/// A folder of ateam's that belongs to one member (its transcript or control folder): its
+/// parents are made as `parent` (the person), the folder itself is 0700 and `owner`'s, even
+/// when it existed before with another owner (a member whose `user` changed). Not
+/// recursive: files already in it keep their owner.
+pub fn member_dir(dir: &Path, parent: Owner, owner: Owner) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(p) = dir.parent() {
+        private_dir(p, parent)?;
+    }
+    private_dir(dir, owner)?;
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "exists and is not a folder",
+        ));
+    }
+    if (meta.uid(), meta.gid()) != (owner.uid, owner.gid) {
+        owner.apply(dir)?;
+    }
+    Ok(())
+}
+
 /// Removes a file if it is there.
 pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
     match fs::remove_file(path) {

@@ -27,13 +27,15 @@ fn shared_name() -> &'static str {
 }
 
 /// Puts the gate into a member's control folder: written once into `shared` (a folder of the
-/// state), then hard-linked, so that fifty members cost one 1 MiB write, not fifty.
+/// state), then hard-linked, so that fifty members cost one 1 MiB write, not fifty. It is
+/// 0755 and the store owner's: members of several uids run the same file, and none can
+/// change it.
 pub fn install(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let source = shared.join(shared_name());
     if !source.exists() {
         super::files::private_dir(shared, owner)?;
-        write_atomic(&source, GATE, 0o700, owner)?;
+        write_atomic(&source, GATE, 0o755, owner)?;
     }
     let path = ctl.join("gate");
     let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
@@ -47,7 +49,7 @@ pub fn install(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
     match std::fs::hard_link(&source, &path) {
         Ok(()) => Ok(()),
         // Another file system (a state folder spread over mounts): copy instead.
-        Err(_) => write_atomic(&path, GATE, 0o700, owner),
+        Err(_) => write_atomic(&path, GATE, 0o755, owner),
     }
 }
 

@@ -15,7 +15,7 @@ pub mod procfs;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, Inspected};
+use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, EngineKind, Inspected};
 use crate::plan::observed::ContainerState;
 use crate::plan::spec::{DesiredMember, member_record_path, team_run_dir};
 use crate::policy::{self, Limits, Violation};
@@ -42,6 +42,15 @@ pub enum RunError {
     MissingSecret { member: String, name: String },
     #[error("member `{member}`: image `{image}` has no command; set spec.command")]
     NoCommand { member: String, image: String },
+    /// Rootless Podman maps only the caller's own uid into a member.
+    #[error(
+        "member `{member}`: rootless Podman runs members as you ({caller}), not as `{user}`; remove `user` from the Member and Team, or use rootful Podman or Docker"
+    )]
+    RootlessUser {
+        member: String,
+        user: String,
+        caller: String,
+    },
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
         member: String,
@@ -97,7 +106,8 @@ pub struct Runtime {
     pub info: EngineInfo,
     /// The store id that labels every container this runtime makes.
     pub store: String,
-    /// Who member files belong to (and who members run as).
+    /// Who ateam's own files belong to (the store's owner). Each member's private files belong
+    /// to the user it runs as (`member_owner`).
     pub owner: Owner,
     /// ateam's state folder (for files shared by members, such as the gate).
     pub state_dir: PathBuf,
@@ -115,6 +125,33 @@ impl Runtime {
         }
     }
 
+    /// The user a member runs as, who owns its transcript and control folders, so that it can
+    /// read its gate, secrets and release file and write its transcript, and nothing else of
+    /// ateam's.
+    pub fn member_owner(&self, m: &DesiredMember) -> Result<Owner, RunError> {
+        let user: crate::model::UserId =
+            m.spec
+                .user
+                .parse()
+                .map_err(|what: String| RunError::Process {
+                    member: m.member.clone(),
+                    id: String::new(),
+                    what,
+                })?;
+        let owner = Owner {
+            uid: user.uid,
+            gid: user.gid,
+        };
+        if self.info.kind == (EngineKind::Podman { rootless: true }) && owner != self.owner {
+            return Err(RunError::RootlessUser {
+                member: m.member.clone(),
+                user: m.spec.user.clone(),
+                caller: format!("{}:{}", self.owner.uid, self.owner.gid),
+            });
+        }
+        Ok(owner)
+    }
+
     /// Everything before the engine creates anything. `secret` looks up a secret's value.
     pub async fn prepare(
         &self,
@@ -122,6 +159,7 @@ impl Runtime {
         secret: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<Prepared, RunError> {
         self.limits(m)?;
+        let member_owner = self.member_owner(m)?;
         let io = |path: &std::path::Path| {
             let (member, path) = (m.member.clone(), path.to_path_buf());
             move |source| RunError::Io {
@@ -130,8 +168,9 @@ impl Runtime {
                 source,
             }
         };
-        files::private_dir(&m.transcript_dir, self.owner).map_err(io(&m.transcript_dir))?;
-        files::private_dir(&m.ctl_dir, self.owner).map_err(io(&m.ctl_dir))?;
+        for dir in [&m.transcript_dir, &m.ctl_dir] {
+            files::member_dir(dir, self.owner, member_owner).map_err(io(dir))?;
+        }
         gate::install(&m.ctl_dir, &self.state_dir.join("gate"), self.owner)
             .map_err(io(&m.ctl_dir))?;
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
@@ -144,7 +183,7 @@ impl Runtime {
             secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
         }
         let secrets_path = m.ctl_dir.join("secrets");
-        files::write_atomic(&secrets_path, &secrets, 0o600, self.owner)
+        files::write_atomic(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
 
         let pins = self.pin_all(m)?;
@@ -361,7 +400,8 @@ impl Runtime {
             ));
             return Err(self.unless_stopped(m, id, err).await);
         }
-        gate::release(&m.ctl_dir, id, &start, self.owner).map_err(|source| RunError::Io {
+        let owner = self.member_owner(m)?;
+        gate::release(&m.ctl_dir, id, &start, owner).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),
             source,
