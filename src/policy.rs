@@ -14,19 +14,34 @@ use crate::plan::spec::{ContainerSpec, Mount};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Effective {
+    /// The image as the engine names it (Podman adds `localhost/`).
+    pub image: String,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
     pub user: String,
     pub privileged: bool,
     pub cap_add: Vec<String>,
     /// Capabilities the process keeps (after drops); "ALL" dropped means empty here.
     pub cap_drop_all: bool,
     pub no_new_privileges: bool,
+    /// Every `--security-opt`: seccomp, AppArmor and SELinux settings, `systempaths`.
+    pub security_opt: Vec<String>,
+    /// The AppArmor profile in force, where the engine says (`""` without AppArmor).
+    pub apparmor_profile: String,
+    /// `None` where the engine does not report them (Podman's libpod inspect).
+    pub masked_paths: Option<Vec<String>>,
+    pub readonly_paths: Option<Vec<String>>,
+    pub sysctls: Vec<String>,
+    pub cgroup_parent: String,
+    pub oom_kill_disable: bool,
+    pub device_cgroup_rules: Vec<String>,
     pub read_only_rootfs: bool,
     pub init: bool,
     /// `none` for no network; anything else is a network the member can use.
     pub network_mode: String,
     pub bind_mounts: Vec<Mount>,
-    /// Mount points of tmpfs mounts.
-    pub tmpfs: Vec<String>,
+    /// Mount point -> options of tmpfs mounts.
+    pub tmpfs: std::collections::BTreeMap<String, String>,
     /// Mounts of any other kind (volumes, the engine socket...): never allowed.
     pub other_mounts: Vec<String>,
     pub memory_bytes: u64,
@@ -36,8 +51,10 @@ pub struct Effective {
     pub restart_policy: String,
     pub devices: Vec<String>,
     pub group_add: Vec<String>,
-    /// pid, ipc, uts, cgroup namespace modes that say "host".
-    pub host_namespaces: Vec<String>,
+    /// pid, ipc, uts, userns and cgroupns modes as the engine reports them (`""`: its
+    /// default, private). The policy allows private modes only: never `host`, never another
+    /// container's (`container:<id>`), never a path.
+    pub namespaces: std::collections::BTreeMap<String, String>,
     pub published_ports: Vec<String>,
 }
 
@@ -93,10 +110,97 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         }
     };
     check(
+        "image",
+        same_image(&found.image, &spec.image),
+        spec.image.clone(),
+        found.image.clone(),
+    );
+    let gate: Vec<String> = GATE_ENTRYPOINT.iter().map(|s| s.to_string()).collect();
+    check(
+        "entrypoint",
+        found.entrypoint == gate,
+        gate.join(" "),
+        found.entrypoint.join(" "),
+    );
+    // Without a command in the manifest it is the image's own, found at create; it cannot
+    // change afterwards.
+    if let Some(cmd) = &spec.command {
+        check(
+            "command",
+            &found.cmd == cmd,
+            cmd.join(" "),
+            found.cmd.join(" "),
+        );
+    }
+    check(
         "user",
         found.user == spec.user,
         spec.user.clone(),
         found.user.clone(),
+    );
+    let unknown_opts: Vec<String> = found
+        .security_opt
+        .iter()
+        .filter(|o| !ALLOWED_SECURITY_OPTS.contains(&o.as_str()))
+        .cloned()
+        .collect();
+    check(
+        "security options",
+        unknown_opts.is_empty(),
+        "no-new-privileges only (default seccomp, AppArmor and SELinux)".into(),
+        unknown_opts.join(","),
+    );
+    check(
+        "AppArmor profile",
+        found.apparmor_profile != "unconfined",
+        "the engine's default".into(),
+        found.apparmor_profile.clone(),
+    );
+    for (item, list, must) in [
+        ("masked paths", &found.masked_paths, &MUST_MASK[..]),
+        (
+            "read-only paths",
+            &found.readonly_paths,
+            &MUST_READ_ONLY[..],
+        ),
+    ] {
+        if let Some(list) = list {
+            let missing: Vec<&str> = must
+                .iter()
+                .filter(|p| !list.iter().any(|l| l == *p))
+                .copied()
+                .collect();
+            check(
+                item,
+                missing.is_empty(),
+                format!("at least {}", must.join(",")),
+                format!("without {}", missing.join(",")),
+            );
+        }
+    }
+    check(
+        "sysctls",
+        found.sysctls.is_empty(),
+        "none".into(),
+        found.sysctls.join(","),
+    );
+    check(
+        "cgroup parent",
+        found.cgroup_parent.is_empty(),
+        "the engine's default".into(),
+        found.cgroup_parent.clone(),
+    );
+    check(
+        "OOM killer",
+        !found.oom_kill_disable,
+        "enabled".into(),
+        "disabled".into(),
+    );
+    check(
+        "device cgroup rules",
+        found.device_cgroup_rules.is_empty(),
+        "none".into(),
+        found.device_cgroup_rules.join(","),
     );
     check(
         "privileged",
@@ -132,7 +236,13 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
     let net_ok = match spec.network {
         // An allowlist reaches the network only through the egress proxy's socket.
         Network::None | Network::Allow(_) => found.network_mode == "none",
-        Network::Open => found.network_mode != "host",
+        // Never the host's, nor another container's.
+        Network::Open => {
+            !found.network_mode.is_empty()
+                && found.network_mode != "host"
+                && !found.network_mode.starts_with("container:")
+                && !found.network_mode.starts_with("ns:")
+        }
     };
     check(
         "network",
@@ -150,15 +260,16 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         show_mounts(&want),
         show_mounts(&got),
     );
-    let mut want_tmpfs: Vec<String> = spec.tmpfs.keys().cloned().collect();
-    want_tmpfs.sort();
-    let mut got_tmpfs = found.tmpfs.clone();
-    got_tmpfs.sort();
+    let tmpfs = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}:{}", tmpfs_options(v).join(",")))
+            .collect::<Vec<_>>()
+    };
     check(
         "tmpfs",
-        want_tmpfs == got_tmpfs,
-        want_tmpfs.join(","),
-        got_tmpfs.join(","),
+        tmpfs(&spec.tmpfs) == tmpfs(&found.tmpfs),
+        tmpfs(&spec.tmpfs).join(" "),
+        tmpfs(&found.tmpfs).join(" "),
     );
     check(
         "other mounts",
@@ -210,11 +321,17 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         "none".into(),
         found.group_add.join(","),
     );
+    let shared: Vec<String> = found
+        .namespaces
+        .iter()
+        .filter(|(ns, mode)| !private_namespace(ns, mode))
+        .map(|(ns, mode)| format!("{ns}={mode}"))
+        .collect();
     check(
-        "host namespaces",
-        found.host_namespaces.is_empty(),
-        "none".into(),
-        found.host_namespaces.join(","),
+        "namespaces",
+        shared.is_empty(),
+        "private".into(),
+        shared.join(","),
     );
     check(
         "published ports",
@@ -222,6 +339,52 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         "none".into(),
         found.published_ports.join(","),
     );
+    v
+}
+
+/// The only `--security-opt` values a member may have: anything else (seccomp or AppArmor
+/// unconfined, SELinux labels off, `systempaths=unconfined`) loosens the engine's defaults.
+const ALLOWED_SECURITY_OPTS: [&str; 3] = [
+    "no-new-privileges",
+    "no-new-privileges:true",
+    "no-new-privileges=true",
+];
+
+/// Kernel interfaces the engines hide by default; a list without them was loosened. (Docker
+/// reports the lists; Podman's libpod inspect does not, and there `systempaths=unconfined`
+/// would show in the security options.)
+const MUST_MASK: [&str; 3] = ["/proc/kcore", "/proc/keys", "/sys/firmware"];
+const MUST_READ_ONLY: [&str; 2] = ["/proc/sys", "/proc/sysrq-trigger"];
+
+/// Whether a namespace mode keeps the member in a namespace of its own.
+fn private_namespace(ns: &str, mode: &str) -> bool {
+    match ns {
+        "ipc" => matches!(mode, "" | "private" | "shareable" | "none"),
+        "userns" => matches!(mode, "" | "private" | "keep-id"),
+        "cgroupns" => mode == "private",
+        _ => matches!(mode, "" | "private"),
+    }
+}
+
+/// The same image, whichever way the engine spells a local one.
+fn same_image(found: &str, want: &str) -> bool {
+    let bare = |s: &str| {
+        let s = s.strip_prefix("localhost/").unwrap_or(s);
+        let s = s.strip_prefix("docker.io/").unwrap_or(s);
+        s.strip_prefix("library/").unwrap_or(s).to_string()
+    };
+    bare(found) == bare(want)
+}
+
+/// Tmpfs options as a sorted list, without those Podman adds on its own (`rprivate`,
+/// `tmpcopyup`): what remains must be exactly what the spec asked for.
+fn tmpfs_options(opts: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = opts
+        .split(',')
+        .filter(|o| !o.is_empty() && !matches!(*o, "rprivate" | "tmpcopyup"))
+        .collect();
+    v.sort();
+    v.dedup();
     v
 }
 
@@ -249,6 +412,17 @@ fn show_mounts(m: &[Mount]) -> String {
 /// and as the reference a backend's create request must produce.
 pub fn compliant(spec: &ContainerSpec) -> Effective {
     Effective {
+        image: spec.image.clone(),
+        entrypoint: GATE_ENTRYPOINT.iter().map(|s| s.to_string()).collect(),
+        cmd: spec.command.clone().unwrap_or_default(),
+        security_opt: vec!["no-new-privileges".into()],
+        apparmor_profile: String::new(),
+        masked_paths: None,
+        readonly_paths: None,
+        sysctls: vec![],
+        cgroup_parent: String::new(),
+        oom_kill_disable: false,
+        device_cgroup_rules: vec![],
         user: spec.user.clone(),
         privileged: false,
         cap_add: vec![],
@@ -261,7 +435,7 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
             Network::Open => "bridge".into(),
         },
         bind_mounts: spec.mounts.clone(),
-        tmpfs: spec.tmpfs.keys().cloned().collect(),
+        tmpfs: spec.tmpfs.clone(),
         other_mounts: vec![],
         memory_bytes: spec.memory_bytes,
         memory_swap_bytes: spec.memory_bytes as i64,
@@ -270,7 +444,10 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
         restart_policy: "no".into(),
         devices: vec![],
         group_add: vec![],
-        host_namespaces: vec![],
+        namespaces: [("cgroupns", "private")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         published_ports: vec![],
     }
 }

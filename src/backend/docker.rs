@@ -549,8 +549,8 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
     let state = c.state.unwrap_or_default();
 
     let mut bind_mounts = Vec::new();
-    let mut tmpfs: Vec<String> = hc.tmpfs.clone().unwrap_or_default().into_keys().collect();
-    tmpfs.sort();
+    let mut tmpfs: BTreeMap<String, String> =
+        hc.tmpfs.clone().unwrap_or_default().into_iter().collect();
     let mut other_mounts = Vec::new();
     for m in c.mounts.unwrap_or_default() {
         let typ = m.typ.unwrap_or_default();
@@ -563,9 +563,8 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
                 read_only: !m.rw.unwrap_or(false),
             }),
             "tmpfs" => {
-                if !tmpfs.contains(&destination) {
-                    tmpfs.push(destination);
-                }
+                // A `--mount type=tmpfs` has no options in HostConfig.Tmpfs: its own.
+                tmpfs.entry(destination).or_default();
             }
             _ => other_mounts.push(format!("{typ}:{source}:{destination}")),
         }
@@ -580,7 +579,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         (n, _) => u64::try_from(n).unwrap_or(0),
     };
 
-    let host_namespaces = [
+    let namespaces = [
         ("pid", hc.pid_mode.clone()),
         ("ipc", hc.ipc_mode.clone()),
         ("uts", hc.uts_mode.clone()),
@@ -588,8 +587,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         ("cgroupns", hc.cgroupns_mode.map(|m| m.as_ref().to_string())),
     ]
     .into_iter()
-    .filter(|(_, mode)| mode.as_deref() == Some("host"))
-    .map(|(ns, _)| format!("{ns}=host"))
+    .map(|(ns, mode)| (ns.to_string(), mode.unwrap_or_default()))
     .collect();
 
     let mut published_ports: Vec<String> = hc
@@ -614,7 +612,24 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
     exposed.sort();
     published_ports.extend(exposed);
 
+    let security_opt = hc.security_opt.clone().unwrap_or_default();
     let effective = Effective {
+        image: config.image.clone().unwrap_or_default(),
+        entrypoint: config.entrypoint.clone().unwrap_or_default(),
+        cmd: config.cmd.clone().unwrap_or_default(),
+        apparmor_profile: c.app_armor_profile.clone().unwrap_or_default(),
+        masked_paths: hc.masked_paths.clone(),
+        readonly_paths: hc.readonly_paths.clone(),
+        sysctls: hc
+            .sysctls
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
+        cgroup_parent: hc.cgroup_parent.clone().unwrap_or_default(),
+        oom_kill_disable: hc.oom_kill_disable == Some(true),
+        device_cgroup_rules: hc.device_cgroup_rules.clone().unwrap_or_default(),
         user: config.user.clone().unwrap_or_default(),
         privileged: hc.privileged.unwrap_or(false),
         cap_add: hc.cap_add.clone().unwrap_or_default(),
@@ -624,12 +639,10 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
             .unwrap_or_default()
             .iter()
             .any(|c| c.eq_ignore_ascii_case("ALL")),
-        no_new_privileges: hc
-            .security_opt
-            .as_deref()
-            .unwrap_or_default()
+        no_new_privileges: security_opt
             .iter()
             .any(|o| o == "no-new-privileges" || o == "no-new-privileges:true"),
+        security_opt,
         read_only_rootfs: hc.readonly_rootfs.unwrap_or(false),
         init: hc.init == Some(true),
         network_mode: hc.network_mode.clone().unwrap_or_default(),
@@ -660,7 +673,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
             })
             .collect(),
         group_add: hc.group_add.clone().unwrap_or_default(),
-        host_namespaces,
+        namespaces,
         published_ports,
     };
 
@@ -973,7 +986,27 @@ mod tests {
 
         let id = b.create(&req).await.expect("create");
         let got = b.inspect(&id).await.expect("inspect");
+        let e = &got.effective;
+        // Docker's own lists of hidden kernel paths, as reported; the policy checks them.
+        assert!(
+            e.masked_paths
+                .as_ref()
+                .is_some_and(|m| m.iter().any(|p| p == "/proc/kcore")),
+            "{:?}",
+            e.masked_paths
+        );
         let expected = Effective {
+            image: IMAGE.into(),
+            entrypoint: vec!["/bin/agent.sh".into()],
+            cmd: vec![],
+            security_opt: vec!["no-new-privileges".into()],
+            apparmor_profile: e.apparmor_profile.clone(),
+            masked_paths: e.masked_paths.clone(),
+            readonly_paths: e.readonly_paths.clone(),
+            sysctls: vec![],
+            cgroup_parent: String::new(),
+            oom_kill_disable: false,
+            device_cgroup_rules: vec![],
             user: "1000:1000".into(),
             privileged: false,
             cap_add: vec![],
@@ -987,7 +1020,7 @@ mod tests {
                 target: PathBuf::from("/ro"),
                 read_only: true,
             }],
-            tmpfs: vec!["/tmp".into()],
+            tmpfs: BTreeMap::from([("/tmp".to_string(), "rw,nosuid,nodev,size=16m".to_string())]),
             other_mounts: vec![],
             memory_bytes: 64 << 20,
             memory_swap_bytes: 64 << 20,
@@ -996,10 +1029,18 @@ mod tests {
             restart_policy: "no".into(),
             devices: vec![],
             group_add: vec![],
-            host_namespaces: vec![],
+            namespaces: [
+                ("pid", ""),
+                ("ipc", "private"),
+                ("uts", ""),
+                ("userns", ""),
+                ("cgroupns", "private"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             published_ports: vec![],
         };
-        let e = &got.effective;
         assert_eq!(e.user, expected.user);
         assert_eq!(e.privileged, expected.privileged);
         assert_eq!(e.cap_add, expected.cap_add);
@@ -1018,7 +1059,7 @@ mod tests {
         assert_eq!(e.restart_policy, expected.restart_policy);
         assert_eq!(e.devices, expected.devices);
         assert_eq!(e.group_add, expected.group_add);
-        assert_eq!(e.host_namespaces, expected.host_namespaces);
+        assert_eq!(e.namespaces, expected.namespaces);
         assert_eq!(e.published_ports, expected.published_ports);
         assert_eq!(*e, expected);
         assert_eq!(got.summary.id, id);
@@ -1346,6 +1387,17 @@ mod tests {
         assert_eq!(
             i.effective,
             Effective {
+                image: "x:1".into(),
+                entrypoint: vec![],
+                cmd: vec![],
+                security_opt: vec!["no-new-privileges:true".into(), "seccomp=unconfined".into()],
+                apparmor_profile: String::new(),
+                masked_paths: None,
+                readonly_paths: None,
+                sysctls: vec![],
+                cgroup_parent: String::new(),
+                oom_kill_disable: false,
+                device_cgroup_rules: vec![],
                 user: "".into(),
                 privileged: true,
                 cap_add: vec!["SYS_ADMIN".into()],
@@ -1359,7 +1411,10 @@ mod tests {
                     target: "/var/run/docker.sock".into(),
                     read_only: false,
                 }],
-                tmpfs: vec!["/run".into(), "/scratch".into()],
+                tmpfs: BTreeMap::from([
+                    ("/run".to_string(), String::new()),
+                    ("/scratch".to_string(), String::new())
+                ]),
                 other_mounts: vec!["volume:/var/lib/docker/volumes/v/_data:/data".into()],
                 memory_bytes: 0,
                 memory_swap_bytes: -1,
@@ -1368,7 +1423,16 @@ mod tests {
                 restart_policy: "always".into(),
                 devices: vec!["/dev/fuse:/dev/fuse".into()],
                 group_add: vec!["docker".into()],
-                host_namespaces: vec!["pid=host".into(), "uts=host".into(), "cgroupns=host".into()],
+                namespaces: [
+                    ("pid", "host"),
+                    ("ipc", "shareable"),
+                    ("uts", "host"),
+                    ("userns", ""),
+                    ("cgroupns", "host")
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
                 published_ports: vec!["22/tcp".into(), "all".into(), "exposed:80/tcp".into()],
             }
         );

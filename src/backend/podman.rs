@@ -347,7 +347,19 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
     let cfg = d.config.as_ref();
     let hc = d.host_config.as_ref();
     let mut e = Effective {
+        image: cfg
+            .and_then(|c| c.image.clone())
+            .filter(|i| !i.is_empty())
+            .or_else(|| d.image_name.clone())
+            .unwrap_or_default(),
+        // Libpod reports the entrypoint as one string, words joined by spaces.
+        entrypoint: cfg
+            .and_then(|c| c.entrypoint.as_deref())
+            .map(|e| e.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
+        cmd: cfg.and_then(|c| c.cmd.clone()).unwrap_or_default(),
         user: cfg.and_then(|c| c.user.clone()).unwrap_or_default(),
+        apparmor_profile: d.app_armor_profile.clone().unwrap_or_default(),
         ..Default::default()
     };
     // The bounding set is what the process can ever hold; libpod reports it as null when
@@ -362,7 +374,9 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
                 target: dest.into(),
                 read_only: !m.rw.unwrap_or(false),
             }),
-            "tmpfs" => e.tmpfs.push(dest),
+            "tmpfs" => {
+                e.tmpfs.entry(dest).or_default();
+            }
             _ => {
                 let source = m
                     .source
@@ -387,10 +401,15 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
     e.read_only_rootfs = hc.readonly_rootfs.unwrap_or(false);
     e.init = hc.init.unwrap_or(false);
     e.network_mode = hc.network_mode.clone().unwrap_or_default();
-    e.tmpfs
-        .extend(hc.tmpfs.iter().flatten().map(|(k, _)| k.clone()));
-    e.tmpfs.sort();
-    e.tmpfs.dedup();
+    e.tmpfs.extend(
+        hc.tmpfs
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    e.security_opt = hc.security_opt.clone().unwrap_or_default();
+    e.cgroup_parent = hc.cgroup_parent.clone().unwrap_or_default();
+    e.oom_kill_disable = hc.oom_kill_disable.unwrap_or(false);
     e.memory_bytes = hc.memory.unwrap_or(0).max(0) as u64;
     e.memory_swap_bytes = hc.memory_swap.unwrap_or(0);
     e.pids_limit = hc.pids_limit.unwrap_or(0);
@@ -423,11 +442,10 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
         ("ipc", &hc.ipc_mode),
         ("uts", &hc.uts_mode),
         ("userns", &hc.userns_mode),
-        ("cgroup", &hc.cgroup_mode),
+        ("cgroupns", &hc.cgroup_mode),
     ] {
-        if mode.as_deref() == Some("host") {
-            e.host_namespaces.push(format!("{ns}=host"));
-        }
+        e.namespaces
+            .insert(ns.to_string(), mode.clone().unwrap_or_default());
     }
     // Libpod 4.x has no Config.ExposedPorts: an exposed port is a PortBindings entry without
     // bindings.
@@ -996,9 +1014,13 @@ mod tests {
             }]
         );
         assert_eq!(e.other_mounts, vec!["volume:/var/lib/v:/v".to_string()]);
-        assert_eq!(e.tmpfs, vec!["/tmp".to_string()]);
+        assert_eq!(
+            e.tmpfs,
+            BTreeMap::from([("/tmp".to_string(), "rw,rprivate,tmpcopyup".to_string())])
+        );
         assert_eq!(e.nano_cpus, 500_000_000);
-        assert_eq!(e.host_namespaces, vec!["pid=host".to_string()]);
+        assert_eq!(e.namespaces["pid"], "host");
+        assert_eq!(e.namespaces["cgroupns"], "private");
         assert_eq!(
             e.published_ports,
             vec![
@@ -1136,6 +1158,17 @@ mod tests {
         let mut got = i.effective.clone();
         got.bind_mounts.sort();
         let want = Effective {
+            image: got.image.clone(),
+            entrypoint: vec!["/bin/sh".into(), "-c".into()],
+            cmd: req.cmd.clone(),
+            security_opt: vec!["no-new-privileges".into()],
+            apparmor_profile: String::new(),
+            masked_paths: None,
+            readonly_paths: None,
+            sysctls: vec![],
+            cgroup_parent: got.cgroup_parent.clone(),
+            oom_kill_disable: false,
+            device_cgroup_rules: vec![],
             user: t.user.into(),
             privileged: false,
             cap_add: vec![],
@@ -1145,7 +1178,10 @@ mod tests {
             init: true,
             network_mode: "none".into(),
             bind_mounts: req.mounts.clone(),
-            tmpfs: vec!["/tmp".into()],
+            tmpfs: BTreeMap::from([(
+                "/tmp".to_string(),
+                "rw,nosuid,nodev,size=16m,rprivate,tmpcopyup".to_string(),
+            )]),
             other_mounts: vec![],
             memory_bytes: if limited { MIB64 } else { 0 },
             memory_swap_bytes: if limited { MIB64 as i64 } else { 0 },
@@ -1154,10 +1190,17 @@ mod tests {
             restart_policy: "no".into(),
             devices: vec![],
             group_add: vec![],
-            host_namespaces: vec![],
+            namespaces: got.namespaces.clone(),
             published_ports: vec![],
         };
+        assert!(got.image.ends_with("ateam-demo:latest"), "{}", got.image);
         assert_eq!(got, want);
+        let shared: Vec<_> = got
+            .namespaces
+            .iter()
+            .filter(|(_, m)| !matches!(m.as_str(), "" | "private" | "shareable"))
+            .collect();
+        assert!(shared.is_empty(), "{:?}", got.namespaces);
 
         b.start(&id).await.expect("start");
         b.start(&id)

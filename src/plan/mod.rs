@@ -341,6 +341,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         plan_member(
             m,
             keep,
+            &desired.store,
             observed.limits_unenforced && m.allow_unenforced_limits,
             &mut plan,
         );
@@ -398,6 +399,7 @@ impl Plan {
 fn plan_member(
     m: &DesiredMember,
     c: &ObservedContainer,
+    store: &str,
     observed_limits_unenforced: bool,
     plan: &mut Plan,
 ) {
@@ -416,7 +418,8 @@ fn plan_member(
         } else {
             policy::Limits::Enforced
         };
-        let violations = policy::verify(&m.spec, eff, limits);
+        let mut violations = policy::verify(&m.spec, eff, limits);
+        violations.extend(label_violation(m, c, store));
         if !violations.is_empty() {
             plan.actions.push(recreate(Drift::Policy { violations }));
             return;
@@ -472,6 +475,34 @@ fn plan_member(
             }
         }
     }
+}
+
+/// The labels ateam set, exactly: each with its value, and no other `ateam.dev/` label but
+/// a replacement's `replaces`. (Docker adds the image's own labels; those are not ateam's.)
+fn label_violation(m: &DesiredMember, c: &ObservedContainer, store: &str) -> Option<Violation> {
+    let want = m.container_labels(store);
+    let missing = want.iter().any(|(k, v)| c.labels.get(k) != Some(v));
+    let extra: Vec<&String> = c
+        .labels
+        .keys()
+        .filter(|k| k.starts_with("ateam.dev/") && !want.contains_key(*k) && *k != labels::REPLACES)
+        .collect();
+    (missing || !extra.is_empty()).then(|| Violation {
+        item: "labels".into(),
+        expected: "the labels ateam set".into(),
+        found: if extra.is_empty() {
+            "some changed or missing".into()
+        } else {
+            format!(
+                "also {}",
+                extra
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        },
+    })
 }
 
 /// How the container's recorded spec differs from the wanted one, if it does.

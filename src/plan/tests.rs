@@ -291,6 +291,80 @@ fn tampering_is_a_policy_violation() {
         ),
         ("user", Box::new(|e| e.user = "0:0".into())),
         ("memory", Box::new(|e| e.memory_bytes = 0)),
+        ("image", Box::new(|e| e.image = "evil:latest".into())),
+        (
+            "entrypoint",
+            Box::new(|e| e.entrypoint = vec!["/bin/sh".into()]),
+        ),
+        (
+            "security options",
+            Box::new(|e| e.security_opt.push("seccomp=unconfined".into())),
+        ),
+        (
+            "security options",
+            Box::new(|e| e.security_opt.push("apparmor=unconfined".into())),
+        ),
+        (
+            "security options",
+            Box::new(|e| e.security_opt.push("label=disable".into())),
+        ),
+        (
+            "security options",
+            Box::new(|e| e.security_opt.push("systempaths=unconfined".into())),
+        ),
+        (
+            "AppArmor profile",
+            Box::new(|e| e.apparmor_profile = "unconfined".into()),
+        ),
+        (
+            "masked paths",
+            Box::new(|e| e.masked_paths = Some(vec!["/proc/acpi".into()])),
+        ),
+        (
+            "read-only paths",
+            Box::new(|e| e.readonly_paths = Some(vec![])),
+        ),
+        (
+            "sysctls",
+            Box::new(|e| e.sysctls.push("net.ipv4.ip_forward=1".into())),
+        ),
+        (
+            "cgroup parent",
+            Box::new(|e| e.cgroup_parent = "/evil".into()),
+        ),
+        ("OOM killer", Box::new(|e| e.oom_kill_disable = true)),
+        (
+            "device cgroup rules",
+            Box::new(|e| e.device_cgroup_rules.push("c 1:3 rwm".into())),
+        ),
+        (
+            "tmpfs",
+            Box::new(|e| {
+                e.tmpfs.insert("/tmp".into(), "rw,exec,size=1g".into());
+            }),
+        ),
+        (
+            "namespaces",
+            Box::new(|e| {
+                e.namespaces.insert("pid".into(), "host".into());
+            }),
+        ),
+        (
+            "namespaces",
+            Box::new(|e| {
+                e.namespaces.insert("ipc".into(), "container:abc".into());
+            }),
+        ),
+        (
+            "namespaces",
+            Box::new(|e| {
+                e.namespaces.insert("cgroupns".into(), "host".into());
+            }),
+        ),
+        (
+            "devices",
+            Box::new(|e| e.devices.push("/dev/kmsg:/dev/kmsg".into())),
+        ),
     ];
     for (item, edit) in tamper {
         let mut o = in_sync(&d, &["a"]);
@@ -484,6 +558,26 @@ fn a_container_with_our_labels_that_we_did_not_make_is_a_stranger() {
             ["remove-stranger evil", "create a"]
         );
     }
+}
+
+#[test]
+fn a_label_ateam_did_not_set_is_a_policy_violation() {
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0]
+        .labels
+        .insert("ateam.dev/trusted".into(), "yes".into());
+    let p = plan(&d, &o, PlanOptions::default());
+    let Drift::Policy { violations } = reason(&p) else {
+        panic!("{p:?}")
+    };
+    assert_eq!(violations[0].item, "labels");
+    // An image's own labels are not ateam's business.
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0]
+        .labels
+        .insert("org.opencontainers.image.title".into(), "demo".into());
+    assert!(plan(&d, &o, PlanOptions::default()).is_noop());
 }
 
 #[test]
