@@ -23,7 +23,14 @@ bash scripts/engines.sh
 # shellcheck disable=SC1091
 source /run/ateam-ci/env
 
-step "engine tests: Docker and rootful Podman (as root)"
+# The attack suite runs ateam as the rootless user too (through runuser): give it a copy of
+# the binary that user can reach (the checkout may be under /root).
+cargo build --locked --bin ateam
+dir=/tmp/ateam-ci-tests
+rm -rf "$dir" && install -d -m 0755 "$dir" && install -m 0755 target/debug/ateam "$dir/ateam"
+export ATEAM_TEST_BIN="$dir/ateam"
+
+step "engine tests: Docker and rootful Podman (as root), and the attack suite on all three"
 cargo nextest run --locked --no-fail-fast --run-ignored only -E 'not test(/^podman_rootless::/)'
 
 step "engine tests: rootless Podman (as $ATEAM_TEST_ROOTLESS_USER)"
@@ -35,8 +42,7 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "engines" and m.get("executable"):
         print(m["executable"])')
-dir=/tmp/ateam-ci-tests
-rm -rf "$dir" && install -d -m 0755 "$dir" && install -m 0755 "$bin" "$dir/engines"
+install -m 0755 "$bin" "$dir/engines"
 uid=$(id -u "$ATEAM_TEST_ROOTLESS_USER")
 runuser -u "$ATEAM_TEST_ROOTLESS_USER" -- env -i PATH="$PATH" HOME="/home/$ATEAM_TEST_ROOTLESS_USER" \
     XDG_RUNTIME_DIR="/run/ateam-ci/user-$uid" TMPDIR=/tmp \

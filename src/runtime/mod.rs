@@ -276,7 +276,12 @@ impl Runtime {
             path: m.ctl_dir.clone(),
             source,
         })?;
-        let pins = self.pin_all(m)?;
+        // A folder that cannot be pinned now (swapped for a symlink, say) was mounted as
+        // whatever it is now: that start must never be released.
+        let pins = match self.pin_all(m) {
+            Ok(p) => p,
+            Err(cause) => return Err(self.rollback(m, cause, id).await),
+        };
         // The command was found when the container was created; the image cannot change.
         match self.verify_and_start(m, id, &pins, None).await {
             Ok(()) => Ok(()),
