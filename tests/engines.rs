@@ -167,6 +167,7 @@ impl Team {
             home: root.join("home"),
             memory_bytes: 8 << 30,
             state_dir: root.join("state"),
+            engine_dirs: vec![],
         };
         let src = Source {
             path: root.join("team.yaml"),

@@ -25,6 +25,7 @@ fn test_host() -> Host {
         uid: 1000,
         gid: 1000,
         state_dir: home.join(".local/state/ateam"),
+        engine_dirs: vec![],
         home,
         memory_bytes: 8 << 30,
     }

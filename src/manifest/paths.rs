@@ -116,6 +116,7 @@ mod tests {
             home: home.into(),
             memory_bytes: 1 << 34,
             state_dir: state.into(),
+            engine_dirs: vec![],
         }
     }
 

@@ -19,6 +19,7 @@ fn host() -> Host {
         home: "/home/u".into(),
         memory_bytes: 16 << 30,
         state_dir: "/home/u/.local/state/ateam".into(),
+        engine_dirs: vec![],
     }
 }
 
