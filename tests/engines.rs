@@ -174,7 +174,7 @@ impl Team {
             dir: root.clone(),
             text,
         };
-        let model = validate(&[src], &host).unwrap_or_else(|p| panic!("{p:#?}"));
+        let model = validate(&[src], &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
         let desired = desired_state(&model, &host);
         let rt = Runtime {
             backend: e.backend.clone(),

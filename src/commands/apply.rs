@@ -24,13 +24,17 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         return Ok(super::diff::run(global, files, o.prune, Output::Text).await);
     }
     let ctx = Ctx::new(global);
-    let desired = ctx.load(files)?;
+    let manifests = super::validate::read(files)?;
+    // Refused manifests are refused before the store is touched (not even its lock)...
+    ctx.judge(&manifests)?;
     let _lock = ctx
         .store
         .lock(o.no_wait, |holder| {
             eprintln!("waiting for another ateam command to finish ({holder})...")
         })
         .context("locking the state folder")?;
+    // ...and judged again under the lock, against the teams stored by an apply that held it.
+    let desired = ctx.judge(&manifests)?;
     let (backend, info) = ctx.connect(&desired.teams).await?;
     let ds = ctx.desired_state(&desired);
     let observed = observe(backend.as_ref(), &info, &ds).await?;

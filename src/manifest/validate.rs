@@ -13,9 +13,10 @@ use serde_path_to_error::Segment;
 use super::paths::{check_dir, check_grant, resolve, within};
 use super::quantity::{human_bytes, parse_cpus, parse_memory};
 use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
+use super::reach::Fence;
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
-use crate::host::Host;
+use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
@@ -83,7 +84,14 @@ impl Parsed<'_> {
 }
 
 /// Checks `sources` against every rule; the model when all pass, else every problem found.
-pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>> {
+/// `applied` are the teams in the store: the manifests' grants must not reach their
+/// transcripts, nor their grants the manifests' transcripts. A team the manifests define again
+/// is replaced by them.
+pub fn validate(
+    sources: &[Source],
+    host: &Host,
+    applied: &[model::Team],
+) -> Result<Desired, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut objects = Vec::new();
     let mut broken = Broken::new();
@@ -106,7 +114,7 @@ pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>
             }),
         }
     }
-    let desired = build(&objects, &broken, host, &mut problems);
+    let desired = build(&objects, &broken, host, applied, &mut problems);
     // Report in reading order: by file as given, then by place in the file.
     let order: BTreeMap<&Path, usize> = sources
         .iter()
@@ -537,7 +545,13 @@ fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, St
 }
 
 /// The stages after parsing: names, teams, references, grants, members, limits.
-fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Problem>) -> Desired {
+fn build(
+    objects: &[Parsed],
+    broken: &Broken,
+    host: &Host,
+    applied: &[model::Team],
+    problems: &mut Vec<Problem>,
+) -> Desired {
     // Teams and their membership.
     let teams: Vec<&Parsed> = objects.iter().filter(|o| o.kind == "Team").collect();
     let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
@@ -597,7 +611,23 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
     let mut desired = Desired::default();
     let mut memory_total: u64 = 0;
     let memory_limit = (host.memory_bytes as f64 * MEMORY_SHARE) as u64;
-    let mut all_session_dirs = Vec::new();
+    // Teams these manifests define (also those that could not be read) replace their stored
+    // versions; the store's other teams stay as they are.
+    let redefined: Vec<&str> = team_names
+        .iter()
+        .copied()
+        .chain(
+            broken
+                .iter()
+                .filter(|(k, _)| *k == "Team")
+                .map(|(_, n)| n.as_str()),
+        )
+        .collect();
+    let engine_dirs: Vec<EngineDir> = engines::defaults()
+        .into_iter()
+        .chain(host.engine_dirs.iter().cloned())
+        .collect();
+    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
     let mut team_models = Vec::new();
     for t in &teams {
         let Spec::Team(spec) = &t.spec else { continue };
@@ -608,11 +638,19 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
             Some(d) => resolve(d, &t.src.dir, &host.home),
             None => host.home.join(".local/share/ateam").join(&t.name),
         };
-        if let Err(e) = check_session_dir(&session_dir, host) {
-            problems.push(t.value_problem("spec.sessionDir", e));
+        team_models.push((*t, spec, session_dir));
+    }
+    let session_dirs: Vec<(&str, PathBuf)> = team_models
+        .iter()
+        .map(|(t, _, d)| (t.name.as_str(), d.clone()))
+        .collect();
+    for (t, _, session_dir) in &team_models {
+        match check_session_dir(session_dir, host)
+            .and_then(|()| fence.check_session_dir(&t.name, session_dir, &session_dirs))
+        {
+            Ok(()) => fence.add_session_dir(&t.name, session_dir),
+            Err(e) => problems.push(t.value_problem("spec.sessionDir", e)),
         }
-        all_session_dirs.push(session_dir.clone());
-        team_models.push((t, spec, session_dir));
     }
 
     for (t, spec, session_dir) in team_models {
@@ -679,16 +717,8 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                 for (i, raw) in list.iter().enumerate() {
                     let p = resolve(raw, &o.src.dir, &host.home);
                     let f = format!("spec.{field}[{i}]");
-                    if let Err(e) = check_grant(&p, host) {
+                    if let Err(e) = check_grant(&p, host).and_then(|()| fence.check_grant(&p)) {
                         problems.push(o.value_problem(&f, e));
-                    } else if let Some(sd) = all_session_dirs
-                        .iter()
-                        .find(|sd| within(&p, sd) || within(sd, &p))
-                    {
-                        problems.push(o.value_problem(
-                            &f,
-                            format!("`{}` overlaps the transcripts folder {}; members must not see each other's transcripts", p.display(), sd.display()),
-                        ));
                     }
                     out.push(p);
                 }

@@ -1,0 +1,484 @@
+//! Attacks on the invariant "a grant reaches only what it names, judged across the whole
+//! store", each driving the real `ateam` binary as a user (or an attacker writing manifests)
+//! would:
+//!
+//! - a grant that is another name (a bind mount) of a team's transcripts folder, or that holds
+//!   such a mount, in the same apply or of a team applied before;
+//! - a grant that contains a container engine's data root or socket folder;
+//!
+//! Cases that need no engine run in every `cargo nextest run`. Cases that apply a team are
+//! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind
+//! mounts need root, as the engine tests do.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Lab {
+    dir: tempfile::TempDir,
+    /// `docker` or `podman`, for cases that apply; None: no engine may be reached.
+    engine: Option<&'static str>,
+    /// Teams this lab applied, deleted on drop.
+    teams: std::cell::RefCell<Vec<String>>,
+    /// Mounts this lab made, unmounted on drop (innermost first).
+    mounts: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl Lab {
+    fn new(engine: Option<&'static str>) -> Lab {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-attack-")
+            .tempdir()
+            .unwrap();
+        Lab {
+            dir,
+            engine,
+            teams: Default::default(),
+            mounts: Default::default(),
+        }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    /// One store for every team of the lab: the point is what teams applied before do.
+    fn state(&self) -> PathBuf {
+        self.root().join("state")
+    }
+
+    fn mkdir(&self, rel: &str) -> PathBuf {
+        let p = self.root().join(rel);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// A unique team name: cases run in parallel, and on two engines.
+    fn team_name(&self, tag: &str) -> String {
+        let e = self.engine.map_or("n", |e| &e[..1]);
+        format!("{tag}{e}{}", std::process::id() % 100000)
+    }
+
+    /// Writes `yaml` as `<rel>.yaml` in the lab and returns its path.
+    fn manifest(&self, rel: &str, yaml: &str) -> PathBuf {
+        let p = self.root().join(format!("{rel}.yaml"));
+        std::fs::write(&p, yaml).unwrap();
+        p
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        c.env("ATEAM_STATE_DIR", self.state());
+        match self.engine {
+            Some(e) => {
+                c.arg("--backend").arg(e);
+                c.env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"));
+            }
+            None => {
+                // No engine is reachable: a refusal must come from validation.
+                c.arg("--backend").arg("docker");
+                c.env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+                    .env("CONTAINER_HOST", "unix:///nonexistent/podman.sock");
+            }
+        }
+        c.args(args);
+        c
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn apply(&self, manifest: &Path) -> Output {
+        self.ateam(&["apply", "-f", manifest.to_str().unwrap()])
+    }
+
+    /// Applies a team that must be accepted, and remembers it for clean-up.
+    fn apply_ok(&self, team: &str, manifest: &Path) {
+        self.teams.borrow_mut().push(team.to_string());
+        let out = self.apply(manifest);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "apply of {team}: {}",
+            both(&out)
+        );
+    }
+
+    /// Applies a team that must be refused: exit 1, the refusal contains every one of `words`,
+    /// and neither a container nor a stored record of the team exists afterwards.
+    fn apply_refused(&self, team: &str, manifest: &Path, words: &[&str]) {
+        self.teams.borrow_mut().push(team.to_string());
+        let out = self.apply(manifest);
+        self.assert_refused(team, &out, words);
+    }
+
+    /// `out` is a refusal of `team`, as `apply_refused` says.
+    fn assert_refused(&self, team: &str, out: &Output, words: &[&str]) {
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{team} was not refused: {}",
+            both(out)
+        );
+        for w in words {
+            assert!(err.contains(w), "the refusal does not say {w:?}:\n{err}");
+        }
+        assert!(
+            !self.state().join("teams").join(team).exists(),
+            "the refused team {team} left state behind"
+        );
+        let left: Vec<String> = self
+            .containers()
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("ateam-{team}-")))
+            .collect();
+        assert!(left.is_empty(), "the refused team has containers: {left:?}");
+    }
+
+    /// Bind-mounts `from` on `to` (which is created), unmounted when the lab is dropped.
+    fn bind(&self, from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        run_ok(Command::new("mount").arg("--bind").arg(from).arg(to));
+        self.mounts.borrow_mut().push(to.to_path_buf());
+    }
+
+    fn engine_cli(&self, args: &[&str]) -> Output {
+        let (bin, flag, uri) = match self.engine {
+            Some("docker") => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+            Some(_) => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+            None => panic!("this lab has no engine"),
+        };
+        Command::new(bin)
+            .arg(flag)
+            .arg(uri)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Names of every container of this lab's store.
+    fn containers(&self) -> Vec<String> {
+        if self.engine.is_none() {
+            return vec![];
+        }
+        let filter = format!(
+            "label=ateam.dev/store={}",
+            ateam::plan::spec::store_id(&self.state())
+        );
+        let out = self.engine_cli(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"]);
+        text(&out.stdout).lines().map(str::to_string).collect()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.engine.is_some() {
+            for t in self.teams.borrow().iter() {
+                let _ = self.ateam(&["delete", "--team", t]);
+            }
+            let left = self.containers();
+            if !left.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(left.iter().map(String::as_str));
+                let _ = self.engine_cli(&args);
+            }
+        }
+        for m in self.mounts.borrow().iter().rev() {
+            let _ = Command::new("umount").arg(m).output();
+        }
+    }
+}
+
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: run scripts/engines.sh and source /run/ateam-ci/env")
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn both(o: &Output) -> String {
+    format!("{}\n{}", text(&o.stdout), text(&o.stderr))
+}
+
+fn run_ok(c: &mut Command) {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{c:?} failed (these cases run as root): {}",
+        both(&out)
+    );
+}
+
+/// A team whose one member reads `read` and writes `write` (paths as written in YAML,
+/// relative to the lab), with transcripts in `session_dir` and the given memory cap.
+fn team_yaml(name: &str, session_dir: &str, read: &[&str], write: &[&str], memory: &str) -> String {
+    let list = |v: &[&str]| {
+        v.iter()
+            .map(|p| format!("'{p}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {name}}}
+spec: {{image: ateam-demo:latest, sessionDir: '{session_dir}'}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{team: {name}, command: [sh]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{team: {name}, read: [{}], write: [{}]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: m}}
+spec: {{team: {name}, parent: lead, access: g, resources: {{memory: {memory}, pids: 64}}}}
+",
+        list(read),
+        list(write)
+    )
+}
+
+// ------------------------------------------------------------------- no engine needed
+
+/// Team b's grant is a bind mount of team a's transcripts folder, both in one apply: by name
+/// the grant is elsewhere, by device and inode it is the same folder.
+#[test]
+fn a_bind_mount_alias_of_a_session_dir_in_the_same_apply_is_refused() {
+    let lab = Lab::new(None);
+    let sessions = lab.mkdir("a/sessions");
+    lab.mkdir("a/work");
+    let alias = lab.root().join("b/alias");
+    lab.bind(&sessions, &alias);
+    let (a, b) = (lab.team_name("aliasa"), lab.team_name("aliasb"));
+    let yaml = format!(
+        "{}---\n{}",
+        team_yaml(&a, "./a/sessions", &["./a/work"], &[], "64Mi"),
+        team_yaml(&b, "./b/sessions", &["./b/alias"], &[], "64Mi")
+    );
+    let m = lab.manifest("both", &yaml);
+    lab.apply_refused(
+        &b,
+        &m,
+        &[
+            "spec.read[0]",
+            &format!("`{}` is {}", alias.display(), sessions.display()),
+            "same device and inode",
+        ],
+    );
+    assert!(!lab.state().exists(), "a refused apply created the store");
+}
+
+/// The grant does not name the alias but its parent: the member would see the transcripts
+/// through the bind mount below the granted folder.
+#[test]
+fn a_grant_holding_a_bind_mount_of_a_session_dir_is_refused() {
+    let lab = Lab::new(None);
+    let sessions = lab.mkdir("a/sessions");
+    let alias = lab.root().join("b/shared/alias");
+    lab.bind(&sessions, &alias);
+    let b = lab.team_name("holder");
+    // Team a is only there for its sessionDir; team b is the one applied here.
+    let m = lab.manifest(
+        "b",
+        &team_yaml(
+            &b,
+            &sessions.display().to_string(),
+            &["./b/shared"],
+            &[],
+            "64Mi",
+        ),
+    );
+    // Its own sessionDir is the one aliased: its member would read every transcript.
+    lab.apply_refused(
+        &b,
+        &m,
+        &[
+            "spec.read[0]",
+            &format!("through the mount at {}", alias.display()),
+            &sessions.display().to_string(),
+        ],
+    );
+}
+
+/// A grant of `/var/lib` holds Docker's and Podman's data roots (whether or not the engines
+/// run now): a member with it could rewrite images or read other containers' files.
+#[test]
+fn a_grant_containing_an_engine_data_root_is_refused() {
+    let lab = Lab::new(None);
+    let t = lab.team_name("dataroot");
+    let m = lab.manifest(
+        "t",
+        &team_yaml(&t, "./sessions", &["/var/lib"], &[], "64Mi"),
+    );
+    lab.apply_refused(
+        &t,
+        &m,
+        &["spec.read[0]", "`/var/lib` contains /var/lib/docker"],
+    );
+}
+
+/// DOCKER_HOST names a socket in a folder of its own: whoever can write there controls the
+/// engine, so the folder is never granted, under any name.
+#[test]
+fn a_grant_of_the_docker_host_socket_folder_is_refused() {
+    let lab = Lab::new(None);
+    let engine = lab.mkdir("engine");
+    std::fs::write(engine.join("docker.sock"), "").unwrap();
+    let alias = lab.root().join("alias");
+    lab.bind(&engine, &alias);
+    let t = lab.team_name("sockdir");
+    let m = lab.manifest(
+        "t",
+        &team_yaml(&t, "./sessions", &["./engine"], &["./alias"], "64Mi"),
+    );
+    let out = lab
+        .cmd(&["apply", "-f", m.to_str().unwrap()])
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}/docker.sock", engine.display()),
+        )
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", both(&out));
+    for w in [
+        format!(
+            "spec.read[0]: `{}` is {}",
+            engine.display(),
+            engine.display()
+        ),
+        format!(
+            "spec.write[0]: `{}` is {}",
+            alias.display(),
+            engine.display()
+        ),
+        "DOCKER_HOST".to_string(),
+    ] {
+        assert!(err.contains(&w), "the refusal does not say {w:?}:\n{err}");
+    }
+    assert!(!lab.state().exists(), "a refused apply created the store");
+}
+
+// ------------------------------------------------------------ cases that apply a team
+
+/// Team a is applied; team b, applied next into the same store, grants a bind mount of team
+/// a's transcripts folder. The manifests of b alone look harmless.
+fn an_alias_of_an_applied_teams_session_dir_is_refused(engine: &'static str) {
+    let lab = Lab::new(Some(engine));
+    let sessions = lab.mkdir("a/sessions");
+    lab.mkdir("a/work");
+    let a = lab.team_name("storea");
+    let ma = lab.manifest(
+        "a",
+        &team_yaml(&a, "./a/sessions", &["./a/work"], &[], "64Mi"),
+    );
+    lab.apply_ok(&a, &ma);
+
+    let alias = lab.root().join("b/alias");
+    lab.bind(&sessions, &alias);
+    let b = lab.team_name("storeb");
+    let mb = lab.manifest(
+        "b",
+        &team_yaml(&b, "./b/sessions", &["./b/alias"], &[], "64Mi"),
+    );
+    lab.apply_refused(
+        &b,
+        &mb,
+        &[
+            &format!("`{}` is {}", alias.display(), sessions.display()),
+            &format!("team `{a}`"),
+        ],
+    );
+    // By its own name too: the store, not only this apply, holds the transcripts folders.
+    let direct = lab.manifest(
+        "b2",
+        &team_yaml(&b, "./b/sessions", &["./a/sessions"], &[], "64Mi"),
+    );
+    lab.apply_refused(&b, &direct, &[&format!("`{0}` is {0}", sessions.display())]);
+}
+
+/// The converse: team b's transcripts folder would lie inside a folder that team a, applied
+/// before, grants to its member.
+fn a_session_dir_inside_an_applied_teams_grant_is_refused(engine: &'static str) {
+    let lab = Lab::new(Some(engine));
+    let shared = lab.mkdir("shared");
+    let a = lab.team_name("granta");
+    let ma = lab.manifest(
+        "a",
+        &team_yaml(&a, "./a/sessions", &["./shared"], &[], "64Mi"),
+    );
+    lab.apply_ok(&a, &ma);
+    let b = lab.team_name("grantb");
+    let mb = lab.manifest("b", &team_yaml(&b, "./shared/sessions", &[], &[], "64Mi"));
+    lab.apply_refused(
+        &b,
+        &mb,
+        &[
+            "spec.sessionDir",
+            &shared.display().to_string(),
+            &format!("team `{a}`"),
+        ],
+    );
+}
+
+macro_rules! on_engines {
+    ($($case:ident),* $(,)?) => {
+        mod docker {
+            $(
+                #[test]
+                #[ignore = "needs container engines: run scripts/test.sh"]
+                fn $case() {
+                    super::$case("docker");
+                }
+            )*
+        }
+        mod podman {
+            $(
+                #[test]
+                #[ignore = "needs container engines: run scripts/test.sh"]
+                fn $case() {
+                    super::$case("podman");
+                }
+            )*
+        }
+    };
+}
+
+on_engines!(
+    an_alias_of_an_applied_teams_session_dir_is_refused,
+    a_session_dir_inside_an_applied_teams_grant_is_refused,
+);
+
+/// The test engines keep their data under /var/lib/ateam-ci (scripts/engines.sh starts
+/// dockerd with `--data-root /var/lib/ateam-ci/docker`): ateam learns that from the running
+/// daemon, not from a list, and refuses a grant that holds it. No container is made, but the
+/// engines must run.
+#[test]
+#[ignore = "needs container engines: run scripts/test.sh"]
+fn a_grant_containing_a_running_engines_data_root_is_refused() {
+    let lab = Lab::new(None);
+    let t = lab.team_name("running");
+    let m = lab.manifest(
+        "t",
+        &team_yaml(&t, "./sessions", &["/var/lib/ateam-ci"], &[], "64Mi"),
+    );
+    lab.apply_refused(
+        &t,
+        &m,
+        &[
+            "spec.read[0]",
+            "`/var/lib/ateam-ci` contains /var/lib/ateam-ci/docker",
+        ],
+    );
+}
