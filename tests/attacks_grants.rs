@@ -5,6 +5,7 @@
 //! - a grant that is another name (a bind mount) of a team's transcripts folder, or that holds
 //!   such a mount, in the same apply or of a team applied before;
 //! - a grant that contains a container engine's data root or socket folder;
+//! - a `sessionDir` that is exactly a shared or system folder (`/tmp`, `/run`, `$HOME`...);
 //!
 //! Cases that need no engine run in every `cargo nextest run`. Cases that apply a team are
 //! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind
@@ -25,9 +26,14 @@ struct Lab {
 
 impl Lab {
     fn new(engine: Option<&'static str>) -> Lab {
+        Lab::new_in(engine, &std::env::temp_dir())
+    }
+
+    /// A lab in `parent`, for cases where the lab must not lie inside /tmp.
+    fn new_in(engine: Option<&'static str>, parent: &Path) -> Lab {
         let dir = tempfile::Builder::new()
             .prefix("ateam-attack-")
-            .tempdir()
+            .tempdir_in(parent)
             .unwrap();
         Lab {
             dir,
@@ -368,6 +374,44 @@ fn a_grant_of_the_docker_host_socket_folder_is_refused() {
         assert!(err.contains(&w), "the refusal does not say {w:?}:\n{err}");
     }
     assert!(!lab.state().exists(), "a refused apply created the store");
+}
+
+/// `/tmp`, `/run`, `/`, `/proc` and the home folder are refused as a sessionDir themselves,
+/// not only the folders around them: members' transcript folders would be created in a place
+/// every user (or the system) shares, or a member's grant rules could not keep them apart.
+#[test]
+fn a_session_dir_that_is_exactly_a_forbidden_folder_is_refused() {
+    // Outside /tmp, so that the state folder and the grant are not what is refused.
+    let lab = Lab::new_in(None, Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let home = lab.mkdir("home");
+    lab.mkdir("work");
+    for dir in ["/tmp", "/run", "/proc", "/dev", "/sys", "/", "~"] {
+        let shown = if dir == "~" {
+            home.display().to_string()
+        } else {
+            dir.to_string()
+        };
+        let t = lab.team_name("sessexact");
+        let m = lab.manifest("t", &team_yaml(&t, dir, &["./work"], &[], "64Mi"));
+        let out = lab
+            .cmd(&["apply", "-f", m.to_str().unwrap()])
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "sessionDir {dir}: {}",
+            both(&out)
+        );
+        assert!(
+            err.contains(&format!("spec.sessionDir: `{shown}` is ")),
+            "sessionDir {dir}: {err}"
+        );
+        assert!(err.contains("1 problem found"), "sessionDir {dir}: {err}");
+        assert!(!lab.state().exists(), "sessionDir {dir} created the store");
+    }
 }
 
 // ------------------------------------------------------------ cases that apply a team

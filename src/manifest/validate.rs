@@ -1068,26 +1068,18 @@ fn check_image(image: &str) -> Result<(), String> {
     }
 }
 
+/// Folders a transcripts folder may neither be nor contain: the system's, or shared by every
+/// user. Members' transcript folders are made in it, and each is mounted into its member.
+const SESSION_NEVER: [&str; 7] = ["/", "/proc", "/dev", "/sys", "/run", "/var/run", "/tmp"];
+/// Folders it may not lie inside either: the kernel's, and the runtime's (lost at reboot, and
+/// where engines keep their sockets). A private folder made inside /tmp is fine for a
+/// throwaway team.
+const SESSION_NOT_INSIDE: [&str; 5] = ["/proc", "/dev", "/sys", "/run", "/var/run"];
+
 /// The transcripts folder need not exist yet, but what exists of it must be a real directory
-/// path (no symlink), and it must not be a place that is never granted.
+/// path (no symlink), and it must be a place of its own.
 fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
-    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
-        return Err(format!(
-            "`{}` overlaps ateam's own state folder {}",
-            dir.display(),
-            host.state_dir.display()
-        ));
-    }
-    for forbidden in ["/proc", "/dev", "/sys", "/run", "/tmp"] {
-        if Path::new(forbidden).starts_with(dir) && dir != Path::new(forbidden)
-            || dir == Path::new("/")
-        {
-            return Err(format!(
-                "`{}` contains {forbidden}; choose a folder of its own",
-                dir.display()
-            ));
-        }
-    }
+    session_dir_place(dir, host)?;
     let mut existing = dir.to_path_buf();
     while !existing.exists() {
         if !existing.pop() {
@@ -1095,6 +1087,40 @@ fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
         }
     }
     check_dir(&existing).map_err(|e| format!("transcripts folder: {e}"))
+}
+
+/// Where a transcripts folder may be, by name: not one of the shared folders themselves, not
+/// around them, not inside the system's.
+fn session_dir_place(dir: &Path, host: &Host) -> Result<(), String> {
+    let shown = dir.display();
+    let own = "choose a folder of its own, such as the default ~/.local/share/ateam/<team>";
+    if SESSION_NEVER.iter().any(|f| dir == Path::new(f)) {
+        return Err(format!(
+            "`{shown}` is a folder the system or every user shares; {own}"
+        ));
+    }
+    if dir == host.home {
+        return Err(format!("`{shown}` is your home folder itself; {own}"));
+    }
+    if let Some(f) = SESSION_NEVER.iter().find(|f| Path::new(f).starts_with(dir)) {
+        return Err(format!("`{shown}` contains {f}; {own}"));
+    }
+    if host.home.starts_with(dir) {
+        return Err(format!(
+            "`{shown}` contains your home folder {}; {own}",
+            host.home.display()
+        ));
+    }
+    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
+        return Err(format!(
+            "`{shown}` overlaps ateam's own state folder {}",
+            host.state_dir.display()
+        ));
+    }
+    if let Some(f) = SESSION_NOT_INSIDE.iter().find(|f| dir.starts_with(f)) {
+        return Err(format!("`{shown}` is inside {f}; {own}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1112,6 +1138,58 @@ mod tests {
         assert!(check_host_pattern("*.example.com").is_ok());
         assert!(check_host_pattern("http://x").is_err());
         assert!(check_host_pattern("a..b").is_err());
+    }
+
+    #[test]
+    fn session_dir_places() {
+        let host = Host {
+            uid: 1000,
+            gid: 1000,
+            home: "/home/u".into(),
+            memory_bytes: 1 << 34,
+            state_dir: "/home/u/.local/state/ateam".into(),
+            engine_dirs: vec![],
+        };
+        for (dir, refusal) in [
+            (
+                "/tmp",
+                Some("`/tmp` is a folder the system or every user shares"),
+            ),
+            (
+                "/run",
+                Some("`/run` is a folder the system or every user shares"),
+            ),
+            (
+                "/var/run",
+                Some("`/var/run` is a folder the system or every user shares"),
+            ),
+            (
+                "/proc",
+                Some("`/proc` is a folder the system or every user shares"),
+            ),
+            ("/", Some("`/` is a folder the system or every user shares")),
+            ("/home/u", Some("`/home/u` is your home folder itself")),
+            ("/home", Some("`/home` contains your home folder /home/u")),
+            ("/var", Some("`/var` contains /var/run")),
+            (
+                "/run/user/1000/s",
+                Some("`/run/user/1000/s` is inside /run"),
+            ),
+            ("/sys/x", Some("`/sys/x` is inside /sys")),
+            (
+                "/home/u/.local/state",
+                Some("overlaps ateam's own state folder"),
+            ),
+            ("/tmp/team-x", None),
+            ("/home/u/.local/share/ateam/t", None),
+            ("/srv/sessions", None),
+        ] {
+            let got = session_dir_place(Path::new(dir), &host);
+            match refusal {
+                None => assert_eq!(got, Ok(()), "{dir}"),
+                Some(r) => assert!(got.as_ref().is_err_and(|e| e.contains(r)), "{dir}: {got:?}"),
+            }
+        }
     }
 
     #[test]
