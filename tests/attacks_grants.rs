@@ -6,6 +6,7 @@
 //!   such a mount, in the same apply or of a team applied before;
 //! - a grant that contains a container engine's data root or socket folder;
 //! - a `sessionDir` that is exactly a shared or system folder (`/tmp`, `/run`, `$HOME`...);
+//! - memory caps that fit one team but not the store's teams together;
 //!
 //! Cases that need no engine run in every `cargo nextest run`. Cases that apply a team are
 //! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind
@@ -255,6 +256,17 @@ spec: {{team: {name}, parent: lead, access: g, resources: {{memory: {memory}, pi
     )
 }
 
+fn host_memory() -> u64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
 // ------------------------------------------------------------------- no engine needed
 
 /// Team b's grant is a bind mount of team a's transcripts folder, both in one apply: by name
@@ -476,6 +488,30 @@ fn a_session_dir_inside_an_applied_teams_grant_is_refused(engine: &'static str) 
     );
 }
 
+/// Each team alone stays under 75% of the host's memory; together they do not.
+fn admission_counts_the_teams_applied_before(engine: &'static str) {
+    let lab = Lab::new(Some(engine));
+    lab.mkdir("work");
+    let cap = format!("{}Mi", (host_memory() * 2 / 5) >> 20); // 40% each
+    let a = lab.team_name("mema");
+    let ma = lab.manifest("a", &team_yaml(&a, "./a", &["./work"], &[], &cap));
+    lab.apply_ok(&a, &ma);
+    let b = lab.team_name("memb");
+    let mb = lab.manifest("b", &team_yaml(&b, "./b", &["./work"], &[], &cap));
+    lab.apply_refused(
+        &b,
+        &mb,
+        &[
+            "spec.resources.memory",
+            "more than 75%",
+            &format!("team `{a}`"),
+        ],
+    );
+    // Applying team a again replaces its stored record: it is not counted twice.
+    let out = lab.apply(&ma);
+    assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -502,6 +538,7 @@ macro_rules! on_engines {
 on_engines!(
     an_alias_of_an_applied_teams_session_dir_is_refused,
     a_session_dir_inside_an_applied_teams_grant_is_refused,
+    admission_counts_the_teams_applied_before,
 );
 
 /// The test engines keep their data under /var/lib/ateam-ci (scripts/engines.sh starts

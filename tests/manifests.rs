@@ -218,6 +218,12 @@ fn the_teams_in_the_store_are_judged_with_the_manifests() {
             ),
         ),
         (
+            team_yaml("b", "fixtures/b-sessions", "fixtures/repo", "2Gi"),
+            Some(
+                "spec.resources.memory: members' memory caps add up to 7GiB with this one (5GiB of it in teams applied before: team `a`), more than 75%",
+            ),
+        ),
+        (
             team_yaml("b", "fixtures/b-sessions", "fixtures/repo", "1Gi"),
             None,
         ),

@@ -85,8 +85,8 @@ impl Parsed<'_> {
 
 /// Checks `sources` against every rule; the model when all pass, else every problem found.
 /// `applied` are the teams in the store: the manifests' grants must not reach their
-/// transcripts, nor their grants the manifests' transcripts. A team the manifests define again
-/// is replaced by them.
+/// transcripts, nor their grants the manifests' transcripts, and their members' memory counts
+/// toward admission. A team the manifests define again is replaced by them.
 pub fn validate(
     sources: &[Source],
     host: &Host,
@@ -628,6 +628,31 @@ fn build(
         .chain(host.engine_dirs.iter().cloned())
         .collect();
     let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
+    // Admission counts the members of every team in the store that stays as it is.
+    let earlier: Vec<&model::Team> = applied
+        .iter()
+        .filter(|t| !redefined.contains(&t.name.as_str()))
+        .collect();
+    let earlier_memory: u64 = earlier
+        .iter()
+        .flat_map(|t| &t.members)
+        .map(|m| m.memory_bytes)
+        .sum();
+    memory_total += earlier_memory;
+    let earlier_share = if earlier_memory == 0 {
+        String::new()
+    } else {
+        let names: Vec<String> = earlier
+            .iter()
+            .filter(|t| !t.members.is_empty())
+            .map(|t| format!("`{}`", t.name))
+            .collect();
+        format!(
+            " ({} of it in teams applied before: team {})",
+            human_bytes(earlier_memory),
+            names.join(", team ")
+        )
+    };
     let mut team_models = Vec::new();
     for t in &teams {
         let Spec::Team(spec) = &t.spec else { continue };
@@ -984,7 +1009,7 @@ fn build(
                 problems.push(o.value_problem(
                     "spec.resources.memory",
                     format!(
-                        "members' memory caps add up to {} with this one, more than 75% of this host's {} ({}); lower some caps or run fewer members",
+                        "members' memory caps add up to {} with this one{earlier_share}, more than 75% of this host's {} ({}); lower some caps or run fewer members",
                         human_bytes(memory_total),
                         human_bytes(host.memory_bytes),
                         human_bytes(memory_limit)
