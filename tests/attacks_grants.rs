@@ -7,10 +7,11 @@
 //! - a grant that contains a container engine's data root or socket folder;
 //! - a `sessionDir` that is exactly a shared or system folder (`/tmp`, `/run`, `$HOME`...);
 //! - memory caps that fit one team but not the store's teams together;
+//! - a file system mounted below a read-only grant, which the engines leave writable.
 //!
 //! Cases that need no engine run in every `cargo nextest run`. Cases that apply a team are
-//! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind
-//! mounts need root, as the engine tests do.
+//! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind and
+//! tmpfs mounts need root, as the engine tests do.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -149,6 +150,17 @@ impl Lab {
         std::fs::create_dir_all(to).unwrap();
         run_ok(Command::new("mount").arg("--bind").arg(from).arg(to));
         self.mounts.borrow_mut().push(to.to_path_buf());
+    }
+
+    /// A small tmpfs on `at` (which is created), unmounted when the lab is dropped.
+    fn tmpfs(&self, at: &Path) {
+        std::fs::create_dir_all(at).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m,mode=1777", "ateam-attack"])
+                .arg(at),
+        );
+        self.mounts.borrow_mut().push(at.to_path_buf());
     }
 
     fn engine_cli(&self, args: &[&str]) -> Output {
@@ -512,6 +524,76 @@ fn admission_counts_the_teams_applied_before(engine: &'static str) {
     assert_eq!(out.status.code(), Some(0), "{}", both(&out));
 }
 
+/// A tmpfs mounted below a read-only grant: neither Docker 20.10 (API 1.41) nor Podman 4.3
+/// makes a read-only bind mount read-only below its first level, so the member could write
+/// there. Apply must refuse, before any container exists.
+fn a_tmpfs_below_a_read_only_grant_is_refused(engine: &'static str) {
+    let lab = Lab::new(Some(engine));
+    lab.mkdir("ro");
+    let sub = lab.root().join("ro/sub");
+    lab.tmpfs(&sub);
+    let t = lab.team_name("rotmpfs");
+    let m = lab.manifest("t", &team_yaml(&t, "./sessions", &["./ro"], &[], "64Mi"));
+    lab.teams.borrow_mut().push(t.clone());
+    let out = lab.apply(&m);
+    if out.status.success() {
+        let probe = format!("echo x > {}/written && echo WROTE", sub.display());
+        let exec = lab.ateam(&["exec", "m", "--team", &t, "--", "sh", "-c", &probe]);
+        panic!(
+            "apply accepted a read-only grant with a tmpfs below it; a write there from inside {}: {}",
+            if text(&exec.stdout).contains("WROTE") {
+                "succeeded"
+            } else {
+                "failed"
+            },
+            both(&exec)
+        );
+    }
+    lab.assert_refused(&t, &out, &[&sub.display().to_string(), "read-only", engine]);
+}
+
+/// The measurement behind `runtime::pin::read_only_is_recursive`: each engine, asked for a
+/// read-only bind mount as ateam asks for it, leaves a tmpfs below it writable. If an engine
+/// starts to make it recursive, this fails: then the refusal above may be lifted for it.
+fn the_engines_read_only_bind_mounts_are_not_recursive(engine: &'static str) {
+    let lab = Lab::new(Some(engine));
+    let ro = lab.mkdir("ro");
+    let sub = ro.join("sub");
+    lab.tmpfs(&sub);
+    let mount = match engine {
+        "docker" => vec![
+            "--mount".to_string(),
+            format!("type=bind,src={0},dst={0},readonly", ro.display()),
+        ],
+        _ => vec![
+            "-v".to_string(),
+            format!("{0}:{0}:ro,rbind,rprivate", ro.display()),
+        ],
+    };
+    let name = lab.team_name("rroprobe");
+    let probe = format!(
+        "touch {0}/top 2>/dev/null && echo TOP; touch {1}/inner && echo INNER",
+        ro.display(),
+        sub.display()
+    );
+    let image = var("ATEAM_TEST_IMAGE");
+    let mut args = vec!["run", "--rm", "--name", &name, "--network", "none"];
+    args.extend(mount.iter().map(String::as_str));
+    args.extend([image.as_str(), "sh", "-c", &probe]);
+    let out = lab.engine_cli(&args);
+    let said = text(&out.stdout);
+    assert!(
+        !said.contains("TOP"),
+        "the grant itself was writable: {}",
+        both(&out)
+    );
+    assert!(
+        said.contains("INNER"),
+        "{engine} kept the tmpfs below a read-only bind mount read-only: read-only is recursive now; {}",
+        both(&out)
+    );
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -539,6 +621,8 @@ on_engines!(
     an_alias_of_an_applied_teams_session_dir_is_refused,
     a_session_dir_inside_an_applied_teams_grant_is_refused,
     admission_counts_the_teams_applied_before,
+    a_tmpfs_below_a_read_only_grant_is_refused,
+    the_engines_read_only_bind_mounts_are_not_recursive,
 );
 
 /// The test engines keep their data under /var/lib/ateam-ci (scripts/engines.sh starts

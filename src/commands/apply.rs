@@ -82,6 +82,14 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         secret: &secret,
         progress: &display,
     };
+    let refused = exec.preflight(&p, &ds.members);
+    if !refused.is_empty() {
+        for f in &refused {
+            eprintln!("error: {}", f.error);
+        }
+        eprintln!("{} member(s) refused; nothing was changed", refused.len());
+        return Ok(ExitCode::from(super::EXIT_ERROR));
+    }
     let failures = exec.run(&p, &ds.members).await;
     for t in &desired.teams {
         ctx.store.save_team(t)?;
