@@ -85,6 +85,43 @@ fn key(a: &Action) -> (String, String) {
 }
 
 impl Executor<'_> {
+    /// Checks what can be known before anything changes, for every member the plan creates,
+    /// recreates or starts: a refusal here leaves the machine and the store as they were.
+    /// (`Runtime` checks the same again before each container is made.)
+    pub fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
+        let mut failures = Vec::new();
+        for a in &plan.actions {
+            let m = match a {
+                Action::Create { member } | Action::Recreate { member, .. } => Some(&**member),
+                Action::Start { team, member, .. } => desired
+                    .iter()
+                    .find(|m| m.team == *team && m.member == *member),
+                Action::MakeTranscriptDir { .. }
+                | Action::StartEgressProxy { .. }
+                | Action::StartSession { .. }
+                | Action::RemoveOrphan { .. }
+                | Action::RemoveDuplicate { .. }
+                | Action::RemoveStranger { .. }
+                | Action::FinishReplacement { .. }
+                | Action::RestoreName { .. }
+                | Action::Unpause { .. } => None,
+            };
+            if let Some(m) = m
+                && let Err(e) = self
+                    .rt
+                    .check_read_only(m)
+                    .and_then(|()| self.rt.member_owner(m).map(|_| ()))
+            {
+                failures.push(Failure {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    error: e.into(),
+                });
+            }
+        }
+        failures
+    }
+
     /// Runs every action; returns the failures (empty when all went well).
     pub async fn run(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
         let mut groups: BTreeMap<(String, String), Vec<&Action>> = BTreeMap::new();

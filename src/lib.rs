@@ -3,7 +3,8 @@
 //! The code follows the reconcile loop's data flow:
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
 //! - `model`: what the manifests ask for, after validation;
-//! - `host`: facts about this machine the rules need (uid, home, memory, state folder);
+//! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
+//!   container engines' folders, the mount table);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`, and the container spec
 //!   and spec hash it compares;
 //! - `policy`: the container hardening as data: the create request, and the check of an

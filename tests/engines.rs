@@ -168,13 +168,14 @@ impl Team {
             memory_bytes: 8 << 30,
             state_dir: root.join("state"),
             sudo_user: None,
+            engine_dirs: vec![],
         };
         let src = Source {
             path: root.join("team.yaml"),
             dir: root.clone(),
             text,
         };
-        let model = validate(&[src], &host).unwrap_or_else(|p| panic!("{p:#?}"));
+        let model = validate(&[src], &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
         let desired = desired_state(&model, &host);
         let rt = Runtime {
             backend: e.backend.clone(),

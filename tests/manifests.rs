@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use ateam::host::Host;
-use ateam::manifest::{Problem, read_sources, validate};
+use ateam::manifest::{Problem, Source, read_sources, validate};
+use ateam::model::Team;
 
 fn broken_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken")
@@ -25,6 +26,7 @@ fn test_host() -> Host {
         uid: 1000,
         gid: 1000,
         state_dir: home.join(".local/state/ateam"),
+        engine_dirs: vec![],
         home,
         memory_bytes: 8 << 30,
         sudo_user: None,
@@ -33,7 +35,7 @@ fn test_host() -> Host {
 
 fn problems_of(path: &Path, host: &Host) -> Vec<Problem> {
     let (sources, mut problems) = read_sources(&[path.to_path_buf()], &mut std::io::empty());
-    if let Err(mut p) = validate(&sources, host) {
+    if let Err(mut p) = validate(&sources, host, &[]) {
         problems.append(&mut p);
     }
     problems
@@ -137,7 +139,7 @@ fn the_example_team_is_valid() {
     host.state_dir = "/nonexistent-home/.local/state/ateam".into();
     let (sources, problems) = read_sources(&[examples], &mut std::io::empty());
     assert!(problems.is_empty(), "{problems:?}");
-    let desired = validate(&sources, &host).unwrap_or_else(|p| panic!("{p:#?}"));
+    let desired = validate(&sources, &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
     let team = &desired.teams[0];
     let names: Vec<&str> = team.members.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["reviewer", "tester", "writer"]);
@@ -147,4 +149,107 @@ fn the_example_team_is_valid() {
     assert!(reviewer.access.write.is_empty());
     assert_eq!(reviewer.memory_bytes, 512 << 20);
     assert_eq!(reviewer.nano_cpus, Some(500_000_000));
+}
+
+/// A team named `name` with one member of `memory` that reads `read`, transcripts in
+/// `session_dir` (paths relative to tests/broken).
+fn team_yaml(name: &str, session_dir: &str, read: &str, memory: &str) -> String {
+    format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {name}}}
+spec: {{image: ateam-demo:latest, sessionDir: {session_dir}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: fixtures/repo}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{read: [{read}]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: m}}
+spec: {{parent: lead, access: g, resources: {{memory: {memory}}}}}
+"
+    )
+}
+
+fn check(yaml: &str, host: &Host, applied: &[Team]) -> Result<Team, Vec<Problem>> {
+    let src = Source {
+        path: broken_dir().join("team.yaml"),
+        dir: broken_dir(),
+        text: yaml.to_string(),
+    };
+    validate(&[src], host, applied).map(|mut d| d.teams.remove(0))
+}
+
+/// What the store holds is judged with the manifests: its transcripts folders are never
+/// granted, its grants never hold a new transcripts folder, its members' memory counts.
+#[test]
+fn the_teams_in_the_store_are_judged_with_the_manifests() {
+    let host = test_host(); // 8GiB: caps may add up to 6GiB
+    let stored = check(
+        &team_yaml("a", "fixtures/docs", "fixtures/repo", "5Gi"),
+        &host,
+        &[],
+    )
+    .unwrap();
+    let applied = [stored];
+    for (yaml, refusal) in [
+        (
+            team_yaml("b", "fixtures/b-sessions", "fixtures/docs", "64Mi"),
+            Some(
+                "spec.read[0]: `$DIR/fixtures/docs` is $DIR/fixtures/docs, the transcripts folder of team `a`",
+            ),
+        ),
+        (
+            team_yaml("b", "fixtures/repo/sessions", "", "64Mi"),
+            Some(
+                "spec.sessionDir: `$DIR/fixtures/repo/sessions` would be reached by `$DIR/fixtures/repo`, a folder team `a` grants its members (AccessGrant `g`)",
+            ),
+        ),
+        (
+            team_yaml("b", "fixtures/docs", "fixtures/repo", "64Mi"),
+            Some(
+                "spec.sessionDir: `$DIR/fixtures/docs` is $DIR/fixtures/docs, the transcripts folder of team `a`; each team needs",
+            ),
+        ),
+        (
+            team_yaml("b", "fixtures/b-sessions", "fixtures/repo", "2Gi"),
+            Some(
+                "spec.resources.memory: members' memory caps add up to 7GiB with this one (5GiB of it in teams applied before: team `a`), more than 75%",
+            ),
+        ),
+        (
+            team_yaml("b", "fixtures/b-sessions", "fixtures/repo", "1Gi"),
+            None,
+        ),
+        // Team a applied again replaces its stored self: neither its memory nor its
+        // transcripts folder stand in its way.
+        (
+            team_yaml("a", "fixtures/docs", "fixtures/repo", "6Gi"),
+            None,
+        ),
+    ] {
+        let got = check(&yaml, &host, &applied).map_err(|p| {
+            p.iter()
+                .map(|p| format!("{}: {}", p.field.as_deref().unwrap_or("-"), p.message))
+                .collect::<Vec<_>>()
+        });
+        match refusal {
+            None => assert!(got.is_ok(), "{yaml}\n{:?}", got.err()),
+            Some(r) => {
+                let r = r.replace("$DIR", &broken_dir().display().to_string());
+                let problems = got.expect_err(&yaml);
+                assert!(
+                    problems.len() == 1 && problems[0].contains(&r),
+                    "want {r:?}, got {problems:#?}"
+                );
+            }
+        }
+    }
 }

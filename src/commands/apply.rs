@@ -24,13 +24,17 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         return Ok(super::diff::run(global, files, o.prune, Output::Text).await);
     }
     let ctx = Ctx::new(global);
-    let desired = ctx.load(files)?;
+    let manifests = super::validate::read(files)?;
+    // Refused manifests are refused before the store is touched (not even its lock)...
+    ctx.judge(&manifests)?;
     let _lock = ctx
         .store
         .lock(o.no_wait, |holder| {
             eprintln!("waiting for another ateam command to finish ({holder})...")
         })
         .context("locking the state folder")?;
+    // ...and judged again under the lock, against the teams stored by an apply that held it.
+    let desired = ctx.judge(&manifests)?;
     let (backend, info) = ctx.connect(&desired.teams).await?;
     let ds = ctx.desired_state(&desired);
     let observed = observe(backend.as_ref(), &info, &ds).await?;
@@ -79,6 +83,14 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         secret: &secret,
         progress: &display,
     };
+    let refused = exec.preflight(&p, &ds.members);
+    if !refused.is_empty() {
+        for f in &refused {
+            eprintln!("error: {}", f.error);
+        }
+        eprintln!("{} member(s) refused; nothing was changed", refused.len());
+        return Ok(ExitCode::from(super::EXIT_ERROR));
+    }
     let failures = exec.run(&p, &ds.members).await;
     for t in &desired.teams {
         ctx.store.save_team(t)?;

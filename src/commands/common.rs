@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
+use super::validate::Manifests;
 use crate::cli::{BackendArg, Files, Global};
 use ateam::backend::connect::{self, Candidate, Engine, Env};
 use ateam::backend::{Backend, EngineInfo, EngineKind};
 use ateam::host::Host;
-use ateam::manifest::ManifestError;
 use ateam::model::{BackendChoice, Desired, Team};
 use ateam::plan::spec::{DesiredState, desired_state};
 use ateam::runtime::Runtime;
@@ -38,9 +38,17 @@ impl Ctx {
         }
     }
 
-    /// Validated manifests; invalid ones are an error listing every problem.
-    pub fn load(&self, files: &Files) -> Result<Desired, ManifestError> {
-        super::validate::load_with(&self.host, files)
+    /// Validated manifests, judged against the teams in the store; invalid ones are an error
+    /// listing every problem.
+    pub fn load(&self, files: &Files) -> anyhow::Result<Desired> {
+        self.judge(&super::validate::read(files)?)
+    }
+
+    /// Validates `manifests` against the store as it is now (apply calls this again once it
+    /// holds the lock: another apply may have stored a team meanwhile).
+    pub fn judge(&self, manifests: &Manifests) -> anyhow::Result<Desired> {
+        let applied = self.store.teams().context("reading the applied state")?;
+        Ok(manifests.validate(&self.host, &applied)?)
     }
 
     /// The teams last applied, optionally only `name`.

@@ -23,9 +23,12 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     let ctx = Ctx::new(global);
     let desired = match (files.files.is_empty(), team) {
-        (false, _) => ctx.load(&Files {
+        // The manifests only say what to remove: not judged against the store (a team is
+        // deleted even where admitting it again would be refused).
+        (false, _) => super::validate::read(&Files {
             files: files.files.clone(),
-        })?,
+        })?
+        .validate(&ctx.host, &[])?,
         (true, Some(t)) => ctx.applied(Some(t))?,
         (true, None) => bail!("say what to delete: -f MANIFESTS or --team NAME"),
     };

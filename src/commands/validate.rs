@@ -4,31 +4,56 @@ use anyhow::Context;
 
 use crate::cli::{Files, Global};
 use ateam::host::Host;
-use ateam::manifest::{self, ManifestError};
-use ateam::model::Desired;
+use ateam::manifest::{self, ManifestError, Problem, Source};
+use ateam::model::{Desired, Team};
+use ateam::runtime::files::Owner;
+use ateam::store::Store;
 
-/// Reads and validates manifests, for every command that takes `-f`.
-pub fn load(global: &Global, files: &Files) -> Result<Desired, ManifestError> {
-    load_with(&Host::detect(global.state_dir.clone()), files)
+/// Manifests as read, with the problems of reading them (reported with the rules' problems).
+pub struct Manifests {
+    sources: Vec<Source>,
+    unreadable: Vec<Problem>,
 }
 
-pub fn load_with(host: &Host, files: &Files) -> Result<Desired, ManifestError> {
-    let (sources, mut problems) = manifest::read_sources(&files.files, &mut std::io::stdin());
-    if sources.is_empty() && problems.is_empty() {
+/// Reads the manifests `files` names (stdin once, for `-`).
+pub fn read(files: &Files) -> Result<Manifests, ManifestError> {
+    let (sources, unreadable) = manifest::read_sources(&files.files, &mut std::io::stdin());
+    if sources.is_empty() && unreadable.is_empty() {
         return Err(ManifestError::Empty(files.files.clone()));
     }
-    match manifest::validate(&sources, host) {
-        Ok(d) if problems.is_empty() => Ok(d),
-        Ok(_) => Err(ManifestError::Invalid(problems)),
-        Err(mut more) => {
-            problems.append(&mut more);
-            Err(ManifestError::Invalid(problems))
+    Ok(Manifests {
+        sources,
+        unreadable,
+    })
+}
+
+impl Manifests {
+    /// Every rule, judged on this host and against the teams `applied` before.
+    pub fn validate(&self, host: &Host, applied: &[Team]) -> Result<Desired, ManifestError> {
+        let mut problems = self.unreadable.clone();
+        match manifest::validate(&self.sources, host, applied) {
+            Ok(d) if problems.is_empty() => Ok(d),
+            Ok(_) => Err(ManifestError::Invalid(problems)),
+            Err(mut more) => {
+                problems.append(&mut more);
+                Err(ManifestError::Invalid(problems))
+            }
         }
     }
 }
 
 pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<ExitCode> {
-    match load(global, files) {
+    let host = Host::detect(global.state_dir.clone());
+    // As apply would judge them: against the teams in the store (reading it changes nothing).
+    let store = Store::new(
+        host.state_dir.clone(),
+        Owner {
+            uid: host.uid,
+            gid: host.gid,
+        },
+    );
+    let applied = store.teams().context("reading the applied state")?;
+    match read(files).and_then(|m| m.validate(&host, &applied)) {
         Ok(desired) => {
             if show {
                 print!(

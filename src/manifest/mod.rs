@@ -8,6 +8,7 @@ pub mod load;
 pub mod paths;
 pub mod quantity;
 pub mod raw;
+pub mod reach;
 pub mod validate;
 pub mod yaml;
 

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::host::Host;
 
 /// Folders no member may see or contain.
-const FORBIDDEN_TREES: [&str; 4] = ["/proc", "/dev", "/sys", "/run"];
+const FORBIDDEN_TREES: [&str; 5] = ["/proc", "/dev", "/sys", "/run", "/var/run"];
 /// Folders whose parents must not be granted (granting `/var` would grant `/var/run`).
 const MUST_NOT_CONTAIN: [&str; 3] = ["/tmp", "/run", "/var/run"];
 
@@ -117,6 +117,7 @@ mod tests {
             memory_bytes: 1 << 34,
             state_dir: state.into(),
             sudo_user: None,
+            engine_dirs: vec![],
         }
     }
 

@@ -13,9 +13,10 @@ use serde_path_to_error::Segment;
 use super::paths::{check_dir, check_grant, resolve, within};
 use super::quantity::{human_bytes, parse_cpus, parse_memory};
 use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
+use super::reach::Fence;
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
-use crate::host::Host;
+use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
@@ -83,7 +84,14 @@ impl Parsed<'_> {
 }
 
 /// Checks `sources` against every rule; the model when all pass, else every problem found.
-pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>> {
+/// `applied` are the teams in the store: the manifests' grants must not reach their
+/// transcripts, nor their grants the manifests' transcripts, and their members' memory counts
+/// toward admission. A team the manifests define again is replaced by them.
+pub fn validate(
+    sources: &[Source],
+    host: &Host,
+    applied: &[model::Team],
+) -> Result<Desired, Vec<Problem>> {
     let mut problems = Vec::new();
     let mut objects = Vec::new();
     let mut broken = Broken::new();
@@ -106,7 +114,7 @@ pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>
             }),
         }
     }
-    let desired = build(&objects, &broken, host, &mut problems);
+    let desired = build(&objects, &broken, host, applied, &mut problems);
     // Report in reading order: by file as given, then by place in the file.
     let order: BTreeMap<&Path, usize> = sources
         .iter()
@@ -537,7 +545,13 @@ fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, St
 }
 
 /// The stages after parsing: names, teams, references, grants, members, limits.
-fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Problem>) -> Desired {
+fn build(
+    objects: &[Parsed],
+    broken: &Broken,
+    host: &Host,
+    applied: &[model::Team],
+    problems: &mut Vec<Problem>,
+) -> Desired {
     // Teams and their membership.
     let teams: Vec<&Parsed> = objects.iter().filter(|o| o.kind == "Team").collect();
     let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
@@ -597,7 +611,48 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
     let mut desired = Desired::default();
     let mut memory_total: u64 = 0;
     let memory_limit = (host.memory_bytes as f64 * MEMORY_SHARE) as u64;
-    let mut all_session_dirs = Vec::new();
+    // Teams these manifests define (also those that could not be read) replace their stored
+    // versions; the store's other teams stay as they are.
+    let redefined: Vec<&str> = team_names
+        .iter()
+        .copied()
+        .chain(
+            broken
+                .iter()
+                .filter(|(k, _)| *k == "Team")
+                .map(|(_, n)| n.as_str()),
+        )
+        .collect();
+    let engine_dirs: Vec<EngineDir> = engines::defaults()
+        .into_iter()
+        .chain(host.engine_dirs.iter().cloned())
+        .collect();
+    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
+    // Admission counts the members of every team in the store that stays as it is.
+    let earlier: Vec<&model::Team> = applied
+        .iter()
+        .filter(|t| !redefined.contains(&t.name.as_str()))
+        .collect();
+    let earlier_memory: u64 = earlier
+        .iter()
+        .flat_map(|t| &t.members)
+        .map(|m| m.memory_bytes)
+        .sum();
+    memory_total += earlier_memory;
+    let earlier_share = if earlier_memory == 0 {
+        String::new()
+    } else {
+        let names: Vec<String> = earlier
+            .iter()
+            .filter(|t| !t.members.is_empty())
+            .map(|t| format!("`{}`", t.name))
+            .collect();
+        format!(
+            " ({} of it in teams applied before: team {})",
+            human_bytes(earlier_memory),
+            names.join(", team ")
+        )
+    };
     let mut team_models = Vec::new();
     for t in &teams {
         let Spec::Team(spec) = &t.spec else { continue };
@@ -608,11 +663,19 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
             Some(d) => resolve(d, &t.src.dir, &host.home),
             None => host.home.join(".local/share/ateam").join(&t.name),
         };
-        if let Err(e) = check_session_dir(&session_dir, host) {
-            problems.push(t.value_problem("spec.sessionDir", e));
+        team_models.push((*t, spec, session_dir));
+    }
+    let session_dirs: Vec<(&str, PathBuf)> = team_models
+        .iter()
+        .map(|(t, _, d)| (t.name.as_str(), d.clone()))
+        .collect();
+    for (t, _, session_dir) in &team_models {
+        match check_session_dir(session_dir, host)
+            .and_then(|()| fence.check_session_dir(&t.name, session_dir, &session_dirs))
+        {
+            Ok(()) => fence.add_session_dir(&t.name, session_dir),
+            Err(e) => problems.push(t.value_problem("spec.sessionDir", e)),
         }
-        all_session_dirs.push(session_dir.clone());
-        team_models.push((t, spec, session_dir));
     }
 
     for (t, spec, session_dir) in team_models {
@@ -697,16 +760,8 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                 for (i, raw) in list.iter().enumerate() {
                     let p = resolve(raw, &o.src.dir, &host.home);
                     let f = format!("spec.{field}[{i}]");
-                    if let Err(e) = check_grant(&p, host) {
+                    if let Err(e) = check_grant(&p, host).and_then(|()| fence.check_grant(&p)) {
                         problems.push(o.value_problem(&f, e));
-                    } else if let Some(sd) = all_session_dirs
-                        .iter()
-                        .find(|sd| within(&p, sd) || within(sd, &p))
-                    {
-                        problems.push(o.value_problem(
-                            &f,
-                            format!("`{}` overlaps the transcripts folder {}; members must not see each other's transcripts", p.display(), sd.display()),
-                        ));
                     }
                     out.push(p);
                 }
@@ -985,7 +1040,7 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                 problems.push(o.value_problem(
                     "spec.resources.memory",
                     format!(
-                        "members' memory caps add up to {} with this one, more than 75% of this host's {} ({}); lower some caps or run fewer members",
+                        "members' memory caps add up to {} with this one{earlier_share}, more than 75% of this host's {} ({}); lower some caps or run fewer members",
                         human_bytes(memory_total),
                         human_bytes(host.memory_bytes),
                         human_bytes(memory_limit)
@@ -1076,26 +1131,18 @@ fn check_image(image: &str) -> Result<(), String> {
     }
 }
 
+/// Folders a transcripts folder may neither be nor contain: the system's, or shared by every
+/// user. Members' transcript folders are made in it, and each is mounted into its member.
+const SESSION_NEVER: [&str; 7] = ["/", "/proc", "/dev", "/sys", "/run", "/var/run", "/tmp"];
+/// Folders it may not lie inside either: the kernel's, and the runtime's (lost at reboot, and
+/// where engines keep their sockets). A private folder made inside /tmp is fine for a
+/// throwaway team.
+const SESSION_NOT_INSIDE: [&str; 5] = ["/proc", "/dev", "/sys", "/run", "/var/run"];
+
 /// The transcripts folder need not exist yet, but what exists of it must be a real directory
-/// path (no symlink), and it must not be a place that is never granted.
+/// path (no symlink), and it must be a place of its own.
 fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
-    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
-        return Err(format!(
-            "`{}` overlaps ateam's own state folder {}",
-            dir.display(),
-            host.state_dir.display()
-        ));
-    }
-    for forbidden in ["/proc", "/dev", "/sys", "/run", "/tmp"] {
-        if Path::new(forbidden).starts_with(dir) && dir != Path::new(forbidden)
-            || dir == Path::new("/")
-        {
-            return Err(format!(
-                "`{}` contains {forbidden}; choose a folder of its own",
-                dir.display()
-            ));
-        }
-    }
+    session_dir_place(dir, host)?;
     let mut existing = dir.to_path_buf();
     while !existing.exists() {
         if !existing.pop() {
@@ -1103,6 +1150,40 @@ fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
         }
     }
     check_dir(&existing).map_err(|e| format!("transcripts folder: {e}"))
+}
+
+/// Where a transcripts folder may be, by name: not one of the shared folders themselves, not
+/// around them, not inside the system's.
+fn session_dir_place(dir: &Path, host: &Host) -> Result<(), String> {
+    let shown = dir.display();
+    let own = "choose a folder of its own, such as the default ~/.local/share/ateam/<team>";
+    if SESSION_NEVER.iter().any(|f| dir == Path::new(f)) {
+        return Err(format!(
+            "`{shown}` is a folder the system or every user shares; {own}"
+        ));
+    }
+    if dir == host.home {
+        return Err(format!("`{shown}` is your home folder itself; {own}"));
+    }
+    if let Some(f) = SESSION_NEVER.iter().find(|f| Path::new(f).starts_with(dir)) {
+        return Err(format!("`{shown}` contains {f}; {own}"));
+    }
+    if host.home.starts_with(dir) {
+        return Err(format!(
+            "`{shown}` contains your home folder {}; {own}",
+            host.home.display()
+        ));
+    }
+    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
+        return Err(format!(
+            "`{shown}` overlaps ateam's own state folder {}",
+            host.state_dir.display()
+        ));
+    }
+    if let Some(f) = SESSION_NOT_INSIDE.iter().find(|f| dir.starts_with(f)) {
+        return Err(format!("`{shown}` is inside {f}; {own}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1120,6 +1201,59 @@ mod tests {
         assert!(check_host_pattern("*.example.com").is_ok());
         assert!(check_host_pattern("http://x").is_err());
         assert!(check_host_pattern("a..b").is_err());
+    }
+
+    #[test]
+    fn session_dir_places() {
+        let host = Host {
+            uid: 1000,
+            gid: 1000,
+            home: "/home/u".into(),
+            memory_bytes: 1 << 34,
+            state_dir: "/home/u/.local/state/ateam".into(),
+            engine_dirs: vec![],
+            sudo_user: None,
+        };
+        for (dir, refusal) in [
+            (
+                "/tmp",
+                Some("`/tmp` is a folder the system or every user shares"),
+            ),
+            (
+                "/run",
+                Some("`/run` is a folder the system or every user shares"),
+            ),
+            (
+                "/var/run",
+                Some("`/var/run` is a folder the system or every user shares"),
+            ),
+            (
+                "/proc",
+                Some("`/proc` is a folder the system or every user shares"),
+            ),
+            ("/", Some("`/` is a folder the system or every user shares")),
+            ("/home/u", Some("`/home/u` is your home folder itself")),
+            ("/home", Some("`/home` contains your home folder /home/u")),
+            ("/var", Some("`/var` contains /var/run")),
+            (
+                "/run/user/1000/s",
+                Some("`/run/user/1000/s` is inside /run"),
+            ),
+            ("/sys/x", Some("`/sys/x` is inside /sys")),
+            (
+                "/home/u/.local/state",
+                Some("overlaps ateam's own state folder"),
+            ),
+            ("/tmp/team-x", None),
+            ("/home/u/.local/share/ateam/t", None),
+            ("/srv/sessions", None),
+        ] {
+            let got = session_dir_place(Path::new(dir), &host);
+            match refusal {
+                None => assert_eq!(got, Ok(()), "{dir}"),
+                Some(r) => assert!(got.as_ref().is_err_and(|e| e.contains(r)), "{dir}: {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, EngineKind, Inspected};
+use crate::host::mounts::Mounts;
 use crate::plan::observed::ContainerState;
 use crate::plan::spec::{DesiredMember, member_record_path, team_run_dir};
 use crate::policy::{self, Limits, Violation};
@@ -83,6 +84,18 @@ pub enum RunError {
         member: String,
         id: String,
         what: String,
+    },
+    /// A file system is mounted below a read-only folder of the member, and the engine would
+    /// leave it writable inside.
+    #[error(
+        "member `{member}`: {} is a file system mounted below the read-only folder {}, and {engine} does not make read-only mounts recursive, so the member could write in it; it was not created. Unmount it, or grant the folders beside it instead",
+        .mount.display(), .folder.display()
+    )]
+    WritableBelowReadOnly {
+        member: String,
+        folder: PathBuf,
+        mount: PathBuf,
+        engine: String,
     },
     #[error("{cause}\n(removing the failed container {id} then failed too: {rollback})")]
     Rollback {
@@ -152,6 +165,28 @@ impl Runtime {
         Ok(owner)
     }
 
+    /// Refuses a member that would get a writable file system below one of its read-only
+    /// folders: the engines bind folders recursively, but make only the top read-only.
+    pub fn check_read_only(&self, m: &DesiredMember) -> Result<(), RunError> {
+        if pin::read_only_is_recursive(self.info.kind) {
+            return Ok(());
+        }
+        let table = Mounts::read().map_err(|source| RunError::Io {
+            member: m.member.clone(),
+            path: "/proc/self/mountinfo".into(),
+            source,
+        })?;
+        match pin::mount_below_read_only(&m.spec.mounts, &table) {
+            None => Ok(()),
+            Some((folder, mount)) => Err(RunError::WritableBelowReadOnly {
+                member: m.member.clone(),
+                folder: folder.source.clone(),
+                mount,
+                engine: self.info.kind.to_string(),
+            }),
+        }
+    }
+
     /// Everything before the engine creates anything. `secret` looks up a secret's value.
     pub async fn prepare(
         &self,
@@ -160,6 +195,7 @@ impl Runtime {
     ) -> Result<Prepared, RunError> {
         self.limits(m)?;
         let member_owner = self.member_owner(m)?;
+        self.check_read_only(m)?;
         let io = |path: &std::path::Path| {
             let (member, path) = (m.member.clone(), path.to_path_buf());
             move |source| RunError::Io {
@@ -271,6 +307,7 @@ impl Runtime {
     /// new one: the engine mounts folders anew at every start.
     pub async fn restart(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
         self.limits(m)?;
+        self.check_read_only(m)?;
         gate::close(&m.ctl_dir).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat2, statx};
 
+use crate::backend::EngineKind;
+use crate::host::mounts::Mounts;
+use crate::plan::spec::Mount;
+
 /// A folder held open since it was checked.
 #[derive(Debug)]
 pub struct Pinned {
@@ -100,6 +104,35 @@ pub fn check(pid: u32, target: &Path, pinned: &Pinned) -> Result<(), PinError> {
     }
 }
 
+/// Whether `kind`'s read-only bind mounts are read-only all the way down, file systems mounted
+/// below the folder included. Neither engine's is, as measured by
+/// tests/attacks_grants.rs (`a_tmpfs_below_a_read_only_grant_is_refused`).
+pub fn read_only_is_recursive(kind: EngineKind) -> bool {
+    match kind {
+        // Recursive read-only (`ReadOnlyForceRecursive`) needs API 1.44; Debian's dockerd
+        // 20.10 speaks 1.41.
+        EngineKind::Docker => false,
+        // Podman 4.3 with runc, rootful and rootless: `ro` leaves mounts below writable, and
+        // the `rro` option is refused ("invalid option type").
+        EngineKind::Podman { .. } => false,
+    }
+}
+
+/// The first read-only mount of `mounts` that has a file system mounted strictly below its
+/// source, and that file system's mount point: the engines bind folders recursively, so the
+/// member gets it too, writable unless read-only mounts are recursive.
+pub fn mount_below_read_only<'a>(
+    mounts: &'a [Mount],
+    table: &Mounts,
+) -> Option<(&'a Mount, PathBuf)> {
+    mounts.iter().filter(|m| m.read_only).find_map(|m| {
+        table
+            .below(&m.source)
+            .next()
+            .map(|below| (m, below.point.clone()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +161,37 @@ mod tests {
                 .to_string()
                 .contains("not a directory")
         );
+    }
+
+    #[test]
+    fn finds_a_file_system_below_a_read_only_mount() {
+        let table = Mounts::parse(
+            "1 0 8:1 / / rw - ext4 /dev/sda rw\n\
+             2 1 0:40 / /srv/ro/cache rw - tmpfs tmpfs rw\n\
+             3 1 0:41 / /srv/rw/cache rw - tmpfs tmpfs rw\n",
+        );
+        let m = |p: &str, ro: bool| Mount::same(Path::new(p), ro);
+        for (mounts, want) in [
+            (vec![m("/srv/ro", true)], Some(("/srv/ro", "/srv/ro/cache"))),
+            (
+                vec![m("/srv/rw", false), m("/srv/ro", true)],
+                Some(("/srv/ro", "/srv/ro/cache")),
+            ),
+            // A write grant may hold mounts: they are as writable as the grant.
+            (vec![m("/srv/rw", false)], None),
+            // The mount itself, or a folder beside it, is not below.
+            (vec![m("/srv/ro/cache", true), m("/srv/r", true)], None),
+            (vec![m("/srv/ro/cache/x", true)], None),
+        ] {
+            let got = mount_below_read_only(&mounts, &table)
+                .map(|(m, p)| (m.source.display().to_string(), p.display().to_string()));
+            assert_eq!(
+                got,
+                want.map(|(a, b)| (a.to_string(), b.to_string())),
+                "{mounts:?}"
+            );
+        }
+        assert!(!read_only_is_recursive(EngineKind::Docker));
     }
 
     #[test]

@@ -1,9 +1,16 @@
 //! Facts about the machine that validation and planning depend on, read once and passed in as a
 //! value so that the rules themselves stay testable with any host.
+//!
+//! `engines` finds where container engines keep their data and sockets; `mounts` reads the
+//! mount table, which shows what a folder really is when a bind mount gives it another name.
+
+pub mod engines;
+pub mod mounts;
 
 use std::path::{Path, PathBuf};
 
 use crate::model::UserId;
+pub use engines::EngineDir;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -14,6 +21,9 @@ pub struct Host {
     pub memory_bytes: u64,
     /// ateam's own state folder; no grant may overlap it.
     pub state_dir: PathBuf,
+    /// Container engines' data roots and socket folders found on this machine (beyond
+    /// `engines::defaults()`, which hold everywhere); no grant may reach them.
+    pub engine_dirs: Vec<EngineDir>,
     /// The user who ran `sudo ateam` (SUDO_UID, SUDO_GID), when ateam runs as root for them.
     pub sudo_user: Option<UserId>,
 }
@@ -43,7 +53,17 @@ impl Host {
             .map(PathBuf::from)
             .unwrap_or_else(|| "/".into());
         let state_dir = state_dir.unwrap_or_else(|| default_state_dir(&home));
+        let env = engines::UserEnv::from_vars(std::env::vars_os().map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        }));
         Host {
+            engine_dirs: engines::detect(&engines::UserEnv {
+                home: home.clone(),
+                ..env
+            }),
             uid: current_id("-u"),
             gid: current_id("-g"),
             memory_bytes: memory_total().unwrap_or(u64::MAX),
