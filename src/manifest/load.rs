@@ -1,7 +1,14 @@
 //! Finding and reading manifest files: files, folders (recursive, sorted), and `-` for stdin.
+//!
+//! Manifests may come from anyone (a cloned repository, a pipe), so reading them must not hang
+//! or exhaust memory whatever they are: only regular files are read, and opening never blocks.
 
+use std::fs::{File, FileType, Metadata};
 use std::io::Read;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
 
 use super::Problem;
 
@@ -13,6 +20,17 @@ pub struct Source {
     /// Absolute folder that relative paths in it resolve against.
     pub dir: PathBuf,
     pub text: String,
+}
+
+/// Why one manifest file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// A FIFO, socket or device: reading one may block forever or never end.
+    #[error("not a regular file ({0}); manifests are read only from regular files")]
+    NotRegular(&'static str),
+    #[error("cannot read: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// Reads every manifest that `args` name. Problems (unreadable files) are returned beside the
@@ -35,7 +53,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                     dir: cwd.clone(),
                     text,
                 }),
-                Err(e) => problems.push(file_problem(Path::new("<stdin>"), &e.to_string())),
+                Err(e) => problems.push(file_problem(Path::new("<stdin>"), e.into())),
             }
             continue;
         }
@@ -47,7 +65,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
             files.push(arg.clone());
         }
         for file in files {
-            match std::fs::read_to_string(&file) {
+            match read_file(&file) {
                 Ok(text) => {
                     let abs = cwd.join(&file);
                     let dir = abs
@@ -60,22 +78,74 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                         text,
                     });
                 }
-                Err(e) => problems.push(file_problem(&file, &e.to_string())),
+                Err(e) => problems.push(file_problem(&file, e)),
             }
         }
     }
     (sources, problems)
 }
 
+/// Reads one manifest file, following a symlink to it. It is checked to be a regular file
+/// before opening (for a clear error), opened without blocking (opening a FIFO for reading
+/// would wait for a writer), and checked again on the opened descriptor, so that swapping the
+/// file for a FIFO or device between the check and the open gains nothing.
+fn read_file(path: &Path) -> Result<String, ReadError> {
+    regular(&std::fs::metadata(path)?)?;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    let mut file = File::from(fd);
+    regular(&file.metadata()?)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+fn regular(meta: &Metadata) -> Result<(), ReadError> {
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(ReadError::NotRegular(kind_of(meta.file_type())))
+    }
+}
+
+/// What a non-regular file is, in words.
+fn kind_of(t: FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        "a folder"
+    } else {
+        "an unusual kind of file"
+    }
+}
+
+/// Adds the `*.yaml` and `*.yml` files below `dir` to `out`. Symlinks to folders are not
+/// followed (a link to an enclosing folder would make the walk endless, and a folder's contents
+/// should not depend on where its links point); symlinks to files are, and `read_file` then
+/// checks what they point at. Non-regular files with a manifest's name are kept, so that they
+/// are reported rather than silently skipped.
 fn collect(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) => return problems.push(file_problem(dir, &e.to_string())),
+        Err(e) => return problems.push(file_problem(dir, e.into())),
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.is_dir() {
+        let Ok(t) = entry.file_type() else { continue };
+        if t.is_dir() {
             collect(&path, out, problems);
+        } else if t.is_symlink() && path.is_dir() {
+            // Not followed; see above.
         } else if matches!(
             path.extension().and_then(|e| e.to_str()),
             Some("yaml" | "yml")
@@ -85,13 +155,13 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
     }
 }
 
-fn file_problem(path: &Path, message: &str) -> Problem {
+fn file_problem(path: &Path, e: ReadError) -> Problem {
     Problem {
         file: path.to_path_buf(),
         line: 0,
         column: 0,
         object: None,
         field: None,
-        message: format!("cannot read: {message}"),
+        message: e.to_string(),
     }
 }

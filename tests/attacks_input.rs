@@ -1,0 +1,189 @@
+//! Hostile manifests, as an attacker would hand them to the real `ateam` binary: every one must
+//! be refused fast, in bounded memory, with an error that names the file (and the line and
+//! column where there is one), and nothing on the machine may change.
+//!
+//! Each child runs with its address space capped (see `ateam`), so that a loader that expands
+//! input without bound fails the test instead of exhausting the machine, and with a hard time
+//! limit, so that a loader that blocks fails the test instead of hanging it.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Address space the child may use: far more than any valid run needs (about 200 MiB for the
+/// debug binary and its threads), far less than an exploding alias tree takes.
+const CHILD_MEMORY_KIB: u64 = 2 << 20;
+/// A child still running after this long is taken to hang, and killed.
+const HANG: Duration = Duration::from_secs(10);
+/// How long a refusal may take (debug build, tests running side by side).
+const FAST: Duration = Duration::from_secs(2);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Run {
+    /// None when killed by a signal (a crash, or our kill after `HANG`).
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn describe(&self) -> String {
+        format!(
+            "exit {:?} after {:?}\nstdout: {}\nstderr: {}",
+            self.code, self.took, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `ateam args` in the repository root, with `state` as its state folder and no engine
+/// reachable, feeding `stdin`. `ulimit -v` caps its memory; MALLOC_ARENA_MAX keeps glibc from
+/// reserving an arena per thread, which would count against that cap on many-core machines.
+fn ateam(args: &[&str], state: &Path, stdin: Vec<u8>) -> Run {
+    let start = Instant::now();
+    let mut child = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {CHILD_MEMORY_KIB} && exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_ateam"))
+        .args(args)
+        .current_dir(root())
+        .env("ATEAM_STATE_DIR", state)
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .env("CONTAINER_HOST", "unix:///nonexistent.sock")
+        .env("MALLOC_ARENA_MAX", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    // The child may stop reading early (that is the point of a size cap): ignore EPIPE.
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            let _ = r.read_to_end(&mut s);
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().unwrap()));
+    let err = reader(Box::new(child.stderr.take().unwrap()));
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > HANG {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = start.elapsed();
+    writer.join().unwrap();
+    Run {
+        code: status.and_then(|s| s.code()),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        took,
+    }
+}
+
+/// Asserts a fast refusal (exit 1) whose error contains `want`.
+fn assert_refused(run: &Run, want: &str) {
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(run.took < FAST, "too slow: {}", run.describe());
+    assert!(
+        run.stderr.contains(want),
+        "want {want:?}; {}",
+        run.describe()
+    );
+}
+
+/// A Team alone: valid wherever it is put, with its transcripts beside it.
+const TEAM: &str = "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec: {image: x, sessionDir: ./sessions}\n";
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn fifo_as_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let fifo = dir.path().join("pipe.yaml");
+    rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RWXU).unwrap();
+    // Named directly: opening a FIFO for reading blocks until a writer comes; none will.
+    let run = ateam(&["validate", "-f", s(&fifo)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!("{}: not a regular file (a FIFO)", fifo.display()),
+    );
+    // Found in a folder.
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("team.yaml"), TEAM).unwrap();
+    let inner = folder.join("pipe.yml");
+    rustix::fs::mkfifoat(rustix::fs::CWD, &inner, rustix::fs::Mode::RWXU).unwrap();
+    let run = ateam(&["apply", "-f", s(&folder)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!("{}: not a regular file (a FIFO)", inner.display()),
+    );
+    assert!(!state.exists(), "apply created the state folder");
+}
+
+#[test]
+fn device_or_socket_as_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    // A device reads as an empty or endless stream; it is not a manifest either way.
+    let run = ateam(&["validate", "-f", "/dev/null"], &state, vec![]);
+    assert_refused(&run, "/dev/null: not a regular file (a character device)");
+    let sock = dir.path().join("sock.yaml");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let run = ateam(&["validate", "-f", s(dir.path())], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!("{}: not a regular file (a socket)", sock.display()),
+    );
+}
+
+#[test]
+fn symlink_loop_in_folder() {
+    // `loop` points back at its own folder: following it would read team.yaml again and again.
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("manifests");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("team.yaml"), TEAM).unwrap();
+    std::os::unix::fs::symlink(&folder, folder.join("loop")).unwrap();
+    std::os::unix::fs::symlink(&folder, folder.join("loop.yaml")).unwrap();
+    let run = ateam(
+        &["validate", "-f", s(&folder)],
+        &dir.path().join("state"),
+        vec![],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(run.took < FAST, "too slow: {}", run.describe());
+    assert_eq!(
+        run.stdout.trim(),
+        "valid: 1 team(s), 0 main session(s), 0 member(s), 0 grant(s)"
+    );
+    // A symlink to a regular file named on the command line is followed.
+    let link = dir.path().join("link.yaml");
+    std::os::unix::fs::symlink(folder.join("team.yaml"), &link).unwrap();
+    let run = ateam(
+        &["validate", "-f", s(&link)],
+        &dir.path().join("state"),
+        vec![],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+}
