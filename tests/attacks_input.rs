@@ -187,3 +187,48 @@ fn symlink_loop_in_folder() {
     );
     assert_eq!(run.code, Some(0), "{}", run.describe());
 }
+
+/// TEAM padded with a comment to exactly `len` bytes.
+fn padded_team(len: usize) -> Vec<u8> {
+    let mut text = TEAM.as_bytes().to_vec();
+    text.extend_from_slice(b"# ");
+    text.resize(len - 1, b'x');
+    text.push(b'\n');
+    text
+}
+
+#[test]
+fn oversized_manifest_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, padded_team((4 << 20) + 1)).unwrap();
+    let run = ateam(&["apply", "-f", s(&big)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!(
+            "{}: larger than 4 MiB, the limit for one manifest file",
+            big.display()
+        ),
+    );
+    assert!(!state.exists(), "apply created the state folder");
+    // Exactly at the limit is fine.
+    std::fs::write(&big, padded_team(4 << 20)).unwrap();
+    let run = ateam(&["validate", "-f", s(&big)], &state, vec![]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+}
+
+#[test]
+fn oversized_manifest_on_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    // 64 MiB: the loader must stop reading long before the end.
+    let run = ateam(
+        &["validate", "-f", "-"],
+        &dir.path().join("state"),
+        padded_team(64 << 20),
+    );
+    assert_refused(
+        &run,
+        "<stdin>: larger than 4 MiB, the limit for one manifest file",
+    );
+}

@@ -12,6 +12,12 @@ use rustix::fs::{Mode, OFlags};
 
 use super::Problem;
 
+/// The largest manifest file (or standard input) that is read: far above any real team's
+/// manifests (the example team is 2 KiB), and small enough that parsing and checking one takes
+/// milliseconds and little memory. Files are read to at most one byte past it, so an endless
+/// stream is cut off rather than read.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
 /// One manifest file's text, and the folder its relative paths are taken from.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -29,6 +35,8 @@ pub enum ReadError {
     /// A FIFO, socket or device: reading one may block forever or never end.
     #[error("not a regular file ({0}); manifests are read only from regular files")]
     NotRegular(&'static str),
+    #[error("larger than {} MiB, the limit for one manifest file", MAX_FILE_BYTES >> 20)]
+    TooLarge,
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -46,14 +54,13 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                 continue;
             }
             stdin_read = true;
-            let mut text = String::new();
-            match stdin.read_to_string(&mut text) {
-                Ok(_) => sources.push(Source {
+            match read_capped(stdin) {
+                Ok(text) => sources.push(Source {
                     path: "<stdin>".into(),
                     dir: cwd.clone(),
                     text,
                 }),
-                Err(e) => problems.push(file_problem(Path::new("<stdin>"), e.into())),
+                Err(e) => problems.push(file_problem(Path::new("<stdin>"), e)),
             }
             continue;
         }
@@ -90,7 +97,11 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
 /// would wait for a writer), and checked again on the opened descriptor, so that swapping the
 /// file for a FIFO or device between the check and the open gains nothing.
 fn read_file(path: &Path) -> Result<String, ReadError> {
-    regular(&std::fs::metadata(path)?)?;
+    let meta = std::fs::metadata(path)?;
+    regular(&meta)?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
@@ -99,9 +110,19 @@ fn read_file(path: &Path) -> Result<String, ReadError> {
     .map_err(std::io::Error::from)?;
     let mut file = File::from(fd);
     regular(&file.metadata()?)?;
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(text)
+    read_capped(&mut file)
+}
+
+/// Reads at most `MAX_FILE_BYTES`, refusing more (the file may have grown since its size was
+/// looked at, and a stream has no size).
+fn read_capped(r: &mut dyn Read) -> Result<String, ReadError> {
+    let mut bytes = Vec::new();
+    r.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(ReadError::TooLarge);
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()).into())
 }
 
 fn regular(meta: &Metadata) -> Result<(), ReadError> {
