@@ -232,3 +232,49 @@ fn oversized_manifest_on_stdin() {
         "<stdin>: larger than 4 MiB, the limit for one manifest file",
     );
 }
+
+#[test]
+fn utf8_byte_order_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("bom.yaml");
+    let with_bom = [b"\xEF\xBB\xBF".as_slice(), TEAM.as_bytes()].concat();
+    std::fs::write(&file, &with_bom).unwrap();
+    let run = ateam(&["validate", "-f", s(&file)], &state, vec![]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    let run = ateam(&["validate", "-f", "-"], &state, with_bom);
+    // Standard input resolves the relative sessionDir from the repository root: still valid.
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+}
+
+#[test]
+fn non_utf8_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("latin1.yaml");
+    // `é` in Latin-1 on line 3, after `metadata: {name: caf`.
+    let text = [
+        TEAM.as_bytes(),
+        b"---\nkind: Team\nmetadata: {name: caf\xE9}\n",
+    ]
+    .concat();
+    std::fs::write(&file, text).unwrap();
+    let offset = TEAM.len() + "---\nkind: Team\nmetadata: {name: caf".len();
+    let run = ateam(&["validate", "-f", s(&file)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!(
+            "{}:7:21: not UTF-8: byte 0xe9 at byte offset {offset} does not start or continue a character; save the file as UTF-8",
+            file.display()
+        ),
+    );
+    let run = ateam(
+        &["validate", "-f", "-"],
+        &state,
+        b"\xFF\xFEa\0:\0 \0b\0".to_vec(),
+    );
+    assert_refused(
+        &run,
+        "<stdin>:1:1: not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8",
+    );
+}

@@ -37,6 +37,21 @@ pub enum ReadError {
     NotRegular(&'static str),
     #[error("larger than {} MiB, the limit for one manifest file", MAX_FILE_BYTES >> 20)]
     TooLarge,
+    /// Where the text stops being UTF-8: 1-based line and column (in characters), and the
+    /// offset of the bad byte in the file.
+    #[error(
+        "not UTF-8: byte {byte:#04x} at byte offset {offset} does not start or continue a character; save the file as UTF-8"
+    )]
+    NotUtf8 {
+        line: usize,
+        column: usize,
+        offset: usize,
+        byte: u8,
+    },
+    #[error(
+        "not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8"
+    )]
+    Utf16,
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -121,8 +136,36 @@ fn read_capped(r: &mut dyn Read) -> Result<String, ReadError> {
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(ReadError::TooLarge);
     }
-    String::from_utf8(bytes)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()).into())
+    decode(bytes)
+}
+
+/// The UTF-8 byte-order mark, which some editors put at the start of a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The text of a manifest: UTF-8, without a leading byte-order mark (YAML allows one, and
+/// left in it would become part of the first key).
+fn decode(mut bytes: Vec<u8>) -> Result<String, ReadError> {
+    if bytes.starts_with(b"\xFF\xFE") || bytes.starts_with(b"\xFE\xFF") {
+        return Err(ReadError::Utf16);
+    }
+    let skipped = if bytes.starts_with(BOM) {
+        bytes.drain(..BOM.len());
+        BOM.len()
+    } else {
+        0
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let before = String::from_utf8_lossy(&bytes[..valid]);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        ReadError::NotUtf8 {
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+            offset: skipped + valid,
+            byte: bytes[valid],
+        }
+    })
 }
 
 fn regular(meta: &Metadata) -> Result<(), ReadError> {
@@ -177,12 +220,59 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, problems: &mut Vec<Problem>) {
 }
 
 fn file_problem(path: &Path, e: ReadError) -> Problem {
+    let (line, column) = match e {
+        ReadError::NotUtf8 { line, column, .. } => (line, column),
+        ReadError::Utf16 => (1, 1),
+        _ => (0, 0),
+    };
     Problem {
         file: path.to_path_buf(),
-        line: 0,
-        column: 0,
+        line,
+        column,
         object: None,
         field: None,
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_byte_order_mark_is_dropped() {
+        assert_eq!(decode(b"\xEF\xBB\xBFa: 1\n".to_vec()).unwrap(), "a: 1\n");
+        assert_eq!(decode(b"a: \xEF\xBB\xBF".to_vec()).unwrap(), "a: \u{feff}");
+    }
+
+    #[test]
+    fn bad_utf8_is_located_in_characters() {
+        match decode(b"\xEF\xBB\xBFa: 1\n\xC3\xA9\xC3\xA9: \xFF\n".to_vec()) {
+            Err(ReadError::NotUtf8 {
+                line,
+                column,
+                offset,
+                byte,
+            }) => assert_eq!((line, column, offset, byte), (2, 5, 14, 0xff)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decode(b"\xFE\xFF\0a".to_vec()),
+            Err(ReadError::Utf16)
+        ));
+    }
+
+    #[test]
+    fn reading_stops_past_the_cap() {
+        let mut endless = std::io::repeat(b'#');
+        assert!(matches!(
+            read_capped(&mut endless),
+            Err(ReadError::TooLarge)
+        ));
+        let mut exact = std::io::repeat(b'#').take(MAX_FILE_BYTES);
+        assert_eq!(
+            read_capped(&mut exact).unwrap().len() as u64,
+            MAX_FILE_BYTES
+        );
     }
 }
