@@ -233,6 +233,78 @@ fn oversized_manifest_on_stdin() {
     );
 }
 
+/// Nine levels of nine aliases each: 9^9 strings once expanded, from under 500 bytes.
+const BILLION_LAUGHS: &str = r#"a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"#;
+
+#[test]
+fn billion_laughs() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("billion-laughs.yaml");
+    std::fs::write(&file, BILLION_LAUGHS).unwrap();
+    let run = ateam(
+        &["apply", "-f", s(&file), "--backend", "docker"],
+        &state,
+        vec![],
+    );
+    // The first `*e` on line 6 is the alias that takes the file past the budget.
+    assert_refused(
+        &run,
+        &format!(
+            "{}:6:8: more than 100000 values in one file, counting every use of an alias in full",
+            file.display()
+        ),
+    );
+    assert!(!state.exists(), "apply created the state folder");
+    // The same with long strings instead of many: one 1 MiB string used a hundred times.
+    let text = format!(
+        "a: &a \"{}\"\nb: [{}]\n",
+        "x".repeat(1 << 20),
+        vec!["*a"; 100].join(",")
+    );
+    std::fs::write(&file, text).unwrap();
+    let run = ateam(&["validate", "-f", s(&file)], &state, vec![]);
+    assert_refused(&run, &format!("{}:2:", file.display()));
+    assert!(
+        run.stderr.contains(
+            "more than 8 MiB of text in one file, counting every use of an alias in full"
+        ),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn deeply_nested_yaml() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let file = dir.path().join("deep.yaml");
+    // A million nested block sequences on one line (2 MiB): a recursive loader overflows its
+    // stack. The 65th `- ` starts at column 129.
+    std::fs::write(&file, format!("{}x\n", "- ".repeat(1_000_000))).unwrap();
+    let run = ateam(&["validate", "-f", s(&file)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!("{}:1:129: nested more than 64 levels deep", file.display()),
+    );
+    // The same in flow style.
+    std::fs::write(&file, format!("{}{}\n", "[".repeat(200), "]".repeat(200))).unwrap();
+    let run = ateam(&["validate", "-f", s(&file)], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!("{}:1:65: nested more than 64 levels deep", file.display()),
+    );
+}
+
 #[test]
 fn utf8_byte_order_mark() {
     let dir = tempfile::tempdir().unwrap();

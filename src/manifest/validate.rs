@@ -102,7 +102,7 @@ pub fn validate(sources: &[Source], host: &Host) -> Result<Desired, Vec<Problem>
                 column: e.pos.column,
                 object: None,
                 field: None,
-                message: format!("YAML syntax: {}", e.message),
+                message: e.kind.to_string(),
             }),
         }
     }
