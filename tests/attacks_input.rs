@@ -350,3 +350,39 @@ fn non_utf8_manifest() {
         "<stdin>:1:1: not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8",
     );
 }
+
+#[test]
+fn overlong_socket_path() {
+    // tmux and the egress proxy listen on Unix sockets, whose path must fit in 108 bytes with
+    // its NUL. With a long state folder, the example team's socket paths do not.
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s".repeat(80));
+    let run = ateam(&["validate", "-f", "examples/"], &state, vec![]);
+    assert_refused(
+        &run,
+        &format!(
+            "examples/demo-team/team.yaml:21:3: MainSession/lead: metadata.name: the tmux socket path `{}/teams/demo/sessions/lead/tmux.sock` is {} bytes, longer than the 107 a Unix socket path can hold; use a shorter name or a shorter --state-dir",
+            state.display(),
+            state.as_os_str().len() + 35
+        ),
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "examples/demo-team/team.yaml:92:3: Member/tester: metadata.name: the egress socket path `{}/teams/demo/members/tester/egress.sock` is {} bytes",
+            state.display(),
+            state.as_os_str().len() + 38
+        )),
+        "{}",
+        run.describe()
+    );
+    let run = ateam(&["apply", "-f", "examples/"], &state, vec![]);
+    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert!(!state.exists(), "apply created the state folder");
+    // A state folder that leaves room is fine.
+    let run = ateam(
+        &["validate", "-f", "examples/"],
+        &dir.path().join("st"),
+        vec![],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+}

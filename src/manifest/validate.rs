@@ -17,6 +17,7 @@ use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
 use crate::host::Host;
 use crate::model::{self, AccessGrant, Desired, Network, Parent};
+use crate::plan::spec::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
@@ -654,6 +655,10 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                     "the command must name a program, for example [claude]",
                 ));
             }
+            let socket = session_socket_path(&host.state_dir, &t.name, &o.name);
+            if let Err(e) = check_socket_path("tmux", &socket) {
+                problems.push(o.problem("metadata.name", e));
+            }
             for k in s.env.keys() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.problem(&format!("spec.env.{k}"), e));
@@ -863,6 +868,10 @@ fn build(objects: &[Parsed], broken: &Broken, host: &Host, problems: &mut Vec<Pr
                     String::new()
                 }
             };
+            let socket = egress_socket_path(&host.state_dir, &t.name, name);
+            if let Err(e) = check_socket_path("egress", &socket) {
+                problems.push(o.problem("metadata.name", e));
+            }
             if let Some(c) = &m.command
                 && (c.is_empty() || c[0].trim().is_empty())
             {
@@ -1028,6 +1037,19 @@ fn resolve_parent(
     }
 }
 
+/// A socket path built from names must fit in `sun_path`. Names are at most 63 bytes each, but
+/// the state folder may be long, so the whole path is checked with the real state folder.
+fn check_socket_path(what: &str, path: &Path) -> Result<(), String> {
+    let len = path.as_os_str().len();
+    if len <= MAX_SOCKET_PATH {
+        return Ok(());
+    }
+    Err(format!(
+        "the {what} socket path `{}` is {len} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket path can hold; use a shorter name or a shorter --state-dir",
+        path.display()
+    ))
+}
+
 fn check_image(image: &str) -> Result<(), String> {
     if image.is_empty() || image.chars().any(char::is_whitespace) {
         Err(format!(
@@ -1082,6 +1104,24 @@ mod tests {
         assert!(check_host_pattern("*.example.com").is_ok());
         assert!(check_host_pattern("http://x").is_err());
         assert!(check_host_pattern("a..b").is_err());
+    }
+
+    #[test]
+    fn names_fit_every_identifier_made_from_them() {
+        let longest = "a".repeat(63);
+        assert!(check_dns_label(&longest).is_ok());
+        assert!(check_dns_label(&"a".repeat(64)).is_err());
+        // Neither engine limits the length of a container name (only its characters); the
+        // longest ateam makes, a replacement's, stays well within any DNS-name-sized limit.
+        let name = crate::plan::spec::replacement_name(&crate::plan::spec::container_name(
+            &longest, &longest,
+        ));
+        assert_eq!(name.len(), 138);
+        // Socket paths: 107 bytes fit in sun_path with the NUL, 108 do not.
+        let path = |len: usize| PathBuf::from(format!("/{}", "s".repeat(len - 1)));
+        assert!(check_socket_path("tmux", &path(107)).is_ok());
+        let e = check_socket_path("tmux", &path(108)).unwrap_err();
+        assert!(e.contains("is 108 bytes, longer than the 107"), "{e}");
     }
 
     #[test]
