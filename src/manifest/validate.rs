@@ -257,7 +257,10 @@ fn typed<T: DeserializeOwned>(
     // Array elements already removed, by the array's original path, so later paths still name
     // the element as the user numbered it.
     let mut removed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for _ in 0..100 {
+    // Each round deserializes the whole object again: bound rounds times size, so that a huge
+    // object with many errors cannot take seconds. Objects of ordinary size get all 100 rounds.
+    let rounds = (SHAPE_WORK / count_values(value)).clamp(1, 100);
+    for _ in 0..rounds {
         match serde_path_to_error::deserialize::<_, T>(&v) {
             Ok(t) => {
                 if errs.is_empty() {
@@ -298,6 +301,18 @@ fn typed<T: DeserializeOwned>(
     }
     report(errs);
     None
+}
+
+/// Values one object's shape checks may visit in all (see `typed`).
+const SHAPE_WORK: usize = 200_000;
+
+/// Values in `v`, itself included. (Nesting is bounded by the YAML reader.)
+fn count_values(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(a) => a.iter().map(count_values).sum(),
+        Value::Object(m) => m.values().map(count_values).sum(),
+        _ => 0,
+    }
 }
 
 /// serde names Rust types; users know YAML's words.
