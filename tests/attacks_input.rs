@@ -2,9 +2,10 @@
 //! be refused fast, in bounded memory, with an error that names the file (and the line and
 //! column where there is one), and nothing on the machine may change.
 //!
-//! Each child runs with its address space capped (see `ateam`), so that a loader that expands
-//! input without bound fails the test instead of exhausting the machine, and with a hard time
-//! limit, so that a loader that blocks fails the test instead of hanging it.
+//! Each child runs with its address space and CPU time capped (see `ateam`), so that a loader
+//! that expands input without bound or works too hard fails the test instead of exhausting the
+//! machine, and with a hard time limit, so that a loader that blocks fails the test instead of
+//! hanging it.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,10 @@ use std::time::{Duration, Instant};
 /// Address space the child may use: far more than any valid run needs (about 200 MiB for the
 /// debug binary and its threads), far less than an exploding alias tree takes.
 const CHILD_MEMORY_KIB: u64 = 2 << 20;
+/// CPU time the child may use, in seconds: the CPU-heaviest valid run here (parsing 4 MiB in a
+/// debug build) takes under 0.7 s. Unlike wall time, this does not depend on how busy the
+/// machine is, so it is the bound that reliably catches a loader doing too much work.
+const CHILD_CPU_SECONDS: u64 = 2;
 /// A child still running after this long is taken to hang, and killed.
 const HANG: Duration = Duration::from_secs(10);
 /// How long a refusal may take: generous, for a debug build with tests running side by side
@@ -42,14 +47,15 @@ impl Run {
 }
 
 /// Runs `ateam args` in the repository root, with `state` as its state folder and no engine
-/// reachable, feeding `stdin`. `ulimit -v` caps its memory; MALLOC_ARENA_MAX keeps glibc from
-/// reserving an arena per thread, which would count against that cap on many-core machines.
+/// reachable, feeding `stdin`. `ulimit -v` caps its memory (MALLOC_ARENA_MAX keeps glibc from
+/// reserving an arena per thread, which would count against that cap on many-core machines), and
+/// `ulimit -t` its CPU time.
 fn ateam(args: &[&str], state: &Path, stdin: Vec<u8>) -> Run {
     let start = Instant::now();
     let mut child = Command::new("/bin/sh")
         .arg("-c")
         .arg(format!(
-            "ulimit -v {CHILD_MEMORY_KIB} && exec \"$0\" \"$@\""
+            "ulimit -v {CHILD_MEMORY_KIB} && ulimit -t {CHILD_CPU_SECONDS} && exec \"$0\" \"$@\""
         ))
         .arg(env!("CARGO_BIN_EXE_ateam"))
         .args(args)
