@@ -241,7 +241,10 @@ impl Builder {
                 // An anchor is known once its node is complete, so an alias inside its own
                 // anchor is unknown too: there are no cycles.
                 let Some(a) = self.anchors.get(&id) else {
-                    return Err(ParseError::syntax(pos, "alias to an unknown anchor"));
+                    return Err(ParseError::syntax(
+                        pos,
+                        "alias to an unknown anchor (an alias can only name a complete node before it in the same document)",
+                    ));
                 };
                 let (node, nodes, text, height) =
                     (Node::Shared(a.node.clone()), a.nodes, a.text, a.height);
@@ -456,12 +459,10 @@ mod tests {
         let e = parse("a: &a [*a]\n").unwrap_err();
         assert_eq!(e.pos, at(1, 8));
         let e = parse("a: &a x\n---\nb: *a\n").unwrap_err();
-        assert_eq!(
-            (e.pos, e.kind),
-            (
-                at(3, 4),
-                ParseErrorKind::Syntax("alias to an unknown anchor".into())
-            )
+        assert_eq!(e.pos, at(3, 4));
+        assert!(
+            e.kind.to_string().contains("alias to an unknown anchor"),
+            "{e:?}"
         );
     }
 
