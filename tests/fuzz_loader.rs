@@ -111,8 +111,12 @@ fn alias_structure(rng: &mut Rng) -> Vec<u8> {
     let levels = 1 + rng.below(12);
     let mut text = String::from("l0: &l0 [lol, lol]\n");
     for i in 1..levels {
+        // Half the uses name the level just below: growth is often exponential.
         let uses: Vec<String> = (0..1 + rng.below(12))
-            .map(|_| format!("*l{}", rng.below(i)))
+            .map(|_| match rng.below(2) {
+                0 => format!("*l{}", i - 1),
+                _ => format!("*l{}", rng.below(i)),
+            })
             .collect();
         if rng.below(2) == 0 {
             text.push_str(&format!("l{i}: &l{i} [{}]\n", uses.join(", ")));
