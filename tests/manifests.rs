@@ -19,19 +19,23 @@ fn broken_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken")
 }
 
-/// A host whose home and state folder are inside the fixtures, with 8 GiB of memory.
+/// A host whose home is inside the fixtures, with 8 GiB of memory. Its state folder is a fixed
+/// path outside the checkout (it need not exist): socket paths under it are checked against the
+/// 107-byte limit of a Unix socket path, and whether a fixture passes must not depend on how
+/// long the path of the checkout is.
 fn test_host() -> Host {
-    let home = broken_dir().join("fixtures/home");
     Host {
         uid: 1000,
         gid: 1000,
-        state_dir: home.join(".local/state/ateam"),
+        state_dir: STATE_DIR.into(),
         engine_dirs: vec![],
-        home,
+        home: broken_dir().join("fixtures/home"),
         memory_bytes: 8 << 30,
         sudo_user: None,
     }
 }
+
+const STATE_DIR: &str = "/nonexistent-state/ateam";
 
 fn problems_of(path: &Path, host: &Host) -> Vec<Problem> {
     let (sources, mut problems) = read_sources(&[path.to_path_buf()], &mut std::io::empty());

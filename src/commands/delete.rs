@@ -6,7 +6,7 @@ use crate::cli::{Files, Global, OptionalFiles};
 use ateam::execute::Executor;
 use ateam::model::Desired;
 use ateam::observe::observe;
-use ateam::plan::spec::team_run_dir;
+use ateam::plan::spec::{session_socket_path, team_run_dir};
 use ateam::plan::{PlanOptions, plan};
 
 use super::common::Ctx;
@@ -71,10 +71,7 @@ pub async fn run(
         let members = t.session_dir.join("members");
         // Main sessions ateam started for the team end with it (their transcripts stay).
         for sess in &t.sessions {
-            let socket = team_run_dir(&ctx.host.state_dir, &t.name)
-                .join("sessions")
-                .join(&sess.name)
-                .join("tmux.sock");
+            let socket = session_socket_path(&ctx.host.state_dir, &t.name, &sess.name);
             if socket.exists() {
                 let _ = std::process::Command::new("tmux")
                     .arg("-S")

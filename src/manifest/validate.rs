@@ -18,6 +18,7 @@ use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
+use crate::plan::spec::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
@@ -110,7 +111,7 @@ pub fn validate(
                 column: e.pos.column,
                 object: None,
                 field: None,
-                message: format!("YAML syntax: {}", e.message),
+                message: e.kind.to_string(),
             }),
         }
     }
@@ -264,7 +265,10 @@ fn typed<T: DeserializeOwned>(
     // Array elements already removed, by the array's original path, so later paths still name
     // the element as the user numbered it.
     let mut removed: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for _ in 0..100 {
+    // Each round deserializes the whole object again: bound rounds times size, so that a huge
+    // object with many errors cannot take seconds. Objects of ordinary size get all 100 rounds.
+    let rounds = (SHAPE_WORK / count_values(value)).clamp(1, 100);
+    for _ in 0..rounds {
         match serde_path_to_error::deserialize::<_, T>(&v) {
             Ok(t) => {
                 if errs.is_empty() {
@@ -305,6 +309,18 @@ fn typed<T: DeserializeOwned>(
     }
     report(errs);
     None
+}
+
+/// Values one object's shape checks may visit in all (see `typed`).
+const SHAPE_WORK: usize = 200_000;
+
+/// Values in `v`, itself included. (Nesting is bounded by the YAML reader.)
+fn count_values(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(a) => a.iter().map(count_values).sum(),
+        Value::Object(m) => m.values().map(count_values).sum(),
+        _ => 0,
+    }
 }
 
 /// serde names Rust types; users know YAML's words.
@@ -735,6 +751,10 @@ fn build(
                     "the command must name a program, for example [claude]",
                 ));
             }
+            let socket = session_socket_path(&host.state_dir, &t.name, &o.name);
+            if let Err(e) = check_socket_path("tmux", &socket) {
+                problems.push(o.problem("metadata.name", e));
+            }
             for k in s.env.keys() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.problem(&format!("spec.env.{k}"), e));
@@ -936,6 +956,10 @@ fn build(
                     String::new()
                 }
             };
+            let socket = egress_socket_path(&host.state_dir, &t.name, name);
+            if let Err(e) = check_socket_path("egress", &socket) {
+                problems.push(o.problem("metadata.name", e));
+            }
             if let Some(c) = &m.command
                 && (c.is_empty() || c[0].trim().is_empty())
             {
@@ -1121,6 +1145,19 @@ fn resolve_parent(
     }
 }
 
+/// A socket path built from names must fit in `sun_path`. Names are at most 63 bytes each, but
+/// the state folder may be long, so the whole path is checked with the real state folder.
+fn check_socket_path(what: &str, path: &Path) -> Result<(), String> {
+    let len = path.as_os_str().len();
+    if len <= MAX_SOCKET_PATH {
+        return Ok(());
+    }
+    Err(format!(
+        "the {what} socket path `{}` is {len} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket path can hold; use a shorter name or a shorter --state-dir",
+        path.display()
+    ))
+}
+
 fn check_image(image: &str) -> Result<(), String> {
     if image.is_empty() || image.chars().any(char::is_whitespace) {
         Err(format!(
@@ -1254,6 +1291,24 @@ mod tests {
                 Some(r) => assert!(got.as_ref().is_err_and(|e| e.contains(r)), "{dir}: {got:?}"),
             }
         }
+    }
+
+    #[test]
+    fn names_fit_every_identifier_made_from_them() {
+        let longest = "a".repeat(63);
+        assert!(check_dns_label(&longest).is_ok());
+        assert!(check_dns_label(&"a".repeat(64)).is_err());
+        // Neither engine limits the length of a container name (only its characters); the
+        // longest ateam makes, a replacement's, stays well within any DNS-name-sized limit.
+        let name = crate::plan::spec::replacement_name(&crate::plan::spec::container_name(
+            &longest, &longest,
+        ));
+        assert_eq!(name.len(), 138);
+        // Socket paths: 107 bytes fit in sun_path with the NUL, 108 do not.
+        let path = |len: usize| PathBuf::from(format!("/{}", "s".repeat(len - 1)));
+        assert!(check_socket_path("tmux", &path(107)).is_ok());
+        let e = check_socket_path("tmux", &path(108)).unwrap_err();
+        assert!(e.contains("is 108 bytes, longer than the 107"), "{e}");
     }
 
     #[test]

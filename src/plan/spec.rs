@@ -262,6 +262,19 @@ pub fn team_run_dir(state_dir: &std::path::Path, team: &str) -> PathBuf {
     state_dir.join("teams").join(team)
 }
 
+/// Where a main session's tmux server listens.
+pub fn session_socket_path(state_dir: &std::path::Path, team: &str, session: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("sessions")
+        .join(session)
+        .join("tmux.sock")
+}
+
+/// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
+/// Validation checks every socket path against it, so that a long name or state folder is
+/// refused up front rather than failing when tmux or the egress proxy tries to listen.
+pub const MAX_SOCKET_PATH: usize = 107;
+
 /// Where a member's egress proxy will listen.
 pub fn egress_socket_path(state_dir: &std::path::Path, team: &str, member: &str) -> PathBuf {
     team_run_dir(state_dir, team)
@@ -275,12 +288,11 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
     let mut members = Vec::new();
     let mut sessions = Vec::new();
     for team in &desired.teams {
-        let run = team_run_dir(&host.state_dir, &team.name);
         for s in &team.sessions {
             sessions.push(DesiredSession {
                 team: team.name.clone(),
                 name: s.name.clone(),
-                socket: run.join("sessions").join(&s.name).join("tmux.sock"),
+                socket: session_socket_path(&host.state_dir, &team.name, &s.name),
                 cwd: s.cwd.clone(),
                 command: s.command.clone(),
                 env: s.env.clone(),
@@ -296,7 +308,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 restart: m.restart,
                 transcript_dir: m.transcript_dir.clone(),
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
-                record: member_record_path(&run, &m.name),
+                record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),
                 allow_unenforced_limits: team.allow_unenforced_limits,
                 // The allowlisting egress proxy is not built yet: until it is, an allowlist
                 // member runs with no network at all (the narrower side), and no proxy is
