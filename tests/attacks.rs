@@ -476,6 +476,38 @@ fn a_symlink_swapped_in_before_a_restart_never_exposes_its_target(engine: Engine
     assert_eq!(w.starts("worker"), 1, "{engine:?}");
 }
 
+/// The engine restarts the member by itself (someone set its restart policy to `always`,
+/// then its process died): that start waits at its gate too, and the changed policy is drift.
+fn an_engine_side_restart_holds_the_member_at_its_gate(engine: Engine) {
+    let w = World::new(engine, "enginerestart", &["worker"]);
+    w.apply();
+    w.wait_starts("worker", 1);
+    let id = w.id("worker");
+    w.cli_ok(&["update", "--restart", "always", &id]);
+    let pid = w.cli_ok(&["inspect", "--format", "{{.State.Pid}}", &id]);
+    let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(killed.success(), "{engine:?}: kill {pid}");
+    // The engine brings it back with a new init.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = w.cli_ok(&["inspect", "--format", "{{.State.Pid}}", &id]);
+        if now != pid && now != "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{engine:?}: the engine did not restart it"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(w.starts("worker"), 1, "{engine:?}: ran again unchecked");
+    assert_eq!(w.exit_code(), Some(1), "{engine:?}");
+    w.apply();
+    w.wait_starts("worker", 2);
+    assert_eq!(w.exit_code(), Some(0), "{engine:?}");
+}
+
 // ------------------------------------------------------------ 3. only what ateam made
 
 /// A container with the member's labels and name, made by hand, is a stranger: never
@@ -738,4 +770,17 @@ mod limits_and_pause {
         a_limit_raised_behind_ateams_back_is_drift,
         a_paused_member_is_let_go_on
     );
+}
+
+// Podman 4.3's `update` cannot change a restart policy.
+mod engine_restart {
+    mod docker {
+        #[test]
+        #[ignore = "needs the engines: scripts/engines.sh"]
+        fn an_engine_side_restart_holds_the_member_at_its_gate() {
+            super::super::an_engine_side_restart_holds_the_member_at_its_gate(
+                super::super::Engine::Docker,
+            )
+        }
+    }
 }
