@@ -52,7 +52,7 @@ gen_ateam() {
 
 # The flags ateam gives a member, for the peers.
 RUN_FLAGS="--label bench=1 --network none --cap-drop ALL --security-opt no-new-privileges --read-only --init \
---user 0:0 --memory 64m --memory-swap 64m --pids-limit 64 --tmpfs /tmp:rw,nosuid,nodev,size=256m \
+--user 65534:65534 --memory 64m --memory-swap 64m --pids-limit 64 --tmpfs /tmp:rw,nosuid,nodev,size=256m \
 --tmpfs /home/agent:rw,nosuid,nodev,size=256m --restart no"
 
 gen_compose() {

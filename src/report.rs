@@ -410,17 +410,14 @@ pub fn team_status(
             } => Some((team, member, container)),
             _ => None,
         }));
-    for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
-        rows.push(MemberStatus {
-            name: member.clone(),
+    // A container that is no member of the manifests: an orphan or a stranger.
+    let unwanted_row =
+        |member: &str, container: &crate::plan::ContainerRef, state: &str, detail| MemberStatus {
+            name: member.to_string(),
             kind: "Member",
             parent: "-".into(),
-            state: "stranger".into(),
-            detail: Some(format!(
-                "{} {} carries ateam's labels but ateam did not make it: never adopted nor released; apply removes it when it holds a member's name, --prune in any case",
-                container.name,
-                short(&container.id)
-            )),
+            state: state.into(),
+            detail: Some(detail),
             container: Some(container.name.clone()),
             age_secs: observed
                 .containers
@@ -434,7 +431,18 @@ pub fn team_status(
             grants: "-".into(),
             limits_unenforced: false,
             drifted: true,
-        });
+        };
+    for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
+        rows.push(unwanted_row(
+            member,
+            container,
+            "stranger",
+            format!(
+                "{} {} carries ateam's labels but ateam did not make it: never adopted nor released; apply removes it when it holds a member's name, --prune in any case",
+                container.name,
+                short(&container.id)
+            ),
+        ));
     }
     for f in &plan.findings {
         match f {
@@ -442,26 +450,12 @@ pub fn team_status(
                 team: t,
                 member,
                 container,
-            } if *t == team.name => rows.push(MemberStatus {
-                name: member.clone(),
-                kind: "Member",
-                parent: "-".into(),
-                state: "orphan".into(),
-                detail: Some("no manifest wants it; apply --prune removes it".into()),
-                container: Some(container.name.clone()),
-                age_secs: observed
-                    .containers
-                    .iter()
-                    .find(|c| c.id == container.id)
-                    .and_then(age),
-                restarts: 0,
-                transcript: None,
-                transcript_bytes: 0,
-                last_activity_secs: None,
-                grants: "-".into(),
-                limits_unenforced: false,
-                drifted: true,
-            }),
+            } if *t == team.name => rows.push(unwanted_row(
+                member,
+                container,
+                "orphan",
+                "no manifest wants it; apply --prune removes it".into(),
+            )),
             Finding::RetainedTranscript {
                 team: t,
                 member,
