@@ -8,9 +8,11 @@ use std::sync::Arc;
 use futures_util::{StreamExt, stream};
 
 use crate::backend::BackendError;
-use crate::plan::spec::{DesiredMember, DesiredSession, labels, replacement_name};
+use crate::core::container::{labels, replacement_name};
+use crate::files;
+use crate::plan::spec::{DesiredMember, DesiredSession};
 use crate::plan::{Action, ContainerRef, Plan, StartReason};
-use crate::runtime::{RunError, Runtime, files};
+use crate::runtime::{RunError, Runtime};
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
 pub fn default_concurrency() -> usize {

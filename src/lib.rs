@@ -15,7 +15,9 @@
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
 pub mod backend;
+pub mod core;
 pub mod execute;
+pub mod files;
 pub mod host;
 pub mod manifest;
 pub mod model;

@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-pub use crate::manifest::raw::{BackendChoice, RestartPolicy};
 
 /// Everything a set of manifests asks for, grouped by team.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -147,4 +146,25 @@ impl std::str::FromStr for UserId {
             gid: num(g)?,
         })
     }
+}
+
+/// Which container engine a team runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// The first engine that answers: Podman (rootless, then rootful), then Docker.
+    #[default]
+    Auto,
+    Docker,
+    Podman,
+}
+
+/// What the engine does when a member's process ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum RestartPolicy {
+    Never,
+    /// Default: an agent that finished its work (exit 0) stays finished.
+    #[default]
+    OnFailure,
+    Always,
 }

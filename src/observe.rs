@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::{StreamExt, TryStreamExt, stream};
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
-use crate::plan::spec::{DesiredState, labels};
-use crate::plan::{ContainerState, Observed, ObservedContainer};
+use crate::core::container::{ContainerState, labels};
+use crate::core::layout;
+use crate::plan::spec::DesiredState;
+use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 
@@ -30,9 +32,15 @@ pub async fn observe(
     let summaries = backend.list(&ours).await?;
     let mut recorded = BTreeSet::new();
     for t in &desired.teams {
-        if let Ok(entries) = std::fs::read_dir(t.run_dir.join("members")) {
+        if let Ok(entries) = std::fs::read_dir(layout::members_dir(&t.run_dir)) {
             for e in entries.flatten() {
-                recorded.extend(Record::load(&e.path().join("containers.json")).ids);
+                recorded.extend(
+                    Record::load(&layout::member_record_path(
+                        &t.run_dir,
+                        &e.file_name().to_string_lossy(),
+                    ))
+                    .ids,
+                );
             }
         }
     }
@@ -90,7 +98,7 @@ pub async fn observe(
 
     let mut transcript_dirs = BTreeSet::new();
     for t in &desired.teams {
-        if let Ok(entries) = std::fs::read_dir(t.session_dir.join("members")) {
+        if let Ok(entries) = std::fs::read_dir(layout::transcripts_dir(&t.session_dir)) {
             transcript_dirs.extend(
                 entries
                     .flatten()
@@ -133,7 +141,13 @@ fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
         }
         _ => false,
     };
-    let mut c = i.observed();
-    c.released = released;
-    c
+    ObservedContainer {
+        id: i.summary.id,
+        name: i.summary.name,
+        labels: i.summary.labels,
+        state: i.summary.state,
+        created: i.summary.created,
+        effective: Some(i.effective),
+        released,
+    }
 }

@@ -6,57 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::core::container::Effective;
+use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount};
 use crate::model::Network;
-use crate::plan::spec::{ContainerSpec, Mount};
-
-/// A container's configuration as the engine reports it, reduced to what the policy covers.
-/// Backends fill it from `inspect`; it is plain data so that the check is a pure function.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Effective {
-    /// The image as the engine names it (Podman adds `localhost/`).
-    pub image: String,
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub user: String,
-    pub privileged: bool,
-    pub cap_add: Vec<String>,
-    /// Capabilities the process keeps (after drops); "ALL" dropped means empty here.
-    pub cap_drop_all: bool,
-    pub no_new_privileges: bool,
-    /// Every `--security-opt`: seccomp, AppArmor and SELinux settings, `systempaths`.
-    pub security_opt: Vec<String>,
-    /// The AppArmor profile in force, where the engine says (`""` without AppArmor).
-    pub apparmor_profile: String,
-    /// `None` where the engine does not report them (Podman's libpod inspect).
-    pub masked_paths: Option<Vec<String>>,
-    pub readonly_paths: Option<Vec<String>>,
-    pub sysctls: Vec<String>,
-    pub cgroup_parent: String,
-    pub oom_kill_disable: bool,
-    pub device_cgroup_rules: Vec<String>,
-    pub read_only_rootfs: bool,
-    pub init: bool,
-    /// `none` for no network; anything else is a network the member can use.
-    pub network_mode: String,
-    pub bind_mounts: Vec<Mount>,
-    /// Mount point -> options of tmpfs mounts.
-    pub tmpfs: std::collections::BTreeMap<String, String>,
-    /// Mounts of any other kind (volumes, the engine socket...): never allowed.
-    pub other_mounts: Vec<String>,
-    pub memory_bytes: u64,
-    pub memory_swap_bytes: i64,
-    pub pids_limit: i64,
-    pub nano_cpus: u64,
-    pub restart_policy: String,
-    pub devices: Vec<String>,
-    pub group_add: Vec<String>,
-    /// pid, ipc, uts, userns and cgroupns modes as the engine reports them (`""`: its
-    /// default, private). The policy allows private modes only: never `host`, never another
-    /// container's (`container:<id>`), never a path.
-    pub namespaces: std::collections::BTreeMap<String, String>,
-    pub published_ports: Vec<String>,
-}
 
 /// One way a container differs from the policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -462,9 +414,9 @@ pub fn create_request(
     spec: &ContainerSpec,
     labels: std::collections::BTreeMap<String, String>,
     cmd: Vec<String>,
-    engine: crate::backend::EngineKind,
-) -> crate::backend::CreateRequest {
-    crate::backend::CreateRequest {
+    engine: EngineKind,
+) -> CreateRequest {
+    CreateRequest {
         name: spec.name.clone(),
         image: spec.image.clone(),
         entrypoint: GATE_ENTRYPOINT.iter().map(|s| s.to_string()).collect(),
@@ -485,7 +437,7 @@ pub fn create_request(
         no_new_privileges: true,
         read_only_rootfs: true,
         init: true,
-        userns_keep_id: engine == crate::backend::EngineKind::Podman { rootless: true },
+        userns_keep_id: engine == EngineKind::Podman { rootless: true },
         // Engines on cgroup v1 default to the host's cgroup namespace, which the policy refuses.
         cgroupns_private: true,
     }

@@ -7,9 +7,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::core::container::labels;
 use crate::manifest::quantity::human_bytes;
 use crate::model::{Network, Parent, Team};
-use crate::plan::spec::labels;
 use crate::plan::{
     Action, ContainerState, Drift, Finding, Observed, ObservedContainer, Plan, StartReason,
 };
@@ -273,8 +273,8 @@ pub fn team_status(
             c.labels.get(labels::TEAM).map(String::as_str) == Some(&team.name)
                 && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
                 && observed.recorded.contains(&c.id)
-                && !crate::plan::spec::is_replacement(
-                    &crate::plan::spec::container_name(&team.name, member),
+                && !crate::core::container::is_replacement(
+                    &crate::core::container::container_name(&team.name, member),
                     &c.name,
                     &c.labels,
                 )

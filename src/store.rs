@@ -1,15 +1,6 @@
 //! ateam's state folder: the last applied model of each team, and the lock that keeps two
 //! applies from interleaving. Folders are 0700, files 0600, writes atomic.
-//!
-//! Layout:
-//! ```text
-//! <state>/lock                              flock'ed by apply and delete
-//! <state>/teams/<team>/applied.json         the validated model last applied
-//! <state>/teams/<team>/engine.json          the engine it was applied on
-//! <state>/teams/<team>/members/<m>/ctl/     the member's gate, secrets, release file
-//! <state>/teams/<team>/members/<m>/containers.json   ids of the containers ateam made
-//! <state>/teams/<team>/sessions/<s>/        a main session's terminal socket
-//! ```
+//! Where each file lives: `core::layout`.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -18,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 
+use crate::core::layout;
 use crate::model::Team;
 
 /// Where a team was applied: `docker` or `podman`, and the engine's address.
@@ -26,7 +18,7 @@ pub struct EngineRecord {
     pub engine: String,
     pub uri: String,
 }
-use crate::runtime::files::{self, Owner};
+use crate::files::{self, Owner};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -77,7 +69,7 @@ impl Store {
     /// it) unless `no_wait`.
     pub fn lock(&self, no_wait: bool, waiting: impl FnOnce(&str)) -> Result<Lock, StoreError> {
         files::private_dir(&self.dir, self.owner).map_err(io(&self.dir))?;
-        let path = self.dir.join("lock");
+        let path = layout::lock_path(&self.dir);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -112,7 +104,7 @@ impl Store {
     }
 
     fn team_file(&self, team: &str) -> PathBuf {
-        self.dir.join("teams").join(team).join("applied.json")
+        layout::applied_path(&self.dir, team)
     }
 
     /// Records what was applied for a team (after its apply converged or partly did: the
@@ -131,7 +123,7 @@ impl Store {
     /// Remembers which engine a team was applied on, so that status, logs and delete find
     /// it again without the environment that apply ran in.
     pub fn save_engine(&self, team: &str, engine: &EngineRecord) -> Result<(), StoreError> {
-        let path = self.dir.join("teams").join(team).join("engine.json");
+        let path = layout::engine_path(&self.dir, team);
         let json = serde_json::to_vec(engine).expect("a record serializes");
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
@@ -140,19 +132,18 @@ impl Store {
     }
 
     pub fn engine(&self, team: &str) -> Option<EngineRecord> {
-        let bytes = std::fs::read(self.dir.join("teams").join(team).join("engine.json")).ok()?;
+        let bytes = std::fs::read(layout::engine_path(&self.dir, team)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
-        files::remove_if_present(&self.dir.join("teams").join(team).join("engine.json"))
-            .map_err(io(&self.dir))?;
+        files::remove_if_present(&layout::engine_path(&self.dir, team)).map_err(io(&self.dir))?;
         files::remove_if_present(&self.team_file(team)).map_err(io(&self.team_file(team)))
     }
 
     /// Every applied team, sorted by name.
     pub fn teams(&self) -> Result<Vec<Team>, StoreError> {
-        let root = self.dir.join("teams");
+        let root = layout::teams_dir(&self.dir);
         let mut names: Vec<String> = match std::fs::read_dir(&root) {
             Ok(rd) => rd
                 .flatten()

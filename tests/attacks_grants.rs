@@ -184,7 +184,7 @@ impl Lab {
         }
         let filter = format!(
             "label=ateam.dev/store={}",
-            ateam::plan::spec::store_id(&self.state())
+            ateam::core::layout::store_id(&self.state())
         );
         let out = self.engine_cli(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"]);
         text(&out.stdout).lines().map(str::to_string).collect()

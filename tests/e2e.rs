@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ateam::plan::spec::store_id;
+use ateam::core::layout::store_id;
 
 struct World {
     engine: &'static str,
@@ -122,7 +122,7 @@ impl World {
     }
 
     fn name(&self, member: &str) -> String {
-        ateam::plan::spec::container_name(&self.team, member)
+        ateam::core::container::container_name(&self.team, member)
     }
 
     fn transcript(&self, member: &str) -> PathBuf {
@@ -633,7 +633,7 @@ fn concurrent_applies_serialize(engine: &'static str) {
     );
     converged_ten(&w);
     // While another process holds the store, --no-wait fails at once and changes nothing.
-    let me = ateam::runtime::files::Owner { uid: 0, gid: 0 };
+    let me = ateam::files::Owner { uid: 0, gid: 0 };
     let held = ateam::store::Store::new(w.state(), me)
         .lock(true, |_| {})
         .unwrap();

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use ateam::backend::connect::{Candidate, Engine};
 use ateam::backend::{Backend, BackendError, EngineInfo, EngineKind};
+use ateam::files::Owner;
 use ateam::host::Host;
 use ateam::manifest::{Source, validate};
 use ateam::plan::spec::{DesiredMember, DesiredState, desired_state};
 use ateam::plan::{Action, Drift, PlanOptions, plan};
-use ateam::runtime::files::Owner;
 use ateam::runtime::pin::PinError;
 use ateam::runtime::{RunError, Runtime};
 

@@ -29,8 +29,7 @@ use super::{
     Backend, BackendError, CreateRequest, EngineInfo, EngineKind, ExecOutput, Inspected, Result,
     Summary, state_from,
 };
-use crate::plan::spec::Mount;
-use crate::policy::Effective;
+use crate::core::container::{Effective, Mount};
 
 const ENGINE: &str = "docker";
 
@@ -851,7 +850,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::plan::observed::ContainerState;
+    use crate::core::container::ContainerState;
 
     const IMAGE: &str = "ateam-demo:latest";
 

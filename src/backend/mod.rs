@@ -11,32 +11,12 @@ pub mod docker;
 pub mod podman;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::plan::observed::{ContainerState, ObservedContainer};
-use crate::plan::spec::Mount;
-use crate::policy::Effective;
-
-/// Which engine, and how it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum EngineKind {
-    Docker,
-    Podman { rootless: bool },
-}
-
-impl std::fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EngineKind::Docker => f.write_str("docker"),
-            EngineKind::Podman { rootless: false } => f.write_str("podman"),
-            EngineKind::Podman { rootless: true } => f.write_str("podman (rootless)"),
-        }
-    }
-}
+use crate::core::container::{ContainerState, Effective};
+pub use crate::core::container::{CreateRequest, EngineKind};
 
 /// What `ping` learns about an engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,41 +32,6 @@ pub struct EngineInfo {
     /// False where the engine accepts memory and pids limits but ignores them (rootless Podman
     /// on cgroup v1).
     pub limits_enforced: bool,
-}
-
-/// A container to create, fully decided by the policy. Backends map each field to their API
-/// and add nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateRequest {
-    pub name: String,
-    pub image: String,
-    /// Replaces the image's entrypoint (the start gate).
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub env: BTreeMap<String, String>,
-    /// `uid:gid`.
-    pub user: String,
-    pub workdir: PathBuf,
-    /// Bind mounts (`rbind`, private propagation).
-    pub mounts: Vec<Mount>,
-    /// Mount point -> options (`rw,nosuid,nodev,size=256m`).
-    pub tmpfs: BTreeMap<String, String>,
-    pub memory_bytes: u64,
-    /// Always equal to `memory_bytes`: no swap beyond the cap.
-    pub memory_swap_bytes: u64,
-    pub pids: u32,
-    pub nano_cpus: Option<u64>,
-    /// No network at all (`none`), or the engine's default private network.
-    pub network_none: bool,
-    pub labels: BTreeMap<String, String>,
-    pub cap_drop_all: bool,
-    pub no_new_privileges: bool,
-    pub read_only_rootfs: bool,
-    pub init: bool,
-    /// Rootless Podman: map the user's uid to itself inside, so written files are the user's.
-    pub userns_keep_id: bool,
-    /// A private cgroup namespace. Engines on cgroup v1 default to the host's.
-    pub cgroupns_private: bool,
 }
 
 /// One container as a list call sees it.
@@ -112,20 +57,6 @@ pub struct Inspected {
     pub restart_count: u64,
     /// When it last started (RFC 3339), if ever.
     pub started_at: Option<String>,
-}
-
-impl Inspected {
-    pub fn observed(self) -> ObservedContainer {
-        ObservedContainer {
-            id: self.summary.id,
-            name: self.summary.name,
-            labels: self.summary.labels,
-            state: self.summary.state,
-            created: self.summary.created,
-            effective: Some(self.effective),
-            released: false,
-        }
-    }
 }
 
 /// The output of a command run in a container.

@@ -38,8 +38,7 @@ use super::{
     Backend, BackendError, CreateRequest, EngineInfo, EngineKind, ExecOutput, Inspected, Result,
     Summary, state_from,
 };
-use crate::plan::spec::Mount;
-use crate::policy::Effective;
+use crate::core::container::{Effective, Mount};
 
 const ENGINE: &str = "podman";
 /// The prefix of the raw libpod calls. Podman serves any `/vX/libpod/` prefix the same way; the
@@ -890,7 +889,7 @@ impl Backend for PodmanBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::observed::ContainerState;
+    use crate::core::container::ContainerState;
     use futures_util::FutureExt;
     use std::os::unix::fs::MetadataExt;
     use std::panic::AssertUnwindSafe;

@@ -3,9 +3,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::{Files, Global, Output};
+use ateam::core::container::{is_replacement, labels};
 use ateam::execute::{Executor, default_concurrency};
 use ateam::observe::observe;
-use ateam::plan::spec::labels;
 use ateam::plan::{ContainerState, Finding, PlanOptions, plan};
 use ateam::report::render_diff;
 
@@ -113,8 +113,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         }
         let record = ateam::store::Record::load(&m.record);
         let c = after.iter().find(|c| {
-            record.ids.contains(&c.id)
-                && !ateam::plan::spec::is_replacement(&m.spec.name, &c.name, &c.labels)
+            record.ids.contains(&c.id) && !is_replacement(&m.spec.name, &c.name, &c.labels)
         });
         match c.map(|c| (c, c.state)) {
             Some((_, ContainerState::Running)) => {}

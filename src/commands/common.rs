@@ -8,11 +8,11 @@ use super::validate::Manifests;
 use crate::cli::{BackendArg, Files, Global};
 use ateam::backend::connect::{self, Candidate, Engine, Env};
 use ateam::backend::{Backend, EngineInfo, EngineKind};
+use ateam::files::Owner;
 use ateam::host::Host;
 use ateam::model::{BackendChoice, Desired, Team};
 use ateam::plan::spec::{DesiredState, desired_state};
 use ateam::runtime::Runtime;
-use ateam::runtime::files::Owner;
 use ateam::store::{EngineRecord, Store};
 
 pub struct Ctx {

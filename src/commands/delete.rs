@@ -3,10 +3,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 
 use crate::cli::{Files, Global, OptionalFiles};
+use ateam::core::layout::{session_socket_path, team_run_dir};
 use ateam::execute::Executor;
 use ateam::model::Desired;
 use ateam::observe::observe;
-use ateam::plan::spec::{session_socket_path, team_run_dir};
 use ateam::plan::{PlanOptions, plan};
 
 use super::common::Ctx;

@@ -7,9 +7,8 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 use crate::cli::Global;
-use ateam::plan::spec::{
-    container_name, is_replacement, labels, member_record_path, store_id, team_run_dir,
-};
+use ateam::core::container::{container_name, is_replacement, labels};
+use ateam::core::layout::{member_record_path, store_id, team_run_dir};
 use ateam::store::Record;
 
 use super::common::Ctx;

@@ -2,9 +2,9 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use crate::cli::{Global, OptionalFiles, Output};
+use ateam::core::layout::member_ctl_dir;
 use ateam::execute::{restarts, transcript_usage};
 use ateam::observe::observe;
-use ateam::plan::spec::member_ctl_dir;
 use ateam::plan::{PlanOptions, plan};
 use ateam::report::{Extras, render_status, team_status};
 

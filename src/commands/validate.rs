@@ -3,10 +3,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::cli::{Files, Global};
+use ateam::files::Owner;
 use ateam::host::Host;
 use ateam::manifest::{self, ManifestError, Problem, Source};
 use ateam::model::{Desired, Team};
-use ateam::runtime::files::Owner;
 use ateam::store::Store;
 
 /// Manifests as read, with the problems of reading them (reported with the rules' problems).

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::model::{BackendChoice, RestartPolicy};
+
 pub const API_VERSION: &str = "ateam.dev/v1alpha1";
 
 /// Every object: `apiVersion`, `kind`, `metadata`, `spec`.
@@ -33,17 +35,6 @@ pub struct Metadata {
     /// Free-form notes; ateam ignores them.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-}
-
-/// Which container engine a team runs on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    /// The first engine that answers: Podman (rootless, then rootful), then Docker.
-    #[default]
-    Auto,
-    Docker,
-    Podman,
 }
 
 /// `kind: Team`: the shared settings of a set of sessions and members.
@@ -123,16 +114,6 @@ pub struct AccessGrantSpec {
 
 fn network_none() -> NetworkSpec {
     NetworkSpec::None
-}
-
-/// What the engine does when a member's process ends.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-pub enum RestartPolicy {
-    Never,
-    /// Default: an agent that finished its work (exit 0) stays finished.
-    #[default]
-    OnFailure,
-    Always,
 }
 
 /// A memory size (`512Mi`, `2G`, `1073741824`) or a CPU count (`1.5`, `500m`).

@@ -16,9 +16,9 @@ use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
 use super::reach::Fence;
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
+use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
-use crate::plan::spec::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
 
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
@@ -968,7 +968,7 @@ fn build(
                     "the command must name a program; leave it out to use the image's own",
                 ));
             }
-            let transcript_dir = session_dir.join("members").join(name);
+            let transcript_dir = crate::core::layout::transcript_dir(&session_dir, name);
             let cwd = match &m.cwd {
                 Some(c) => {
                     let p = resolve(c, &o.src.dir, &host.home);
@@ -1300,9 +1300,9 @@ mod tests {
         assert!(check_dns_label(&"a".repeat(64)).is_err());
         // Neither engine limits the length of a container name (only its characters); the
         // longest ateam makes, a replacement's, stays well within any DNS-name-sized limit.
-        let name = crate::plan::spec::replacement_name(&crate::plan::spec::container_name(
-            &longest, &longest,
-        ));
+        let name = crate::core::container::replacement_name(
+            &crate::core::container::container_name(&longest, &longest),
+        );
         assert_eq!(name.len(), 138);
         // Socket paths: 107 bytes fit in sun_path with the NUL, 108 do not.
         let path = |len: usize| PathBuf::from(format!("/{}", "s".repeat(len - 1)));

@@ -13,10 +13,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::core::container::ContainerState;
+use crate::core::container::{self as names, labels};
 use crate::model::{Network, RestartPolicy};
 use crate::policy::{self, Violation};
-pub use observed::{ContainerState, Observed, ObservedContainer};
-use spec::labels;
+pub use observed::{Observed, ObservedContainer};
 pub use spec::{DesiredMember, DesiredState};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -221,7 +222,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         .flat_map(|m| {
             [
                 (m.spec.name.clone(), m),
-                (spec::replacement_name(&m.spec.name), m),
+                (names::replacement_name(&m.spec.name), m),
             ]
         })
         .collect();
@@ -295,7 +296,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         // gone (it was verified before the old one was removed), undo it otherwise.
         let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
             .into_iter()
-            .partition(|c| spec::is_replacement(&m.spec.name, &c.name, &c.labels));
+            .partition(|c| names::is_replacement(&m.spec.name, &c.name, &c.labels));
         if mine.is_empty() {
             let best = pick_keeper(&replacements, &m.hash);
             let finishable = spec_drift(m, best).is_none() && best.state.is_live();
@@ -360,7 +361,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
 
     // Transcripts of members no manifest wants any more: reported, never removed here.
     for t in &desired.teams {
-        let members_dir = t.session_dir.join("members");
+        let members_dir = crate::core::layout::transcripts_dir(&t.session_dir);
         for dir in &observed.transcript_dirs {
             let Some(name) = dir.strip_prefix(&members_dir).ok().and_then(|r| r.to_str()) else {
                 continue;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Effective;
+use crate::core::container::{ContainerState, Effective};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observed {
@@ -43,30 +43,4 @@ pub struct ObservedContainer {
 
 fn yes() -> bool {
     true
-}
-
-/// The engine's view of a container's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ContainerState {
-    Created,
-    Running,
-    Paused,
-    Restarting,
-    Exited { code: i64 },
-    Removing,
-    Dead,
-}
-
-impl ContainerState {
-    /// Whether member code may be running now.
-    pub fn is_live(self) -> bool {
-        match self {
-            ContainerState::Running | ContainerState::Paused | ContainerState::Restarting => true,
-            ContainerState::Created
-            | ContainerState::Exited { .. }
-            | ContainerState::Removing
-            | ContainerState::Dead => false,
-        }
-    }
 }

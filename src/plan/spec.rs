@@ -8,97 +8,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use crate::core::container::{
+    CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, container_name, labels,
+};
+use crate::core::layout::{
+    member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
+};
 use crate::host::Host;
-use crate::model::{Desired, Member, Network, RestartPolicy, Team};
-
-/// Label keys that ateam puts on every container it makes.
-pub mod labels {
-    pub const MANAGED_BY: &str = "ateam.dev/managed-by";
-    pub const STORE: &str = "ateam.dev/store";
-    pub const TEAM: &str = "ateam.dev/team";
-    pub const MEMBER: &str = "ateam.dev/member";
-    pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
-    /// The whole spec as JSON, so that drift can name the field that changed.
-    pub const SPEC: &str = "ateam.dev/spec";
-    /// On a replacement being brought up: the id of the container it replaces.
-    pub const REPLACES: &str = "ateam.dev/replaces";
-}
-
-/// The temporary name of a member's replacement, until the old container is gone. `_` never
-/// appears in a team or member name (DNS-1123 labels), so this can equal no member's name.
-pub fn replacement_name(name: &str) -> String {
-    format!("{name}_next")
-}
-
-/// A replacement still under its temporary name: labelled as one and named as the member's
-/// replacement exactly (not by a pattern). Once renamed into place it keeps the `replaces`
-/// label, as labels cannot change, but it is then the member's container.
-pub fn is_replacement(member_name: &str, c_name: &str, labels: &BTreeMap<String, String>) -> bool {
-    labels.contains_key(labels::REPLACES) && c_name == replacement_name(member_name)
-}
-
-/// The home folder inside a member: a private tmpfs.
-pub const MEMBER_HOME: &str = "/home/agent";
-
-/// Where ateam's control folder (start gate, secrets) appears inside a member.
-pub const CTL_TARGET: &str = "/.ateam";
-
-/// A bind mount. Grants and transcripts sit at the same path inside as outside, so that paths
-/// in messages and transcripts mean the same thing on both sides.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Mount {
-    pub target: PathBuf,
-    pub source: PathBuf,
-    pub read_only: bool,
-}
-
-impl Mount {
-    /// The same folder at the same path.
-    pub fn same(path: &std::path::Path, read_only: bool) -> Mount {
-        Mount {
-            target: path.to_path_buf(),
-            source: path.to_path_buf(),
-            read_only,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerSpec {
-    pub name: String,
-    pub image: String,
-    pub command: Option<Vec<String>>,
-    pub cwd: PathBuf,
-    /// Plain environment (secrets are not here: only their names, in `secret_env`).
-    pub env: BTreeMap<String, String>,
-    pub secret_env: Vec<String>,
-    /// `uid:gid` it runs as: the Member's or Team's `user`, else `Host::default_member_user`.
-    pub user: String,
-    /// Granted folders, the transcript folder and the control folder, sorted by target so
-    /// that parents mount first.
-    pub mounts: Vec<Mount>,
-    /// Mount point -> options.
-    pub tmpfs: BTreeMap<String, String>,
-    pub memory_bytes: u64,
-    pub pids: u32,
-    pub nano_cpus: Option<u64>,
-    pub network: Network,
-    /// The user's labels from the manifest.
-    pub labels: BTreeMap<String, String>,
-}
-
-impl ContainerSpec {
-    /// A short, stable hash of the canonical JSON of the spec (struct fields in a fixed order,
-    /// maps sorted).
-    pub fn hash(&self) -> String {
-        let json = serde_json::to_vec(self).expect("a spec always serializes");
-        let digest = Sha256::digest(&json);
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
+use crate::model::{Desired, Member, RestartPolicy, Team};
 
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,34 +84,6 @@ pub struct TeamScope {
     pub run_dir: PathBuf,
 }
 
-/// The container name of a member. Team and member names are DNS-1123 labels (no `_`), so
-/// `_` separates them without ambiguity: team `t` member `a-b` and team `t-a` member `b` get
-/// two names. Containers are still identified by labels and the store's record, never by name.
-pub fn container_name(team: &str, member: &str) -> String {
-    format!("ateam_{team}_{member}")
-}
-
-/// An id for a state folder, so that two stores on one machine never touch each other's
-/// containers.
-pub fn store_id(state_dir: &std::path::Path) -> String {
-    let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A member's private folder under the state folder.
-pub fn member_ctl_dir(state_dir: &std::path::Path, team: &str, member: &str) -> PathBuf {
-    team_run_dir(state_dir, team)
-        .join("members")
-        .join(member)
-        .join("ctl")
-}
-
-/// The record of the containers ateam made for a member (`store::Record`), beside its control
-/// folder and never mounted into it.
-pub fn member_record_path(run_dir: &std::path::Path, member: &str) -> PathBuf {
-    run_dir.join("members").join(member).join("containers.json")
-}
-
 pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     let ctl = member_ctl_dir(&host.state_dir, &team.name, &m.name);
     let mut mounts: Vec<Mount> = m
@@ -255,32 +145,6 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         network: m.access.network.clone(),
         labels: m.labels.clone(),
     }
-}
-
-/// Where a team's sockets live: under the state folder, private to the user.
-pub fn team_run_dir(state_dir: &std::path::Path, team: &str) -> PathBuf {
-    state_dir.join("teams").join(team)
-}
-
-/// Where a main session's tmux server listens.
-pub fn session_socket_path(state_dir: &std::path::Path, team: &str, session: &str) -> PathBuf {
-    team_run_dir(state_dir, team)
-        .join("sessions")
-        .join(session)
-        .join("tmux.sock")
-}
-
-/// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
-/// Validation checks every socket path against it, so that a long name or state folder is
-/// refused up front rather than failing when tmux or the egress proxy tries to listen.
-pub const MAX_SOCKET_PATH: usize = 107;
-
-/// Where a member's egress proxy will listen.
-pub fn egress_socket_path(state_dir: &std::path::Path, team: &str, member: &str) -> PathBuf {
-    team_run_dir(state_dir, team)
-        .join("members")
-        .join(member)
-        .join("egress.sock")
 }
 
 /// The planner's view of a validated set of manifests.

@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use super::spec::{desired_state, labels};
+use super::spec::desired_state;
 use super::*;
+use crate::core::container::labels;
 use crate::host::Host;
 use crate::model::{AccessGrant, Desired, Member, Network, Parent, Team};
 use crate::policy;
@@ -275,7 +276,10 @@ fn tampering_is_a_policy_violation() {
         ("privileged", Box::new(|e| e.privileged = true)),
         (
             "bind mounts",
-            Box::new(|e| e.bind_mounts.push(spec::Mount::same("/etc".as_ref(), true))),
+            Box::new(|e| {
+                e.bind_mounts
+                    .push(crate::core::container::Mount::same("/etc".as_ref(), true))
+            }),
         ),
         ("network", Box::new(|e| e.network_mode = "bridge".into())),
         (
@@ -583,7 +587,7 @@ fn a_label_ateam_did_not_set_is_a_policy_violation() {
 
 #[test]
 fn names_never_collide() {
-    use spec::{container_name, replacement_name};
+    use crate::core::container::{container_name, replacement_name};
     assert_ne!(container_name("t", "a-b"), container_name("t-a", "b"));
     let names = [
         container_name("t", "a"),
@@ -672,7 +676,7 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         labels: BTreeMap::new(),
     });
     let mut d = desired_state(&d, &host());
-    let proxy = spec::egress_socket_path(&host().state_dir, "t", "b");
+    let proxy = crate::core::layout::egress_socket_path(&host().state_dir, "t", "b");
     d.members[1].egress_socket = Some(proxy.clone());
     let mut o = in_sync(&d, &["a", "b"]);
     assert_eq!(
@@ -711,7 +715,7 @@ fn an_interrupted_recreate_is_finished_or_undone() {
     let replacement = |old: &str| {
         let mut r = running(&d, "a", ContainerState::Running);
         r.id = "new".into();
-        r.name = spec::replacement_name(&r.name);
+        r.name = crate::core::container::replacement_name(&r.name);
         r.labels.insert(labels::REPLACES.into(), old.into());
         r
     };

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::files::{Owner, remove_if_present, write_atomic};
+use crate::files::{Owner, remove_if_present, write_atomic};
 
 /// The static gate binary, embedded so that one `ateam` binary is all a user installs.
 pub const GATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-gate"));

@@ -7,7 +7,6 @@
 //! step after create removes the container, so nothing that was not checked ever runs.
 
 pub mod cgroup;
-pub mod files;
 pub mod gate;
 pub mod pin;
 pub mod procfs;
@@ -15,13 +14,14 @@ pub mod procfs;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, CreateRequest, EngineInfo, EngineKind, Inspected};
+use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
+use crate::core::container::{ContainerState, CreateRequest, EngineKind};
+use crate::core::layout::{gate_dir, member_record_path, team_run_dir};
+use crate::files::{self, Owner};
 use crate::host::mounts::Mounts;
-use crate::plan::observed::ContainerState;
-use crate::plan::spec::{DesiredMember, member_record_path, team_run_dir};
+use crate::plan::spec::DesiredMember;
 use crate::policy::{self, Limits, Violation};
 use crate::store::Record;
-use files::Owner;
 use pin::{PinError, Pinned};
 
 /// Why a member could not be brought up. The container, if one was made, is gone.
@@ -207,7 +207,7 @@ impl Runtime {
         for dir in [&m.transcript_dir, &m.ctl_dir] {
             files::member_dir(dir, self.owner, member_owner).map_err(io(dir))?;
         }
-        gate::install(&m.ctl_dir, &self.state_dir.join("gate"), self.owner)
+        gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
             .map_err(io(&m.ctl_dir))?;
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
         let mut secrets = Vec::new();

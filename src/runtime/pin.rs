@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat2, statx};
 
-use crate::backend::EngineKind;
+use crate::core::container::EngineKind;
+use crate::core::container::Mount;
 use crate::host::mounts::Mounts;
-use crate::plan::spec::Mount;
 
 /// A folder held open since it was checked.
 #[derive(Debug)]

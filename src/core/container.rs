@@ -1,0 +1,233 @@
+//! The container types every layer shares: what a member's container must be (`ContainerSpec`),
+//! how ateam names and labels it, what an engine is asked to create (`CreateRequest`) and what
+//! it reports back (`Effective`, `ContainerState`). Plain data, no I/O: the backends translate
+//! to and from it, the policy and the planner judge it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::model::Network;
+
+/// Label keys that ateam puts on every container it makes.
+pub mod labels {
+    pub const MANAGED_BY: &str = "ateam.dev/managed-by";
+    pub const STORE: &str = "ateam.dev/store";
+    pub const TEAM: &str = "ateam.dev/team";
+    pub const MEMBER: &str = "ateam.dev/member";
+    pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
+    /// The whole spec as JSON, so that drift can name the field that changed.
+    pub const SPEC: &str = "ateam.dev/spec";
+    /// On a replacement being brought up: the id of the container it replaces.
+    pub const REPLACES: &str = "ateam.dev/replaces";
+}
+
+/// The temporary name of a member's replacement, until the old container is gone. `_` never
+/// appears in a team or member name (DNS-1123 labels), so this can equal no member's name.
+pub fn replacement_name(name: &str) -> String {
+    format!("{name}_next")
+}
+
+/// A replacement still under its temporary name: labelled as one and named as the member's
+/// replacement exactly (not by a pattern). Once renamed into place it keeps the `replaces`
+/// label, as labels cannot change, but it is then the member's container.
+pub fn is_replacement(member_name: &str, c_name: &str, labels: &BTreeMap<String, String>) -> bool {
+    labels.contains_key(labels::REPLACES) && c_name == replacement_name(member_name)
+}
+
+/// The home folder inside a member: a private tmpfs.
+pub const MEMBER_HOME: &str = "/home/agent";
+
+/// Where ateam's control folder (start gate, secrets) appears inside a member.
+pub const CTL_TARGET: &str = "/.ateam";
+
+/// A bind mount. Grants and transcripts sit at the same path inside as outside, so that paths
+/// in messages and transcripts mean the same thing on both sides.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Mount {
+    pub target: PathBuf,
+    pub source: PathBuf,
+    pub read_only: bool,
+}
+
+impl Mount {
+    /// The same folder at the same path.
+    pub fn same(path: &std::path::Path, read_only: bool) -> Mount {
+        Mount {
+            target: path.to_path_buf(),
+            source: path.to_path_buf(),
+            read_only,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub cwd: PathBuf,
+    /// Plain environment (secrets are not here: only their names, in `secret_env`).
+    pub env: BTreeMap<String, String>,
+    pub secret_env: Vec<String>,
+    /// `uid:gid` it runs as: the Member's or Team's `user`, else `Host::default_member_user`.
+    pub user: String,
+    /// Granted folders, the transcript folder and the control folder, sorted by target so
+    /// that parents mount first.
+    pub mounts: Vec<Mount>,
+    /// Mount point -> options.
+    pub tmpfs: BTreeMap<String, String>,
+    pub memory_bytes: u64,
+    pub pids: u32,
+    pub nano_cpus: Option<u64>,
+    pub network: Network,
+    /// The user's labels from the manifest.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerSpec {
+    /// A short, stable hash of the canonical JSON of the spec (struct fields in a fixed order,
+    /// maps sorted).
+    pub fn hash(&self) -> String {
+        let json = serde_json::to_vec(self).expect("a spec always serializes");
+        let digest = Sha256::digest(&json);
+        digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The container name of a member. Team and member names are DNS-1123 labels (no `_`), so
+/// `_` separates them without ambiguity: team `t` member `a-b` and team `t-a` member `b` get
+/// two names. Containers are still identified by labels and the store's record, never by name.
+pub fn container_name(team: &str, member: &str) -> String {
+    format!("ateam_{team}_{member}")
+}
+
+/// The engine's view of a container's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    Created,
+    Running,
+    Paused,
+    Restarting,
+    Exited { code: i64 },
+    Removing,
+    Dead,
+}
+
+impl ContainerState {
+    /// Whether member code may be running now.
+    pub fn is_live(self) -> bool {
+        match self {
+            ContainerState::Running | ContainerState::Paused | ContainerState::Restarting => true,
+            ContainerState::Created
+            | ContainerState::Exited { .. }
+            | ContainerState::Removing
+            | ContainerState::Dead => false,
+        }
+    }
+}
+/// Which engine, and how it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EngineKind {
+    Docker,
+    Podman { rootless: bool },
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineKind::Docker => f.write_str("docker"),
+            EngineKind::Podman { rootless: false } => f.write_str("podman"),
+            EngineKind::Podman { rootless: true } => f.write_str("podman (rootless)"),
+        }
+    }
+}
+
+/// A container to create, fully decided by the policy. Backends map each field to their API
+/// and add nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    pub name: String,
+    pub image: String,
+    /// Replaces the image's entrypoint (the start gate).
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// `uid:gid`.
+    pub user: String,
+    pub workdir: PathBuf,
+    /// Bind mounts (`rbind`, private propagation).
+    pub mounts: Vec<Mount>,
+    /// Mount point -> options (`rw,nosuid,nodev,size=256m`).
+    pub tmpfs: BTreeMap<String, String>,
+    pub memory_bytes: u64,
+    /// Always equal to `memory_bytes`: no swap beyond the cap.
+    pub memory_swap_bytes: u64,
+    pub pids: u32,
+    pub nano_cpus: Option<u64>,
+    /// No network at all (`none`), or the engine's default private network.
+    pub network_none: bool,
+    pub labels: BTreeMap<String, String>,
+    pub cap_drop_all: bool,
+    pub no_new_privileges: bool,
+    pub read_only_rootfs: bool,
+    pub init: bool,
+    /// Rootless Podman: map the user's uid to itself inside, so written files are the user's.
+    pub userns_keep_id: bool,
+    /// A private cgroup namespace. Engines on cgroup v1 default to the host's.
+    pub cgroupns_private: bool,
+}
+
+/// A container's configuration as the engine reports it, reduced to what the policy covers.
+/// Backends fill it from `inspect`; it is plain data so that the check is a pure function.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Effective {
+    /// The image as the engine names it (Podman adds `localhost/`).
+    pub image: String,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub user: String,
+    pub privileged: bool,
+    pub cap_add: Vec<String>,
+    /// Capabilities the process keeps (after drops); "ALL" dropped means empty here.
+    pub cap_drop_all: bool,
+    pub no_new_privileges: bool,
+    /// Every `--security-opt`: seccomp, AppArmor and SELinux settings, `systempaths`.
+    pub security_opt: Vec<String>,
+    /// The AppArmor profile in force, where the engine says (`""` without AppArmor).
+    pub apparmor_profile: String,
+    /// `None` where the engine does not report them (Podman's libpod inspect).
+    pub masked_paths: Option<Vec<String>>,
+    pub readonly_paths: Option<Vec<String>>,
+    pub sysctls: Vec<String>,
+    pub cgroup_parent: String,
+    pub oom_kill_disable: bool,
+    pub device_cgroup_rules: Vec<String>,
+    pub read_only_rootfs: bool,
+    pub init: bool,
+    /// `none` for no network; anything else is a network the member can use.
+    pub network_mode: String,
+    pub bind_mounts: Vec<Mount>,
+    /// Mount point -> options of tmpfs mounts.
+    pub tmpfs: std::collections::BTreeMap<String, String>,
+    /// Mounts of any other kind (volumes, the engine socket...): never allowed.
+    pub other_mounts: Vec<String>,
+    pub memory_bytes: u64,
+    pub memory_swap_bytes: i64,
+    pub pids_limit: i64,
+    pub nano_cpus: u64,
+    pub restart_policy: String,
+    pub devices: Vec<String>,
+    pub group_add: Vec<String>,
+    /// pid, ipc, uts, userns and cgroupns modes as the engine reports them (`""`: its
+    /// default, private). The policy allows private modes only: never `host`, never another
+    /// container's (`container:<id>`), never a path.
+    pub namespaces: std::collections::BTreeMap<String, String>,
+    pub published_ports: Vec<String>,
+}

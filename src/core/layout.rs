@@ -1,0 +1,105 @@
+//! Where everything of ateam's lives on disk: the one module that knows the state folder's
+//! layout. Every other module asks here.
+//!
+//! ```text
+//! <state>/lock                                      flock'ed by apply and delete
+//! <state>/gate/                                     the start gate, shared by hard links
+//! <state>/teams/<team>/applied.json                 the validated model last applied
+//! <state>/teams/<team>/engine.json                  the engine it was applied on
+//! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
+//! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
+//! <state>/teams/<team>/members/<m>/egress.sock      its egress proxy (to come)
+//! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// An id for a state folder, so that two stores on one machine never touch each other's
+/// containers.
+pub fn store_id(state_dir: &Path) -> String {
+    let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A member's private folder under the state folder.
+pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("members")
+        .join(member)
+        .join("ctl")
+}
+
+/// The record of the containers ateam made for a member (`store::Record`), beside its control
+/// folder and never mounted into it.
+pub fn member_record_path(run_dir: &Path, member: &str) -> PathBuf {
+    members_dir(run_dir).join(member).join("containers.json")
+}
+
+/// Where a team's sockets live: under the state folder, private to the user.
+pub fn team_run_dir(state_dir: &Path, team: &str) -> PathBuf {
+    teams_dir(state_dir).join(team)
+}
+
+/// Where a main session's tmux server listens.
+pub fn session_socket_path(state_dir: &Path, team: &str, session: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("sessions")
+        .join(session)
+        .join("tmux.sock")
+}
+
+/// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
+/// Validation checks every socket path against it, so that a long name or state folder is
+/// refused up front rather than failing when tmux or the egress proxy tries to listen.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Where a member's egress proxy will listen.
+pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    team_run_dir(state_dir, team)
+        .join("members")
+        .join(member)
+        .join("egress.sock")
+}
+
+/// The lock that keeps two applies (or deletes) of one store from interleaving.
+pub fn lock_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("lock")
+}
+
+/// Where the start gate is written once, to be hard-linked into each member's control folder.
+pub fn gate_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("gate")
+}
+
+/// Every team's folder; a team's name is the name of its folder here.
+pub fn teams_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("teams")
+}
+
+/// The model of a team last applied.
+pub fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("applied.json")
+}
+
+/// The engine a team was applied on.
+pub fn engine_path(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("engine.json")
+}
+
+/// The folder of a team's members' private files (one folder per member).
+pub fn members_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("members")
+}
+
+/// Where a team's members' transcripts live: `<sessionDir>/members`, beside the main
+/// sessions' transcripts at the top of the sessionDir.
+pub fn transcripts_dir(session_dir: &Path) -> PathBuf {
+    session_dir.join("members")
+}
+
+/// A member's transcript folder.
+pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {
+    transcripts_dir(session_dir).join(member)
+}

@@ -1,0 +1,8 @@
+//! The lowest layer: types and facts every other module shares, with no I/O and no
+//! dependency on any other module of ateam but the model.
+//! - `container`: the container types (spec, names, labels, create request, what an engine
+//!   reports);
+//! - `layout`: every path under ateam's state folder.
+
+pub mod container;
+pub mod layout;
