@@ -40,6 +40,11 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// Written by a later ateam, in a format this one does not know.
+    #[error(
+        "{}: written by a newer ateam (record version {version}, this one reads up to {}); upgrade ateam", .path.display(), RECORD_VERSION
+    )]
+    Newer { path: PathBuf, version: u64 },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -47,6 +52,49 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// The version of the records this ateam writes (`applied.json`, `engine.json`): a field
+/// `version` beside the record's own. Records of 0.1.0 have none and read as version 0; a
+/// record of a later version is refused rather than misread. Bump it, and convert here, when
+/// a change to a record would not read back with serde defaults.
+pub const RECORD_VERSION: u64 = 1;
+
+fn versioned<T: serde::Serialize>(record: &T, pretty: bool) -> Vec<u8> {
+    let mut v = serde_json::to_value(record).expect("a record serializes");
+    if let serde_json::Value::Object(map) = &mut v {
+        map.insert("version".into(), RECORD_VERSION.into());
+    }
+    if pretty {
+        serde_json::to_vec_pretty(&v)
+    } else {
+        serde_json::to_vec(&v)
+    }
+    .expect("a value serializes")
+}
+
+fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    let corrupt = |source| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(corrupt)?;
+    let version = match &mut v {
+        serde_json::Value::Object(map) => {
+            map.remove("version").and_then(|n| n.as_u64()).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    if version > RECORD_VERSION {
+        return Err(StoreError::Newer {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
+    serde_json::from_value(v).map_err(corrupt)
 }
 
 pub struct Store {
@@ -113,7 +161,7 @@ impl Store {
         let path = self.team_file(&team.name);
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
-        let json = serde_json::to_vec_pretty(team).expect("the model serializes");
+        let json = versioned(team, true);
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
         }
@@ -124,7 +172,9 @@ impl Store {
     /// it again without the environment that apply ran in.
     pub fn save_engine(&self, team: &str, engine: &EngineRecord) -> Result<(), StoreError> {
         let path = layout::engine_path(&self.dir, team);
-        let json = serde_json::to_vec(engine).expect("a record serializes");
+        let dir = layout::team_run_dir(&self.dir, team);
+        files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        let json = versioned(engine, false);
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
         }
@@ -132,8 +182,9 @@ impl Store {
     }
 
     pub fn engine(&self, team: &str) -> Option<EngineRecord> {
-        let bytes = std::fs::read(layout::engine_path(&self.dir, team)).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let path = layout::engine_path(&self.dir, team);
+        let bytes = std::fs::read(&path).ok()?;
+        read_versioned(&path, &bytes).ok()
     }
 
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
@@ -170,9 +221,7 @@ impl Store {
     pub fn team(&self, name: &str) -> Result<Option<Team>, StoreError> {
         let path = self.team_file(name);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|source| StoreError::Corrupt { path, source }),
+            Ok(bytes) => read_versioned(&path, &bytes).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(StoreError::Io { path, source: e }),
         }
@@ -265,6 +314,44 @@ mod tests {
         assert!(Record::load(&path).ids.is_empty(), "an unknown version");
         std::fs::write(&path, "garbage").unwrap();
         assert!(Record::load(&path).ids.is_empty());
+    }
+
+    /// A store written by ateam 0.1.0 (unversioned records, no `user` fields), checked in.
+    #[test]
+    fn a_store_written_by_0_1_0_still_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v0.1.0");
+        let store = Store::new(dir, me());
+        let teams = store.teams().unwrap();
+        assert_eq!(teams.len(), 1);
+        assert_eq!(teams[0].name, "demo");
+        assert_eq!(teams[0].members.len(), 3);
+        assert_eq!(teams[0].user, None);
+        assert_eq!(store.engine("demo").unwrap().engine, "docker");
+    }
+
+    #[test]
+    fn records_carry_their_version_and_a_newer_one_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path().join("state"), me());
+        store
+            .save_engine(
+                "x",
+                &EngineRecord {
+                    engine: "podman".into(),
+                    uri: "unix:///s".into(),
+                },
+            )
+            .unwrap();
+        let path = layout::engine_path(&store.dir, "x");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""version":1"#), "{text}");
+        assert_eq!(store.engine("x").unwrap().engine, "podman");
+        let applied = layout::applied_path(&store.dir, "x");
+        std::fs::write(&applied, r#"{"version": 99, "name": "x"}"#).unwrap();
+        match store.team("x") {
+            Err(StoreError::Newer { version: 99, .. }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
