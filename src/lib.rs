@@ -14,6 +14,7 @@
 //!   gate in `gate/`, verification before the member's command runs);
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
+pub mod app;
 pub mod backend;
 pub mod core;
 pub mod execute;

@@ -1,11 +1,10 @@
 use std::process::ExitCode;
 
 use crate::cli::{Files, Global, Output};
-use ateam::observe::observe;
-use ateam::plan::{PlanOptions, plan};
+use ateam::plan::PlanOptions;
 use ateam::report::render_diff;
 
-use super::common::Ctx;
+use super::common::app;
 
 /// Exit codes as `kubectl diff`: 0 no change, 1 changes, 2 (or more) an error.
 pub async fn run(global: &Global, files: &Files, prune: bool, output: Output) -> ExitCode {
@@ -26,12 +25,9 @@ pub async fn diff(
     prune: bool,
     output: Output,
 ) -> anyhow::Result<bool> {
-    let ctx = Ctx::new(global);
-    let desired = ctx.load(files)?;
-    let (backend, info) = ctx.connect(&desired.teams).await?;
-    let ds = ctx.desired_state(&desired);
-    let observed = observe(backend.as_ref(), &info, &ds).await?;
-    let p = plan(&ds, &observed, PlanOptions { prune });
+    let app = app(global);
+    let desired = app.load(&files.files)?;
+    let p = app.look(&desired, PlanOptions { prune }).await?.plan;
     match output {
         Output::Text => print!("{}", render_diff(&p)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&p)?),

@@ -11,10 +11,10 @@ use ateam::core::container::{container_name, is_replacement, labels};
 use ateam::core::layout::{member_record_path, store_id, team_run_dir};
 use ateam::store::Record;
 
-use super::common::Ctx;
+use super::common::app;
 
 async fn find(
-    ctx: &Ctx,
+    ctx: &ateam::app::App,
     team: Option<&str>,
     member: &str,
 ) -> anyhow::Result<(std::sync::Arc<dyn ateam::backend::Backend>, String)> {
@@ -61,7 +61,7 @@ pub async fn logs(
     tail: usize,
     follow: bool,
 ) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::new(global);
+    let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     let mut out = std::io::stdout();
     backend
@@ -79,7 +79,7 @@ pub async fn exec(
     member: &str,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::new(global);
+    let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     let out = backend.exec(&id, command).await?;
     print!("{}", out.stdout);

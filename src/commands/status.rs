@@ -4,11 +4,10 @@ use std::time::SystemTime;
 use crate::cli::{Global, OptionalFiles, Output};
 use ateam::core::layout::member_ctl_dir;
 use ateam::execute::{restarts, transcript_usage};
-use ateam::observe::observe;
-use ateam::plan::{PlanOptions, plan};
+use ateam::plan::PlanOptions;
 use ateam::report::{Extras, render_status, team_status};
 
-use super::common::Ctx;
+use super::common::app;
 
 pub async fn run(
     global: &Global,
@@ -17,13 +16,11 @@ pub async fn run(
     output: Output,
     exit_code: bool,
 ) -> anyhow::Result<ExitCode> {
-    let ctx = Ctx::new(global);
+    let ctx = app(global);
     let mut desired = if files.files.is_empty() {
         ctx.applied(team)?
     } else {
-        ctx.load(&crate::cli::Files {
-            files: files.files.clone(),
-        })?
+        ctx.load(&files.files)?
     };
     if let Some(t) = team {
         desired.teams.retain(|x| x.name == t);
@@ -35,10 +32,8 @@ pub async fn run(
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let (backend, info) = ctx.connect(&desired.teams).await?;
-    let ds = ctx.desired_state(&desired);
-    let observed = observe(backend.as_ref(), &info, &ds).await?;
-    let p = plan(&ds, &observed, PlanOptions::default());
+    let look = ctx.look(&desired, PlanOptions::default()).await?;
+    let (info, observed, p) = (look.info, look.observed, look.plan);
     let state_dir = ctx.host.state_dir.clone();
     let count = move |team: &str, member: &str| restarts(&member_ctl_dir(&state_dir, team, member));
     let extras = Extras {

@@ -1,0 +1,184 @@
+//! Apply: judge the manifests, take the store's lock, look, plan, check what can be checked
+//! before any change, carry out the plan, record what was applied, and look once more to
+//! say which members do not run and why.
+
+use std::collections::BTreeMap;
+
+use super::{App, AppError, Manifests};
+use crate::backend::{EngineKind, logs_text};
+use crate::core::container::{is_replacement, labels};
+use crate::execute::{Executor, Failure, Progress, default_concurrency};
+use crate::model::RestartPolicy;
+use crate::plan::{ContainerState, Finding, PlanOptions};
+use crate::store::Record;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions {
+    /// Remove ateam's containers that no manifest wants, and strangers.
+    pub prune: bool,
+    /// How many members are brought up at once; default `default_concurrency()`.
+    pub concurrency: Option<usize>,
+    /// Fail at once when another command holds the store's lock.
+    pub no_wait: bool,
+}
+
+/// What an apply did, for the caller to render.
+#[derive(Debug)]
+pub struct ApplyReport {
+    pub engine: EngineKind,
+    /// Members the manifests want.
+    pub members: usize,
+    /// What the plan leaves alone and a person should know: orphans, strangers, conflicts,
+    /// retained transcripts.
+    pub left_alone: Vec<Finding>,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug)]
+pub enum Outcome {
+    /// The machine already matched.
+    NoChanges,
+    /// Refused before anything changed.
+    Refused(Vec<Failure>),
+    /// Carried out. `failures`: actions that failed; `not_running`: members that are not up
+    /// afterwards (beyond those failures), with why; `finished`: members done with exit 0
+    /// whose restart policy leaves them done.
+    Applied {
+        failures: Vec<Failure>,
+        not_running: Vec<NotRunning>,
+        finished: Vec<(String, String)>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotRunning {
+    pub team: String,
+    pub member: String,
+    pub why: String,
+}
+
+impl ApplyReport {
+    /// Everything the manifests want runs (or finished as its policy allows).
+    pub fn converged(&self) -> bool {
+        match &self.outcome {
+            Outcome::NoChanges => true,
+            Outcome::Refused(_) => false,
+            Outcome::Applied {
+                failures,
+                not_running,
+                ..
+            } => failures.is_empty() && not_running.is_empty(),
+        }
+    }
+}
+
+/// Applies `manifests`. `secret` looks up a `secretEnv` value; `waiting` is told who holds
+/// the lock when apply has to wait for it.
+pub async fn apply(
+    app: &App,
+    manifests: &Manifests,
+    o: ApplyOptions,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    progress: &dyn Progress,
+    waiting: impl FnOnce(&str),
+) -> Result<ApplyReport, AppError> {
+    // Refused manifests are refused before the store is touched (not even its lock)...
+    app.judge(manifests)?;
+    let _lock = app.store.lock(o.no_wait, waiting)?;
+    // ...and judged again under the lock, against the teams stored by an apply that held it.
+    let desired = app.judge(manifests)?;
+    let look = app.look(&desired, PlanOptions { prune: o.prune }).await?;
+    let mut report = ApplyReport {
+        engine: look.info.kind,
+        members: look.desired.members.len(),
+        left_alone: look
+            .plan
+            .findings
+            .iter()
+            .filter(|f| match f {
+                Finding::Orphan { .. }
+                | Finding::Stranger { .. }
+                | Finding::Conflict { .. }
+                | Finding::RetainedTranscript { .. } => true,
+                Finding::Finished { .. } => false,
+            })
+            .cloned()
+            .collect(),
+        outcome: Outcome::NoChanges,
+    };
+    if look.plan.is_noop() {
+        for t in &desired.teams {
+            app.store.save_team(t)?;
+        }
+        app.remember_engine(&desired.teams, look.backend.as_ref())?;
+        return Ok(report);
+    }
+    let rt = app.runtime(&look);
+    let exec = Executor {
+        rt: &rt,
+        concurrency: o.concurrency.unwrap_or_else(default_concurrency),
+        secret,
+        progress,
+    };
+    let refused = exec.preflight(&look.plan, &look.desired.members);
+    if !refused.is_empty() {
+        report.outcome = Outcome::Refused(refused);
+        return Ok(report);
+    }
+    let failures = exec.run(&look.plan, &look.desired.members).await;
+    for t in &desired.teams {
+        app.store.save_team(t)?;
+    }
+    app.remember_engine(&desired.teams, look.backend.as_ref())?;
+
+    // Wait-until-running: one more look, and the reason for every member that is not up.
+    // A list call is enough: states only, no inspects.
+    let ours = BTreeMap::from([(labels::STORE.to_string(), look.desired.store.clone())]);
+    let after = look.backend.list(&ours).await?;
+    let mut not_running = Vec::new();
+    let mut finished = Vec::new();
+    for m in &look.desired.members {
+        if failures
+            .iter()
+            .any(|f| f.team == m.team && f.member == m.member)
+        {
+            continue;
+        }
+        let record = Record::load(&m.record);
+        let c = after.iter().find(|c| {
+            record.ids.contains(&c.id) && !is_replacement(&m.spec.name, &c.name, &c.labels)
+        });
+        let why = match c.map(|c| (c, c.state)) {
+            Some((_, ContainerState::Running)) => continue,
+            // Done already, and its restart policy leaves it done: not a failure.
+            Some((_, ContainerState::Exited { code: 0 })) if m.restart != RestartPolicy::Always => {
+                finished.push((m.team.clone(), m.member.clone()));
+                continue;
+            }
+            Some((c, ContainerState::Exited { code })) => {
+                let logs = logs_text(look.backend.as_ref(), &c.id, 10)
+                    .await
+                    .unwrap_or_default();
+                format!(
+                    "exited with code {code}; last output:\n{}",
+                    logs.lines()
+                        .map(|l| format!("    {l}\n"))
+                        .collect::<String>()
+                )
+            }
+            Some((c, state)) => format!("is {state:?} ({})", c.name),
+            None => "has no container".to_string(),
+        };
+        not_running.push(NotRunning {
+            team: m.team.clone(),
+            member: m.member.clone(),
+            why,
+        });
+    }
+    report.outcome = Outcome::Applied {
+        failures,
+        not_running,
+        finished,
+    };
+    Ok(report)
+}

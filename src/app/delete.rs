@@ -1,0 +1,107 @@
+//! Delete: remove every container this store made for the teams (and strangers with their
+//! labels), end their main sessions, then forget their private state. Transcripts are the
+//! user's: they stay unless `purge`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use super::{App, AppError};
+use crate::core::layout::{session_socket_path, team_run_dir, transcripts_dir};
+use crate::execute::{Executor, Failure, Progress, default_concurrency};
+use crate::model::Desired;
+use crate::plan::{Finding, PlanOptions};
+
+/// One team deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deleted {
+    pub team: String,
+    /// Where its members' transcripts are (or were, with `purge`).
+    pub transcripts: PathBuf,
+    pub purged: bool,
+}
+
+#[derive(Debug)]
+pub enum DeleteReport {
+    /// Some containers could not be removed; nothing was forgotten.
+    Failed(Vec<Failure>),
+    Deleted(Vec<Deleted>),
+}
+
+pub async fn delete(
+    app: &App,
+    desired: &Desired,
+    purge: bool,
+    no_wait: bool,
+    progress: &dyn Progress,
+    waiting: impl FnOnce(&str),
+) -> Result<DeleteReport, AppError> {
+    let _lock = app.store.lock(no_wait, waiting)?;
+    // Nothing wanted: every container of these teams is an orphan (or a stranger), and
+    // prune removes them.
+    let mut empty = desired.clone();
+    for t in &mut empty.teams {
+        t.members.clear();
+        t.sessions.clear();
+    }
+    let look = app.look(&empty, PlanOptions { prune: true }).await?;
+    let rt = app.runtime(&look);
+    let no_secrets = |_: &str| None;
+    let failures = Executor {
+        rt: &rt,
+        concurrency: default_concurrency(),
+        secret: &no_secrets,
+        progress,
+    }
+    .run(&look.plan, &[])
+    .await;
+    if !failures.is_empty() {
+        return Ok(DeleteReport::Failed(failures));
+    }
+    let mut deleted = Vec::new();
+    for t in &desired.teams {
+        // Main sessions ateam started for the team end with it (their transcripts stay).
+        for sess in &t.sessions {
+            let socket = session_socket_path(&app.host.state_dir, &t.name, &sess.name);
+            if socket.exists() {
+                let _ = std::process::Command::new("tmux")
+                    .arg("-S")
+                    .arg(&socket)
+                    .arg("kill-server")
+                    .output();
+            }
+        }
+        if purge {
+            // Every transcript folder of the team: its members', and those kept from members
+            // removed earlier (which the empty plan reports as retained).
+            let mut dirs: BTreeSet<PathBuf> =
+                t.members.iter().map(|m| m.transcript_dir.clone()).collect();
+            for f in &look.plan.findings {
+                if let Finding::RetainedTranscript { path, team, .. } = f
+                    && *team == t.name
+                {
+                    dirs.insert(path.clone());
+                }
+            }
+            for d in dirs.iter().filter(|d| d.exists()) {
+                std::fs::remove_dir_all(d).map_err(|source| AppError::Io {
+                    path: d.clone(),
+                    source,
+                })?;
+            }
+        }
+        let run = team_run_dir(&app.host.state_dir, &t.name);
+        if run.exists() {
+            std::fs::remove_dir_all(&run).map_err(|source| AppError::Io {
+                path: run.clone(),
+                source,
+            })?;
+        }
+        app.store.forget_team(&t.name)?;
+        deleted.push(Deleted {
+            team: t.name.clone(),
+            transcripts: transcripts_dir(&t.session_dir),
+            purged: purge,
+        });
+    }
+    Ok(DeleteReport::Deleted(deleted))
+}

@@ -1,0 +1,241 @@
+//! What a command (or the controller) asks for, as library calls: read and judge manifests,
+//! find the engine, look and plan (`App::look`), apply and wait (`apply`), delete (`delete`).
+//! The binary's handlers only parse arguments, call these and render what comes back; a
+//! long-running controller calls the very same functions.
+
+pub mod apply;
+pub mod delete;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::backend::connect::{self, Candidate, Engine, Env};
+use crate::backend::{Backend, BackendError, EngineInfo, EngineKind};
+use crate::files::Owner;
+use crate::host::Host;
+use crate::manifest::{self, ManifestError, Problem, Source};
+use crate::model::{BackendChoice, Desired, Team};
+use crate::observe::observe;
+use crate::plan::spec::{DesiredState, desired_state};
+use crate::plan::{Observed, Plan, PlanOptions, plan};
+use crate::runtime::Runtime;
+use crate::store::{EngineRecord, Store, StoreError};
+
+/// Why a request could not be carried out (drift is not an error: it is in the plan).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("the state folder: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// The engine a team was applied on does not answer.
+    #[error(
+        "team `{team}` was applied on {engine} at {uri}; pass --backend to use another engine: {source}"
+    )]
+    RecordedEngine {
+        team: String,
+        engine: String,
+        uri: String,
+        #[source]
+        source: Box<BackendError>,
+    },
+    #[error("these teams ask for different backends; apply them separately or pass --backend")]
+    MixedBackends,
+    #[error("team `{team}` has not been applied with this state folder ({})", .state_dir.display())]
+    NotApplied { team: String, state_dir: PathBuf },
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Manifests as read, with the problems of reading them (reported with the rules' problems).
+pub struct Manifests {
+    sources: Vec<Source>,
+    unreadable: Vec<Problem>,
+}
+
+impl Manifests {
+    /// Reads the manifests `paths` name (stdin once, for `-`).
+    pub fn read(paths: &[PathBuf]) -> Result<Manifests, ManifestError> {
+        let (sources, unreadable) = manifest::read_sources(paths, &mut std::io::stdin());
+        if sources.is_empty() && unreadable.is_empty() {
+            return Err(ManifestError::Empty(paths.to_vec()));
+        }
+        Ok(Manifests {
+            sources,
+            unreadable,
+        })
+    }
+
+    /// Every rule, judged on this host and against the teams `applied` before.
+    pub fn validate(&self, host: &Host, applied: &[Team]) -> Result<Desired, ManifestError> {
+        let mut problems = self.unreadable.clone();
+        match manifest::validate(&self.sources, host, applied) {
+            Ok(d) if problems.is_empty() => Ok(d),
+            Ok(_) => Err(ManifestError::Invalid(problems)),
+            Err(mut more) => {
+                problems.append(&mut more);
+                Err(ManifestError::Invalid(problems))
+            }
+        }
+    }
+}
+
+/// One host, one store, and how to find the engine.
+pub struct App {
+    pub host: Host,
+    pub store: Store,
+    /// Who ateam's own files belong to: the user running it.
+    pub owner: Owner,
+    /// `--backend`, when given: it wins over the engine recorded for a team.
+    backend: Option<BackendChoice>,
+}
+
+/// What one look at the machine found, and the plan that would make it match.
+pub struct Look {
+    pub backend: Arc<dyn Backend>,
+    pub info: EngineInfo,
+    pub desired: DesiredState,
+    pub observed: Observed,
+    pub plan: Plan,
+}
+
+impl App {
+    pub fn new(state_dir: Option<PathBuf>, backend: Option<BackendChoice>) -> App {
+        let host = Host::detect(state_dir);
+        let owner = Owner {
+            uid: host.uid,
+            gid: host.gid,
+        };
+        let store = Store::new(host.state_dir.clone(), owner);
+        App {
+            host,
+            store,
+            owner,
+            backend,
+        }
+    }
+
+    /// Validates `manifests` against the store as it is now (apply calls this again once it
+    /// holds the lock: another apply may have stored a team meanwhile).
+    pub fn judge(&self, manifests: &Manifests) -> Result<Desired, AppError> {
+        let applied = self.store.teams()?;
+        Ok(manifests.validate(&self.host, &applied)?)
+    }
+
+    /// Reads and judges manifests.
+    pub fn load(&self, paths: &[PathBuf]) -> Result<Desired, AppError> {
+        self.judge(&Manifests::read(paths)?)
+    }
+
+    /// The teams last applied, optionally only `name`.
+    pub fn applied(&self, name: Option<&str>) -> Result<Desired, AppError> {
+        let mut teams = self.store.teams()?;
+        if let Some(n) = name {
+            teams.retain(|t| t.name == n);
+            if teams.is_empty() {
+                return Err(AppError::NotApplied {
+                    team: n.to_string(),
+                    state_dir: self.host.state_dir.clone(),
+                });
+            }
+        }
+        Ok(Desired { teams })
+    }
+
+    pub fn desired_state(&self, desired: &Desired) -> DesiredState {
+        desired_state(desired, &self.host)
+    }
+
+    /// The engine: `--backend`; else the one these teams were applied on; else the teams'
+    /// `backend` (which must agree); else the first that answers.
+    pub async fn connect(
+        &self,
+        teams: &[Team],
+    ) -> Result<(Arc<dyn Backend>, EngineInfo), AppError> {
+        if self.backend.is_none()
+            && let Some((team, r)) = teams
+                .iter()
+                .find_map(|t| self.store.engine(&t.name).map(|r| (t, r)))
+        {
+            let engine = if r.engine == "podman" {
+                Engine::Podman
+            } else {
+                Engine::Docker
+            };
+            let c = Candidate {
+                engine,
+                uri: r.uri.clone(),
+                origin: "applied state",
+            };
+            return connect::connect_to(&c)
+                .await
+                .map_err(|source| AppError::RecordedEngine {
+                    team: team.name.clone(),
+                    engine: r.engine.clone(),
+                    uri: r.uri.clone(),
+                    source: Box::new(source),
+                });
+        }
+        let choice = match self.backend {
+            Some(c) => c,
+            None => {
+                let mut choices: Vec<BackendChoice> = teams.iter().map(|t| t.backend).collect();
+                choices.dedup();
+                match choices[..] {
+                    [] => BackendChoice::Auto,
+                    [one] => one,
+                    _ => return Err(AppError::MixedBackends),
+                }
+            }
+        };
+        Ok(connect::connect(choice, &Env::from_process(self.host.uid)).await?)
+    }
+
+    /// Finds the engine, looks at the machine for `desired` and plans.
+    pub async fn look(&self, desired: &Desired, opts: PlanOptions) -> Result<Look, AppError> {
+        let (backend, info) = self.connect(&desired.teams).await?;
+        let ds = self.desired_state(desired);
+        let observed = observe(backend.as_ref(), &info, &ds).await?;
+        let plan = plan(&ds, &observed, opts);
+        Ok(Look {
+            backend,
+            info,
+            desired: ds,
+            observed,
+            plan,
+        })
+    }
+
+    /// Records the engine `teams` were applied on.
+    pub fn remember_engine(&self, teams: &[Team], backend: &dyn Backend) -> Result<(), AppError> {
+        let engine = match backend.kind() {
+            EngineKind::Docker => "docker",
+            EngineKind::Podman { .. } => "podman",
+        };
+        for t in teams {
+            let record = EngineRecord {
+                engine: engine.into(),
+                uri: backend.endpoint().to_string(),
+            };
+            self.store.save_engine(&t.name, &record)?;
+        }
+        Ok(())
+    }
+
+    pub fn runtime(&self, look: &Look) -> Runtime {
+        Runtime {
+            backend: look.backend.clone(),
+            info: look.info.clone(),
+            store: look.desired.store.clone(),
+            owner: self.owner,
+            state_dir: self.host.state_dir.clone(),
+        }
+    }
+}
