@@ -246,7 +246,11 @@ impl Executor<'_> {
                             .one(a, by_name.get(&(team.as_str(), member.as_str())).copied())
                             .await
                         {
+                            // Named here too: at the default level (warn) the info span
+                            // is not recorded.
                             warn!(
+                                team = %team,
+                                member = %member,
                                 action = about.action,
                                 container = about.container,
                                 error = %error,
