@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -13,6 +13,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
+    #[command(flatten)]
+    pub log: LogArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -26,6 +28,40 @@ pub struct Global {
     /// Container engine; default: the Team's `backend`, else the first that answers.
     #[arg(long, global = true, value_enum)]
     pub backend: Option<BackendArg>,
+}
+
+/// How much ateam logs, and in which format. Logs go to stderr only: stdout is the command's
+/// output (`status -o json` stays one clean JSON document). A reusable group: any command that
+/// installs logging (`crate::logging::init`) flattens it.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Logging")]
+pub struct LogArgs {
+    /// Log more: -v info, -vv debug, -vvv trace (for a command whose default is warn).
+    ///
+    /// Each -v is one level past the command's default, for ateam's own events; other crates
+    /// stay at warn. RUST_LOG, when set, replaces -v and -q entirely (an EnvFilter:
+    /// `RUST_LOG=debug`, `RUST_LOG=warn,ateam=trace,bollard=debug`).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// `text` for people; `json` for log collectors (one object per line).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "FORMAT",
+        global = true,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

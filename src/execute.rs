@@ -1,17 +1,24 @@
 //! Carrying out a plan: actions of one member run in order, members run side by side with
 //! bounded concurrency. All engine writes of an apply happen here.
+//!
+//! Logged: each member's actions run in a `member` span (team, member); each action is one
+//! `info` event (its name as in the plan's JSON, the container when one exists, the reason),
+//! and each failure one `warn` event with the error (the caller reports it to the user).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
+use tracing::{Instrument, debug, info, info_span};
 
 use crate::backend::BackendError;
 use crate::core::container::{labels, replacement_name};
 use crate::files;
 use crate::plan::spec::{DesiredMember, DesiredSession};
-use crate::plan::{Action, ContainerRef, Plan, StartReason};
+use crate::plan::{Action, ContainerRef, Drift, Plan, StartReason};
+use crate::report::{drift_text, start_text};
 use crate::runtime::{RunError, Runtime};
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
@@ -86,6 +93,92 @@ fn key(a: &Action) -> (String, String) {
     }
 }
 
+/// What the log says about an action.
+#[derive(Debug, PartialEq)]
+struct About<'a> {
+    /// Its name, as the `action` tag of the plan's JSON (`diff -o json`).
+    action: &'static str,
+    /// The container it acts on, when one exists before it runs.
+    container: Option<&'a str>,
+    /// Why the plan wants it: a short token (for a recreate and a start, the `kind` of its
+    /// `Drift` or the name of its `StartReason`, as in the plan's JSON).
+    reason: &'static str,
+    /// The reason in words, when there is more to say than the token (as `diff` says it).
+    detail: Option<String>,
+}
+
+/// An action whose reason needs no words beyond its token.
+fn plain<'a>(
+    action: &'static str,
+    container: Option<&'a ContainerRef>,
+    reason: &'static str,
+) -> About<'a> {
+    About {
+        action,
+        container: container.map(|c| c.id.as_str()),
+        reason,
+        detail: None,
+    }
+}
+
+fn about(a: &Action) -> About<'_> {
+    match a {
+        Action::MakeTranscriptDir { .. } => plain("makeTranscriptDir", None, "missing"),
+        Action::StartEgressProxy { .. } => plain("startEgressProxy", None, "notRunning"),
+        Action::StartSession { .. } => plain("startSession", None, "notRunning"),
+        Action::Create { .. } => plain("create", None, "missing"),
+        Action::Recreate { old, reason, .. } => About {
+            action: "recreate",
+            container: Some(&old.id),
+            reason: drift_reason(reason),
+            detail: Some(drift_text(reason)),
+        },
+        Action::Start {
+            container, reason, ..
+        } => About {
+            action: "start",
+            container: Some(&container.id),
+            reason: start_reason(reason),
+            detail: Some(start_text(reason)),
+        },
+        Action::RemoveOrphan { container, .. } => {
+            plain("removeOrphan", Some(container), "noManifestWantsIt")
+        }
+        Action::RemoveDuplicate { container, .. } => {
+            plain("removeDuplicate", Some(container), "duplicate")
+        }
+        Action::RemoveStranger { container, .. } => {
+            plain("removeStranger", Some(container), "notMadeByAteam")
+        }
+        Action::FinishReplacement { container, .. } => plain(
+            "finishReplacement",
+            Some(container),
+            "interruptedReplacement",
+        ),
+        Action::RestoreName { container, .. } => plain("restoreName", Some(container), "renamed"),
+        Action::Unpause { container, .. } => plain("unpause", Some(container), "paused"),
+    }
+}
+
+/// A drift's `kind`, as in the plan's JSON.
+fn drift_reason(d: &Drift) -> &'static str {
+    match d {
+        Drift::Spec { .. } => "spec",
+        Drift::SpecHash { .. } => "specHash",
+        Drift::Policy { .. } => "policy",
+        Drift::Dead => "dead",
+    }
+}
+
+/// A start reason's name, as in the plan's JSON.
+fn start_reason(r: &StartReason) -> &'static str {
+    match r {
+        StartReason::NeverStarted => "neverStarted",
+        StartReason::Restart { .. } => "restart",
+        StartReason::NotReleased => "notReleased",
+    }
+}
+
 impl Executor<'_> {
     /// Checks what can be known before anything changes, for every member the plan creates,
     /// recreates or starts: a refusal here leaves the machine and the store as they were.
@@ -114,6 +207,7 @@ impl Executor<'_> {
                     .check_read_only(m)
                     .and_then(|()| self.rt.member_owner(m).map(|_| ()))
             {
+                info!(team = %m.team, member = %m.member, error = %e, "refused before any change");
                 failures.push(Failure {
                     team: m.team.clone(),
                     member: m.member.clone(),
@@ -138,12 +232,35 @@ impl Executor<'_> {
         stream::iter(groups)
             .map(|((team, member), actions)| {
                 let by_name = by_name.clone();
+                let span = info_span!("member", team = %team, member = %member);
                 async move {
                     for a in actions {
+                        let about = about(a);
+                        info!(
+                            action = about.action,
+                            container = about.container,
+                            reason = about.reason,
+                            detail = about.detail.as_deref(),
+                            "running action"
+                        );
+                        let started = Instant::now();
                         if let Err(error) = self
                             .one(a, by_name.get(&(team.as_str(), member.as_str())).copied())
                             .await
                         {
+                            // At info: the failure is returned and the caller says it (apply
+                            // prints it; the controller logs it at warn), so a person at the
+                            // default level does not read it twice. Named here too, for when
+                            // the span is not recorded.
+                            info!(
+                                team = %team,
+                                member = %member,
+                                action = about.action,
+                                container = about.container,
+                                error = %error,
+                                elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+                                "action failed; the member's next actions are skipped"
+                            );
                             self.progress.step(&team, &member, "failed");
                             return Some(Failure {
                                 team,
@@ -151,9 +268,15 @@ impl Executor<'_> {
                                 error,
                             });
                         }
+                        debug!(
+                            action = about.action,
+                            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+                            "action done"
+                        );
                     }
                     None
                 }
+                .instrument(span)
             })
             .buffer_unordered(self.concurrency.max(1))
             .filter_map(|f| async move { f })
@@ -184,18 +307,17 @@ impl Executor<'_> {
                 let p = self.rt.prepare(member, self.secret).await?;
                 self.progress
                     .step(&member.team, &member.member, "verifying");
-                match self.rt.launch(p, None).await {
+                let id = match self.rt.launch(p, None).await {
                     Err(RunError::Backend {
                         source: BackendError::NameConflict { .. },
                         ..
                     }) if self.remove_unfinished(&member.spec.name).await? => {
                         let p = self.rt.prepare(member, self.secret).await?;
-                        self.rt.launch(p, None).await?;
+                        self.rt.launch(p, None).await?
                     }
-                    other => {
-                        other?;
-                    }
-                }
+                    other => other?,
+                };
+                debug!(container = %id, name = %member.spec.name, "created, verified and released");
                 self.progress.step(&member.team, &member.member, "ready");
                 Ok(())
             }
@@ -309,6 +431,12 @@ impl Executor<'_> {
         };
         match self.rt.backend.find_by_name(name).await.map_err(backend)? {
             Some(c) if c.labels.get(labels::STORE) == Some(&self.rt.store) => {
+                info!(
+                    container = %c.id,
+                    name,
+                    reason = "unfinished",
+                    "removing a container an interrupted apply left holding the name"
+                );
                 let (team, member) = (
                     c.labels.get(labels::TEAM).cloned().unwrap_or_default(),
                     c.labels.get(labels::MEMBER).cloned().unwrap_or_default(),
@@ -339,10 +467,17 @@ impl Executor<'_> {
         if let Some(stale) = self.rt.backend.find_by_name(&temp).await.map_err(backend)?
             && stale.labels.get(labels::STORE) == Some(&self.rt.store)
         {
+            info!(
+                container = %stale.id,
+                name = %temp,
+                reason = "staleReplacement",
+                "removing the replacement an earlier attempt left"
+            );
             self.rt.remove(&m.team, &m.member, &stale.id).await?;
         }
         self.progress.step(&m.team, &m.member, "verifying");
         let new_id = self.rt.launch(p, Some(&temp)).await?;
+        debug!(container = %new_id, name = %temp, "replacement created, verified and released");
         self.progress.step(&m.team, &m.member, "replacing");
         self.rt.remove(&m.team, &m.member, &old.id).await?;
         self.rt
@@ -414,4 +549,129 @@ pub fn transcript_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
         }
     }
     (size, newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RestartPolicy;
+
+    fn c() -> ContainerRef {
+        ContainerRef {
+            id: "0123abcd".into(),
+            name: "ateam-t-m".into(),
+        }
+    }
+
+    #[test]
+    fn an_action_is_logged_with_its_container_and_reason() {
+        let start = Action::Start {
+            team: "t".into(),
+            member: "m".into(),
+            container: c(),
+            reason: StartReason::Restart {
+                code: 3,
+                policy: RestartPolicy::OnFailure,
+            },
+        };
+        assert_eq!(
+            about(&start),
+            About {
+                action: "start",
+                container: Some("0123abcd"),
+                reason: "restart",
+                detail: Some("exited 3, restart policy OnFailure".into()),
+            }
+        );
+        let dir = Action::MakeTranscriptDir {
+            team: "t".into(),
+            member: "m".into(),
+            path: "/s/members/m".into(),
+        };
+        assert_eq!(about(&dir), plain("makeTranscriptDir", None, "missing"));
+    }
+
+    /// The names in the log are the plan's own (`diff -o json`), so the two can be joined.
+    #[test]
+    fn logged_names_are_the_plans_json_names() {
+        let (team, member) = (String::from("t"), String::from("m"));
+        let actions = [
+            Action::MakeTranscriptDir {
+                team: team.clone(),
+                member: member.clone(),
+                path: "/x".into(),
+            },
+            Action::StartEgressProxy {
+                team: team.clone(),
+                member: member.clone(),
+                socket: "/x.sock".into(),
+                allow: vec![],
+            },
+            Action::RemoveOrphan {
+                team: team.clone(),
+                member: member.clone(),
+                container: c(),
+            },
+            Action::RemoveDuplicate {
+                team: team.clone(),
+                member: member.clone(),
+                container: c(),
+            },
+            Action::RemoveStranger {
+                team: team.clone(),
+                member: member.clone(),
+                container: c(),
+            },
+            Action::FinishReplacement {
+                team: team.clone(),
+                member: member.clone(),
+                container: c(),
+                name: "n".into(),
+            },
+            Action::RestoreName {
+                team: team.clone(),
+                member: member.clone(),
+                container: c(),
+                name: "n".into(),
+            },
+            Action::Unpause {
+                team,
+                member,
+                container: c(),
+            },
+        ];
+        for a in &actions {
+            let json = serde_json::to_value(a).unwrap();
+            assert_eq!(json["action"], about(a).action, "{json}");
+        }
+        for d in [
+            Drift::Spec { changes: vec![] },
+            Drift::SpecHash {
+                from: "a".into(),
+                to: "b".into(),
+            },
+            Drift::Policy { violations: vec![] },
+            Drift::Dead,
+        ] {
+            let json = serde_json::to_value(&d).unwrap();
+            assert_eq!(json["kind"], drift_reason(&d), "{json}");
+        }
+        for r in [
+            StartReason::NeverStarted,
+            StartReason::NotReleased,
+            StartReason::Restart {
+                code: 1,
+                policy: RestartPolicy::Always,
+            },
+        ] {
+            // Externally tagged: a name, or an object with one key.
+            let json = serde_json::to_value(r).unwrap();
+            let name = json
+                .as_str()
+                .map(str::to_string)
+                .or_else(|| json.as_object()?.keys().next().cloned())
+                .unwrap();
+            assert_eq!(name, start_reason(&r), "{json}");
+        }
+    }
 }

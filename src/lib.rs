@@ -12,7 +12,8 @@
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and engine discovery;
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs);
-//! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
+//! - `cli` (clap types), `logging` (the tracing subscriber) and `commands` (one module per
+//!   verb) live in the binary's edge: the library emits `tracing` events and installs nothing.
 
 pub mod app;
 pub mod backend;

@@ -2,8 +2,10 @@
 //! sockets. Produces the plain `Observed` value the planner reads.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
+use tracing::debug;
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
 use crate::core::container::{ContainerState, labels};
@@ -25,11 +27,13 @@ pub async fn observe(
     // One label-filtered list for ours. Only when a wanted member has no container of ours
     // is everything listed once more, to see a container of that name that is not ours (a
     // conflict the planner must not step on): a no-op apply never pays for that.
+    let started = Instant::now();
     let ours = BTreeMap::from([
         (labels::MANAGED_BY.to_string(), "ateam".to_string()),
         (labels::STORE.to_string(), desired.store.clone()),
     ]);
     let summaries = backend.list(&ours).await?;
+    let listed = summaries.len();
     let mut recorded = BTreeSet::new();
     for t in &desired.teams {
         if let Ok(entries) = std::fs::read_dir(layout::members_dir(&t.run_dir)) {
@@ -94,6 +98,8 @@ pub async fn observe(
         .try_collect()
         .await?;
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    let inspected = containers.len();
+    let foreign_count = foreign.len();
     containers.extend(foreign);
 
     let mut transcript_dirs = BTreeSet::new();
@@ -113,10 +119,21 @@ pub async fn observe(
             .iter()
             .filter_map(|m| m.egress_socket.as_ref()),
     );
-    let live_sockets = sockets
+    let live_sockets: BTreeSet<_> = sockets
         .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .cloned()
         .collect();
+    debug!(
+        listed,
+        inspected,
+        listed_all = !missing.is_empty(),
+        foreign = foreign_count,
+        recorded = recorded.len(),
+        transcript_dirs = transcript_dirs.len(),
+        live_sockets = live_sockets.len(),
+        elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+        "observed"
+    );
     Ok(Observed {
         containers,
         transcript_dirs,

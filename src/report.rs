@@ -193,7 +193,7 @@ pub fn drift_text(d: &Drift) -> String {
     }
 }
 
-fn start_text(r: &StartReason) -> String {
+pub fn start_text(r: &StartReason) -> String {
     match r {
         StartReason::NeverStarted => "created but never started".into(),
         StartReason::NotReleased => {

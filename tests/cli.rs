@@ -9,8 +9,18 @@ fn root() -> PathBuf {
 }
 
 fn ateam(args: &[&str], stdin: Option<&str>) -> Output {
+    ateam_with(args, stdin, None)
+}
+
+/// `rust_log` is the RUST_LOG the binary sees (none otherwise, whatever the caller's is).
+fn ateam_with(args: &[&str], stdin: Option<&str>, rust_log: Option<&str>) -> Output {
     let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ateam"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ateam"));
+    match rust_log {
+        Some(v) => cmd.env("RUST_LOG", v),
+        None => cmd.env_remove("RUST_LOG"),
+    };
+    let mut child = cmd
         .args(args)
         .current_dir(root())
         .env("ATEAM_STATE_DIR", state.path())
@@ -148,4 +158,154 @@ fn apply_and_diff_with_bad_manifests_touch_nothing() {
         );
         assert!(!state_dir.exists(), "{cmd} created the state folder");
     }
+}
+
+const VALID: &str = "valid: 1 team(s), 1 main session(s), 3 member(s), 3 grant(s)\n";
+
+/// Every stderr line of a `--log-format json` run, parsed; each must be one JSON object with
+/// a level and fields.
+fn json_lines(stderr: &[u8]) -> Vec<serde_json::Value> {
+    text(stderr)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert!(v["level"].is_string(), "{l}");
+            assert!(v["fields"].is_object(), "{l}");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
+    let out = ateam(
+        &["--log-format", "json", "-v", "validate", "-f", "examples/"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), VALID);
+    let lines = json_lines(&out.stderr);
+    // -v is info: the judgment of the manifests, with its numbers in fields.
+    let judged = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "manifests judged")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(judged["level"], "INFO");
+    assert_eq!(judged["fields"]["files"], 1);
+    assert_eq!(judged["fields"]["objects"], 8);
+    assert_eq!(judged["fields"]["problems"], 0);
+    assert!(judged["fields"]["elapsed_ms"].is_number(), "{judged}");
+    assert!(lines.iter().all(|l| l["level"] != "DEBUG"), "{lines:?}");
+
+    // As a global flag it goes after the command too; --show's YAML stays clean.
+    let out = ateam(
+        &[
+            "validate",
+            "--show",
+            "-f",
+            "examples/",
+            "-vv",
+            "--log-format=json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_yaml::from_slice::<serde_yaml::Value>(&out.stdout).unwrap();
+    assert!(
+        json_lines(&out.stderr)
+            .iter()
+            .any(|l| l["level"] == "DEBUG")
+    );
+}
+
+#[test]
+fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
+    for args in [
+        &["validate", "-f", "examples/"][..],
+        &["-q", "validate", "-f", "examples/"],
+        &[
+            "--quiet",
+            "--log-format",
+            "json",
+            "validate",
+            "-f",
+            "examples/",
+        ],
+    ] {
+        let out = ateam(args, None);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(text(&out.stdout), VALID, "{args:?}");
+        assert_eq!(text(&out.stderr), "", "{args:?}");
+    }
+    // Quiet hides logs, not the command's own report of problems.
+    let out = ateam(
+        &["-q", "validate", "-f", "tests/broken/12-memory-unit.yaml"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("1 problem found; nothing was changed"),
+        "{err}"
+    );
+    assert!(!err.contains("INFO") && !err.contains("WARN"), "{err}");
+}
+
+#[test]
+fn rust_log_overrides_the_level_flags() {
+    // Debug lines although -q asks for errors only.
+    let out = ateam_with(&["-q", "validate", "-f", "examples/"], None, Some("debug"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), VALID);
+    let err = text(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.contains("DEBUG")
+            && l.contains("manifest read")
+            && l.contains("path=examples/demo-team/team.yaml")),
+        "{err}"
+    );
+    // A directive for another target only: nothing of ateam's.
+    let out = ateam_with(
+        &["-vvv", "validate", "-f", "examples/"],
+        None,
+        Some("bollard=trace"),
+    );
+    assert_eq!(text(&out.stderr), "");
+    // Empty counts as unset.
+    let out = ateam_with(&["validate", "-f", "examples/"], None, Some(""));
+    assert_eq!(text(&out.stderr), "");
+}
+
+#[test]
+fn bad_log_settings_are_usage_errors_exit_2() {
+    let out = ateam(
+        &["--log-format", "xml", "validate", "-f", "examples/"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("invalid value 'xml' for '--log-format <FORMAT>'")
+            && err.contains("[possible values: text, json]"),
+        "{err}"
+    );
+
+    let out = ateam(&["-q", "-v", "validate", "-f", "examples/"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot be used with"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = ateam_with(&["validate", "-f", "examples/"], None, Some("ateam=loud"));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "");
+    assert!(
+        text(&out.stderr).starts_with("error: RUST_LOG=\"ateam=loud\" is not a valid filter"),
+        "{}",
+        text(&out.stderr)
+    );
 }

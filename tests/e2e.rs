@@ -511,6 +511,17 @@ fn a_member_that_cannot_start_is_named_with_its_output(engine: &'static str) {
         "{err}"
     );
     assert!(err.contains("1 of 3 member(s) not running"), "{err}");
+    // Said once at the default level (by apply), not twice; the log has it at info.
+    assert_eq!(err.matches("action failed").count(), 0, "{err}");
+    let verbose = w.ateam(&["-v", "apply", "-f", w.manifest().to_str().unwrap()]);
+    let err = text(&verbose.stderr);
+    assert!(
+        err.lines().any(|l| l.contains(" INFO ")
+            && l.contains("action failed")
+            && l.contains("member=tester")
+            && l.contains("action=\"create\"")),
+        "{err}"
+    );
     // The others are up; fixing the manifest fixes the member.
     assert_eq!(state_of(&w.status_json(), "reviewer"), "running");
     w.edit(|t| {
@@ -648,6 +659,96 @@ fn concurrent_applies_serialize(engine: &'static str) {
     converged_ten(&w);
 }
 
+/// The JSON log lines among apply's stderr (the progress lines are plain text there).
+fn log_events(stderr: &[u8]) -> Vec<serde_json::Value> {
+    text(stderr)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
+    let w = World::new(engine, "log");
+    let manifest = w.manifest();
+    let apply = || {
+        let out = w.ateam(&[
+            "--log-format",
+            "json",
+            "-v",
+            "apply",
+            "-f",
+            manifest.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).starts_with("applied: 3 member(s) running"),
+            "{}",
+            text(&out.stdout)
+        );
+        log_events(&out.stderr)
+    };
+    let action = |events: &[serde_json::Value], member: &str, name: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["level"] == "INFO"
+                    && e["fields"]["message"] == "running action"
+                    && e["fields"]["action"] == name
+                    && e["span"]["name"] == "member"
+                    && e["span"]["member"] == member
+            })
+            .unwrap_or_else(|| panic!("no {name} of {member} in {events:#?}"))
+            .clone()
+    };
+    let events = apply();
+    for m in ["reviewer", "tester", "writer"] {
+        let e = action(&events, m, "create");
+        assert_eq!(e["span"]["team"], w.team.as_str(), "{e}");
+        assert_eq!(e["fields"]["reason"], "missing", "{e}");
+    }
+
+    let before = w.containers();
+    w.edit(|t| t.replace("memory: 1Gi", "memory: 768Mi"));
+    let e = action(&apply(), "writer", "recreate");
+    assert_eq!(
+        e["fields"]["container"],
+        before[&w.name("writer")].as_str(),
+        "{e}"
+    );
+    assert_eq!(e["fields"]["reason"], "spec", "{e}");
+    assert!(
+        e["fields"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("memoryBytes changed from 1073741824 to 805306368"),
+        "{e}"
+    );
+
+    // The most verbose logs, in either format, leave status's JSON document alone.
+    for format in ["json", "text"] {
+        let out = w.ateam(&["-vvv", "--log-format", format, "status", "-o", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+        assert_eq!(state_of(&status, "writer"), "running");
+        assert!(
+            text(&out.stderr).contains("observed"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    let out = w.ateam(&["-vv", "--log-format", "json", "status", "-o", "json"]);
+    let observed = log_events(&out.stderr)
+        .into_iter()
+        .find(|e| e["fields"]["message"] == "observed")
+        .unwrap();
+    assert_eq!(observed["level"], "DEBUG");
+    assert_eq!(observed["fields"]["listed"], 3, "{observed}");
+    assert_eq!(observed["fields"]["inspected"], 3, "{observed}");
+    assert!(observed["fields"]["elapsed_ms"].is_number(), "{observed}");
+}
+
 macro_rules! e2e {
     ($engine:ident: $($case:ident),* $(,)?) => {
         mod $engine {
@@ -678,4 +779,5 @@ every_engine!(
     a_member_held_at_its_gate_is_released_by_the_next_apply,
     a_killed_apply_is_finished_by_the_next_one,
     concurrent_applies_serialize,
+    logs_name_each_action_and_stay_off_stdout,
 );

@@ -666,7 +666,7 @@ impl Backend for PodmanBackend {
             .flatten()
             .filter_map(Value::as_str)
         {
-            tracing::warn!(container = %req.name, "podman: {w}");
+            tracing::warn!(name = %req.name, warning = w, "podman warned on create");
         }
         answer
             .get("Id")

@@ -17,6 +17,8 @@ use crate::cli::{Cli, Command};
 
 /// Invalid input, a failed command, or (with --exit-code) drift.
 pub const EXIT_ERROR: u8 = 1;
+/// A usage error found after clap's own checks (an invalid `RUST_LOG`); clap uses 2 too.
+pub const EXIT_USAGE: u8 = 2;
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = &cli.global;

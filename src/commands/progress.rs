@@ -1,5 +1,6 @@
 //! Apply's progress: a line per member that updates in place on a terminal, plain lines
-//! otherwise (CI logs, pipes).
+//! otherwise (CI logs, pipes). Log lines are written around the terminal display (see
+//! `crate::logging::draw_around`), so neither garbles the other.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -20,12 +21,22 @@ pub enum Display {
 impl Display {
     pub fn new() -> Display {
         if std::io::stderr().is_terminal() {
+            let multi = MultiProgress::new();
+            crate::logging::draw_around(Some(multi.clone()));
             Display::Terminal {
-                multi: MultiProgress::new(),
+                multi,
                 bars: Mutex::new(BTreeMap::new()),
             }
         } else {
             Display::Plain
+        }
+    }
+}
+
+impl Drop for Display {
+    fn drop(&mut self) {
+        if let Display::Terminal { .. } = self {
+            crate::logging::draw_around(None);
         }
     }
 }

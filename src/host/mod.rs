@@ -59,7 +59,7 @@ impl Host {
                 v.to_string_lossy().into_owned(),
             )
         }));
-        Host {
+        let host = Host {
             engine_dirs: engines::detect(&engines::UserEnv {
                 home: home.clone(),
                 ..env
@@ -70,7 +70,18 @@ impl Host {
             home,
             state_dir,
             sudo_user: sudo_user(),
-        }
+        };
+        tracing::debug!(
+            uid = host.uid,
+            gid = host.gid,
+            home = %host.home.display(),
+            state_dir = %host.state_dir.display(),
+            memory_bytes = host.memory_bytes,
+            engine_dirs = host.engine_dirs.len(),
+            sudo_uid = host.sudo_user.map(|u| u.uid),
+            "host detected"
+        );
+        host
     }
 }
 

@@ -9,6 +9,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
+use tracing::debug;
 
 use super::Problem;
 
@@ -70,11 +71,14 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
             }
             stdin_read = true;
             match read_capped(stdin) {
-                Ok(text) => sources.push(Source {
-                    path: "<stdin>".into(),
-                    dir: cwd.clone(),
-                    text,
-                }),
+                Ok(text) => {
+                    debug!(path = "<stdin>", bytes = text.len(), "manifest read");
+                    sources.push(Source {
+                        path: "<stdin>".into(),
+                        dir: cwd.clone(),
+                        text,
+                    })
+                }
                 Err(e) => problems.push(file_problem(Path::new("<stdin>"), e)),
             }
             continue;
@@ -89,6 +93,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
         for file in files {
             match read_file(&file) {
                 Ok(text) => {
+                    debug!(path = %file.display(), bytes = text.len(), "manifest read");
                     let abs = cwd.join(&file);
                     let dir = abs
                         .parent()

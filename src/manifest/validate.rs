@@ -5,10 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_path_to_error::Segment;
+use tracing::info;
 
 use super::paths::{check_dir, check_grant, resolve, within};
 use super::quantity::{human_bytes, parse_cpus, parse_memory};
@@ -93,6 +95,7 @@ pub fn validate(
     host: &Host,
     applied: &[model::Team],
 ) -> Result<Desired, Vec<Problem>> {
+    let started = Instant::now();
     let mut problems = Vec::new();
     let mut objects = Vec::new();
     let mut broken = Broken::new();
@@ -123,6 +126,14 @@ pub fn validate(
         .map(|(i, s)| (s.path.as_path(), i))
         .collect();
     problems.sort_by_key(|p| (order.get(p.file.as_path()).copied(), p.line, p.column));
+    info!(
+        files = sources.len(),
+        objects = objects.len(),
+        applied_teams = applied.len(),
+        problems = problems.len(),
+        elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+        "manifests judged"
+    );
     if problems.is_empty() {
         Ok(desired)
     } else {
