@@ -12,9 +12,12 @@
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and engine discovery;
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs);
+//! - `controller`: the core of the long-running controller (not yet wired to the engine or
+//!   the CLI): reconcile-error and crash-loop backoff;
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
 pub mod backend;
+pub mod controller;
 pub mod execute;
 pub mod host;
 pub mod manifest;

@@ -1,0 +1,31 @@
+//! The core of `ateam controller`: what decides when each object is reconciled again.
+//!
+//! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors, and
+//!   the kubelet-like crash-loop policy for member restarts (a reconcile that finds an exited
+//!   member asks it when the restart is due, and returns a `Requeue` until then).
+//!
+//! Backoff lives outside the reconciler: a reconcile returns `Ok(Action)` or an error, and
+//! [`error_policy`] turns repeated errors into growing delays. The reconciler stays a plain
+//! function of the state, and every object's retries are paced by the same rule.
+
+pub mod backoff;
+
+use std::time::Duration;
+
+use backoff::ErrorBackoff;
+
+/// What a reconcile asks for when it succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Look again after this long even if nothing changes (a member waiting out its
+    /// crash-loop delay, a periodic resync).
+    Requeue(Duration),
+    /// Converged: run again only when an event names this object.
+    AwaitChange,
+}
+
+/// What to do after a reconcile of one object failed once more: wait per the object's
+/// backoff (which counts the failure), then try again.
+pub fn error_policy(backoff: &mut ErrorBackoff) -> Action {
+    Action::Requeue(backoff.next_delay())
+}
