@@ -1,14 +1,23 @@
 //! The core of `ateam controller`: what decides when each object is reconciled again.
 //!
+//! - [`queue`]: a work queue of keys (an object's `(team, kind, name)`): one waiting entry per
+//!   key, one running reconcile per key, a bound on keys running at once, a debounce for
+//!   bursts, and delayed entries for requeues and backoff;
 //! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors, and
 //!   the kubelet-like crash-loop policy for member restarts (a reconcile that finds an exited
 //!   member asks it when the restart is due, and returns a `Requeue` until then).
+//!
+//! Reconcile from the whole state, never from the trigger. An event (an engine event, a
+//! manifest edit, a timer) only says *which* object to look at again; the reconcile reads what
+//! is wanted and what is there, and converges. That is why events can be merged, dropped in
+//! bursts, or replayed after a restart without harm, and why the queue holds keys, not events.
 //!
 //! Backoff lives outside the reconciler: a reconcile returns `Ok(Action)` or an error, and
 //! [`error_policy`] turns repeated errors into growing delays. The reconciler stays a plain
 //! function of the state, and every object's retries are paced by the same rule.
 
 pub mod backoff;
+pub mod queue;
 
 use std::time::Duration;
 
