@@ -13,7 +13,7 @@
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs);
 //! - `controller`: the core of the long-running controller (not yet wired to the engine or
-//!   the CLI): a keyed work queue, reconcile-error and crash-loop backoff;
+//!   the CLI): a keyed work queue, reconcile-error and crash-loop backoff, the driver loop;
 //! - `cli` (clap types) and `commands` (one module per verb) live in the binary's edge.
 
 pub mod backend;

@@ -1,11 +1,15 @@
 //! The core of `ateam controller`: what decides when each object is reconciled again.
 //!
+//! The pieces, after kube-runtime's controller and scheduler:
 //! - [`queue`]: a work queue of keys (an object's `(team, kind, name)`): one waiting entry per
 //!   key, one running reconcile per key, a bound on keys running at once, a debounce for
 //!   bursts, and delayed entries for requeues and backoff;
-//! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors, and
-//!   the kubelet-like crash-loop policy for member restarts (a reconcile that finds an exited
-//!   member asks it when the restart is due, and returns a `Requeue` until then).
+//! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors (the
+//!   loop applies it), and the kubelet-like crash-loop policy for member restarts (a reconcile
+//!   that finds an exited member asks it when the restart is due, and returns a `Requeue`
+//!   until then);
+//! - [`Controller`] (in `runner`): the one loop that feeds the queue from event sources
+//!   (through [`Handle`]s), runs reconciles as owned tasks, and applies what each returns.
 //!
 //! Reconcile from the whole state, never from the trigger. An event (an engine event, a
 //! manifest edit, a timer) only says *which* object to look at again; the reconcile reads what
@@ -18,10 +22,14 @@
 
 pub mod backoff;
 pub mod queue;
+mod runner;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
 use backoff::ErrorBackoff;
+pub use runner::{Controller, Handle, Stopped};
 
 /// What a reconcile asks for when it succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

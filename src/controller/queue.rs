@@ -13,8 +13,8 @@
 //!   counts from the first event of the burst, so an endless stream of events still runs the
 //!   key once per window instead of starving it.
 //!
-//! The queue is plain data owned by one driver loop; nothing here spawns.
-//! Time is tokio's, so tests drive it on a paused clock.
+//! The queue is plain data owned by one driver loop ([`super::Controller::run`]); nothing
+//! here spawns. Time is tokio's, so tests drive it on a paused clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future;
