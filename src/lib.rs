@@ -1,22 +1,33 @@
 //! ateam: a declarative controller for local containers that run teams of AI coding agents.
 //!
-//! The code follows the reconcile loop's data flow:
+//! Modules from the top down (each imports only those below it):
+//! - `app`: what a command or the controller asks for: read and judge manifests, find the
+//!   engine, look and plan, apply (and wait), delete;
+//! - `controller`: the core of the long-running controller (not yet wired to the engine or
+//!   the CLI): a keyed work queue, reconcile-error and crash-loop backoff, the driver loop;
+//! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
+//!   transcripts and the sockets; carrying out a plan with bounded concurrency;
+//! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
+//!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
+//! - `report`: diff and status as text and data;
+//! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
-//! - `model`: what the manifests ask for, after validation;
-//! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
-//!   container engines' folders, the mount table);
-//! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`, and the container spec
-//!   and spec hash it compares;
+//! - `store`: the state folder's versioned records, the containers ateam made, the lock;
+//! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
 //! - `policy`: the container hardening as data: the create request, and the check of an
 //!   engine's inspect result against it;
-//! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and engine discovery;
-//! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
-//!   gate in `gate/`, verification before the member's command runs);
-//! - `cli` (clap types), `logging` (the tracing subscriber) and `commands` (one module per
-//!   verb) live in the binary's edge: the library emits `tracing` events and installs nothing.
+//! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
+//!   container engines' folders, the mount table);
+//! - `core`: the container types every layer shares, and every path of the state folder;
+//! - `model`: what the manifests ask for, after validation; `files`: private folders and
+//!   atomic writes.
+//!
+//! `cli` (clap types), `logging` (the tracing subscriber) and `commands` (one module per verb)
+//! live in the binary's edge: the library emits `tracing` events and installs nothing.
 
 pub mod app;
 pub mod backend;
+pub mod controller;
 pub mod core;
 pub mod execute;
 pub mod files;

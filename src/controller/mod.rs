@@ -1,0 +1,48 @@
+//! The core of `ateam controller`: what decides when each object is reconciled again.
+//!
+//! The pieces, after kube-runtime's controller and scheduler:
+//! - [`queue`]: a work queue of keys (an object's `(team, kind, name)`): one waiting entry per
+//!   key, one running reconcile per key, a bound on keys running at once, a debounce for
+//!   bursts, and delayed entries for requeues and backoff;
+//! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors (the
+//!   loop applies it), and the kubelet-like crash-loop policy for member restarts (a reconcile
+//!   that finds an exited member asks it when the restart is due, and returns a `Requeue`
+//!   until then);
+//! - [`Controller`] (in `runner`): the one loop that feeds the queue from event sources
+//!   (through [`Handle`]s), runs reconciles as owned tasks, and applies what each returns.
+//!
+//! Reconcile from the whole state, never from the trigger. An event (an engine event, a
+//! manifest edit, a timer) only says *which* object to look at again; the reconcile reads what
+//! is wanted and what is there, and converges. That is why events can be merged, dropped in
+//! bursts, or replayed after a restart without harm, and why the queue holds keys, not events.
+//!
+//! Backoff lives outside the reconciler: a reconcile returns `Ok(Action)` or an error, and
+//! [`error_policy`] turns repeated errors into growing delays. The reconciler stays a plain
+//! function of the state, and every object's retries are paced by the same rule.
+
+pub mod backoff;
+pub mod queue;
+mod runner;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use backoff::ErrorBackoff;
+pub use runner::{Controller, Handle, Stopped};
+
+/// What a reconcile asks for when it succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Look again after this long even if nothing changes (a member waiting out its
+    /// crash-loop delay, a periodic resync).
+    Requeue(Duration),
+    /// Converged: run again only when an event names this object.
+    AwaitChange,
+}
+
+/// What to do after a reconcile of one object failed once more: wait per the object's
+/// backoff (which counts the failure), then try again.
+pub fn error_policy(backoff: &mut ErrorBackoff) -> Action {
+    Action::Requeue(backoff.next_delay())
+}
