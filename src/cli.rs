@@ -157,6 +157,30 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Keep the machine matching the manifests: watch them and the engine, heal, resync.
+    ///
+    /// Runs until SIGINT or SIGTERM (a second one stops at once). One controller per state
+    /// folder; `ateam apply` beside it works (the same lock). Logs at info by default.
+    Controller {
+        #[command(flatten)]
+        files: Files,
+        /// Remove what no manifest wants: members, strangers, teams whose manifests are gone.
+        #[arg(long)]
+        prune: bool,
+        /// Look at everything again this often, in case an event was missed.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        resync: std::time::Duration,
+        /// Reconcile everything once and exit (for cron and CI): 0 converged, 1 not.
+        #[arg(long)]
+        once: bool,
+        /// First delay of the crash-loop backoff (doubling up to 5 min, reset after 10 min
+        /// of running).
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        crash_backoff: std::time::Duration,
+        /// Members brought up at once within a team; default min(8, 2 x CPUs).
+        #[arg(long)]
+        concurrency: Option<usize>,
+    },
     /// Print a member's output.
     Logs {
         member: String,

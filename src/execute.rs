@@ -220,13 +220,15 @@ impl Executor<'_> {
 
     /// Runs every action; returns the failures (empty when all went well).
     pub async fn run(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
-        let mut groups: BTreeMap<(String, String), Vec<&Action>> = BTreeMap::new();
+        // Owned, not borrowed: the future must be Send for a caller that spawns it (the
+        // controller), and rustc cannot prove that of closures over borrowed groups.
+        let mut groups: BTreeMap<(String, String), Vec<Action>> = BTreeMap::new();
         for a in &plan.actions {
-            groups.entry(key(a)).or_default().push(a);
+            groups.entry(key(a)).or_default().push(a.clone());
         }
-        let by_name: BTreeMap<(&str, &str), &DesiredMember> = desired
+        let by_name: BTreeMap<(String, String), DesiredMember> = desired
             .iter()
-            .map(|m| ((m.team.as_str(), m.member.as_str()), m))
+            .map(|m| ((m.team.clone(), m.member.clone()), m.clone()))
             .collect();
         let by_name = Arc::new(by_name);
         stream::iter(groups)
@@ -234,7 +236,7 @@ impl Executor<'_> {
                 let by_name = by_name.clone();
                 let span = info_span!("member", team = %team, member = %member);
                 async move {
-                    for a in actions {
+                    for a in &actions {
                         let about = about(a);
                         info!(
                             action = about.action,
@@ -245,7 +247,7 @@ impl Executor<'_> {
                         );
                         let started = Instant::now();
                         if let Err(error) = self
-                            .one(a, by_name.get(&(team.as_str(), member.as_str())).copied())
+                            .one(a, by_name.get(&(team.clone(), member.clone())))
                             .await
                         {
                             // At info: the failure is returned and the caller says it (apply

@@ -15,8 +15,13 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    // Every command so far is short and watched by a person (see `logging::COMMAND_DEFAULT`).
-    if let Err(e) = logging::init(&args.log, logging::COMMAND_DEFAULT) {
+    // Commands are short and watched by a person (`logging::COMMAND_DEFAULT`); the controller
+    // runs unwatched, and its log is the record of what it did.
+    let default = match args.command {
+        cli::Command::Controller { .. } => tracing::Level::INFO,
+        _ => logging::COMMAND_DEFAULT,
+    };
+    if let Err(e) = logging::init(&args.log, default) {
         eprintln!("error: {e}");
         return ExitCode::from(commands::EXIT_USAGE);
     }

@@ -8,8 +8,9 @@ use super::{App, AppError, Manifests};
 use crate::backend::{EngineKind, logs_text};
 use crate::core::container::{is_replacement, labels};
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
+use crate::model::Desired;
 use crate::model::RestartPolicy;
-use crate::plan::{ContainerState, Finding, PlanOptions};
+use crate::plan::{ContainerState, Finding, Plan, PlanOptions};
 use crate::store::Record;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,7 +88,22 @@ pub async fn apply(
     let _lock = app.store.lock(o.no_wait, waiting)?;
     // ...and judged again under the lock, against the teams stored by an apply that held it.
     let desired = app.judge(manifests)?;
-    let look = app.look(&desired, PlanOptions { prune: o.prune }).await?;
+    converge(app, &desired, o, secret, progress, &mut |_| {}).await
+}
+
+/// Makes the machine match `desired` once: look, plan, check, carry out, record, look again.
+/// The caller holds the store's lock. `adjust` may take actions out of the plan before it is
+/// carried out (the controller defers restarts still in their crash-loop delay).
+pub async fn converge(
+    app: &App,
+    desired: &Desired,
+    o: ApplyOptions,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    progress: &dyn Progress,
+    adjust: &mut (dyn FnMut(&mut Plan) + Send),
+) -> Result<ApplyReport, AppError> {
+    let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
+    adjust(&mut look.plan);
     let mut report = ApplyReport {
         engine: look.info.kind,
         members: look.desired.members.len(),

@@ -2,6 +2,7 @@
 
 mod apply;
 mod common;
+mod controller;
 mod delete;
 mod diff;
 mod member;
@@ -58,6 +59,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             purge,
             no_wait,
         } => block_on(delete::run(g, &files, team.as_deref(), purge, no_wait))?,
+        Command::Controller {
+            files,
+            prune,
+            resync,
+            once,
+            crash_backoff,
+            concurrency,
+        } => controller::run(
+            g,
+            &files,
+            controller::Opts {
+                prune,
+                resync,
+                once,
+                crash_backoff,
+                concurrency,
+            },
+        ),
         Command::Logs {
             member,
             team,

@@ -48,7 +48,10 @@ pub async fn run(
         .map(|t| team_status(t, &engine, &observed, &p, &extras))
         .collect();
     match output {
-        Output::Text => print!("{}", render_status(&teams)),
+        Output::Text => {
+            print!("{}", render_status(&teams));
+            print!("{}", controller_line(&ctx.host.state_dir));
+        }
         Output::Json => println!("{}", serde_json::to_string_pretty(&teams)?),
         Output::Yaml => print!("{}", serde_yaml::to_string(&teams)?),
     }
@@ -58,4 +61,43 @@ pub async fn run(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Whether a controller keeps this state folder converged, and what it last saw.
+fn controller_line(state_dir: &std::path::Path) -> String {
+    use ateam::controller::status;
+    let Some(r) = status::read(state_dir) else {
+        return "controller: not running (ateam controller keeps teams converged)\n".into();
+    };
+    if !status::running(state_dir) {
+        return format!(
+            "controller: not running (the last one started {})\n",
+            r.since
+        );
+    }
+    let mut out = format!("controller: running since {} (pid {})", r.since, r.pid);
+    if let Some(l) = &r.last_reconcile {
+        out.push_str(&format!(
+            "; last reconcile {} of team {} ({})",
+            l.at,
+            l.team,
+            if l.ok { "ok" } else { "failed" }
+        ));
+    }
+    out.push('\n');
+    for (member, due) in &r.restarts_due {
+        out.push_str(&format!(
+            "  {member}: crash-looping, next restart at {due}\n"
+        ));
+    }
+    for (team, e) in &r.errors {
+        out.push_str(&format!("  team {team}: {e}\n"));
+    }
+    if !r.manifest_errors.is_empty() {
+        out.push_str("  the manifests were refused; the last good state stays:\n");
+        for l in &r.manifest_errors {
+            out.push_str(&format!("    {l}\n"));
+        }
+    }
+    out
 }

@@ -21,10 +21,13 @@
 //! function of the state, and every object's retries are paced by the same rule.
 
 pub mod backoff;
+pub mod daemon;
 pub mod queue;
 mod runner;
+pub mod status;
 #[cfg(test)]
 mod tests;
+pub mod watch;
 
 use std::time::Duration;
 

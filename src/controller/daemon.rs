@@ -1,0 +1,530 @@
+//! `ateam controller`: the long-running loop. Keys are the manifests (reload them) and each
+//! team (converge it); the sources that schedule them are the manifest watch, the engine's
+//! event stream and a periodic resync. Each team's reconcile is the very `converge` that
+//! `ateam apply` runs, under the same store lock, so the two never fight.
+//!
+//! Keyed by team, not by member: a team is planned from its whole observed state, and its
+//! members are brought up side by side within one reconcile; restarts are paced per member
+//! by the crash-loop policy all the same.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
+use super::queue::QueueConfig;
+use super::status::{self, ControllerRecord, LastReconcile};
+use super::{Action, Controller, Handle};
+use crate::app::apply::{ApplyOptions, Outcome, converge};
+use crate::app::delete::delete;
+use crate::app::{App, AppError, Manifests};
+use crate::core::container::labels;
+use crate::core::layout::store_id;
+use crate::execute::Progress;
+use crate::model::{Desired, Team};
+use crate::plan::{Action as PlanAction, Plan, StartReason};
+
+/// What the controller reconciles.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    /// Read the manifests again; schedule the teams that changed.
+    Manifests,
+    Team(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub paths: Vec<PathBuf>,
+    /// Remove what no manifest wants (members, strangers, teams whose manifests are gone).
+    pub prune: bool,
+    /// Look at everything again this often, in case an event was missed.
+    pub resync: Duration,
+    pub crash: CrashLoopConfig,
+    pub concurrency: Option<usize>,
+}
+
+/// One member's restarts, for the crash-loop policy.
+#[derive(Debug, Default)]
+struct Crash {
+    /// When ateam last started it.
+    last_start: Option<Instant>,
+    /// Restarts in a row without a long enough run in between.
+    streak: u32,
+    /// A restart waiting out its delay.
+    due: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The last good desired state of each team (an invalid edit keeps the one before).
+    teams: BTreeMap<String, Team>,
+    /// The manifests were read successfully at least once.
+    loaded: bool,
+    crash: BTreeMap<(String, String), Crash>,
+    record: ControllerRecord,
+}
+
+/// The reconcile function's world.
+pub struct Reconciler {
+    app: App,
+    opts: Options,
+    state: Mutex<State>,
+    handle: Handle<Key>,
+}
+
+/// Progress goes to the log (each action is logged by `execute` already).
+struct Quiet;
+impl Progress for Quiet {
+    fn step(&self, _: &str, _: &str, _: &str) {}
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+impl Reconciler {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn save_record(&self) {
+        let record = self.state().record.clone();
+        if let Err(e) = status::write(&self.app.host.state_dir, &record, self.app.owner) {
+            warn!(error = %e, "cannot write the controller's record");
+        }
+    }
+
+    /// Every team known, from the manifests and the store.
+    fn all_teams(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.state().teams.keys().cloned().collect();
+        if let Ok(stored) = self.app.store.teams() {
+            names.extend(stored.into_iter().map(|t| t.name));
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    pub async fn reconcile(&self, key: Key) -> Result<Action, AppError> {
+        let result = match &key {
+            Key::Manifests => self.reload(),
+            Key::Team(team) => self.converge_team(team).await,
+        };
+        if let Key::Team(team) = &key {
+            let mut st = self.state();
+            st.record.last_reconcile = Some(LastReconcile {
+                at: rfc3339(SystemTime::now()),
+                team: team.clone(),
+                ok: result.is_ok(),
+            });
+            if let Err(e) = &result {
+                st.record.errors.insert(team.clone(), e.to_string());
+            }
+        }
+        self.save_record();
+        result
+    }
+
+    /// Reads the manifests; on success schedules every team that changed (or went), on
+    /// failure keeps the last good state and says why.
+    fn reload(&self) -> Result<Action, AppError> {
+        let applied = self.app.store.teams()?;
+        let judged =
+            Manifests::read(&self.opts.paths).and_then(|m| m.validate(&self.app.host, &applied));
+        let mut st = self.state();
+        match judged {
+            Ok(desired) => {
+                let new: BTreeMap<String, Team> = desired
+                    .teams
+                    .into_iter()
+                    .map(|t| (t.name.clone(), t))
+                    .collect();
+                let changed: Vec<String> = new
+                    .iter()
+                    .filter(|(n, t)| st.teams.get(*n) != Some(*t) || !st.loaded)
+                    .map(|(n, _)| n.clone())
+                    .chain(st.teams.keys().filter(|n| !new.contains_key(*n)).cloned())
+                    .collect();
+                st.teams = new;
+                st.loaded = true;
+                st.record.manifest_errors.clear();
+                info!(
+                    teams = st.teams.len(),
+                    changed = changed.len(),
+                    "manifests loaded"
+                );
+                for t in changed {
+                    let _ = self.handle.schedule(Key::Team(t));
+                }
+            }
+            Err(e) => {
+                // The problems, without the closing count.
+                let lines: Vec<String> = e
+                    .to_string()
+                    .lines()
+                    .filter(|l| !l.ends_with("nothing was changed"))
+                    .map(str::to_string)
+                    .collect();
+                for l in &lines {
+                    warn!(problem = %l, "manifests refused; the last good state stays");
+                }
+                st.record.manifest_errors = lines;
+            }
+        }
+        Ok(Action::AwaitChange)
+    }
+
+    async fn converge_team(&self, name: &str) -> Result<Action, AppError> {
+        let (loaded, team) = {
+            let st = self.state();
+            (st.loaded, st.teams.get(name).cloned())
+        };
+        if !loaded {
+            return Ok(Action::AwaitChange);
+        }
+        let Some(team) = team else {
+            return self.gone(name).await;
+        };
+        let state_dir = self.app.host.state_dir.clone();
+        let owner = self.app.owner;
+        // The store's lock, as apply takes it: the two never interleave.
+        let _lock = tokio::task::spawn_blocking(move || {
+            crate::store::Store::new(state_dir, owner).lock(false, |holder| {
+                info!(holder, "waiting for the store's lock");
+            })
+        })
+        .await
+        .map_err(|e| AppError::Io {
+            path: "controller".into(),
+            source: std::io::Error::other(e),
+        })??;
+        let secret = |n: &str| std::env::var(n).ok();
+        let opts = ApplyOptions {
+            prune: self.opts.prune,
+            concurrency: self.opts.concurrency,
+            no_wait: false,
+        };
+        let desired = Desired { teams: vec![team] };
+        let mut adjust = |plan: &mut Plan| self.pace_restarts(plan);
+        let report = converge(&self.app, &desired, opts, &secret, &Quiet, &mut adjust).await?;
+        let problem = match &report.outcome {
+            Outcome::NoChanges => None,
+            Outcome::Refused(f) => Some(format!(
+                "refused: {}",
+                f.iter()
+                    .map(|f| f.error.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )),
+            Outcome::Applied {
+                failures,
+                not_running,
+                ..
+            } => {
+                let mut v: Vec<String> = failures.iter().map(|f| f.error.to_string()).collect();
+                v.extend(
+                    not_running
+                        .iter()
+                        .map(|n| format!("{}/{} {}", n.team, n.member, n.why)),
+                );
+                (!v.is_empty()).then(|| v.join("; "))
+            }
+        };
+        let mut st = self.state();
+        match problem {
+            Some(p) => {
+                warn!(team = name, problem = %p, "not converged");
+                st.record.errors.insert(name.to_string(), p);
+            }
+            None => {
+                st.record.errors.remove(name);
+            }
+        }
+        let now = Instant::now();
+        let next = st
+            .crash
+            .iter()
+            .filter(|((t, _), _)| t == name)
+            .filter_map(|(_, c)| c.due)
+            .map(|d| d.saturating_duration_since(now))
+            .min();
+        Ok(match next {
+            Some(d) => Action::Requeue(d),
+            None => Action::AwaitChange,
+        })
+    }
+
+    /// A team no manifest names any more: its members are left as they are (status reports
+    /// them) unless `--prune`, which removes its containers; transcripts stay.
+    async fn gone(&self, name: &str) -> Result<Action, AppError> {
+        let Some(stored) = self.app.store.team(name)? else {
+            return Ok(Action::AwaitChange);
+        };
+        if !self.opts.prune {
+            info!(
+                team = name,
+                "no manifest names this team any more; its members keep running (--prune removes them)"
+            );
+            return Ok(Action::AwaitChange);
+        }
+        info!(
+            team = name,
+            "no manifest names this team any more: removing its containers"
+        );
+        let desired = Desired {
+            teams: vec![stored],
+        };
+        delete(&self.app, &desired, false, false, &Quiet, |holder| {
+            info!(holder, "waiting for the store's lock");
+        })
+        .await?;
+        Ok(Action::AwaitChange)
+    }
+
+    /// Takes out of the plan the restarts still in their crash-loop delay. The first exit is
+    /// restarted at once (as the kubelet does); each quick exit after it waits 10 s, 20 s, …
+    /// up to 5 min; a run of 10 min resets the count.
+    fn pace_restarts(&self, plan: &mut Plan) {
+        let cfg = self.opts.crash;
+        let mut st = self.state();
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let mut due_text = Vec::new();
+        plan.actions.retain(|a| {
+            let PlanAction::Start {
+                team,
+                member,
+                reason: StartReason::Restart { .. },
+                ..
+            } = a
+            else {
+                return true;
+            };
+            let c = st.crash.entry((team.clone(), member.clone())).or_default();
+            if let Some(due) = c.due {
+                if due > now {
+                    return false;
+                }
+                c.due = None;
+                c.last_start = Some(now);
+                return true;
+            }
+            let ran_for = c.last_start.map_or(Duration::MAX, |s| now - s);
+            if c.streak == 0 || cfg.resets(ran_for) {
+                c.streak = 1;
+                c.last_start = Some(now);
+                return true;
+            }
+            let delay = cfg.delay(c.streak - 1);
+            c.streak += 1;
+            c.due = Some(now + delay);
+            info!(
+                team,
+                member,
+                delay_s = delay.as_secs_f64(),
+                "crash loop: the restart waits"
+            );
+            due_text.push((format!("{team}/{member}"), rfc3339(wall + delay)));
+            false
+        });
+        for (k, v) in due_text {
+            st.record.restarts_due.insert(k, v);
+        }
+        // Restarts that are no longer waiting are no longer due.
+        let waiting: Vec<String> = st
+            .crash
+            .iter()
+            .filter(|(_, c)| c.due.is_some())
+            .map(|((t, m), _)| format!("{t}/{m}"))
+            .collect();
+        st.record.restarts_due.retain(|k, _| waiting.contains(k));
+    }
+}
+
+/// Runs the controller until `shutdown`; with `once`, reconciles everything one time and
+/// returns whether it all converged.
+pub async fn run(
+    app: App,
+    opts: Options,
+    once: bool,
+    shutdown: CancellationToken,
+) -> Result<bool, ControllerError> {
+    let _lock = status::lock(&app.host.state_dir, app.owner)?;
+    let controller = Controller::<Key>::new(
+        QueueConfig {
+            max_running: std::num::NonZeroUsize::new(4).expect("4 is not 0"),
+            debounce: Duration::from_millis(300),
+        },
+        ErrorBackoffConfig::default(),
+    );
+    let handle = controller.handle();
+    let record = ControllerRecord {
+        version: 1,
+        pid: std::process::id(),
+        since: rfc3339(SystemTime::now()),
+        ..Default::default()
+    };
+    let r = Arc::new(Reconciler {
+        app,
+        opts,
+        state: Mutex::new(State {
+            record,
+            ..Default::default()
+        }),
+        handle: handle.clone(),
+    });
+    r.save_record();
+
+    if once {
+        r.reconcile(Key::Manifests).await?;
+        let mut ok = r.state().record.manifest_errors.is_empty();
+        for team in r.all_teams() {
+            if let Err(e) = r.reconcile(Key::Team(team.clone())).await {
+                warn!(team, error = %e, "reconcile failed");
+                ok = false;
+            }
+            ok &= !r.state().record.errors.contains_key(&team);
+        }
+        return Ok(ok);
+    }
+
+    let _ = handle.schedule(Key::Manifests);
+    let watch_handle = handle.clone();
+    let _watch = super::watch::watch(&r.opts.paths, move || {
+        let _ = watch_handle.schedule(Key::Manifests);
+    })
+    .map_err(ControllerError::Watch)?;
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(engine_events(r.clone(), shutdown.clone()));
+    tasks.spawn(resync(r.clone(), shutdown.clone()));
+    drop(handle);
+    info!(
+        paths = ?r.opts.paths,
+        resync_s = r.opts.resync.as_secs(),
+        prune = r.opts.prune,
+        "controller started"
+    );
+    let rr = r.clone();
+    controller
+        .run(
+            move |key| {
+                let r = rr.clone();
+                async move { r.reconcile(key).await }
+            },
+            shutdown.clone(),
+        )
+        .await;
+    shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    info!("controller stopped");
+    Ok(true)
+}
+
+/// Why the controller could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControllerError {
+    #[error(transparent)]
+    Lock(#[from] status::StatusError),
+    #[error(transparent)]
+    App(#[from] AppError),
+    #[error("watching the manifests: {0}")]
+    Watch(#[source] notify::Error),
+}
+
+/// Every team, and the manifests, again and again: what events missed is caught here.
+async fn resync(r: Arc<Reconciler>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(r.opts.resync);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let _ = r.handle.schedule(Key::Manifests);
+                for t in r.all_teams() {
+                    let _ = r.handle.schedule(Key::Team(t));
+                }
+            }
+        }
+    }
+}
+
+/// The engine's events for this store's containers: each names a container; its team's
+/// labels say which team to look at again. When the stream ends (the engine went away),
+/// wait and connect again, growing the wait up to 30 s; on return, look at every team.
+async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
+    let ours = BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), "ateam".to_string()),
+        (labels::STORE.to_string(), store_id(&r.app.host.state_dir)),
+    ]);
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let teams: Vec<Team> = {
+            let st = r.state();
+            st.teams.values().cloned().collect()
+        };
+        let connected = if teams.is_empty() {
+            None
+        } else {
+            match r.app.connect(&teams).await {
+                Ok((backend, _)) => match backend.events(&ours).await {
+                    Ok(stream) => Some((backend, stream)),
+                    Err(e) => {
+                        warn!(error = %e, "engine events unavailable");
+                        None
+                    }
+                },
+                Err(e) => {
+                    warn!(error = %e, "engine unavailable; retrying");
+                    None
+                }
+            }
+        };
+        if let Some((backend, mut stream)) = connected {
+            wait = Duration::from_secs(1);
+            for t in r.all_teams() {
+                let _ = r.handle.schedule(Key::Team(t));
+            }
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(id)) => {
+                            let team = backend
+                                .list(&ours)
+                                .await
+                                .ok()
+                                .and_then(|all| all.into_iter().find(|c| c.id == id))
+                                .and_then(|c| c.labels.get(labels::TEAM).cloned());
+                            match team {
+                                Some(t) => { let _ = r.handle.schedule(Key::Team(t)); }
+                                // Gone already (removed): every team, to be sure.
+                                None => for t in r.all_teams() {
+                                    let _ = r.handle.schedule(Key::Team(t));
+                                },
+                            }
+                        }
+                        Some(Err(e)) => {
+                            warn!(error = %e, "engine event stream broke");
+                            break;
+                        }
+                        None => {
+                            warn!("engine event stream ended");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}

@@ -1,0 +1,371 @@
+//! `ateam controller` as a user runs it: the real binary in the background against a real
+//! engine (Docker and rootful Podman), judged from the engine's CLI and `ateam status`.
+//! Run by scripts/test.sh once the engines are up; ignored by a plain `cargo test`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: source /run/ateam-ci/env"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const TEAM: &str = r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: TEAM}
+spec: {image: ateam-demo:latest, sessionDir: ../sessions}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [sleep, "100000"], cwd: ../repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: rw}
+spec: {write: [../repo]}
+"#;
+
+fn member(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: {name}}}\nspec: {{parent: lead, access: rw, restart: Always, resources: {{memory: 64Mi, pids: 64}}{extra}}}\n"
+    )
+}
+
+struct World {
+    engine: &'static str,
+    dir: tempfile::TempDir,
+    team: String,
+    controller: Option<Child>,
+}
+
+impl World {
+    fn new(engine: &'static str, tag: &str) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-ctl-")
+            .tempdir()
+            .unwrap();
+        let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
+        let w = World {
+            engine,
+            dir,
+            team,
+            controller: None,
+        };
+        for d in ["repo", "sessions", "manifests"] {
+            std::fs::create_dir(w.root().join(d)).unwrap();
+        }
+        // Members run as nobody (ateam runs as root here): their write grant is theirs.
+        std::os::unix::fs::chown(w.root().join("repo"), Some(65534), Some(65534)).unwrap();
+        w.write("team.yaml", &TEAM.replace("TEAM", &w.team));
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn write(&self, name: &str, text: &str) {
+        let path = self.root().join("manifests").join(name);
+        // As an editor saves: a temp file renamed over the old one.
+        let tmp = self.root().join("manifests").join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        c.arg("--backend")
+            .arg(self.engine)
+            .args(args)
+            .env("ATEAM_STATE_DIR", self.root().join("state"))
+            .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+            .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+            .env_remove("SUDO_UID")
+            .env_remove("RUST_LOG")
+            .current_dir(self.root())
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Starts `ateam controller` on the manifests folder, logging to a file.
+    fn start(&mut self, extra: &[&str]) {
+        let log = std::fs::File::create(self.root().join("controller.log")).unwrap();
+        let manifests = self.root().join("manifests");
+        let mut args = vec!["controller", "-f", manifests.to_str().unwrap()];
+        args.extend(extra);
+        let child = self
+            .cmd(&args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.controller = Some(child);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.root().join("controller.log")).unwrap_or_default()
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let (bin, flag, uri) = match self.engine {
+            "docker" => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+        };
+        let out = Command::new(bin)
+            .arg(flag)
+            .arg(uri)
+            .args(args)
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    }
+
+    /// The id of the member's container, when it has one.
+    fn id(&self, member: &str) -> Option<String> {
+        let out = self.cli(&[
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &format!("label=ateam.dev/team={}", self.team),
+            "--filter",
+            &format!("label=ateam.dev/member={member}"),
+            "--format",
+            "{{.ID}}",
+        ]);
+        out.lines().next().map(str::to_string)
+    }
+
+    fn row(&self, member: &str) -> serde_json::Value {
+        let out = self.ateam(&["status", &self.team, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v[0]["members"]
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["name"] == member).cloned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until `ok` holds, or fails with what the controller logged.
+    fn until(&self, what: &str, secs: u64, ok: impl Fn() -> bool) -> Duration {
+        let start = Instant::now();
+        while !ok() {
+            assert!(
+                start.elapsed() < Duration::from_secs(secs),
+                "{}: never {what}; controller log:\n{}",
+                self.engine,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    }
+
+    fn running(&self, member: &str) -> bool {
+        self.row(member)["state"] == "running"
+    }
+
+    fn pid(&self, member: &str) -> String {
+        self.cli(&[
+            "inspect",
+            "--format",
+            "{{.State.Pid}}",
+            &self.id(member).unwrap(),
+        ])
+    }
+
+    fn signal(&mut self, sig: &str) -> Option<i32> {
+        let child = self.controller.as_mut().unwrap();
+        Command::new("kill")
+            .args([sig, &child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.controller = None;
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the controller did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.controller.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        for id in self
+            .cli(&[
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=ateam.dev/team={}", self.team),
+            ])
+            .split_whitespace()
+        {
+            let _ = self.cli(&["rm", "-f", id]);
+        }
+    }
+}
+
+/// Kill -9 a `restart: Always` member's process (as a crash would): it is back, having
+/// passed its gate, without anyone running apply.
+fn a_killed_member_comes_back(engine: &'static str) {
+    let mut w = World::new(engine, "heal");
+    w.write("worker.yaml", &member("worker", ""));
+    w.start(&[]);
+    w.until("ran the member", 60, || w.running("worker"));
+    let pid = w.pid("worker");
+    assert!(pid.parse::<u32>().is_ok_and(|p| p > 1), "{pid}");
+    let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(killed.success());
+    w.until("restarted it", 30, || {
+        w.running("worker") && w.row("worker")["restarts"] == 1
+    });
+    // It is the same container, started again (not replaced).
+    assert!(w.id("worker").is_some());
+    assert!(w.log().contains("reason=\"restart\""), "{}", w.log());
+}
+
+/// Editing one member's manifest replaces that member and no other.
+fn an_edit_replaces_only_that_member(engine: &'static str) {
+    let mut w = World::new(engine, "edit");
+    w.write("a.yaml", &member("a", ""));
+    w.write("b.yaml", &member("b", ""));
+    w.start(&[]);
+    w.until("ran both", 60, || w.running("a") && w.running("b"));
+    let (a, b) = (w.id("a").unwrap(), w.id("b").unwrap());
+    w.write("a.yaml", &member("a", "").replace("64Mi", "80Mi"));
+    w.until("replaced a", 60, || {
+        w.id("a").is_some_and(|id| id != a) && w.running("a")
+    });
+    assert_eq!(w.id("b").unwrap(), b, "{engine}: b was touched");
+}
+
+/// A broken edit tears nothing down: the last good state stays, status says why.
+fn a_broken_edit_tears_nothing_down(engine: &'static str) {
+    let mut w = World::new(engine, "broken");
+    w.write("a.yaml", &member("a", ""));
+    w.start(&[]);
+    w.until("ran a", 60, || w.running("a"));
+    let a = w.id("a").unwrap();
+    w.write("a.yaml", "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {name: a}\nspec: {parent: lead, memroy: 1}\n");
+    w.until("refused the edit", 20, || {
+        text(&w.ateam(&["status"]).stdout).contains("the manifests were refused")
+    });
+    let status = text(&w.ateam(&["status"]).stdout);
+    assert!(status.contains("a.yaml:4:"), "{status}");
+    assert!(w.running("a"));
+    assert_eq!(w.id("a").unwrap(), a);
+}
+
+/// A removed manifest file: its member is reported, and removed only with --prune.
+fn a_removed_file_leaves_its_member_reported(engine: &'static str) {
+    let mut w = World::new(engine, "gone");
+    w.write("a.yaml", &member("a", ""));
+    w.write("b.yaml", &member("b", ""));
+    w.start(&[]);
+    w.until("ran both", 60, || w.running("a") && w.running("b"));
+    std::fs::remove_file(w.root().join("manifests/b.yaml")).unwrap();
+    w.until("noticed", 20, || w.log().contains("changed=1"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(w.id("b").is_some(), "{engine}: removed without --prune");
+    assert_eq!(w.row("b")["state"], "orphan");
+    assert_eq!(w.signal("-TERM"), Some(0));
+    w.start(&["--prune"]);
+    w.until("pruned b", 60, || w.id("b").is_none());
+    assert!(w.running("a"));
+}
+
+/// SIGTERM stops the controller cleanly; a second controller of the same state folder is
+/// refused while one runs; status says whether one runs.
+fn one_controller_per_state_folder_and_sigterm_stops_it(engine: &'static str) {
+    let mut w = World::new(engine, "term");
+    w.write("a.yaml", &member("a", ""));
+    w.start(&[]);
+    w.until("ran a", 60, || w.running("a"));
+    let second = w.ateam(&["controller", "-f", "manifests", "--once"]);
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second.stderr));
+    assert!(
+        text(&second.stderr).contains("a controller already runs"),
+        "{}",
+        text(&second.stderr)
+    );
+    assert!(text(&w.ateam(&["status"]).stdout).contains("controller: running since"));
+    assert_eq!(w.signal("-TERM"), Some(0));
+    assert!(text(&w.ateam(&["status"]).stdout).contains("controller: not running"));
+    // --once converges and exits; the member was left running by the one that stopped.
+    let once = w.ateam(&["controller", "-f", "manifests", "--once"]);
+    assert_eq!(once.status.code(), Some(0), "{}", text(&once.stderr));
+    assert!(w.running("a"));
+}
+
+/// A member that crashes at once, again and again, is restarted at once the first time and
+/// then with growing delays (here 1 s, 2 s, 4 s ...), not in a tight loop.
+fn a_crash_looping_member_backs_off(engine: &'static str) {
+    let mut w = World::new(engine, "loop");
+    w.write(
+        "a.yaml",
+        &member("a", ", command: [sh, -c, \"echo crash; exit 3\"]"),
+    );
+    w.start(&["--crash-backoff", "1s"]);
+    w.until("restarted it twice", 60, || {
+        w.row("a")["restarts"].as_u64().unwrap_or(0) >= 2
+    });
+    let at = Instant::now();
+    let restarts_then = w.row("a")["restarts"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let restarts_now = w.row("a")["restarts"].as_u64().unwrap();
+    // With 1, 2, 4 s delays, at most three more restarts fit in 5 s (a tight loop: dozens).
+    assert!(
+        restarts_now - restarts_then <= 3,
+        "{engine}: {restarts_then} -> {restarts_now} in {:?}",
+        at.elapsed()
+    );
+    assert!(
+        w.log().contains("crash loop: the restart waits"),
+        "{}",
+        w.log()
+    );
+    assert!(
+        text(&w.ateam(&["status"]).stdout).contains("crash-looping, next restart at")
+            || w.row("a")["state"] == "running",
+        "{}",
+        text(&w.ateam(&["status"]).stdout)
+    );
+}
+
+macro_rules! on_engines {
+    ($($case:ident),* $(,)?) => {
+        mod docker {
+            $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
+               fn $case() { super::$case("docker") } )*
+        }
+        mod podman {
+            $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
+               fn $case() { super::$case("podman") } )*
+        }
+    };
+}
+
+on_engines!(
+    a_killed_member_comes_back,
+    an_edit_replaces_only_that_member,
+    a_broken_edit_tears_nothing_down,
+    a_removed_file_leaves_its_member_reported,
+    one_controller_per_state_folder_and_sigterm_stops_it,
+    a_crash_looping_member_backs_off,
+);
