@@ -177,6 +177,9 @@ pub enum Command {
         /// of running).
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         crash_backoff: std::time::Duration,
+        /// A member that ran this long before it exited starts a new count (no delay).
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        crash_reset: std::time::Duration,
         /// Members brought up at once within a team; default min(8, 2 x CPUs).
         #[arg(long)]
         concurrency: Option<usize>,

@@ -16,6 +16,7 @@ pub struct Opts {
     pub resync: Duration,
     pub once: bool,
     pub crash_backoff: Duration,
+    pub crash_reset: Duration,
     pub concurrency: Option<usize>,
 }
 
@@ -24,7 +25,7 @@ pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<ExitCode> 
     let crash = CrashLoopConfig::new(
         o.crash_backoff,
         Duration::from_secs(300).max(o.crash_backoff),
-        Duration::from_secs(600),
+        o.crash_reset,
     )
     .context("--crash-backoff")?;
     let opts = Options {

@@ -65,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             resync,
             once,
             crash_backoff,
+            crash_reset,
             concurrency,
         } => controller::run(
             g,
@@ -74,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 resync,
                 once,
                 crash_backoff,
+                crash_reset,
                 concurrency,
             },
         ),

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Self-heal time of `ateam controller` against the engine's own `--restart always`.
+
+For each engine, 20 times: kill -9 the main process of a running member (as a crash would)
+and time until the member's command runs again (its demo agent appends "agent: started as"
+to its transcript: after the gate, so ateam's checks are included). Side by side, the same
+for a plain container with `--restart always` and the same image and command. Prints the
+median and worst of each and the ratio, and writes them to docs/benchmarks-controller.md.
+
+Usage (as root, engines up: scripts/engines.sh): scripts/bench-controller.py [KILLS]
+Needs a release build: cargo build --release.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATEAM = os.path.join(REPO, "target/release/ateam")
+KILLS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+# Both back off restarts of a container that ran less than 10 s (Docker: 100 ms doubling;
+# ateam: 10 s doubling, with --crash-reset 10s here to match): kills are 11 s apart, so each
+# measures the restart of a crash after real work.
+SPACING = 11.0
+
+
+def env_file():
+    env = {}
+    with open("/run/ateam-ci/env") as f:
+        for line in f:
+            if line.startswith("export "):
+                k, v = line[len("export "):].strip().split("=", 1)
+                env[k] = v
+    return env
+
+
+ENV = env_file()
+ENGINES = {
+    "docker": ["docker", "-H", ENV["ATEAM_TEST_DOCKER"]],
+    "podman": ["podman", "--url", ENV["ATEAM_TEST_PODMAN_ROOTFUL"]],
+}
+
+TEAM = """apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: heal}
+spec: {image: ateam-demo:latest, sessionDir: ./sessions}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [sleep, "100000"], cwd: ./repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: rw}
+spec: {write: [./repo]}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: worker}
+spec: {parent: lead, access: rw, restart: Always, resources: {memory: 64Mi, pids: 64}}
+"""
+
+
+def starts(path):
+    try:
+        with open(path) as f:
+            return f.read().count("agent: started as")
+    except OSError:
+        return 0
+
+
+def wait_starts(path, n, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while starts(path) < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{path}: never started {n} times")
+        time.sleep(0.002)
+
+
+def pid_of(cli, name):
+    out = subprocess.run(cli + ["inspect", "--format", "{{.State.Pid}}", name],
+                         capture_output=True, text=True).stdout.strip()
+    return int(out or 0)
+
+
+def kill_and_time(cli, name, transcript):
+    """Kills the container's main process; seconds until the command runs again."""
+    n = starts(transcript)
+    pid = 0
+    while pid <= 1:
+        pid = pid_of(cli, name)
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    os.kill(pid, 9)
+    wait_starts(transcript, n + 1)
+    return time.monotonic() - t0
+
+
+def bench_ateam(engine, cli):
+    d = tempfile.mkdtemp(prefix="ateam-heal-")
+    os.makedirs(f"{d}/repo"), os.makedirs(f"{d}/sessions")
+    os.chown(f"{d}/repo", 65534, 65534)
+    with open(f"{d}/team.yaml", "w") as f:
+        f.write(TEAM)
+    env = dict(os.environ, ATEAM_STATE_DIR=f"{d}/state", DOCKER_HOST=ENV["ATEAM_TEST_DOCKER"],
+               CONTAINER_HOST=ENV["ATEAM_TEST_PODMAN_ROOTFUL"])
+    env.pop("SUDO_UID", None)
+    log = open(f"{d}/controller.log", "w")
+    ctl = subprocess.Popen([ATEAM, "--backend", engine, "controller", "-f", f"{d}/team.yaml",
+                            "--crash-reset", "10s"],
+                           env=env, cwd=d, stdout=subprocess.DEVNULL, stderr=log)
+    transcript = f"{d}/sessions/members/worker/transcript.log"
+    times = []
+    try:
+        wait_starts(transcript, 1, 60)
+        for _ in range(KILLS):
+            time.sleep(SPACING)
+            times.append(kill_and_time(cli, "ateam_heal_worker", transcript))
+    finally:
+        ctl.terminate()
+        ctl.wait()
+        subprocess.run([ATEAM, "--backend", engine, "delete", "--team", "heal", "--purge"],
+                       env=env, cwd=d, capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+    return times
+
+
+def bench_engine(cli):
+    d = tempfile.mkdtemp(prefix="engine-heal-")
+    os.chmod(d, 0o777)
+    name = f"heal-peer-{os.getpid()}"
+    subprocess.run(cli + ["rm", "-f", name], capture_output=True)
+    subprocess.run(cli + ["run", "-d", "--name", name, "--restart", "always", "--init",
+                          "--network", "none", "--cap-drop", "ALL", "--read-only",
+                          "--security-opt", "no-new-privileges", "--user", "65534:65534",
+                          "--memory", "64m", "--memory-swap", "64m", "--pids-limit", "64",
+                          "--tmpfs", "/tmp", "-e", "ATEAM_SESSION_DIR=/t", "-v", f"{d}:/t",
+                          "ateam-demo:latest"], check=True, capture_output=True)
+    transcript = f"{d}/transcript.log"
+    times = []
+    try:
+        wait_starts(transcript, 1, 60)
+        for _ in range(KILLS):
+            time.sleep(SPACING)
+            times.append(kill_and_time(cli, name, transcript))
+    finally:
+        subprocess.run(cli + ["rm", "-f", name], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+    return times
+
+
+def summary(ts):
+    return statistics.median(ts), max(ts)
+
+
+def main():
+    rows = []
+    for engine, cli in ENGINES.items():
+        a = bench_ateam(engine, cli)
+        e = bench_engine(cli)
+        rows.append((engine, a, e))
+        am, aw = summary(a)
+        em, ew = summary(e)
+        first = a[0]
+        print(f"{engine}: ateam first {first:.3f} s, median {am:.3f} s, worst {aw:.3f} s; "
+              f"engine --restart always median {em:.3f} s, worst {ew:.3f} s; "
+              f"ratio of medians {am / em:.2f}")
+        print(f"  ateam: {json.dumps([round(t, 3) for t in a])}")
+        print(f"  engine: {json.dumps([round(t, 3) for t in e])}")
+    with open(os.path.join(REPO, "docs/benchmarks-controller.md"), "w") as f:
+        f.write("# Self-heal: ateam controller against the engine's own restart\n\n")
+        f.write(f"Generated by scripts/bench-controller.py: {KILLS} kills -9 of a member's main "
+                f"process, {SPACING:.0f} s apart (both back off quicker crashes); time until "
+                "its command runs again (for ateam: after the gate and every check). The peer "
+                "is a plain container with the same image, flags and `--restart always`.\n\n")
+        f.write("| engine | ateam first | ateam median | ateam worst | engine median | engine worst |\n")
+        f.write("|---|---|---|---|---|---|\n")
+        for engine, a, e in rows:
+            f.write(f"| {engine} | {a[0]:.3f} s | {statistics.median(a):.3f} s | {max(a):.3f} s "
+                    f"| {statistics.median(e):.3f} s | {max(e):.3f} s |\n")
+
+
+if __name__ == "__main__":
+    main()
