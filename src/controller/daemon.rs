@@ -501,8 +501,10 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
                                 .ok()
                                 .and_then(|all| all.into_iter().find(|c| c.id == id))
                                 .and_then(|c| c.labels.get(labels::TEAM).cloned());
+                            // Not debounced: a member that died is restarted now (a burst
+                            // of events for it still runs one reconcile at a time).
                             match team {
-                                Some(t) => { let _ = r.handle.schedule(Key::Team(t)); }
+                                Some(t) => { let _ = r.handle.schedule_after(Key::Team(t), Duration::ZERO); }
                                 // Gone already (removed): every team, to be sure.
                                 None => for t in r.all_teams() {
                                     let _ = r.handle.schedule(Key::Team(t));
