@@ -88,6 +88,17 @@ pub fn member_dir(dir: &Path, parent: Owner, owner: Owner) -> std::io::Result<()
     Ok(())
 }
 
+/// Opens (creating, 0600) a lock file to flock; its content is left as it is.
+pub fn open_lock(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
 /// Removes a file if it is there.
 pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
     match fs::remove_file(path) {

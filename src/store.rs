@@ -2,9 +2,8 @@
 //! applies from interleaving. Folders are 0700, files 0600, writes atomic.
 //! Where each file lives: `core::layout`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
@@ -118,14 +117,7 @@ impl Store {
     pub fn lock(&self, no_wait: bool, waiting: impl FnOnce(&str)) -> Result<Lock, StoreError> {
         files::private_dir(&self.dir, self.owner).map_err(io(&self.dir))?;
         let path = layout::lock_path(&self.dir);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io(&path))?;
+        let mut file = files::open_lock(&path).map_err(io(&path))?;
         if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
             let holder = std::fs::read_to_string(&path)
                 .unwrap_or_default()

@@ -4,13 +4,13 @@
 //! held lock is a controller that is gone.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 use serde::{Deserialize, Serialize};
 
+use crate::core::layout;
 use crate::files::{self, Owner};
 
 /// The controller's record.
@@ -53,14 +53,6 @@ pub enum StatusError {
     },
 }
 
-fn lock_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("controller.lock")
-}
-
-fn record_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("controller.json")
-}
-
 /// Held while a controller runs; the kernel drops it if the controller dies.
 #[must_use = "the controller lock is released when this is dropped"]
 pub struct ControllerLock {
@@ -74,15 +66,8 @@ pub fn lock(state_dir: &Path, owner: Owner) -> Result<ControllerLock, StatusErro
         move |source| StatusError::Io { path, source }
     };
     files::private_dir(state_dir, owner).map_err(io(state_dir))?;
-    let path = lock_path(state_dir);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io(&path))?;
+    let path = layout::controller_lock_path(state_dir);
+    let file = files::open_lock(&path).map_err(io(&path))?;
     if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
         let pid = read(state_dir).map_or("unknown".to_string(), |r| r.pid.to_string());
         return Err(StatusError::AlreadyRunning {
@@ -95,7 +80,7 @@ pub fn lock(state_dir: &Path, owner: Owner) -> Result<ControllerLock, StatusErro
 
 /// Whether a controller holds the lock of `state_dir` now.
 pub fn running(state_dir: &Path) -> bool {
-    let Ok(file) = File::open(lock_path(state_dir)) else {
+    let Ok(file) = File::open(layout::controller_lock_path(state_dir)) else {
         return false;
     };
     // Taking it means nobody holds it; it is let go at once when `file` drops.
@@ -104,13 +89,18 @@ pub fn running(state_dir: &Path) -> bool {
 
 pub fn write(state_dir: &Path, record: &ControllerRecord, owner: Owner) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(record).expect("a record serializes");
-    files::write_atomic(&record_path(state_dir), &json, 0o600, owner)
+    files::write_atomic(
+        &layout::controller_record_path(state_dir),
+        &json,
+        0o600,
+        owner,
+    )
 }
 
 /// The record of the controller of `state_dir`, if one ever ran (whether it still runs:
 /// `running`).
 pub fn read(state_dir: &Path) -> Option<ControllerRecord> {
-    let bytes = std::fs::read(record_path(state_dir)).ok()?;
+    let bytes = std::fs::read(layout::controller_record_path(state_dir)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 

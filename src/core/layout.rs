@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! <state>/lock                                      flock'ed by apply and delete
+//! <state>/controller.lock, controller.json          the running controller, its record
 //! <state>/gate/                                     the start gate, shared by hard links
 //! <state>/teams/<team>/applied.json                 the validated model last applied
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
@@ -66,6 +67,16 @@ pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf
 /// The lock that keeps two applies (or deletes) of one store from interleaving.
 pub fn lock_path(state_dir: &Path) -> PathBuf {
     state_dir.join("lock")
+}
+
+/// Held by the one controller of a state folder while it runs.
+pub fn controller_lock_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("controller.lock")
+}
+
+/// What the controller tells status: pid, since, last reconcile, errors.
+pub fn controller_record_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("controller.json")
 }
 
 /// Where the start gate is written once, to be hard-linked into each member's control folder.
