@@ -348,6 +348,35 @@ fn a_crash_looping_member_backs_off(engine: &'static str) {
     );
 }
 
+/// SIGTERM while the controller brings up ten members: it finishes what runs and exits 0;
+/// the next controller converges with exactly one container per member.
+fn sigterm_during_a_big_bring_up_then_the_next_start_converges(engine: &'static str) {
+    let mut w = World::new(engine, "big");
+    for i in 0..10 {
+        w.write(&format!("m{i}.yaml"), &member(&format!("m{i}"), ""));
+    }
+    w.start(&[]);
+    w.until("started bringing members up", 30, || {
+        w.log().contains("running action")
+    });
+    assert_eq!(w.signal("-TERM"), Some(0), "{}", w.log());
+    let once = w.ateam(&["controller", "-f", "manifests", "--once"]);
+    assert_eq!(once.status.code(), Some(0), "{}", text(&once.stderr));
+    for i in 0..10 {
+        let ids = w.cli(&[
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("label=ateam.dev/team={}", w.team),
+            "--filter",
+            &format!("label=ateam.dev/member=m{i}"),
+        ]);
+        assert_eq!(ids.lines().count(), 1, "{engine}: m{i}: {ids}");
+        assert!(w.running(&format!("m{i}")), "{engine}: m{i}");
+    }
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -368,4 +397,5 @@ on_engines!(
     a_removed_file_leaves_its_member_reported,
     one_controller_per_state_folder_and_sigterm_stops_it,
     a_crash_looping_member_backs_off,
+    sigterm_during_a_big_bring_up_then_the_next_start_converges,
 );
