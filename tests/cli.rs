@@ -309,3 +309,21 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         text(&out.stderr)
     );
 }
+
+/// With nothing applied, `status -o json|yaml` is still a document a parser reads (an empty
+/// list), not a sentence; the table says so in words.
+#[test]
+fn status_with_nothing_applied_is_an_empty_document() {
+    let out = ateam(&["status", "-o", "json"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, serde_json::json!([]));
+    let out = ateam(&["status", "-o", "yaml"], None);
+    assert_eq!(text(&out.stdout).trim(), "[]");
+    let out = ateam(&["status"], None);
+    assert!(
+        text(&out.stdout).contains("no teams applied"),
+        "{}",
+        text(&out.stdout)
+    );
+}

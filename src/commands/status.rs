@@ -26,10 +26,15 @@ pub async fn run(
         desired.teams.retain(|x| x.name == t);
     }
     if desired.teams.is_empty() {
-        println!(
-            "no teams applied (state folder {})",
-            ctx.host.state_dir.display()
-        );
+        // For machines, an empty result is still a document.
+        match output {
+            Output::Text => println!(
+                "no teams applied (state folder {})",
+                ctx.host.state_dir.display()
+            ),
+            Output::Json => println!("[]"),
+            Output::Yaml => println!("[]"),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let look = ctx.look(&desired, PlanOptions::default()).await?;
