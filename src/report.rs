@@ -225,6 +225,9 @@ pub struct MemberStatus {
     pub grants: String,
     /// Memory and pids limits are not enforced by this engine (allowed by the team).
     pub limits_unenforced: bool,
+    /// When a running controller restarts this crash-looping member next (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_restart: Option<String>,
     /// This row differs from the manifests.
     pub drifted: bool,
 }
@@ -301,6 +304,7 @@ pub fn team_status(
             last_activity_secs: None,
             grants: "host (your own access)".into(),
             limits_unenforced: false,
+            next_restart: None,
             drifted: !running,
         });
     }
@@ -388,6 +392,7 @@ pub fn team_status(
             last_activity_secs: last.map(secs),
             grants: grants_summary(&m.access),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
+            next_restart: None,
             drifted,
         });
     }
@@ -430,6 +435,7 @@ pub fn team_status(
             last_activity_secs: None,
             grants: "-".into(),
             limits_unenforced: false,
+            next_restart: None,
             drifted: true,
         };
     for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
@@ -479,6 +485,7 @@ pub fn team_status(
                     last_activity_secs: last.map(secs),
                     grants: "-".into(),
                     limits_unenforced: false,
+                    next_restart: None,
                     drifted: false,
                 });
             }

@@ -47,11 +47,26 @@ pub async fn run(
         restarts: &count,
     };
     let engine = info.kind.to_string();
-    let teams: Vec<_> = desired
+    let mut teams: Vec<_> = desired
         .teams
         .iter()
         .map(|t| team_status(t, &engine, &observed, &p, &extras))
         .collect();
+    // Crash-looping members waiting out their delay, as the running controller paces them.
+    if let Some(record) = ateam::controller::status::read(&ctx.host.state_dir)
+        && ateam::controller::status::running(&ctx.host.state_dir)
+    {
+        for t in &mut teams {
+            for m in &mut t.members {
+                if let Some(due) = record.restarts_due.get(&format!("{}/{}", t.team, m.name)) {
+                    m.next_restart = Some(due.clone());
+                    m.detail = Some(format!(
+                        "crash-looping; the controller restarts it at {due}"
+                    ));
+                }
+            }
+        }
+    }
     match output {
         Output::Text => {
             print!("{}", render_status(&teams));
