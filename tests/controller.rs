@@ -376,6 +376,39 @@ fn sigterm_during_a_big_bring_up_then_the_next_start_converges(engine: &'static 
     }
 }
 
+/// A team applied into the same state folder from other manifests is not the controller's:
+/// even with --prune it is left running.
+fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
+    let w = World::new(engine, "mine");
+    w.write("a.yaml", &member("a", ""));
+    // Another team, applied by hand from a folder of its own, into the same store.
+    let other = format!("{}-x", w.team);
+    let dir = w.root().join("other");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(w.root().join("sessions-other")).unwrap();
+    let yaml = TEAM
+        .replace("TEAM", &other)
+        .replace("sessionDir: ../sessions", "sessionDir: ../sessions-other")
+        + "---\n"
+        + &member("b", "");
+    std::fs::write(dir.join("team.yaml"), yaml).unwrap();
+    let out = w.ateam(&["apply", "-f", dir.join("team.yaml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let once = w.ateam(&["controller", "-f", "manifests", "--once", "--prune"]);
+    assert_eq!(once.status.code(), Some(0), "{}", text(&once.stderr));
+    assert!(w.running("a"));
+    let st = w.ateam(&["status", &other, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    let b = v[0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "b")
+        .unwrap();
+    assert_eq!(b["state"], "running", "{engine}: {b}");
+    let _ = w.ateam(&["delete", "--team", &other, "--purge"]);
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -397,4 +430,5 @@ on_engines!(
     one_controller_per_state_folder_and_sigterm_stops_it,
     a_crash_looping_member_backs_off,
     sigterm_during_a_big_bring_up_then_the_next_start_converges,
+    a_team_from_other_manifests_is_left_alone,
 );

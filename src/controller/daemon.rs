@@ -65,6 +65,9 @@ struct State {
     teams: BTreeMap<String, Team>,
     /// The manifests were read successfully at least once.
     loaded: bool,
+    /// Every team these manifests named since the controller started: the only teams it
+    /// touches. A team applied from other manifests into the same store is not its business.
+    known: std::collections::BTreeSet<String>,
     crash: BTreeMap<(String, String), Crash>,
     record: ControllerRecord,
 }
@@ -99,15 +102,9 @@ impl Reconciler {
         }
     }
 
-    /// Every team known, from the manifests and the store.
+    /// Every team this controller's manifests named (now or since it started).
     fn all_teams(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.state().teams.keys().cloned().collect();
-        if let Ok(stored) = self.app.store.teams() {
-            names.extend(stored.into_iter().map(|t| t.name));
-        }
-        names.sort();
-        names.dedup();
-        names
+        self.state().known.iter().cloned().collect()
     }
 
     pub async fn reconcile(&self, key: Key) -> Result<Action, AppError> {
@@ -150,6 +147,7 @@ impl Reconciler {
                     .map(|(n, _)| n.clone())
                     .chain(st.teams.keys().filter(|n| !new.contains_key(*n)).cloned())
                     .collect();
+                st.known.extend(new.keys().cloned());
                 st.teams = new;
                 st.loaded = true;
                 st.record.manifest_errors.clear();
