@@ -26,8 +26,8 @@ use bollard::query_parameters::{
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use super::{
-    Backend, BackendError, CreateRequest, EngineInfo, EngineKind, ExecOutput, Inspected, Result,
-    Summary, state_from,
+    Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
+    Inspected, Result, Summary, state_from,
 };
 use crate::core::container::{Effective, Mount};
 
@@ -437,7 +437,7 @@ impl Backend for DockerBackend {
     async fn events(
         &self,
         labels: &BTreeMap<String, String>,
-    ) -> Result<BoxStream<'static, Result<String>>> {
+    ) -> Result<BoxStream<'static, Result<ContainerEvent>>> {
         let mut filters = HashMap::from([("type".to_string(), vec!["container".to_string()])]);
         if !labels.is_empty() {
             filters.insert("label".to_string(), label_filters(labels));
@@ -476,10 +476,14 @@ impl Backend for DockerBackend {
             .try_filter_map(|ev| async move {
                 let action = ev.action.unwrap_or_default();
                 let quiet = action.starts_with("exec_") || QUIET_ACTIONS.contains(&action.as_str());
-                Ok(ev
-                    .actor
-                    .and_then(|a| a.id)
-                    .filter(|id| !quiet && !id.is_empty()))
+                Ok(ev.actor.and_then(|a| {
+                    let team = a
+                        .attributes
+                        .as_ref()
+                        .and_then(|at| at.get(crate::core::container::labels::TEAM).cloned());
+                    a.id.filter(|id| !quiet && !id.is_empty())
+                        .map(|id| ContainerEvent { id, team })
+                }))
             });
         Ok(stream.boxed())
     }
@@ -1303,7 +1307,7 @@ mod tests {
         b.start(&id).await.expect("start");
         let seen = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(ev) = events.next().await {
-                if ev.expect("event") == id {
+                if ev.expect("event").id == id {
                     return true;
                 }
             }

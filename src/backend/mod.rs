@@ -59,6 +59,14 @@ pub struct Inspected {
     pub started_at: Option<String>,
 }
 
+/// A container that changed, with its team as its labels say (the event carries them, so
+/// nobody has to ask the engine again which team to look at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerEvent {
+    pub id: String,
+    pub team: Option<String>,
+}
+
 /// The output of a command run in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -141,12 +149,12 @@ pub trait Backend: Send + Sync {
     /// `follow`, then everything new until the container stops.
     async fn logs(&self, id: &str, tail: usize, follow: bool, sink: &mut LogSink<'_>)
     -> Result<()>;
-    /// Ids of containers with these labels that changed (start, die, destroy, ...), as they
-    /// happen; the stream ends when the engine connection does.
+    /// Containers with these labels that changed (start, die, destroy, ...), as they happen;
+    /// the stream ends when the engine connection does.
     async fn events(
         &self,
         labels: &BTreeMap<String, String>,
-    ) -> Result<futures_util::stream::BoxStream<'static, Result<String>>>;
+    ) -> Result<futures_util::stream::BoxStream<'static, Result<ContainerEvent>>>;
 }
 
 /// The last `tail` lines of a container's output, as text.

@@ -35,8 +35,8 @@ use podman_api::opts::{
 use serde_json::{Value, json};
 
 use super::{
-    Backend, BackendError, CreateRequest, EngineInfo, EngineKind, ExecOutput, Inspected, Result,
-    Summary, state_from,
+    Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
+    Inspected, Result, Summary, state_from,
 };
 use crate::core::container::{Effective, Mount};
 
@@ -829,7 +829,7 @@ impl Backend for PodmanBackend {
     async fn events(
         &self,
         labels: &BTreeMap<String, String>,
-    ) -> Result<BoxStream<'static, Result<String>>> {
+    ) -> Result<BoxStream<'static, Result<ContainerEvent>>> {
         // podman-api's event stream borrows the client, so a task owns a clone and forwards
         // ids; it ends when the receiver is dropped or the engine closes the stream.
         //
@@ -854,7 +854,7 @@ impl Backend for PodmanBackend {
             .build();
         let podman = self.podman.clone();
         let labels = labels.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<String>>(64);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<ContainerEvent>>(64);
         tokio::spawn(async move {
             let mut events = podman.events(&opts);
             loop {
@@ -864,9 +864,17 @@ impl Backend for PodmanBackend {
                         None => break,
                         // Several label filters are OR-ed by Podman: require all of them here.
                         Some(Ok(ev)) => {
+                            let team = ev
+                                .actor
+                                .attributes
+                                .get(crate::core::container::labels::TEAM)
+                                .cloned();
                             if ev.typ == "container"
                                 && has_labels(&ev.actor.attributes, &labels)
-                                && tx.send(Ok(ev.actor.id)).await.is_err()
+                                && tx
+                                    .send(Ok(ContainerEvent { id: ev.actor.id, team }))
+                                    .await
+                                    .is_err()
                             {
                                 break;
                             }
@@ -1338,7 +1346,7 @@ mod tests {
 
         let seen = tokio::time::timeout(Duration::from_secs(20), async {
             while let Some(ev) = events.next().await {
-                if ev.expect("event") == id {
+                if ev.expect("event").id == id {
                     return true;
                 }
             }

@@ -471,7 +471,7 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
         } else {
             match r.app.connect(&teams).await {
                 Ok((backend, _)) => match backend.events(&ours).await {
-                    Ok(stream) => Some((backend, stream)),
+                    Ok(stream) => Some(stream),
                     Err(e) => {
                         warn!(error = %e, "engine events unavailable");
                         None
@@ -483,7 +483,7 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
                 }
             }
         };
-        if let Some((backend, mut stream)) = connected {
+        if let Some(mut stream) = connected {
             wait = Duration::from_secs(1);
             for t in r.all_teams() {
                 let _ = r.handle.schedule(Key::Team(t));
@@ -492,18 +492,12 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(id)) => {
-                            let team = backend
-                                .list(&ours)
-                                .await
-                                .ok()
-                                .and_then(|all| all.into_iter().find(|c| c.id == id))
-                                .and_then(|c| c.labels.get(labels::TEAM).cloned());
+                        Some(Ok(event)) => {
                             // Not debounced: a member that died is restarted now (a burst
                             // of events for it still runs one reconcile at a time).
-                            match team {
+                            match event.team {
                                 Some(t) => { let _ = r.handle.schedule_after(Key::Team(t), Duration::ZERO); }
-                                // Gone already (removed): every team, to be sure.
+                                // No team label: every team, to be sure.
                                 None => for t in r.all_teams() {
                                     let _ = r.handle.schedule(Key::Team(t));
                                 },
