@@ -2,7 +2,10 @@
 //! dependency on any other module of ateam but the model.
 //! - `container`: the container types (spec, names, labels, create request, what an engine
 //!   reports);
+//! - `egress`: what an egress allowlist entry means, and which addresses are never reached
+//!   unless named exactly;
 //! - `layout`: every path under ateam's state folder.
 
 pub mod container;
+pub mod egress;
 pub mod layout;

@@ -18,6 +18,7 @@ use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
 use super::reach::Fence;
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
+use crate::core::egress;
 use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
@@ -475,60 +476,15 @@ fn check_env_name(name: &str) -> Result<(), String> {
 }
 
 fn check_host_pattern(h: &str) -> Result<(), String> {
-    if let Some((_, rest)) = h.split_once("://") {
-        let host = rest.split('/').next().unwrap_or(rest);
-        return Err(format!(
-            "`{h}` is a URL; write the host name only, for example `{host}`"
-        ));
-    }
-    let (host, port) = match h.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (h, None),
-    };
-    if let Some(p) = port
-        && p.parse::<u16>().map(|p| p == 0).unwrap_or(true)
-    {
-        return Err(format!("`{h}` has an invalid port `{p}`"));
-    }
-    let name = host.strip_prefix("*.").unwrap_or(host);
-    let ok = !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{h}` is not a host name (examples: api.example.com, *.example.com, host:443)"
-        ))
-    }
+    egress::Entry::parse(h).map(|_| ())
 }
 
 /// Does the allowlist entry `outer` let through everything `inner` does.
 fn host_covers(outer: &str, inner: &str) -> bool {
-    if outer == inner {
-        return true;
+    match (egress::Entry::parse(outer), egress::Entry::parse(inner)) {
+        (Ok(o), Ok(i)) => o.covers(&i),
+        _ => false,
     }
-    let (oh, op) = outer
-        .rsplit_once(':')
-        .map(|(h, p)| (h, Some(p)))
-        .unwrap_or((outer, None));
-    let (ih, ip) = inner
-        .rsplit_once(':')
-        .map(|(h, p)| (h, Some(p)))
-        .unwrap_or((inner, None));
-    let port_ok = op.is_none() || op == ip;
-    let host_ok = oh == ih
-        || oh.strip_prefix("*.").is_some_and(|d| {
-            let ih_plain = ih.strip_prefix("*.").unwrap_or(ih);
-            ih_plain.ends_with(&format!(".{d}"))
-        });
-    port_ok && host_ok
 }
 
 /// Is `child` the same as or narrower than `parent`; the first way it is wider if not.
