@@ -69,6 +69,14 @@ fn main() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+    // A member with an allow list reaches the network only through the bridge: started now,
+    // after the release, and before the member's command, which finds it listening.
+    if let (Some(listen), Some(socket)) = (
+        std::env::var_os("ATEAM_EGRESS_LISTEN"),
+        std::env::var_os("ATEAM_EGRESS_SOCKET"),
+    ) {
+        start_bridge(&listen, &socket);
+    }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     // Secrets: NUL-separated KEY=VALUE entries in a 0600 file of the user's.
@@ -84,6 +92,33 @@ fn main() {
     let err = command.exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);
+}
+
+/// Starts `/.ateam/bridge` and waits for its "ready" line (it listens by then). A bridge that
+/// fails leaves the member without a network, which is the narrower side: it is said, and the
+/// member's command runs.
+fn start_bridge(listen: &std::ffi::OsStr, socket: &std::ffi::OsStr) {
+    use std::io::BufRead;
+    let spawned = Command::new(Path::new(CTL).join("bridge"))
+        .arg("--listen")
+        .arg(listen)
+        .arg("--socket")
+        .arg(socket)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            let mut line = String::new();
+            if let Some(out) = child.stdout.take() {
+                let _ = std::io::BufReader::new(out).read_line(&mut line);
+            }
+            if line.trim() != "ready" {
+                eprintln!("ateam-gate: the egress bridge did not start; no network");
+            }
+        }
+        Err(e) => eprintln!("ateam-gate: cannot start the egress bridge: {e}; no network"),
+    }
 }
 
 /// The boot id and the start time (in clock ticks since boot) of this container's init,

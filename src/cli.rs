@@ -193,8 +193,29 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         tail: usize,
         /// Keep printing new output until the member stops.
-        #[arg(short, long)]
+        #[arg(short, long, conflicts_with = "egress")]
         follow: bool,
+        /// The member's egress instead: connections its proxy allowed and refused.
+        #[arg(long)]
+        egress: bool,
+    },
+    /// A member's egress proxy (started by apply; not for people to run).
+    #[command(hide = true)]
+    EgressProxy {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        policy: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        pid_file: PathBuf,
+        /// UID:GID to run as, when started as root.
+        #[arg(long)]
+        user: Option<String>,
+        /// Start the proxy in the background and return.
+        #[arg(long)]
+        detach: bool,
     },
     /// Run a command in a member's container.
     Exec {

@@ -15,6 +15,7 @@ use tracing::{Instrument, debug, info, info_span};
 
 use crate::backend::BackendError;
 use crate::core::container::{labels, replacement_name};
+use crate::egress;
 use crate::files;
 use crate::plan::spec::{DesiredMember, DesiredSession};
 use crate::plan::{Action, ContainerRef, Drift, Plan, StartReason};
@@ -54,6 +55,12 @@ pub enum ActionError {
         #[source]
         source: std::io::Error,
     },
+    #[error("member `{member}`: {source}")]
+    Egress {
+        member: String,
+        #[source]
+        source: egress::ProxyError,
+    },
     #[error("main session `{session}`: {message}")]
     Session { session: String, message: String },
 }
@@ -77,6 +84,8 @@ fn key(a: &Action) -> (String, String) {
     match a {
         Action::MakeTranscriptDir { team, member, .. }
         | Action::StartEgressProxy { team, member, .. }
+        | Action::UpdateEgressPolicy { team, member, .. }
+        | Action::StopEgressProxy { team, member }
         | Action::Start { team, member, .. }
         | Action::RemoveOrphan { team, member, .. }
         | Action::RemoveDuplicate { team, member, .. }
@@ -125,6 +134,8 @@ fn about(a: &Action) -> About<'_> {
     match a {
         Action::MakeTranscriptDir { .. } => plain("makeTranscriptDir", None, "missing"),
         Action::StartEgressProxy { .. } => plain("startEgressProxy", None, "notRunning"),
+        Action::UpdateEgressPolicy { .. } => plain("updateEgressPolicy", None, "allowListChanged"),
+        Action::StopEgressProxy { .. } => plain("stopEgressProxy", None, "noAllowList"),
         Action::StartSession { .. } => plain("startSession", None, "notRunning"),
         Action::Create { .. } => plain("create", None, "missing"),
         Action::Recreate { old, reason, .. } => About {
@@ -193,6 +204,8 @@ impl Executor<'_> {
                     .find(|m| m.team == *team && m.member == *member),
                 Action::MakeTranscriptDir { .. }
                 | Action::StartEgressProxy { .. }
+                | Action::UpdateEgressPolicy { .. }
+                | Action::StopEgressProxy { .. }
                 | Action::StartSession { .. }
                 | Action::RemoveOrphan { .. }
                 | Action::RemoveDuplicate { .. }
@@ -415,11 +428,80 @@ impl Executor<'_> {
                 Ok(())
             }
             Action::StartSession { session } => start_session(session),
-            Action::StartEgressProxy { member, .. } => Err(ActionError::Session {
-                session: member.clone(),
-                message: "the egress proxy is not available in this version".into(),
-            }),
+            Action::StartEgressProxy {
+                team,
+                member,
+                allow,
+                ..
+            } => {
+                let owner = self.member_of(wanted, member)?;
+                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+                let policy = egress::PolicyFile {
+                    team: team.clone(),
+                    member: member.clone(),
+                    allow: allow.clone(),
+                };
+                let store_owner = self.rt.owner;
+                tokio::task::spawn_blocking(move || {
+                    egress::start(&paths, &policy, store_owner, owner)
+                })
+                .await
+                .map_err(|e| ActionError::Session {
+                    session: member.clone(),
+                    message: e.to_string(),
+                })?
+                .map_err(|source| ActionError::Egress {
+                    member: member.clone(),
+                    source,
+                })
+            }
+            Action::UpdateEgressPolicy {
+                team,
+                member,
+                allow,
+            } => {
+                let owner = self.member_of(wanted, member)?;
+                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+                let policy = egress::PolicyFile {
+                    team: team.clone(),
+                    member: member.clone(),
+                    allow: allow.clone(),
+                };
+                egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
+                    member: member.clone(),
+                    path: paths.policy.clone(),
+                    source,
+                })
+            }
+            Action::StopEgressProxy { team, member } => {
+                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+                let pid = paths.pid.clone();
+                tokio::task::spawn_blocking(move || egress::stop(&paths))
+                    .await
+                    .map_err(|e| ActionError::Session {
+                        session: member.clone(),
+                        message: e.to_string(),
+                    })?
+                    .map_err(|source| ActionError::Io {
+                        member: member.clone(),
+                        path: pid,
+                        source,
+                    })
+            }
         }
+    }
+
+    /// The user a wanted member runs as (its proxy runs as that user too).
+    fn member_of(
+        &self,
+        wanted: Option<&DesiredMember>,
+        member: &str,
+    ) -> Result<files::Owner, ActionError> {
+        let m = wanted.ok_or_else(|| ActionError::Session {
+            session: member.to_string(),
+            message: "an egress proxy was planned for a member no manifest wants".into(),
+        })?;
+        Ok(self.rt.member_owner(m)?)
     }
 
     /// A create that an interrupted apply sent can still be in the engine's hands when the
@@ -608,6 +690,15 @@ mod tests {
                 member: member.clone(),
                 socket: "/x.sock".into(),
                 allow: vec![],
+            },
+            Action::UpdateEgressPolicy {
+                team: team.clone(),
+                member: member.clone(),
+                allow: vec![],
+            },
+            Action::StopEgressProxy {
+                team: team.clone(),
+                member: member.clone(),
             },
             Action::RemoveOrphan {
                 team: team.clone(),

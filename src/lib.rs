@@ -29,6 +29,7 @@ pub mod app;
 pub mod backend;
 pub mod controller;
 pub mod core;
+pub mod egress;
 pub mod execute;
 pub mod files;
 pub mod host;

@@ -10,6 +10,7 @@ use tracing::debug;
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
 use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
+use crate::egress::PolicyFile;
 use crate::plan::spec::DesiredState;
 use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
@@ -117,12 +118,37 @@ pub async fn observe(
         desired
             .members
             .iter()
-            .filter_map(|m| m.egress_socket.as_ref()),
+            .filter_map(|m| Some(&m.egress.as_ref()?.socket)),
     );
     let live_sockets: BTreeSet<_> = sockets
         .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .cloned()
         .collect();
+    let mut egress_policies = BTreeMap::new();
+    let mut egress_proxies = BTreeSet::new();
+    for t in &desired.teams {
+        for m in desired.members.iter().filter(|m| m.team == t.name) {
+            if let Some(e) = &m.egress {
+                let path =
+                    layout::egress_policy_path(&layout::egress_dir_in(&t.run_dir, &m.member));
+                if let Some(p) = std::fs::read(path)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<PolicyFile>(&b).ok())
+                {
+                    egress_policies.insert(e.socket.clone(), p.allow);
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(layout::members_dir(&t.run_dir)) {
+            for e in entries.flatten() {
+                let member = e.file_name().to_string_lossy().into_owned();
+                let dir = layout::egress_dir_in(&t.run_dir, &member);
+                if layout::egress_pid_path(&dir).exists() {
+                    egress_proxies.insert((t.name.clone(), member));
+                }
+            }
+        }
+    }
     debug!(
         listed,
         inspected,
@@ -138,6 +164,8 @@ pub async fn observe(
         containers,
         transcript_dirs,
         live_sockets,
+        egress_policies,
+        egress_proxies,
         limits_unenforced: !info.limits_enforced,
         recorded,
     })

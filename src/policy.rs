@@ -7,8 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::core::container::Effective;
-use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount};
-use crate::model::Network;
+use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount, SpecNetwork};
 
 /// One way a container differs from the policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,9 +186,9 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
     check("init", found.init, "on".into(), "off".into());
     let net_ok = match spec.network {
         // An allowlist reaches the network only through the egress proxy's socket.
-        Network::None | Network::Allow(_) => found.network_mode == "none",
+        SpecNetwork::None | SpecNetwork::Proxy => found.network_mode == "none",
         // Never the host's, nor another container's.
-        Network::Open => {
+        SpecNetwork::Open => {
             !found.network_mode.is_empty()
                 && found.network_mode != "host"
                 && !found.network_mode.starts_with("container:")
@@ -340,10 +339,10 @@ fn tmpfs_options(opts: &str) -> Vec<&str> {
     v
 }
 
-fn expected_network(n: &Network) -> &'static str {
+fn expected_network(n: &SpecNetwork) -> &'static str {
     match n {
-        Network::None | Network::Allow(_) => "none",
-        Network::Open => "a private network",
+        SpecNetwork::None | SpecNetwork::Proxy => "none",
+        SpecNetwork::Open => "a private network",
     }
 }
 
@@ -383,8 +382,8 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
         read_only_rootfs: true,
         init: true,
         network_mode: match spec.network {
-            Network::None | Network::Allow(_) => "none".into(),
-            Network::Open => "bridge".into(),
+            SpecNetwork::None | SpecNetwork::Proxy => "none".into(),
+            SpecNetwork::Open => "bridge".into(),
         },
         bind_mounts: spec.mounts.clone(),
         tmpfs: spec.tmpfs.clone(),
@@ -431,7 +430,7 @@ pub fn create_request(
         pids: spec.pids,
         nano_cpus: spec.nano_cpus,
         // An allowlist reaches the network only through the egress proxy's socket.
-        network_none: !matches!(spec.network, Network::Open),
+        network_none: !matches!(spec.network, SpecNetwork::Open),
         labels,
         cap_drop_all: true,
         no_new_privileges: true,

@@ -26,6 +26,17 @@ pub fn render_diff(plan: &Plan) -> String {
             Action::StartEgressProxy { team, member, .. } => {
                 (team, format!("  + egress proxy of {member}"))
             }
+            Action::UpdateEgressPolicy {
+                team,
+                member,
+                allow,
+            } => (
+                team,
+                format!("  ~ egress allow list of {member}: {}", allow.join(",")),
+            ),
+            Action::StopEgressProxy { team, member } => {
+                (team, format!("  - egress proxy of {member}"))
+            }
             Action::StartSession { session } => (
                 &session.team,
                 format!(

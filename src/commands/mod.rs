@@ -5,6 +5,7 @@ mod common;
 mod controller;
 mod delete;
 mod diff;
+mod egress;
 mod member;
 mod progress;
 mod schema;
@@ -83,8 +84,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             member,
             team,
             tail,
+            follow: _,
+            egress: true,
+        } => egress::logs(g, team.as_deref(), &member, tail),
+        Command::Logs {
+            member,
+            team,
+            tail,
             follow,
+            egress: false,
         } => block_on(member::logs(g, team.as_deref(), &member, tail, follow))?,
+        Command::EgressProxy {
+            socket,
+            policy,
+            log,
+            pid_file,
+            user,
+            detach,
+        } => egress::proxy(
+            ateam::egress::proxy::Config {
+                socket,
+                policy,
+                log,
+                pid_file,
+            },
+            user.as_deref(),
+            detach,
+        ),
         Command::Exec {
             member,
             team,

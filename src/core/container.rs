@@ -11,6 +11,29 @@ use sha2::{Digest, Sha256};
 
 use crate::model::Network;
 
+/// What a member's container has for a network. An allowlist's entries are not part of it:
+/// they live in the egress proxy's policy file, so that a new list needs no new container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SpecNetwork {
+    /// Loopback only.
+    None,
+    /// Loopback only, and the egress proxy's socket in the control folder.
+    Proxy,
+    /// A network of its own team (`team_network_name`).
+    Open,
+}
+
+impl From<&Network> for SpecNetwork {
+    fn from(n: &Network) -> SpecNetwork {
+        match n {
+            Network::None => SpecNetwork::None,
+            Network::Allow(_) => SpecNetwork::Proxy,
+            Network::Open => SpecNetwork::Open,
+        }
+    }
+}
+
 /// Label keys that ateam puts on every container it makes.
 pub mod labels {
     pub const MANAGED_BY: &str = "ateam.dev/managed-by";
@@ -83,7 +106,7 @@ pub struct ContainerSpec {
     pub memory_bytes: u64,
     pub pids: u32,
     pub nano_cpus: Option<u64>,
-    pub network: Network,
+    pub network: SpecNetwork,
     /// The user's labels from the manifest.
     pub labels: BTreeMap<String, String>,
 }

@@ -9,7 +9,8 @@
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
 //! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
-//! <state>/teams/<team>/members/<m>/egress.sock      its egress proxy (to come)
+//! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
+//! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file and log
 //! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
 //! ```
 
@@ -56,12 +57,40 @@ pub fn session_socket_path(state_dir: &Path, team: &str, session: &str) -> PathB
 /// refused up front rather than failing when tmux or the egress proxy tries to listen.
 pub const MAX_SOCKET_PATH: usize = 107;
 
-/// Where a member's egress proxy will listen.
+/// Where a member's egress proxy listens: in its control folder, which is mounted into that
+/// member alone (at `/.ateam`), is 0700 and belongs to the user the member runs as. The folder
+/// is mounted, not the socket file, so a restarted proxy's new socket is seen inside.
 pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
-    team_run_dir(state_dir, team)
-        .join("members")
-        .join(member)
-        .join("egress.sock")
+    member_ctl_dir(state_dir, team, member).join(EGRESS_SOCKET_NAME)
+}
+
+/// The socket's name in the control folder (inside a member: `/.ateam/egress.sock`).
+pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
+
+/// A member's egress proxy's own files: its allowlist, pid file and log. Never mounted.
+pub fn egress_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    egress_dir_in(&team_run_dir(state_dir, team), member)
+}
+
+/// `egress_dir`, from the team's folder (`team_run_dir`).
+pub fn egress_dir_in(run_dir: &Path, member: &str) -> PathBuf {
+    members_dir(run_dir).join(member).join("egress")
+}
+
+/// The allowlist the proxy reads (rewritten atomically by apply; the proxy re-reads it when
+/// it changes, so a new list needs no new container).
+pub fn egress_policy_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join("policy.json")
+}
+
+/// The running proxy's pid.
+pub fn egress_pid_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join("proxy.pid")
+}
+
+/// Allowed and refused connections, JSON lines; rotated to `log.jsonl.1`.
+pub fn egress_log_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join("log.jsonl")
 }
 
 /// The lock that keeps two applies (or deletes) of one store from interleaving.

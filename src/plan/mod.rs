@@ -15,7 +15,7 @@ use serde_json::Value;
 
 pub use crate::core::container::ContainerState;
 use crate::core::container::{self as names, labels};
-use crate::model::{Network, RestartPolicy};
+use crate::model::RestartPolicy;
 use crate::policy::{self, Violation};
 pub use observed::{Observed, ObservedContainer};
 pub use spec::{DesiredMember, DesiredState};
@@ -61,6 +61,18 @@ pub enum Action {
         member: String,
         socket: PathBuf,
         allow: Vec<String>,
+    },
+    /// Give a running egress proxy the member's new allowlist (no new container).
+    UpdateEgressPolicy {
+        team: String,
+        member: String,
+        allow: Vec<String>,
+    },
+    /// Stop the egress proxy of a member that no longer has an allowlist (or is gone), and
+    /// remove its socket.
+    StopEgressProxy {
+        team: String,
+        member: String,
     },
     /// Start a main session's terminal on the host.
     StartSession {
@@ -251,15 +263,21 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         }
     }
     for m in &desired.members {
-        if let (Some(socket), Network::Allow(allow)) = (&m.egress_socket, &m.spec.network)
-            && !observed.live_sockets.contains(socket)
-        {
-            plan.actions.push(Action::StartEgressProxy {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                socket: socket.clone(),
-                allow: allow.clone(),
-            });
+        if let Some(e) = &m.egress {
+            if !observed.live_sockets.contains(&e.socket) {
+                plan.actions.push(Action::StartEgressProxy {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    socket: e.socket.clone(),
+                    allow: e.allow.clone(),
+                });
+            } else if observed.egress_policies.get(&e.socket) != Some(&e.allow) {
+                plan.actions.push(Action::UpdateEgressPolicy {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    allow: e.allow.clone(),
+                });
+            }
         }
         if !observed.transcript_dirs.contains(&m.transcript_dir) {
             plan.actions.push(Action::MakeTranscriptDir {
@@ -356,6 +374,31 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         for c in containers {
             let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
             plan.push_orphan(opts.prune, team, member, container);
+        }
+    }
+
+    // Egress proxies of members that no longer have an allowlist: stopped once their
+    // container goes (a recreate without one, a prune), or at once when none is left.
+    for (team, member) in &observed.egress_proxies {
+        if !in_scope.contains(team.as_str())
+            || desired
+                .members
+                .iter()
+                .any(|m| m.team == *team && m.member == *member && m.egress.is_some())
+        {
+            continue;
+        }
+        let container_stays = !opts.prune
+            && !wanted.contains(&(team.as_str(), member.as_str()))
+            && observed.containers.iter().any(|c| {
+                observed.recorded.contains(&c.id)
+                    && owned_key(c, &desired.store) == Some((team.as_str(), member.as_str()))
+            });
+        if !container_stays {
+            plan.actions.push(Action::StopEgressProxy {
+                team: team.clone(),
+                member: member.clone(),
+            });
         }
     }
 

@@ -16,6 +16,13 @@ pub struct Observed {
     pub transcript_dirs: BTreeSet<PathBuf>,
     /// Unix sockets that something answers on (a socket file alone does not count).
     pub live_sockets: BTreeSet<PathBuf>,
+    /// The allowlist each egress proxy's policy file holds now, by socket.
+    #[serde(default)]
+    pub egress_policies: BTreeMap<PathBuf, Vec<String>>,
+    /// Members (team, member) of the teams in scope with an egress proxy's pid file: a proxy
+    /// that may run and would have to be stopped.
+    #[serde(default)]
+    pub egress_proxies: BTreeSet<(String, String)>,
     /// The engine ignores memory, pids and CPU limits (rootless Podman on cgroup v1).
     pub limits_unenforced: bool,
     /// Ids of the containers this store made (its records, `store::Record`), for the teams in

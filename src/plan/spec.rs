@@ -10,13 +10,18 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::core::container::{
-    CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, container_name, labels,
+    CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, SpecNetwork, container_name, labels,
 };
 use crate::core::layout::{
-    member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
+    EGRESS_SOCKET_NAME, egress_socket_path, member_ctl_dir, member_record_path,
+    session_socket_path, store_id, team_run_dir,
 };
 use crate::host::Host;
-use crate::model::{Desired, Member, RestartPolicy, Team};
+use crate::model::{Desired, Member, Network, RestartPolicy, Team};
+
+/// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
+/// member has its own network namespace). `HTTP_PROXY` and friends point here.
+pub const BRIDGE_LISTEN: &str = "127.0.0.1:3128";
 
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,8 +38,15 @@ pub struct DesiredMember {
     pub record: PathBuf,
     /// From the Team: start even where memory and pids limits are not enforced.
     pub allow_unenforced_limits: bool,
-    /// The egress proxy's socket, when the network is an allowlist.
-    pub egress_socket: Option<PathBuf>,
+    /// Its egress proxy, when the network is an allowlist.
+    pub egress: Option<DesiredEgress>,
+}
+
+/// A member's egress proxy as the planner wants it: listening on `socket`, judging by `allow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredEgress {
+    pub socket: PathBuf,
+    pub allow: Vec<String>,
 }
 
 /// A main session as the planner wants it: a terminal on the host, on its own socket.
@@ -119,6 +131,22 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     };
     env.insert("ATEAM_READ_DIRS".into(), join(&m.access.read));
     env.insert("ATEAM_WRITE_DIRS".into(), join(&m.access.write));
+    let network = SpecNetwork::from(&m.access.network);
+    if network == SpecNetwork::Proxy {
+        // The gate starts the bridge when it sees these (see gate/main.rs).
+        env.insert("ATEAM_EGRESS_LISTEN".into(), BRIDGE_LISTEN.into());
+        env.insert(
+            "ATEAM_EGRESS_SOCKET".into(),
+            format!("{CTL_TARGET}/{EGRESS_SOCKET_NAME}"),
+        );
+        let url = format!("http://{BRIDGE_LISTEN}");
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            env.insert(k.into(), url.clone());
+        }
+        for k in ["NO_PROXY", "no_proxy"] {
+            env.insert(k.into(), "localhost,127.0.0.1,::1".into());
+        }
+    }
     let tmpfs = BTreeMap::from([
         ("/tmp".to_string(), "rw,nosuid,nodev,size=256m".to_string()),
         (
@@ -142,7 +170,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         memory_bytes: m.memory_bytes,
         pids: m.pids,
         nano_cpus: m.nano_cpus,
-        network: m.access.network.clone(),
+        network,
         labels: m.labels.clone(),
     }
 }
@@ -174,10 +202,13 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
                 record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),
                 allow_unenforced_limits: team.allow_unenforced_limits,
-                // The allowlisting egress proxy is not built yet: until it is, an allowlist
-                // member runs with no network at all (the narrower side), and no proxy is
-                // planned. Its socket will be `egress_socket_path(..)`.
-                egress_socket: None,
+                egress: match &m.access.network {
+                    Network::Allow(allow) => Some(DesiredEgress {
+                        socket: egress_socket_path(&host.state_dir, &team.name, &m.name),
+                        allow: allow.clone(),
+                    }),
+                    Network::None | Network::Open => None,
+                },
             });
         }
     }

@@ -105,6 +105,8 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         containers,
         transcript_dirs: transcripts(names),
         live_sockets: BTreeSet::new(),
+        egress_policies: BTreeMap::new(),
+        egress_proxies: BTreeSet::new(),
         limits_unenforced: false,
     }
 }
@@ -121,6 +123,8 @@ fn kinds(p: &Plan) -> Vec<String> {
         .map(|a| match a {
             Action::MakeTranscriptDir { member, .. } => format!("mkdir {member}"),
             Action::StartEgressProxy { member, .. } => format!("proxy {member}"),
+            Action::UpdateEgressPolicy { member, .. } => format!("allow {member}"),
+            Action::StopEgressProxy { member, .. } => format!("stop-proxy {member}"),
             Action::StartSession { session } => format!("session {}", session.name),
             Action::Create { member } => format!("create {}", member.member),
             Action::Recreate { member, .. } => format!("recreate {}", member.member),
@@ -675,17 +679,64 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         env: BTreeMap::new(),
         labels: BTreeMap::new(),
     });
-    let mut d = desired_state(&d, &host());
+    let d = desired_state(&d, &host());
     let proxy = crate::core::layout::egress_socket_path(&host().state_dir, "t", "b");
-    d.members[1].egress_socket = Some(proxy.clone());
+    assert_eq!(d.members[1].egress.as_ref().unwrap().socket, proxy);
     let mut o = in_sync(&d, &["a", "b"]);
     assert_eq!(
         kinds(&plan(&d, &o, PlanOptions::default())),
         ["session lead", "proxy b"]
     );
-    o.live_sockets.insert(proxy);
+    o.live_sockets.insert(proxy.clone());
     o.live_sockets.insert(d.sessions[0].socket.clone());
+    o.egress_proxies.insert(("t".into(), "b".into()));
+    // Alive, but its file holds another list: the list is rewritten, the container stays.
+    o.egress_policies
+        .insert(proxy.clone(), vec!["old.example.com".into()]);
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["allow b"]);
+    o.egress_policies
+        .insert(proxy, vec!["api.example.com".into()]);
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());
+}
+
+#[test]
+fn a_new_allow_list_keeps_the_container_and_a_lost_one_stops_the_proxy() {
+    let mut t = team(vec![member("a")]);
+    t.teams[0].members[0].access.network = Network::Allow(vec!["api.example.com".into()]);
+    let before = desired_state(&t, &host());
+    t.teams[0].members[0].access.network = Network::Allow(vec!["other.example.com".into()]);
+    let after = desired_state(&t, &host());
+    assert_eq!(before.members[0].hash, after.members[0].hash);
+    let env = &after.members[0].spec.env;
+    assert_eq!(env["HTTPS_PROXY"], "http://127.0.0.1:3128");
+    assert_eq!(env["http_proxy"], "http://127.0.0.1:3128");
+    assert_eq!(env["ATEAM_EGRESS_SOCKET"], "/.ateam/egress.sock");
+
+    // No allow list any more: the container is recreated, then the proxy stopped.
+    t.teams[0].members[0].access.network = Network::None;
+    let none = desired_state(&t, &host());
+    let mut o = in_sync(&before, &["a"]);
+    o.egress_proxies.insert(("t".into(), "a".into()));
+    assert_eq!(
+        kinds(&plan(&none, &o, PlanOptions::default())),
+        ["recreate a", "stop-proxy a"]
+    );
+    // Member gone, container kept as an orphan: its proxy stays with it; with --prune both go.
+    let gone = desired_state(&team(vec![]), &host());
+    assert_eq!(
+        kinds(&plan(&gone, &o, PlanOptions::default())),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        kinds(&plan(&gone, &o, PlanOptions { prune: true })),
+        ["remove-orphan a", "stop-proxy a"]
+    );
+    // Nothing left of the member: the proxy is stopped.
+    o.containers.clear();
+    assert_eq!(
+        kinds(&plan(&gone, &o, PlanOptions::default())),
+        ["stop-proxy a"]
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! The start gate binary (built from gate/main.rs by build.rs) and its release file.
+//! The start gate binary (built from gate/main.rs by build.rs) and its release file; and the
+//! egress bridge (bridge/main.rs), which the gate starts in members with an allow list.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -10,20 +11,30 @@ use crate::files::{Owner, remove_if_present, write_atomic};
 /// The static gate binary, embedded so that one `ateam` binary is all a user installs.
 pub const GATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-gate"));
 
-/// The gate's file name in the shared folder: its content hash, so that an upgraded ateam
-/// never links an old gate.
-fn shared_name() -> &'static str {
+/// The static egress bridge, installed beside the gate in members with an allow list.
+pub const BRIDGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-bridge"));
+
+/// The file name of a binary in the shared folder: its content hash, so that an upgraded
+/// ateam never links an old one.
+fn shared_name(prefix: &str, bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    format!(
+        "{prefix}-{}",
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
+fn gate_name() -> &'static str {
     static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let digest = Sha256::digest(GATE);
-        format!(
-            "ateam-gate-{}",
-            digest[..8]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        )
-    })
+    NAME.get_or_init(|| shared_name("ateam-gate", GATE))
+}
+
+fn bridge_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| shared_name("ateam-bridge", BRIDGE))
 }
 
 /// Puts the gate into a member's control folder: written once into `shared` (a folder of the
@@ -31,13 +42,29 @@ fn shared_name() -> &'static str {
 /// 0755 and the store owner's: members of several uids run the same file, and none can
 /// change it.
 pub fn install(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
+    install_binary(GATE, gate_name(), "gate", ctl, shared, owner)
+}
+
+/// Puts the egress bridge into a member's control folder, as `install` does the gate.
+pub fn install_bridge(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
+    install_binary(BRIDGE, bridge_name(), "bridge", ctl, shared, owner)
+}
+
+fn install_binary(
+    bytes: &[u8],
+    shared_name: &str,
+    file: &str,
+    ctl: &Path,
+    shared: &Path,
+    owner: Owner,
+) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let source = shared.join(shared_name());
+    let source = shared.join(shared_name);
     if !source.exists() {
         super::files::private_dir(shared, owner)?;
-        write_atomic(&source, GATE, 0o755, owner)?;
+        write_atomic(&source, bytes, 0o755, owner)?;
     }
-    let path = ctl.join("gate");
+    let path = ctl.join(file);
     let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
         _ => false,
@@ -49,7 +76,7 @@ pub fn install(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
     match std::fs::hard_link(&source, &path) {
         Ok(()) => Ok(()),
         // Another file system (a state folder spread over mounts): copy instead.
-        Err(_) => write_atomic(&path, GATE, 0o755, owner),
+        Err(_) => write_atomic(&path, bytes, 0o755, owner),
     }
 }
 

@@ -209,6 +209,10 @@ impl Runtime {
         }
         gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
             .map_err(io(&m.ctl_dir))?;
+        if m.egress.is_some() {
+            gate::install_bridge(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
+                .map_err(io(&m.ctl_dir))?;
+        }
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
         let mut secrets = Vec::new();
         for name in &m.spec.secret_env {

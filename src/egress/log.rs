@@ -1,0 +1,325 @@
+//! The proxy's record of what it let through and what it refused: one JSON object per line,
+//! in a file that is rotated once it passes `MAX_LOG_BYTES` (the previous one kept as `.1`),
+//! so a member that keeps knocking cannot fill the disk. `ateam logs --egress` and `status`
+//! read it back.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Size at which the log is rotated: two files of this size at most.
+pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+
+/// What the proxy decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allowed,
+    Refused,
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Seconds since the epoch.
+    pub ts: f64,
+    pub verdict: Verdict,
+    /// `CONNECT`, `GET`, ...
+    pub method: String,
+    /// As the member asked for it (a name or an address).
+    pub host: String,
+    pub port: u16,
+    /// The address connected to (allowed), or judged (refused by address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    /// The HTTP status the member got.
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Event {
+    pub fn now() -> f64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    }
+
+    /// The line `logs --egress` prints.
+    pub fn line(&self) -> String {
+        let when = humantime::format_rfc3339_seconds(
+            UNIX_EPOCH + std::time::Duration::from_secs_f64(self.ts.max(0.0)),
+        );
+        let verdict = match self.verdict {
+            Verdict::Allowed => "allowed",
+            Verdict::Refused => "REFUSED",
+        };
+        let mut s = format!(
+            "{when} {verdict} {} {}:{} -> {}",
+            self.method,
+            self.host,
+            self.port,
+            self.addr.as_deref().unwrap_or("-")
+        );
+        s.push_str(&format!(" ({})", self.status));
+        if let Some(r) = &self.reason {
+            s.push_str(": ");
+            s.push_str(r);
+        }
+        s
+    }
+}
+
+/// The writer, owned by the proxy (one process per log: no locking needed). It works through
+/// its folder's descriptor, opened before the proxy gave up root: the folders above it are
+/// private to ateam's user.
+pub struct Log {
+    dir: std::os::fd::OwnedFd,
+    name: String,
+    file: Option<File>,
+    size: u64,
+}
+
+impl Log {
+    /// The log `name` in the folder `dir`.
+    pub fn open(dir: std::os::fd::OwnedFd, name: &str) -> Log {
+        let mut log = Log {
+            dir,
+            name: name.to_string(),
+            file: None,
+            size: 0,
+        };
+        log.reopen();
+        log
+    }
+
+    fn reopen(&mut self) {
+        use rustix::fs::{Mode, OFlags, openat};
+        self.file = openat(
+            &self.dir,
+            self.name.as_str(),
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )
+        .ok()
+        .map(File::from);
+        self.size = self
+            .file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .unwrap_or(0);
+    }
+
+    /// Appends one event; a log that cannot be written never stops the proxy.
+    pub fn write(&mut self, e: &Event) {
+        let Ok(mut line) = serde_json::to_vec(e) else {
+            return;
+        };
+        line.push(b'\n');
+        if self.size + line.len() as u64 > MAX_LOG_BYTES {
+            let old = format!("{}.1", self.name);
+            let _ = rustix::fs::renameat(&self.dir, self.name.as_str(), &self.dir, old.as_str());
+            self.reopen();
+        }
+        if let Some(f) = &mut self.file
+            && f.write_all(&line).is_ok()
+        {
+            self.size += line.len() as u64;
+        }
+    }
+}
+
+fn rotated(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
+
+/// Every event still in the log (the rotated file first), oldest first. Lines that do not
+/// parse (a line cut by a crash) are skipped.
+pub fn read(path: &Path) -> Vec<Event> {
+    let mut out = Vec::new();
+    for p in [rotated(path), path.to_path_buf()] {
+        let Ok(f) = File::open(&p) else { continue };
+        for line in BufReader::new(f).lines().map_while(Result::ok) {
+            if let Ok(e) = serde_json::from_str::<Event>(&line) {
+                out.push(e);
+            }
+        }
+    }
+    out
+}
+
+/// Refusals grouped by what was asked for: `host:port` -> (count, last reason).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    pub host: String,
+    pub port: u16,
+    pub count: u64,
+    pub reason: String,
+}
+
+/// The refusals among `events` since `since` (seconds since the epoch), most frequent first.
+pub fn refusals(events: &[Event], since: f64) -> Vec<Refusal> {
+    let mut by: BTreeMap<(String, u16), Refusal> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.verdict == Verdict::Refused && e.ts >= since)
+    {
+        let r = by
+            .entry((e.host.clone(), e.port))
+            .or_insert_with(|| Refusal {
+                host: e.host.clone(),
+                port: e.port,
+                count: 0,
+                reason: String::new(),
+            });
+        r.count += 1;
+        r.reason = e.reason.clone().unwrap_or_default();
+    }
+    let mut v: Vec<Refusal> = by.into_values().collect();
+    v.sort_by(|a, b| b.count.cmp(&a.count).then(a.host.cmp(&b.host)));
+    v
+}
+
+/// The allowlist entry that would let a refused request through: the name with its port
+/// unless the port is a default one; an address always with its port (only an exact entry
+/// reaches a local address).
+pub fn entry_for(r: &Refusal) -> String {
+    use crate::core::egress::{DEFAULT_PORTS, Host};
+    match Host::parse(&r.host) {
+        Some(h @ Host::Ip(_)) => format!("{h}:{}", r.port),
+        Some(Host::Name(n)) if DEFAULT_PORTS.contains(&r.port) => n,
+        Some(Host::Name(n)) => format!("{n}:{}", r.port),
+        None => format!("{}:{}", r.host, r.port),
+    }
+}
+
+/// The AccessGrant with the refused hosts added, ready to paste into the manifest: what
+/// `status` offers a person who sees refusals. `None` when nothing would be added.
+pub fn suggested_grant(
+    team: &str,
+    grant: &crate::model::AccessGrant,
+    refused: &[Refusal],
+) -> Option<String> {
+    let crate::model::Network::Allow(list) = &grant.network else {
+        return None;
+    };
+    let mut allow = list.clone();
+    for r in refused {
+        let e = entry_for(r);
+        if !allow.contains(&e) {
+            allow.push(e);
+        }
+    }
+    if allow.len() == list.len() || grant.name.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "apiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {{name: {}}}\nspec:\n  team: {team}\n",
+        grant.name
+    );
+    let paths = |v: &[PathBuf]| {
+        v.iter()
+            .map(|p| format!("    - {}\n", p.display()))
+            .collect::<String>()
+    };
+    if !grant.read.is_empty() {
+        s.push_str(&format!("  read:\n{}", paths(&grant.read)));
+    }
+    if !grant.write.is_empty() {
+        s.push_str(&format!("  write:\n{}", paths(&grant.write)));
+    }
+    s.push_str("  network:\n    allow:\n");
+    for a in allow {
+        s.push_str(&format!("      - \"{a}\"\n"));
+    }
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(verdict: Verdict, host: &str, port: u16, ts: f64) -> Event {
+        Event {
+            ts,
+            verdict,
+            method: "CONNECT".into(),
+            host: host.into(),
+            port,
+            addr: None,
+            status: 403,
+            reason: Some("not in the allow list".into()),
+        }
+    }
+
+    #[test]
+    fn the_log_is_bounded_and_read_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let fd = rustix::fs::open(
+            dir.path(),
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut log = Log::open(fd, "log.jsonl");
+        let n = 30_000;
+        for i in 0..n {
+            log.write(&ev(Verdict::Refused, "example.com", 443, i as f64));
+        }
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        assert!(size(&path) <= MAX_LOG_BYTES);
+        assert!(size(&rotated(&path)) <= MAX_LOG_BYTES);
+        let back = read(&path);
+        assert!(back.len() < n && !back.is_empty());
+        assert!(back.windows(2).all(|w| w[0].ts < w[1].ts));
+        assert_eq!(back.last().unwrap().ts, (n - 1) as f64);
+    }
+
+    #[test]
+    fn refusals_since_a_time_become_a_grant_to_paste() {
+        let events = vec![
+            ev(Verdict::Refused, "old.example.com", 443, 1.0),
+            ev(Verdict::Refused, "api.example.com", 443, 10.0),
+            ev(Verdict::Refused, "api.example.com", 443, 11.0),
+            ev(Verdict::Allowed, "ok.example.com", 443, 12.0),
+            ev(Verdict::Refused, "git.example.com", 8443, 13.0),
+            ev(Verdict::Refused, "127.0.0.1", 5432, 14.0),
+        ];
+        let r = refusals(&events, 5.0);
+        assert_eq!(
+            r.iter()
+                .map(|r| (r.host.as_str(), r.count))
+                .collect::<Vec<_>>(),
+            [
+                ("api.example.com", 2),
+                ("127.0.0.1", 1),
+                ("git.example.com", 1)
+            ]
+        );
+        let grant = crate::model::AccessGrant {
+            name: "web".into(),
+            read: vec!["/src".into()],
+            write: vec![],
+            network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
+        };
+        let yaml = suggested_grant("t", &grant, &r).unwrap();
+        assert!(yaml.contains("metadata: {name: web}"), "{yaml}");
+        assert!(yaml.contains("- \"ok.example.com\"\n      - \"api.example.com\"\n      - \"127.0.0.1:5432\"\n      - \"git.example.com:8443\""), "{yaml}");
+        // It is a grant ateam accepts as it is.
+        let value: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+        assert_eq!(value["spec"]["network"]["allow"][3], "git.example.com:8443");
+        for e in value["spec"]["network"]["allow"].as_sequence().unwrap() {
+            crate::core::egress::Entry::parse(e.as_str().unwrap()).unwrap();
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! A member's egress proxy as an object ateam reconciles, like a container: started detached
+//! (it outlives `ateam apply`), seen alive when its socket answers, started again when it does
+//! not, given a new allowlist by rewriting its policy file (no new container), and stopped,
+//! its socket removed, when its member goes.
+//!
+//! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
+//! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
+//!
+//! Inside the member, the bridge (`bridge/main.rs`, started by the gate) listens on
+//! `plan::spec::BRIDGE_LISTEN` and forwards each connection to the socket, mounted at
+//! `/.ateam/egress.sock`.
+
+pub mod log;
+pub mod proxy;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::layout;
+use crate::files::{self, Owner};
+
+/// How long a started proxy has to answer on its socket.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The proxy was started but its socket did not answer.
+    #[error("the egress proxy did not answer on {} within {}s{}", .socket.display(), .secs, .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    NotAnswering {
+        socket: PathBuf,
+        secs: u64,
+        why: Option<String>,
+    },
+    #[error("cannot run the egress proxy ({}): {source}", .exe.display())]
+    Spawn {
+        exe: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot drop the egress proxy's privileges to {user}: {source}")]
+    Privileges {
+        user: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The policy file: the member's allowlist as the manifest says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyFile {
+    pub team: String,
+    pub member: String,
+    pub allow: Vec<String>,
+}
+
+/// Every file of one member's proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub socket: PathBuf,
+    pub dir: PathBuf,
+    pub policy: PathBuf,
+    pub pid: PathBuf,
+    pub log: PathBuf,
+    /// What the proxy said on standard error when it last started.
+    pub err: PathBuf,
+}
+
+impl Paths {
+    pub fn new(state_dir: &Path, team: &str, member: &str) -> Paths {
+        let dir = layout::egress_dir(state_dir, team, member);
+        Paths {
+            socket: layout::egress_socket_path(state_dir, team, member),
+            policy: layout::egress_policy_path(&dir),
+            pid: layout::egress_pid_path(&dir),
+            log: layout::egress_log_path(&dir),
+            err: dir.join("proxy.err"),
+            dir,
+        }
+    }
+}
+
+/// Whether something answers on the socket: the proxy's liveness.
+pub fn answers(socket: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_ok()
+}
+
+/// The allowlist the proxy reads now, if its file is there and readable.
+pub fn read_policy(paths: &Paths) -> Option<PolicyFile> {
+    serde_json::from_slice(&std::fs::read(&paths.policy).ok()?).ok()
+}
+
+/// Writes the allowlist atomically; the proxy sees the new file at its next connection.
+pub fn write_policy(paths: &Paths, policy: &PolicyFile, owner: Owner) -> std::io::Result<()> {
+    let json = serde_json::to_vec_pretty(policy).expect("a policy always serializes");
+    files::write_atomic(&paths.policy, &json, 0o600, owner)
+}
+
+/// The `ateam` binary that runs proxies: this one, unless `ATEAM_EGRESS_EXE` names another
+/// (a program that links the library, such as a test, is not `ateam`).
+pub fn exe() -> std::io::Result<PathBuf> {
+    match std::env::var_os("ATEAM_EGRESS_EXE") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => std::env::current_exe(),
+    }
+}
+
+/// Starts the member's proxy, detached, and waits until it answers. `store_owner` owns
+/// ateam's folders; `member` is the user the member runs as: the proxy runs as that user,
+/// and its socket belongs to it (0600), so that the member, and only it, can connect.
+pub fn start(
+    paths: &Paths,
+    policy: &PolicyFile,
+    store_owner: Owner,
+    member: Owner,
+) -> Result<(), ProxyError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProxyError::Io { path, source }
+    };
+    files::member_dir(&paths.dir, store_owner, member).map_err(io(&paths.dir))?;
+    // The socket's folder is the member's control folder (as `Runtime::prepare` makes it).
+    if let Some(ctl) = paths.socket.parent() {
+        files::member_dir(ctl, store_owner, member).map_err(io(ctl))?;
+    }
+    write_policy(paths, policy, member).map_err(io(&paths.policy))?;
+    stop(paths).map_err(io(&paths.pid))?;
+    let exe = exe().map_err(|source| ProxyError::Spawn {
+        exe: "ateam".into(),
+        source,
+    })?;
+    let status = Command::new(&exe)
+        .args(proxy_args(paths, Some(member)))
+        .arg("--detach")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|source| ProxyError::Spawn {
+            exe: exe.clone(),
+            source,
+        })?;
+    if !status.success() {
+        return Err(ProxyError::NotAnswering {
+            socket: paths.socket.clone(),
+            secs: 0,
+            why: Some(format!("its launcher exited with {status}")),
+        });
+    }
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if answers(&paths.socket) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut why = String::new();
+    if let Ok(mut f) = std::fs::File::open(&paths.err) {
+        let _ = f.read_to_string(&mut why);
+    }
+    Err(ProxyError::NotAnswering {
+        socket: paths.socket.clone(),
+        secs: START_TIMEOUT.as_secs(),
+        why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
+    })
+}
+
+fn proxy_args(paths: &Paths, user: Option<Owner>) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "egress-proxy".into(),
+        "--socket".into(),
+        paths.socket.clone().into(),
+        "--policy".into(),
+        paths.policy.clone().into(),
+        "--log".into(),
+        paths.log.clone().into(),
+        "--pid-file".into(),
+        paths.pid.clone().into(),
+    ];
+    if let Some(u) = user {
+        v.push("--user".into());
+        v.push(format!("{}:{}", u.uid, u.gid).into());
+    }
+    v
+}
+
+/// The launcher's half of `--detach`: starts the proxy as a grandchild of ateam (so nobody
+/// has to wait for it), its standard error in `proxy.err`, and returns at once.
+pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), ProxyError> {
+    let dir = cfg.pid_file.parent().unwrap_or(Path::new("/"));
+    let err_path = dir.join("proxy.err");
+    let err = std::fs::File::create(&err_path).map_err(|source| ProxyError::Io {
+        path: err_path.clone(),
+        source,
+    })?;
+    let exe = std::env::current_exe().map_err(|source| ProxyError::Spawn {
+        exe: "ateam".into(),
+        source,
+    })?;
+    let paths = Paths {
+        socket: cfg.socket.clone(),
+        dir: dir.to_path_buf(),
+        policy: cfg.policy.clone(),
+        pid: cfg.pid_file.clone(),
+        log: cfg.log.clone(),
+        err: err_path,
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.args(proxy_args(&paths, None));
+    if let Some(u) = user {
+        cmd.args(["--user", u]);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|source| ProxyError::Spawn { exe, source })?;
+    Ok(())
+}
+
+/// `UID:GID` as given to `--user`.
+fn parse_user(user: &str) -> Result<crate::model::UserId, ProxyError> {
+    user.parse().map_err(|e: String| ProxyError::Privileges {
+        user: user.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+    })
+}
+
+/// Becomes `id` for good, when running as root: supplementary groups, then gid, then uid.
+/// Only while the process has one thread (the ids are set per thread).
+fn drop_privileges(id: crate::model::UserId) -> Result<(), ProxyError> {
+    if !rustix::process::geteuid().is_root() || id.uid == 0 {
+        return Ok(());
+    }
+    let fail = |source: rustix::io::Errno| ProxyError::Privileges {
+        user: id.to_string(),
+        source: source.into(),
+    };
+    use rustix::process::{Gid, Uid};
+    rustix::thread::set_thread_groups(&[]).map_err(fail)?;
+    let gid = Gid::from_raw(id.gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(fail)?;
+    let uid = Uid::from_raw(id.uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(fail)?;
+    Ok(())
+}
+
+/// Stops the member's proxy, if one runs (its pid file names a live `ateam egress-proxy` for
+/// this very socket: a pid reused by another program is never signalled), and removes its
+/// socket and pid file. Its log and allowlist stay.
+pub fn stop(paths: &Paths) -> std::io::Result<()> {
+    if let Some(pid) = running_pid(paths) {
+        let p = rustix::process::Pid::from_raw(pid as i32);
+        if let Some(p) = p {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while running_pid(paths) == Some(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if running_pid(paths) == Some(pid) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    files::remove_if_present(&paths.socket)?;
+    files::remove_if_present(&paths.pid)
+}
+
+/// The pid of this member's proxy, when it runs.
+pub fn running_pid(paths: &Paths) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(&paths.pid)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let ours = args.iter().any(|a| *a == b"egress-proxy")
+        && args
+            .iter()
+            .any(|a| *a == paths.socket.as_os_str().as_encoded_bytes());
+    ours.then_some(pid)
+}

@@ -1,0 +1,600 @@
+//! The host side of a member's egress: an HTTP proxy on a Unix socket that only that member
+//! can reach (the socket lies in its control folder). It speaks `CONNECT host:port` and plain
+//! HTTP forwarding (`GET http://host/...`), resolves names itself, judges every address it
+//! got, and connects to the very address it judged, so a name cannot be made to resolve to
+//! something else between check and use. Every decision is one line in the member's egress
+//! log. One process per member: a member is only ever judged by its own list.
+
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+
+use super::log::{Event, Log, Verdict};
+use super::{PolicyFile, ProxyError};
+use crate::core::egress::{Allowlist, Host};
+
+/// Longest request head the proxy reads.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a member has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long resolving a name, and then connecting, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more wait.
+const MAX_CONNECTIONS: usize = 1024;
+/// How often the proxy looks at its socket and the host's addresses.
+const HOUSEKEEPING: Duration = Duration::from_secs(5);
+
+/// What the proxy runs with (from `ateam egress-proxy`'s arguments).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub policy: PathBuf,
+    pub log: PathBuf,
+    pub pid_file: PathBuf,
+}
+
+/// The allowlist as last read, and how to tell that its file changed.
+struct Policy {
+    list: Result<Allowlist, String>,
+    stamp: Option<(i64, u64, u64, u64)>,
+}
+
+/// A folder held open: the proxy reaches its files through it after it gave up root, when
+/// the private folders above it are closed to it.
+struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    fn open(path: &Path) -> Result<Dir, ProxyError> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            path,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| ProxyError::Io {
+            path: path.to_path_buf(),
+            source: e.into(),
+        })?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Modification time, inode and size of `name`: what tells that it changed.
+    fn stamp(&self, name: &str) -> Option<(i64, u64, u64, u64)> {
+        let st = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::empty()).ok()?;
+        Some((
+            st.st_mtime,
+            st.st_mtime_nsec as u64,
+            st.st_ino,
+            st.st_size as u64,
+        ))
+    }
+
+    fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+        let mut out = Vec::new();
+        std::fs::File::from(fd).read_to_end(&mut out)?;
+        Ok(out)
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+struct State {
+    /// The policy file's folder and name.
+    policy_dir: Dir,
+    policy_name: String,
+    policy: Mutex<Policy>,
+    own: Mutex<Vec<IpAddr>>,
+    log: Mutex<Log>,
+}
+
+fn read_policy(dir: &Dir, name: &str) -> Policy {
+    let stamp = dir.stamp(name);
+    let shown = dir.path.join(name);
+    let list = dir
+        .read(name)
+        .map_err(|e| format!("cannot read the allowlist {}: {e}", shown.display()))
+        .and_then(|b| {
+            serde_json::from_slice::<PolicyFile>(&b)
+                .map_err(|e| format!("the allowlist {} is not valid: {e}", shown.display()))
+        })
+        .and_then(|p| Allowlist::parse(&p.allow));
+    Policy { list, stamp }
+}
+
+/// The host's own addresses (every interface's), refused like loopback unless named exactly.
+fn own_addresses() -> Vec<IpAddr> {
+    if_addrs::get_if_addrs()
+        .map(|v| v.into_iter().map(|i| i.ip()).collect())
+        .unwrap_or_default()
+}
+
+impl State {
+    /// The list in force: re-read when its file changed (apply rewrites it atomically).
+    fn list(&self) -> Result<Allowlist, String> {
+        let mut p = self.policy.lock().expect("policy lock");
+        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name);
+        }
+        p.list.clone()
+    }
+
+    fn reload(&self) {
+        *self.policy.lock().expect("policy lock") =
+            read_policy(&self.policy_dir, &self.policy_name);
+    }
+
+    fn record(&self, e: Event) {
+        self.log.lock().expect("log lock").write(&e);
+    }
+}
+
+/// Sets up as the user that started it (binds the socket, replacing a stale one; writes the
+/// pid file; opens its folders), then leaves ateam's session, becomes `user` for good when
+/// started as root, and serves until SIGTERM, or until its socket is removed or replaced (the
+/// member is gone). One thread, a single-threaded runtime: one member's traffic needs no
+/// more, and the ids can only be changed safely while there is one thread.
+pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProxyError::Io { path, source }
+    };
+    let _ = rustix::process::setsid();
+    let user = user.map(super::parse_user).transpose()?;
+    let socket_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
+    let policy_dir = Dir::open(cfg.policy.parent().unwrap_or(Path::new("/")))?;
+    let log_dir = Dir::open(cfg.log.parent().unwrap_or(Path::new("/")))?;
+    let _ = std::fs::remove_file(&cfg.socket);
+    let listener = std::os::unix::net::UnixListener::bind(&cfg.socket).map_err(io(&cfg.socket))?;
+    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(&cfg.socket))?;
+    let owner = user.map(|u| crate::files::Owner {
+        uid: u.uid,
+        gid: u.gid,
+    });
+    if let Some(o) = owner
+        && rustix::process::geteuid().is_root()
+    {
+        std::os::unix::fs::chown(&cfg.socket, Some(o.uid), Some(o.gid)).map_err(io(&cfg.socket))?;
+    }
+    let ino = std::fs::metadata(&cfg.socket)
+        .map_err(io(&cfg.socket))?
+        .ino();
+    let me = crate::files::Owner {
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
+    crate::files::write_atomic(
+        &cfg.pid_file,
+        std::process::id().to_string().as_bytes(),
+        0o600,
+        owner.unwrap_or(me),
+    )
+    .map_err(io(&cfg.pid_file))?;
+    if let Some(u) = user {
+        super::drop_privileges(u)?;
+    }
+    listener.set_nonblocking(true).map_err(io(&cfg.socket))?;
+    let state = Arc::new(State {
+        policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy))),
+        policy_name: file_name(&cfg.policy),
+        policy_dir,
+        own: Mutex::new(own_addresses()),
+        log: Mutex::new(Log::open(log_dir.fd, &file_name(&cfg.log))),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io(&cfg.socket))?;
+    let socket_name = file_name(&cfg.socket);
+    rt.block_on(async move {
+        let listener = UnixListener::from_std(listener).map_err(io(&cfg.socket))?;
+        serve(listener, state, &cfg, || {
+            socket_dir.stamp(&socket_name).map(|s| s.2) == Some(ino)
+        })
+        .await
+    })
+}
+
+async fn serve(
+    listener: UnixListener,
+    state: Arc<State>,
+    cfg: &Config,
+    still_ours: impl Fn() -> bool,
+) -> Result<(), ProxyError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProxyError::Io { path, source }
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(io(&cfg.socket))?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(io(&cfg.socket))?;
+    let mut tick = tokio::time::interval(HOUSEKEEPING);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((conn, _)) = accepted else { continue };
+                let Ok(permit) = slots.clone().acquire_owned().await else { break };
+                let state = state.clone();
+                tasks.spawn(async move {
+                    handle(conn, &state).await;
+                    drop(permit);
+                });
+            }
+            _ = tick.tick() => {
+                // The socket removed or replaced: this proxy is no longer the member's.
+                if !still_ours() {
+                    return Ok(());
+                }
+                *state.own.lock().expect("own lock") = own_addresses();
+                while tasks.try_join_next().is_some() {}
+            }
+            _ = hup.recv() => state.reload(),
+            _ = term.recv() => break,
+        }
+    }
+    // Removed by the one who stops it (ateam, which may enter the private folders).
+    Ok(())
+}
+
+/// A request as far as the proxy needs it.
+struct Request {
+    method: String,
+    host: String,
+    port: u16,
+    /// For plain HTTP: the head to send upstream (origin-form, our own Host and Connection).
+    forward: Option<Vec<u8>>,
+}
+
+/// Why a request is answered by the proxy itself.
+struct Refused {
+    status: u16,
+    reason: String,
+}
+
+fn refuse(status: u16, reason: impl Into<String>) -> Refused {
+    Refused {
+        status,
+        reason: reason.into(),
+    }
+}
+
+async fn handle(mut conn: UnixStream, state: &State) {
+    let started = Instant::now();
+    let mut buf = Vec::with_capacity(4096);
+    let head_len = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn, &mut buf)).await {
+        Ok(Ok(Some(n))) => n,
+        // A probe (liveness check) or a client that went away: nothing to record.
+        Ok(Ok(None)) | Ok(Err(_)) => return,
+        Err(_) => {
+            let _ = answer(&mut conn, &refuse(408, "no request within 30s")).await;
+            return;
+        }
+    };
+    let req = match parse(&buf[..head_len]) {
+        Ok(r) => r,
+        Err(r) => {
+            let _ = answer(&mut conn, &r).await;
+            state.record(Event {
+                ts: Event::now(),
+                verdict: Verdict::Refused,
+                method: String::from_utf8_lossy(buf.split(|b| *b == b' ').next().unwrap_or(b""))
+                    .chars()
+                    .take(16)
+                    .collect(),
+                host: String::new(),
+                port: 0,
+                addr: None,
+                status: r.status,
+                reason: Some(r.reason),
+            });
+            return;
+        }
+    };
+    let mut event = Event {
+        ts: Event::now(),
+        verdict: Verdict::Refused,
+        method: req.method.clone(),
+        host: req.host.clone(),
+        port: req.port,
+        addr: None,
+        status: 0,
+        reason: None,
+    };
+    let upstream = match decide(&req, state).await {
+        Ok((addr, stream)) => {
+            event.addr = Some(addr.to_string());
+            stream
+        }
+        Err((addr, r)) => {
+            event.addr = addr.map(|a| a.to_string());
+            event.status = r.status;
+            event.reason = Some(r.reason.clone());
+            state.record(event);
+            let _ = answer(&mut conn, &r).await;
+            return;
+        }
+    };
+    event.verdict = Verdict::Allowed;
+    event.status = 200;
+    tracing::debug!(
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "connected"
+    );
+    state.record(event);
+    let mut upstream = upstream;
+    let _ = upstream.set_nodelay(true);
+    let rest = &buf[head_len..];
+    let sent = match &req.forward {
+        None => {
+            conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+        }
+        Some(head) => upstream.write_all(head).await,
+    };
+    if sent.is_err() || (!rest.is_empty() && upstream.write_all(rest).await.is_err()) {
+        return;
+    }
+    let _ =
+        tokio::io::copy_bidirectional_with_sizes(&mut conn, &mut upstream, 64 * 1024, 64 * 1024)
+            .await;
+}
+
+/// Reads until the end of the head (`\r\n\r\n`); `None` when the peer sent nothing at all.
+async fn read_head(conn: &mut UnixStream, buf: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            };
+        }
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok(Some(from + i + 4));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+    }
+}
+
+/// `host:port` or `[v6]:port`.
+fn split_authority(a: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    if let Some(rest) = a.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => default_port?,
+            None => return None,
+        };
+        return Some((format!("[{h}]"), port));
+    }
+    match a.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_string(), p.parse().ok()?)),
+        None => Some((a.to_string(), default_port?)),
+    }
+}
+
+fn parse(head: &[u8]) -> Result<Request, Refused> {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return Err(refuse(400, "not an HTTP request")),
+    }
+    let method = r.method.unwrap_or_default().to_string();
+    let target = r.path.unwrap_or_default();
+    if method == "CONNECT" {
+        let (host, port) = split_authority(target, None)
+            .ok_or_else(|| refuse(400, format!("CONNECT needs host:port, not `{target}`")))?;
+        return Ok(Request {
+            method,
+            host,
+            port,
+            forward: None,
+        });
+    }
+    let Some(rest) = target.strip_prefix("http://") else {
+        return Err(if target.starts_with("https://") {
+            refuse(
+                501,
+                "https through this proxy needs CONNECT (the client sent the URL in the clear)",
+            )
+        } else {
+            refuse(
+                400,
+                format!("a proxy request needs an absolute http:// URL or CONNECT, not `{target}`"),
+            )
+        });
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let (host, port) = split_authority(authority, Some(80))
+        .ok_or_else(|| refuse(400, format!("bad host in `{target}`")))?;
+    let mut out = format!(
+        "{method} {path} HTTP/1.{}\r\nHost: {authority}\r\n",
+        r.version.unwrap_or(1)
+    )
+    .into_bytes();
+    for h in r.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        if matches!(
+            name.as_str(),
+            "host" | "connection" | "keep-alive" | "proxy-connection" | "proxy-authorization"
+        ) {
+            continue;
+        }
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    // One request per connection: the next one is judged again, on its own connection.
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Request {
+        method,
+        host,
+        port,
+        forward: Some(out),
+    })
+}
+
+/// Judges a request by name, resolves it, judges each address, and connects to the first
+/// address that passes. The error carries the address judged, if any.
+async fn decide(
+    req: &Request,
+    state: &State,
+) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
+    let list = state.list().map_err(|e| (None, refuse(503, e)))?;
+    let host = Host::parse(&req.host).ok_or_else(|| {
+        (
+            None,
+            refuse(400, format!("`{}` is not a host name", req.host)),
+        )
+    })?;
+    if !list.allows(&host, req.port) {
+        return Err((
+            None,
+            refuse(
+                403,
+                format!("{host}:{} is not in this member's allow list", req.port),
+            ),
+        ));
+    }
+    let addrs: Vec<SocketAddr> = match &host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
+        Host::Name(n) => {
+            match tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                tokio::net::lookup_host((n.as_str(), req.port)),
+            )
+            .await
+            {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(e)) => return Err((None, refuse(502, format!("cannot resolve {n}: {e}")))),
+                Err(_) => return Err((None, refuse(504, format!("resolving {n} timed out")))),
+            }
+        }
+    };
+    let own = state.own.lock().expect("own lock").clone();
+    let mut first_refusal = None;
+    let mut last_error = None;
+    for a in addrs {
+        if let Err(why) = list.judge_address(a.ip(), a.port(), &own) {
+            first_refusal.get_or_insert((a, why));
+            continue;
+        }
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok((a, s)),
+            Ok(Err(e)) => {
+                last_error = Some((a, refuse(502, format!("cannot connect to {a}: {e}"))))
+            }
+            Err(_) => last_error = Some((a, refuse(504, format!("connecting to {a} timed out")))),
+        }
+    }
+    if let Some((a, r)) = last_error {
+        return Err((Some(a), r));
+    }
+    match first_refusal {
+        Some((a, why)) => Err((
+            Some(a),
+            refuse(403, format!("{} resolves to {why}", req.host)),
+        )),
+        None => Err((None, refuse(502, format!("{} has no address", req.host)))),
+    }
+}
+
+/// The proxy's own answer: the reason in the status line (clients such as busybox `wget`
+/// print only that) and in the body.
+async fn answer(conn: &mut UnixStream, r: &Refused) -> std::io::Result<()> {
+    let phrase: String = r
+        .reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let body = format!("ateam egress: {phrase}\n");
+    let head = format!(
+        "HTTP/1.1 {} ateam egress: {phrase}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\nX-Ateam-Egress: refused\r\n\r\n",
+        r.status,
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await?;
+    conn.write_all(body.as_bytes()).await?;
+    conn.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_into_what_is_judged() {
+        let r = parse(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()
+            .unwrap();
+        assert_eq!(
+            (r.method.as_str(), r.host.as_str(), r.port),
+            ("CONNECT", "api.example.com", 443)
+        );
+        assert!(r.forward.is_none());
+        let r = parse(b"CONNECT [::1]:8080 HTTP/1.1\r\n\r\n").ok().unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("[::1]", 8080));
+        let r = parse(
+            b"GET http://user@Example.com:8080/a?b HTTP/1.1\r\nHost: evil.example\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
+        )
+        .ok()
+        .unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("Example.com", 8080));
+        let fwd = String::from_utf8(r.forward.unwrap()).unwrap();
+        assert_eq!(
+            fwd,
+            "GET /a?b HTTP/1.1\r\nHost: Example.com:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let r = parse(b"GET http://example.com HTTP/1.0\r\n\r\n")
+            .ok()
+            .unwrap();
+        assert_eq!(r.port, 80);
+        for (bad, status) in [
+            (&b"GET https://example.com/ HTTP/1.1\r\n\r\n"[..], 501),
+            (b"GET /local HTTP/1.1\r\n\r\n", 400),
+            (b"CONNECT example.com HTTP/1.1\r\n\r\n", 400),
+            (b"\x16\x03\x01garbage\r\n\r\n", 400),
+        ] {
+            assert_eq!(parse(bad).err().map(|r| r.status), Some(status), "{bad:?}");
+        }
+    }
+}
