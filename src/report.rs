@@ -241,6 +241,21 @@ pub struct MemberStatus {
     pub next_restart: Option<String>,
     /// This row differs from the manifests.
     pub drifted: bool,
+    /// Its egress proxy, for a member with an allow list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressStatus>,
+}
+
+/// A member's egress: its proxy, and what it refused since the last apply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressStatus {
+    /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
+    pub proxy: String,
+    pub refused: Vec<crate::egress::log::Refusal>,
+    /// The AccessGrant that would allow what was refused, ready to paste.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggested_grant: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -317,6 +332,7 @@ pub fn team_status(
             limits_unenforced: false,
             next_restart: None,
             drifted: !running,
+            egress: None,
         });
     }
     for m in &team.members {
@@ -386,6 +402,7 @@ pub fn team_status(
                 ContainerState::Dead => ("dead".into(), None, true),
             },
         };
+        let (state, detail, drifted, egress) = egress_state(team, m, plan, state, detail, drifted);
         let (bytes, last) = (extras.transcript_usage)(&m.transcript_dir);
         rows.push(MemberStatus {
             name: m.name.clone(),
@@ -405,6 +422,7 @@ pub fn team_status(
             limits_unenforced: observed.limits_unenforced && c.is_some(),
             next_restart: None,
             drifted,
+            egress,
         });
     }
     let strangers = plan
@@ -448,6 +466,7 @@ pub fn team_status(
             limits_unenforced: false,
             next_restart: None,
             drifted: true,
+            egress: None,
         };
     for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
         rows.push(unwanted_row(
@@ -498,6 +517,7 @@ pub fn team_status(
                     limits_unenforced: false,
                     next_restart: None,
                     drifted: false,
+                    egress: None,
                 });
             }
             _ => {}
@@ -509,6 +529,68 @@ pub fn team_status(
         engine: engine.to_string(),
         members: rows,
         drifted,
+    }
+}
+
+/// A member's egress proxy as the plan sees it: down (to start), or holding an old list.
+fn egress_state(
+    team: &Team,
+    m: &crate::model::Member,
+    plan: &Plan,
+    state: String,
+    detail: Option<String>,
+    drifted: bool,
+) -> (String, Option<String>, bool, Option<EgressStatus>) {
+    if !matches!(m.access.network, Network::Allow(_)) {
+        return (state, detail, drifted, None);
+    }
+    let ours = |t: &String, member: &String| *t == team.name && *member == m.name;
+    let down = plan
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::StartEgressProxy { team: t, member, .. } if ours(t, member)));
+    let stale = plan.actions.iter().any(
+        |a| matches!(a, Action::UpdateEgressPolicy { team: t, member, .. } if ours(t, member)),
+    );
+    let (proxy, note) = if down {
+        ("down", Some("egress proxy not running; apply starts it"))
+    } else if stale {
+        (
+            "stale list",
+            Some("egress allow list changed; apply gives the proxy the new list"),
+        )
+    } else {
+        ("running", None)
+    };
+    let egress = Some(EgressStatus {
+        proxy: proxy.into(),
+        refused: vec![],
+        suggested_grant: None,
+    });
+    let Some(note) = note else {
+        return (state, detail, drifted, egress);
+    };
+    let state = if down && state == "running" {
+        "egress down".to_string()
+    } else {
+        state
+    };
+    let detail = Some(match detail {
+        Some(d) => format!("{d}; {note}"),
+        None => note.to_string(),
+    });
+    (state, detail, true, egress)
+}
+
+/// An allowlist entry as status shows it: one that names a local address exactly (the way to
+/// reach a service on this machine on purpose) is marked.
+fn allow_entry_shown(h: &str) -> String {
+    match crate::core::egress::Entry::parse(h)
+        .ok()
+        .and_then(|e| e.exact_address())
+    {
+        Some((ip, _)) if crate::core::egress::special(ip).is_some() => format!("{h}(local)"),
+        _ => h.to_string(),
     }
 }
 
@@ -525,8 +607,14 @@ fn grants_summary(g: &crate::model::AccessGrant) -> String {
     };
     let net = match &g.network {
         Network::None => "none".to_string(),
-        Network::Allow(h) => format!("allow {}", h.join(",")),
-        Network::Open => "open".into(),
+        Network::Allow(h) => format!(
+            "allow {}",
+            h.iter()
+                .map(|e| allow_entry_shown(e))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Network::Open => "open(widest:any host)".into(),
     };
     let mut parts = Vec::new();
     if !g.read.is_empty() {

@@ -52,3 +52,59 @@ pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Re
     proxy::run(cfg, user).context("egress proxy")?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// Fills each allowlist member's refusals since the last apply, and the grant that would
+/// allow them, into the status rows.
+pub fn add_refusals(
+    state_dir: &std::path::Path,
+    desired: &ateam::model::Desired,
+    teams: &mut [ateam::report::TeamStatus],
+) {
+    for t in teams.iter_mut() {
+        let Some(team) = desired.teams.iter().find(|x| x.name == t.team) else {
+            continue;
+        };
+        for row in &mut t.members {
+            let (Some(e), Some(m)) = (
+                row.egress.as_mut(),
+                team.members.iter().find(|m| m.name == row.name),
+            ) else {
+                continue;
+            };
+            let paths = Paths::new(state_dir, &team.name, &m.name);
+            let events = egress::log::read(&paths.log);
+            e.refused = egress::log::refusals(&events, egress::since_last_apply(&paths));
+            e.suggested_grant = egress::log::suggested_grant(&team.name, &m.access, &e.refused);
+        }
+    }
+}
+
+/// The refusals, and the grants to paste, below the status table.
+pub fn render_refusals(teams: &[ateam::report::TeamStatus]) -> String {
+    let mut out = String::new();
+    for t in teams {
+        for m in &t.members {
+            let Some(e) = m.egress.as_ref().filter(|e| !e.refused.is_empty()) else {
+                continue;
+            };
+            out.push_str(&format!(
+                "egress refused for {}/{} since the last apply (ateam logs {} --egress):\n",
+                t.team, m.name, m.name
+            ));
+            for r in &e.refused {
+                out.push_str(&format!(
+                    "  {}:{} ({}x): {}\n",
+                    r.host, r.port, r.count, r.reason
+                ));
+            }
+            if let Some(g) = &e.suggested_grant {
+                out.push_str("  to allow them, change the grant to:\n");
+                for l in g.lines() {
+                    out.push_str(&format!("    {l}\n"));
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}

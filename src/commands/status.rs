@@ -67,9 +67,11 @@ pub async fn run(
             }
         }
     }
+    super::egress::add_refusals(&ctx.host.state_dir, &desired, &mut teams);
     match output {
         Output::Text => {
             print!("{}", render_status(&teams));
+            print!("{}", super::egress::render_refusals(&teams));
             print!("{}", controller_line(&ctx.host.state_dir));
         }
         Output::Json => println!("{}", serde_json::to_string_pretty(&teams)?),

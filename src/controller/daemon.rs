@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
 use super::queue::QueueConfig;
@@ -400,6 +400,7 @@ pub async fn run(
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(engine_events(r.clone(), shutdown.clone()));
     tasks.spawn(resync(r.clone(), shutdown.clone()));
+    tasks.spawn(egress_probe(r.clone(), shutdown.clone()));
     drop(handle);
     info!(
         paths = ?r.opts.paths,
@@ -446,6 +447,36 @@ async fn resync(r: Arc<Reconciler>, shutdown: CancellationToken) {
                 let _ = r.handle.schedule(Key::Manifests);
                 for t in r.all_teams() {
                     let _ = r.handle.schedule(Key::Team(t));
+                }
+            }
+        }
+    }
+}
+
+/// How often the controller looks whether each egress proxy answers.
+const EGRESS_PROBE: Duration = Duration::from_secs(2);
+
+/// Egress proxies are not the engine's: a dead one sends no event. Their sockets are probed
+/// every `EGRESS_PROBE`, and the team of a silent one reconciled: its plan starts the proxy.
+async fn egress_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(EGRESS_PROBE);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let teams: Vec<Team> = r.state().teams.values().cloned().collect();
+                for t in teams {
+                    let silent = t.members.iter().any(|m| {
+                        matches!(m.access.network, crate::model::Network::Allow(_))
+                            && !crate::egress::answers(
+                                &crate::egress::Paths::new(&r.app.host.state_dir, &t.name, &m.name)
+                                    .socket,
+                            )
+                    });
+                    if silent {
+                        debug!(team = %t.name, "an egress proxy does not answer");
+                        let _ = r.handle.schedule(Key::Team(t.name.clone()));
+                    }
                 }
             }
         }

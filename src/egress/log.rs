@@ -19,7 +19,10 @@ pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Allowed,
+    /// Refused by the member's list or the address rules: what `status` reports.
     Refused,
+    /// Allowed by the list, but the name did not resolve or the connection failed.
+    Failed,
 }
 
 /// One line of the log.
@@ -58,6 +61,7 @@ impl Event {
         let verdict = match self.verdict {
             Verdict::Allowed => "allowed",
             Verdict::Refused => "REFUSED",
+            Verdict::Failed => "failed",
         };
         let mut s = format!(
             "{when} {verdict} {} {}:{} -> {}",

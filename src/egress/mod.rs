@@ -291,3 +291,24 @@ pub fn running_pid(paths: &Paths) -> Option<u32> {
             .any(|a| *a == paths.socket.as_os_str().as_encoded_bytes());
     ours.then_some(pid)
 }
+
+/// When the refusals `status` shows begin: the last apply (which touches the policy file;
+/// the proxy's start or a new list rewrites it).
+pub fn since_last_apply(paths: &Paths) -> f64 {
+    std::fs::metadata(&paths.policy)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Marks the start of a new period of refusals for `status`: what was refused before this
+/// apply is history (`logs --egress` still has it). Also makes the proxy read its list again.
+pub fn mark_applied(paths: &Paths) -> std::io::Result<()> {
+    match std::fs::File::options().write(true).open(&paths.policy) {
+        Ok(f) => f.set_modified(std::time::SystemTime::now()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}

@@ -333,6 +333,9 @@ async fn handle(mut conn: UnixStream, state: &State) {
             stream
         }
         Err((addr, r)) => {
+            if r.status >= 500 {
+                event.verdict = Verdict::Failed;
+            }
             event.addr = addr.map(|a| a.to_string());
             event.status = r.status;
             event.reason = Some(r.reason.clone());
