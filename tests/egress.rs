@@ -1,0 +1,473 @@
+//! Egress through the proxy, judged from inside a member with busybox `wget` and `nc`, on
+//! Docker, rootful Podman and rootless Podman (ateam then runs as the unprivileged user,
+//! through runuser, as in tests/attacks.rs). Each engine runs one story, because every apply
+//! costs seconds on this machine: an allowed endpoint answers; another port or host is
+//! refused with the reason; a name resolving to loopback, the metadata address, a private
+//! address and an IPv4-mapped loopback are refused; without the proxy variables nothing gets
+//! out; one member's socket is not reachable from another, and each is judged by its own
+//! list; a killed proxy is seen by `status` and healed by `apply`; a new list works without a
+//! new container; delete stops the proxy. Ignored by a plain `cargo test`.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Engine {
+    Docker,
+    Podman,
+    Rootless,
+}
+
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: run scripts/engines.sh, then source /run/ateam-ci/env")
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn rootless_user() -> (String, u32, u32) {
+    let name = var("ATEAM_TEST_ROOTLESS_USER");
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
+        text(&out.stdout).trim().parse().unwrap()
+    };
+    (name.clone(), id("-u"), id("-g"))
+}
+
+/// A web server on the host's loopback that answers every request with `body`.
+fn serve(body: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = c.read(&mut buf);
+                let _ = write!(
+                    c,
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+struct World {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    team: String,
+}
+
+impl World {
+    fn new(engine: Engine, tag: &str) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-egress-")
+            .tempdir()
+            .unwrap();
+        let team = format!(
+            "{tag}-{}{}",
+            &format!("{engine:?}").to_lowercase()[..1],
+            std::process::id() % 100000
+        );
+        let w = World { engine, dir, team };
+        for d in ["work", "state", "sessions"] {
+            std::fs::create_dir(w.root().join(d)).unwrap();
+        }
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            for d in ["", "work", "state", "sessions"] {
+                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
+            }
+        }
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn manifest(&self) -> PathBuf {
+        self.root().join("team.yaml")
+    }
+
+    /// The team: member `a` with the allow list `a`, member `b` with `b`.
+    fn write(&self, a: &[String], b: &[String]) {
+        let list = |v: &[String]| {
+            v.iter()
+                .map(|e| format!("\"{e}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, allowUnenforcedLimits: true}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: net-a}}
+spec: {{read: [./work], network: {{allow: [{a}]}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: net-b}}
+spec: {{read: [./work], network: {{allow: [{b}]}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec: {{parent: lead, access: net-a, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec: {{parent: lead, access: net-b, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#,
+            team = self.team,
+            a = list(a),
+            b = list(b)
+        );
+        std::fs::write(self.manifest(), yaml).unwrap();
+        if self.engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
+        }
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        let bin = std::env::var("ATEAM_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
+        let state = self.root().join("state");
+        let mut c = match self.engine {
+            Engine::Rootless => {
+                let (name, uid, _) = rootless_user();
+                let mut c = Command::new("runuser");
+                c.args(["-u", &name, "--", "env", "-i"])
+                    .arg(format!("PATH={}", var("PATH")))
+                    .arg(format!("HOME=/home/{name}"))
+                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                    .arg(format!(
+                        "CONTAINER_HOST={}",
+                        var("ATEAM_TEST_PODMAN_ROOTLESS")
+                    ))
+                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                    .arg(&bin)
+                    .args(["--backend", "podman"]);
+                c
+            }
+            engine => {
+                let mut c = Command::new(&bin);
+                c.env("ATEAM_STATE_DIR", &state)
+                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+                    .env_remove("SUDO_UID")
+                    .env_remove("SUDO_GID")
+                    .arg("--backend")
+                    .arg(if engine == Engine::Docker {
+                        "docker"
+                    } else {
+                        "podman"
+                    });
+                c
+            }
+        };
+        c.args(args)
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn apply(&self) -> String {
+        let out = self.ateam(&["apply", "-f", self.manifest().to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{:?}: apply failed:\n{}\n{}",
+            self.engine,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// stdout and stderr of a shell script run inside `member`, as the member.
+    fn inside(&self, member: &str, script: &str) -> String {
+        let out = self.ateam(&[
+            "exec", member, "--team", &self.team, "--", "sh", "-c", script,
+        ]);
+        format!(
+            "{}{}[exit {:?}]",
+            text(&out.stdout),
+            text(&out.stderr),
+            out.status.code()
+        )
+    }
+
+    fn get(&self, member: &str, url: &str) -> String {
+        self.inside(member, &format!("wget -q -O - {url} 2>&1"))
+    }
+
+    /// A CONNECT by hand (busybox wget cannot), answered by the proxy.
+    fn connect(&self, member: &str, target: &str) -> String {
+        self.inside(
+            member,
+            &format!("printf 'CONNECT {target} HTTP/1.1\\r\\n\\r\\n' | nc 127.0.0.1 3128 2>&1"),
+        )
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let out = self.ateam(&["status", &self.team, "-o", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn row(&self, name: &str) -> serde_json::Value {
+        self.status()[0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap()
+    }
+
+    fn container(&self, name: &str) -> String {
+        self.row(name)["container"].as_str().unwrap_or("").into()
+    }
+
+    fn member_dir(&self, member: &str) -> PathBuf {
+        self.root()
+            .join("state/teams")
+            .join(&self.team)
+            .join("members")
+            .join(member)
+    }
+
+    fn proxy_pid(&self, member: &str) -> Option<i32> {
+        std::fs::read_to_string(self.member_dir(member).join("egress/proxy.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| !c.is_empty())
+        .unwrap_or(false)
+}
+
+fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
+    let allowed = serve("allowed-endpoint");
+    let other = serve("other-endpoint");
+    let w = World::new(engine, "egress");
+    let a_list = vec![
+        format!("127.0.0.1:{allowed}"),
+        // A name for a loopback address whose exact address and port the list does not name.
+        format!("localhost:{other}"),
+        "169.254.169.254".to_string(),
+        "10.0.0.1".to_string(),
+        "[::ffff:127.0.0.1]".to_string(),
+    ];
+    w.write(&a_list, &[format!("127.0.0.1:{other}")]);
+    w.apply();
+
+    // The allowed endpoint answers, through the proxy variables.
+    let got = w.get("a", &format!("http://127.0.0.1:{allowed}/"));
+    assert!(got.contains("allowed-endpoint"), "{engine:?}: {got}");
+    let got = w.connect("a", &format!("127.0.0.1:{allowed}"));
+    assert!(
+        got.contains("200 Connection established"),
+        "{engine:?}: {got}"
+    );
+    // Another port, another host: refused, with the reason.
+    let got = w.get("a", &format!("http://127.0.0.1:{other}/"));
+    assert!(
+        got.contains("403") && got.contains("is not in this member's allow list"),
+        "{engine:?}: {got}"
+    );
+    let got = w.get("a", "http://example.com/");
+    assert!(
+        got.contains("403") && got.contains("example.com:80 is not in"),
+        "{engine:?}: {got}"
+    );
+    // Listed, but what they reach is refused: a name resolving to loopback, the metadata
+    // address, a private address, an IPv4-mapped loopback.
+    let got = w.connect("a", &format!("localhost:{other}"));
+    assert!(
+        got.contains("403") && got.contains("loopback"),
+        "{engine:?}: {got}"
+    );
+    let got = w.get("a", "http://169.254.169.254/latest/meta-data/");
+    assert!(
+        got.contains("403") && got.contains("link-local"),
+        "{engine:?}: {got}"
+    );
+    let got = w.get("a", "http://10.0.0.1/");
+    assert!(
+        got.contains("403") && got.contains("private"),
+        "{engine:?}: {got}"
+    );
+    let got = w.connect("a", "[::ffff:127.0.0.1]:80");
+    assert!(
+        got.contains("403") && got.contains("loopback"),
+        "{engine:?}: {got}"
+    );
+    // Without the proxy variables nothing gets out: loopback only.
+    let got = w.inside(
+        "a",
+        &format!(
+            "env -u http_proxy -u HTTP_PROXY wget -q -O - http://127.0.0.1:{allowed}/ 2>&1; echo exit=$?; ip -o addr 2>/dev/null || cat /proc/net/dev"
+        ),
+    );
+    assert!(
+        !got.contains("allowed-endpoint") && got.contains("exit=1"),
+        "{engine:?}: {got}"
+    );
+    assert!(!got.contains("eth0"), "{engine:?}: an interface: {got}");
+
+    // Each member is judged by its own list, through its own socket only.
+    let got = w.get("b", &format!("http://127.0.0.1:{allowed}/"));
+    assert!(got.contains("403"), "{engine:?}: {got}");
+    let got = w.get("b", &format!("http://127.0.0.1:{other}/"));
+    assert!(got.contains("other-endpoint"), "{engine:?}: {got}");
+    let a_socket = w.member_dir("a").join("ctl/egress.sock");
+    let got = w.inside(
+        "b",
+        &format!(
+            "ls -la /.ateam/; test -e {} && echo SEEN; /.ateam/bridge --listen 127.0.0.1:4000 --socket {} & sleep 0.5; env -u http_proxy -u HTTP_PROXY wget -q -O - http://127.0.0.1:4000/ 2>&1; kill %1",
+            a_socket.display(),
+            a_socket.display()
+        ),
+    );
+    assert!(!got.contains("SEEN"), "{engine:?}: {got}");
+    assert!(got.contains("502"), "{engine:?}: {got}");
+    {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let sock = std::fs::metadata(&a_socket).unwrap();
+        let dir = std::fs::metadata(a_socket.parent().unwrap()).unwrap();
+        assert_eq!(sock.permissions().mode() & 0o777, 0o600, "{engine:?}");
+        assert_eq!(dir.permissions().mode() & 0o777, 0o700, "{engine:?}");
+        let want = if engine == Engine::Rootless {
+            rootless_user().1
+        } else {
+            65534
+        };
+        assert_eq!((sock.uid(), dir.uid()), (want, want), "{engine:?}");
+    }
+
+    // What was refused is in the log and in status, with the grant that would allow it.
+    let out = w.ateam(&["logs", "a", "--team", &w.team, "--egress"]);
+    let log = text(&out.stdout);
+    assert!(
+        log.contains("allowed GET 127.0.0.1") && log.contains("REFUSED GET example.com:80"),
+        "{engine:?}: {log}{}",
+        text(&out.stderr)
+    );
+    let row = w.row("a");
+    let refused = row["egress"]["refused"].as_array().unwrap();
+    assert!(
+        refused.iter().any(|r| r["host"] == "example.com"),
+        "{engine:?}: {row}"
+    );
+    let grant = row["egress"]["suggestedGrant"].as_str().unwrap_or("");
+    assert!(
+        grant.contains("- \"example.com\"") && grant.contains(&format!("127.0.0.1:{other}")),
+        "{engine:?}: {grant}"
+    );
+
+    // A killed proxy: status sees it, --exit-code fails, apply heals it.
+    let pid = w.proxy_pid("a").expect("a pid file");
+    assert!(alive(pid), "{engine:?}");
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let row = w.row("a");
+    assert_eq!(row["state"], "egress down", "{engine:?}: {row}");
+    assert_eq!(row["egress"]["proxy"], "down", "{engine:?}: {row}");
+    let code = w.ateam(&["status", &w.team, "--exit-code"]).status.code();
+    assert_eq!(code, Some(1), "{engine:?}");
+    let id = w.container("a");
+    w.apply();
+    assert_eq!(w.row("a")["state"], "running", "{engine:?}");
+    let got = w.get("a", &format!("http://127.0.0.1:{allowed}/"));
+    assert!(got.contains("allowed-endpoint"), "{engine:?}: {got}");
+
+    // A new list changes what gets through, in the same container.
+    let mut wider = a_list.clone();
+    wider.push(format!("127.0.0.1:{other}"));
+    w.write(&wider, &[format!("127.0.0.1:{other}")]);
+    w.apply();
+    assert_eq!(w.container("a"), id, "{engine:?}: recreated");
+    let got = w.get("a", &format!("http://127.0.0.1:{other}/"));
+    assert!(got.contains("other-endpoint"), "{engine:?}: {got}");
+    assert_eq!(
+        w.ateam(&["status", &w.team, "--exit-code"]).status.code(),
+        Some(0),
+        "{engine:?}"
+    );
+
+    // Delete stops the proxies and removes their sockets.
+    let pid = w.proxy_pid("a").expect("a pid file");
+    let out = w.ateam(&["delete", "--team", &w.team]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "{engine:?}: the proxy outlived its team");
+    assert!(!a_socket.exists(), "{engine:?}");
+}
+
+macro_rules! on_every_engine {
+    ($($engine:ident => $e:expr),* $(,)?) => {
+        $(
+            mod $engine {
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_member_reaches_exactly_its_allowed_hosts() {
+                    super::a_member_reaches_exactly_its_allowed_hosts($e);
+                }
+            }
+        )*
+    };
+}
+
+on_every_engine!(
+    docker => super::Engine::Docker,
+    podman => super::Engine::Podman,
+    rootless_podman => super::Engine::Rootless,
+);
