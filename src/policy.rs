@@ -184,22 +184,37 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         "off".into(),
     );
     check("init", found.init, "on".into(), "off".into());
-    let net_ok = match spec.network {
+    let net_ok = match &spec.network {
         // An allowlist reaches the network only through the egress proxy's socket.
         SpecNetwork::None | SpecNetwork::Proxy => found.network_mode == "none",
         // Never the host's, nor another container's.
-        SpecNetwork::Open => {
+        // Only its team's network: never the host's, another container's, nor a second one.
+        SpecNetwork::Open(_) => {
             !found.network_mode.is_empty()
                 && found.network_mode != "host"
                 && !found.network_mode.starts_with("container:")
                 && !found.network_mode.starts_with("ns:")
+                && spec
+                    .network
+                    .name()
+                    .map(str::to_string)
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    == found.networks
         }
     };
     check(
         "network",
         net_ok,
-        expected_network(&spec.network).into(),
-        found.network_mode.clone(),
+        match spec.network.name() {
+            Some(n) => format!("{} ({n})", expected_network(&spec.network)),
+            None => expected_network(&spec.network).into(),
+        },
+        if found.networks.is_empty() {
+            found.network_mode.clone()
+        } else {
+            format!("{} ({})", found.network_mode, found.networks.join(","))
+        },
     );
     let mut want = spec.mounts.clone();
     want.sort();
@@ -342,7 +357,7 @@ fn tmpfs_options(opts: &str) -> Vec<&str> {
 fn expected_network(n: &SpecNetwork) -> &'static str {
     match n {
         SpecNetwork::None | SpecNetwork::Proxy => "none",
-        SpecNetwork::Open => "a private network",
+        SpecNetwork::Open(_) => "its team's network",
     }
 }
 
@@ -381,10 +396,16 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
         no_new_privileges: true,
         read_only_rootfs: true,
         init: true,
-        network_mode: match spec.network {
+        network_mode: match &spec.network {
             SpecNetwork::None | SpecNetwork::Proxy => "none".into(),
-            SpecNetwork::Open => "bridge".into(),
+            SpecNetwork::Open(n) => n.clone(),
         },
+        networks: spec
+            .network
+            .name()
+            .map(str::to_string)
+            .into_iter()
+            .collect(),
         bind_mounts: spec.mounts.clone(),
         tmpfs: spec.tmpfs.clone(),
         other_mounts: vec![],
@@ -430,7 +451,8 @@ pub fn create_request(
         pids: spec.pids,
         nano_cpus: spec.nano_cpus,
         // An allowlist reaches the network only through the egress proxy's socket.
-        network_none: !matches!(spec.network, SpecNetwork::Open),
+        network_none: !matches!(spec.network, SpecNetwork::Open(_)),
+        network_name: spec.network.name().map(str::to_string),
         labels,
         cap_drop_all: true,
         no_new_privileges: true,

@@ -150,6 +150,66 @@ spec: {{parent: lead, access: net-b, command: [sleep, "100000"], resources: {{me
         }
     }
 
+    /// The team with one member `o` whose grant says `network: open`.
+    fn write_open(&self) {
+        let yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, allowUnenforcedLimits: true}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: wide}}
+spec: {{read: [./work], network: open}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: o}}
+spec: {{parent: lead, access: wide, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#,
+            team = self.team
+        );
+        std::fs::write(self.manifest(), yaml).unwrap();
+        if self.engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
+        }
+    }
+
+    /// The engine's own CLI.
+    fn cli(&self, args: &[&str]) -> String {
+        let (bin, flag, uri) = match self.engine {
+            Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+            Engine::Podman => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+            Engine::Rootless => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTLESS")),
+        };
+        let mut c = if self.engine == Engine::Rootless {
+            let (name, uid, _) = rootless_user();
+            let mut c = Command::new("runuser");
+            c.args(["-u", &name, "--", "env"])
+                .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                .arg(format!("HOME=/home/{name}"))
+                .arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let out = c
+            .arg(flag)
+            .arg(uri)
+            .args(args)
+            .current_dir("/tmp")
+            .output()
+            .unwrap();
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+
     fn ateam(&self, args: &[&str]) -> Output {
         let bin = std::env::var("ATEAM_TEST_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
@@ -452,6 +512,43 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
     assert!(!a_socket.exists(), "{engine:?}");
 }
 
+/// `network: open` is a network of the team's own, not the engine's shared default bridge;
+/// it goes with the team.
+fn an_open_member_gets_its_teams_own_network(engine: Engine) {
+    let w = World::new(engine, "open");
+    w.write_open();
+    w.apply();
+    let row = w.row("o");
+    assert_eq!(row["state"], "running", "{engine:?}: {row}");
+    assert!(
+        row["grants"].as_str().unwrap().contains("open(widest"),
+        "{engine:?}: {row}"
+    );
+    let container = w.container("o");
+    let nets = w.cli(&[
+        "inspect",
+        &container,
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+    ]);
+    let nets: Vec<&str> = nets.split_whitespace().collect();
+    assert_eq!(nets.len(), 1, "{engine:?}: {nets:?}");
+    let net = nets[0].to_string();
+    assert!(
+        net.starts_with("ateam-") && net.ends_with(&format!("-{}", w.team)),
+        "{engine:?}: {net}"
+    );
+    let inside = w.inside("o", "ip -o addr 2>/dev/null || cat /proc/net/dev");
+    assert!(inside.contains("eth0"), "{engine:?}: {inside}");
+    let out = w.ateam(&["delete", "--team", &w.team]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let left = w.cli(&["network", "ls", "--format", "{{.Name}}"]);
+    assert!(
+        !left.lines().any(|l| l.trim() == net),
+        "{engine:?}: {net} outlived its team: {left}"
+    );
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -460,6 +557,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_member_reaches_exactly_its_allowed_hosts() {
                     super::a_member_reaches_exactly_its_allowed_hosts($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn an_open_member_gets_its_teams_own_network() {
+                    super::an_open_member_gets_its_teams_own_network($e);
                 }
             }
         )*

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::{App, AppError};
+use crate::core::container::team_network_name;
 use crate::core::layout::{session_socket_path, team_run_dir, transcripts_dir};
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
 use crate::model::Desired;
@@ -59,6 +60,9 @@ pub async fn delete(
     }
     let mut deleted = Vec::new();
     for t in &desired.teams {
+        // The team's own network, if its members had one (`network: open`).
+        let net = team_network_name(&look.desired.store, &t.name);
+        look.backend.remove_network(&net).await?;
         // Main sessions ateam started for the team end with it (their transcripts stay).
         for sess in &t.sessions {
             let socket = session_socket_path(&app.host.state_dir, &t.name, &sess.name);

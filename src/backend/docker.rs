@@ -355,6 +355,34 @@ impl Backend for DockerBackend {
             .map_err(|e| self.container_err("unpause container", id, e))
     }
 
+    async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+        match self.docker.inspect_network(name, None).await {
+            Ok(_) => return Ok(()),
+            Err(e) if status(&e) == Some(404) => {}
+            Err(e) => return Err(self.err("inspect network", e)),
+        }
+        let req = bollard::models::NetworkCreateRequest {
+            name: name.into(),
+            driver: Some("bridge".into()),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        match self.docker.create_network(req).await {
+            Ok(_) => Ok(()),
+            // Made by a concurrent apply meanwhile.
+            Err(e) if status(&e) == Some(409) => Ok(()),
+            Err(e) => Err(self.err("create network", e)),
+        }
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<()> {
+        match self.docker.remove_network(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            Err(e) => Err(self.err("remove network", e)),
+        }
+    }
+
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput> {
         let config = CreateExecOptions {
             attach_stdout: Some(true),
@@ -514,7 +542,11 @@ fn create_body(req: &CreateRequest) -> ContainerCreateBody {
         memory_swap: Some(to_i64(req.memory_swap_bytes)),
         pids_limit: Some(i64::from(req.pids)),
         nano_cpus: req.nano_cpus.map(to_i64),
-        network_mode: Some(if req.network_none { "none" } else { "bridge" }.into()),
+        network_mode: Some(if req.network_none {
+            "none".to_string()
+        } else {
+            req.network_name.clone().unwrap_or_else(|| "bridge".into())
+        }),
         cap_drop: req.cap_drop_all.then(|| vec!["ALL".to_string()]),
         security_opt: req
             .no_new_privileges
@@ -546,7 +578,20 @@ fn create_body(req: &CreateRequest) -> ContainerCreateBody {
 }
 
 /// An inspect reduced to what the policy judges, plus what the controller tracks.
+/// The names of the networks a container is attached to (`none` is not one).
+fn networks_of(c: &ContainerInspectResponse) -> Vec<String> {
+    let mut v: Vec<String> = c
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.networks.as_ref())
+        .map(|n| n.keys().filter(|k| *k != "none").cloned().collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 fn inspected(c: ContainerInspectResponse) -> Inspected {
+    let networks = networks_of(&c);
     let config = c.config.unwrap_or_default();
     let hc = c.host_config.unwrap_or_default();
     let state = c.state.unwrap_or_default();
@@ -649,6 +694,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         read_only_rootfs: hc.readonly_rootfs.unwrap_or(false),
         init: hc.init == Some(true),
         network_mode: hc.network_mode.clone().unwrap_or_default(),
+        networks,
         bind_mounts,
         tmpfs,
         other_mounts,
@@ -928,6 +974,7 @@ mod tests {
             pids: 64,
             nano_cpus: Some(500_000_000),
             network_none: true,
+            network_name: None,
             labels: labels.clone(),
             cap_drop_all: true,
             no_new_privileges: true,
@@ -1018,6 +1065,7 @@ mod tests {
             read_only_rootfs: true,
             init: true,
             network_mode: "none".into(),
+            networks: vec![],
             bind_mounts: vec![Mount {
                 source: dir.path().to_path_buf(),
                 target: PathBuf::from("/ro"),
@@ -1409,6 +1457,7 @@ mod tests {
                 read_only_rootfs: false,
                 init: false,
                 network_mode: "host".into(),
+                networks: vec![],
                 bind_mounts: vec![Mount {
                     source: "/var/run/docker.sock".into(),
                     target: "/var/run/docker.sock".into(),

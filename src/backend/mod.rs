@@ -143,6 +143,10 @@ pub trait Backend: Send + Sync {
     async fn rename(&self, id: &str, name: &str) -> Result<()>;
     /// Lets a paused container go on.
     async fn unpause(&self, id: &str) -> Result<()>;
+    /// Creates the bridge network `name` with `labels`, unless it exists.
+    async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()>;
+    /// Removes the network `name`; one that is gone already is not an error.
+    async fn remove_network(&self, name: &str) -> Result<()>;
     /// Runs `cmd` in the running container and waits for it.
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
     /// The last `tail` lines of output (stdout and stderr), chunk by chunk into `sink`; with

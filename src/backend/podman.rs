@@ -301,6 +301,9 @@ fn create_body(req: &CreateRequest) -> Value {
     }
     if req.network_none {
         body["netns"] = json!({ "nsmode": "none" });
+    } else if let Some(n) = &req.network_name {
+        body["netns"] = json!({ "nsmode": "bridge" });
+        body["Networks"] = json!({ n: {} });
     }
     if req.cap_drop_all {
         body["cap_drop"] = json!(["ALL"]);
@@ -400,6 +403,13 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
     e.read_only_rootfs = hc.readonly_rootfs.unwrap_or(false);
     e.init = hc.init.unwrap_or(false);
     e.network_mode = hc.network_mode.clone().unwrap_or_default();
+    e.networks = d
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.networks.as_ref())
+        .map(|n| n.keys().cloned().collect())
+        .unwrap_or_default();
+    e.networks.sort();
     e.tmpfs.extend(
         hc.tmpfs
             .iter()
@@ -739,6 +749,42 @@ impl Backend for PodmanBackend {
             .map_err(|e| container_err("unpause", id, &e))
     }
 
+    async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
+        let networks = self.podman.networks();
+        if networks
+            .get(name)
+            .exists()
+            .await
+            .map_err(|e| engine_err("inspect network", &e))?
+        {
+            return Ok(());
+        }
+        let opts = podman_api::opts::NetworkCreateOpts::builder()
+            .name(name)
+            .driver("bridge")
+            .labels(labels.clone())
+            .build();
+        match networks.create(&opts).await {
+            Ok(_) => Ok(()),
+            // Made by a concurrent apply meanwhile.
+            Err(e) if message_of(&e).contains("already exists") => Ok(()),
+            Err(e) => Err(engine_err("create network", &e)),
+        }
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<()> {
+        let n = self.podman.networks().get(name);
+        match n.exists().await {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => return Err(engine_err("inspect network", &e)),
+        }
+        n.delete()
+            .await
+            .map(|_| ())
+            .map_err(|e| engine_err("remove network", &e))
+    }
+
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput> {
         let opts = ExecCreateOpts::builder()
             .command(cmd.iter().cloned())
@@ -930,6 +976,7 @@ mod tests {
             pids: 64,
             nano_cpus: Some(500_000_000),
             network_none: true,
+            network_name: None,
             labels: BTreeMap::from([("ateam.test.run".into(), run.into())]),
             cap_drop_all: true,
             no_new_privileges: true,
@@ -1184,6 +1231,7 @@ mod tests {
             read_only_rootfs: true,
             init: true,
             network_mode: "none".into(),
+            networks: vec![],
             bind_mounts: req.mounts.clone(),
             tmpfs: BTreeMap::from([(
                 "/tmp".to_string(),

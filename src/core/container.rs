@@ -13,23 +13,32 @@ use crate::model::Network;
 
 /// What a member's container has for a network. An allowlist's entries are not part of it:
 /// they live in the egress proxy's policy file, so that a new list needs no new container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SpecNetwork {
     /// Loopback only.
     None,
     /// Loopback only, and the egress proxy's socket in the control folder.
     Proxy,
-    /// A network of its own team (`team_network_name`).
-    Open,
+    /// The network of its own team (`team_network_name`), by name.
+    Open(String),
 }
 
-impl From<&Network> for SpecNetwork {
-    fn from(n: &Network) -> SpecNetwork {
+impl SpecNetwork {
+    /// A member's network, from its grant; `team_net` is its team's network name.
+    pub fn of(n: &Network, team_net: impl FnOnce() -> String) -> SpecNetwork {
         match n {
             Network::None => SpecNetwork::None,
             Network::Allow(_) => SpecNetwork::Proxy,
-            Network::Open => SpecNetwork::Open,
+            Network::Open => SpecNetwork::Open(team_net()),
+        }
+    }
+
+    /// The engine network to attach to, for `Open`.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            SpecNetwork::Open(n) => Some(n),
+            SpecNetwork::None | SpecNetwork::Proxy => None,
         }
     }
 }
@@ -121,6 +130,13 @@ impl ContainerSpec {
     }
 }
 
+/// The engine network of a team whose members have `network: open`: one per team (and per
+/// store), so that members of other teams, and whatever sits on the engine's shared default
+/// bridge, are not reachable from it.
+pub fn team_network_name(store: &str, team: &str) -> String {
+    format!("ateam-{store}-{team}")
+}
+
 /// The container name of a member. Team and member names are DNS-1123 labels (no `_`), so
 /// `_` separates them without ambiguity: team `t` member `a-b` and team `t-a` member `b` get
 /// two names. Containers are still identified by labels and the store's record, never by name.
@@ -193,8 +209,9 @@ pub struct CreateRequest {
     pub memory_swap_bytes: u64,
     pub pids: u32,
     pub nano_cpus: Option<u64>,
-    /// No network at all (`none`), or the engine's default private network.
+    /// No network at all (`none`), or the network `network_name` (the team's own).
     pub network_none: bool,
+    pub network_name: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub cap_drop_all: bool,
     pub no_new_privileges: bool,
@@ -236,6 +253,9 @@ pub struct Effective {
     pub init: bool,
     /// `none` for no network; anything else is a network the member can use.
     pub network_mode: String,
+    /// The networks it is attached to, by name (Podman says `bridge` as its mode for any).
+    #[serde(default)]
+    pub networks: Vec<String>,
     pub bind_mounts: Vec<Mount>,
     /// Mount point -> options of tmpfs mounts.
     pub tmpfs: std::collections::BTreeMap<String, String>,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::container::{
     CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, SpecNetwork, container_name, labels,
+    team_network_name,
 };
 use crate::core::layout::{
     EGRESS_SOCKET_NAME, egress_socket_path, member_ctl_dir, member_record_path,
@@ -131,7 +132,9 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     };
     env.insert("ATEAM_READ_DIRS".into(), join(&m.access.read));
     env.insert("ATEAM_WRITE_DIRS".into(), join(&m.access.write));
-    let network = SpecNetwork::from(&m.access.network);
+    let network = SpecNetwork::of(&m.access.network, || {
+        team_network_name(&store_id(&host.state_dir), &team.name)
+    });
     if network == SpecNetwork::Proxy {
         // The gate starts the bridge when it sees these (see gate/main.rs).
         env.insert("ATEAM_EGRESS_LISTEN".into(), BRIDGE_LISTEN.into());

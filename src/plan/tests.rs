@@ -206,7 +206,11 @@ fn each_kind_of_spec_drift_names_the_field() {
             "network",
             Box::new(|m| m.access.network = Network::Open),
             "none".into(),
-            "open".into(),
+            // Its team's own network, by name.
+            serde_json::json!({"open": crate::core::container::team_network_name(
+                &crate::core::layout::store_id(&host().state_dir),
+                "t"
+            )}),
         ),
         (
             "cwd",
@@ -810,4 +814,33 @@ fn a_running_container_never_released_is_checked_then_released() {
         ),
         "{p:?}"
     );
+}
+
+/// `open` is its team's network only: the engine's default bridge, another network beside
+/// it, or the host's are violations (Podman reports `bridge` as the mode for any network).
+#[test]
+fn an_open_member_is_on_its_teams_network_only() {
+    let mut m = member("a");
+    m.access.network = Network::Open;
+    let d = want(vec![m]);
+    let spec = &d.members[0].spec;
+    let net = spec.network.name().unwrap().to_string();
+    assert!(net.starts_with("ateam-") && net.ends_with("-t"), "{net}");
+    let ok = policy::compliant(spec);
+    assert!(policy::verify(spec, &ok, policy::Limits::Enforced).is_empty());
+    let mut podman = ok.clone();
+    podman.network_mode = "bridge".into();
+    assert!(policy::verify(spec, &podman, policy::Limits::Enforced).is_empty());
+    let edits: Vec<Edit<policy::Effective>> = vec![
+        Box::new(|e| e.networks = vec!["bridge".into()]),
+        Box::new(|e| e.networks.push("ateam-other-team".into())),
+        Box::new(|e| e.network_mode = "host".into()),
+        Box::new(|e| e.networks.clear()),
+    ];
+    for edit in edits {
+        let mut e = ok.clone();
+        edit(&mut e);
+        let v = policy::verify(spec, &e, policy::Limits::Enforced);
+        assert!(v.iter().any(|v| v.item == "network"), "{e:?}: {v:?}");
+    }
 }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
-use crate::core::container::{ContainerState, CreateRequest, EngineKind};
+use crate::core::container::{ContainerState, CreateRequest, EngineKind, labels};
 use crate::core::layout::{gate_dir, member_record_path, team_run_dir};
 use crate::files::{self, Owner};
 use crate::host::mounts::Mounts;
@@ -226,6 +226,17 @@ impl Runtime {
         files::write_atomic(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
 
+        if let Some(net) = m.spec.network.name() {
+            let labels = std::collections::BTreeMap::from([
+                (labels::MANAGED_BY.to_string(), "ateam".to_string()),
+                (labels::STORE.to_string(), self.store.clone()),
+                (labels::TEAM.to_string(), m.team.clone()),
+            ]);
+            self.backend
+                .ensure_network(net, &labels)
+                .await
+                .map_err(|e| self.backend_err(m, e))?;
+        }
         let pins = self.pin_all(m)?;
         let cmd = match &m.spec.command {
             Some(c) => c.clone(),
