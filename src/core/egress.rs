@@ -262,7 +262,7 @@ impl Allowlist {
             None => Ok(()),
             Some(_) if self.names_exactly(c, port) => Ok(()),
             Some(why) => Err(format!(
-                "{} is {why}; only an entry naming exactly `{}` reaches it",
+                "{}, {why}; only an entry naming exactly `{}` reaches it",
                 show(ip),
                 show_port(c, port)
             )),

@@ -535,7 +535,13 @@ async fn decide(
     match first_refusal {
         Some((a, why)) => Err((
             Some(a),
-            refuse(403, format!("{} resolves to {why}", req.host)),
+            refuse(
+                403,
+                match host {
+                    Host::Ip(_) => format!("address {why}"),
+                    Host::Name(n) => format!("{n} resolves to {why}"),
+                },
+            ),
         )),
         None => Err((None, refuse(502, format!("{} has no address", req.host)))),
     }
