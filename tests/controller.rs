@@ -409,6 +409,49 @@ fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
     let _ = w.ateam(&["delete", "--team", &other, "--purge"]);
 }
 
+/// Kill -9 a member's egress proxy: the controller sees its socket fall silent (no engine
+/// event tells) and starts it again, without anyone running apply and without a new
+/// container.
+fn a_killed_egress_proxy_comes_back(engine: &'static str) {
+    let mut w = World::new(engine, "proxy");
+    w.write(
+        "net.yaml",
+        "apiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: net}\nspec: {network: {allow: [\"127.0.0.1:9\"]}}\n",
+    );
+    w.write(
+        "worker.yaml",
+        &member("worker", "").replace("access: rw", "access: net"),
+    );
+    w.start(&[]);
+    w.until("ran the member", 60, || w.running("worker"));
+    let pid_file = w
+        .root()
+        .join("state/teams")
+        .join(&w.team)
+        .join("members/worker/egress/proxy.pid");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let id = w.id("worker");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let took = w.until("restarted the proxy", 30, || {
+        std::fs::read_to_string(&pid_file)
+            .map(|p| p.trim() != pid)
+            .unwrap_or(false)
+            && w.row("worker")["egress"]["proxy"] == "running"
+    });
+    assert!(took < Duration::from_secs(15), "{engine}: {took:?}");
+    assert_eq!(w.id("worker"), id, "{engine}: the member was replaced");
+    assert!(w.log().contains("startEgressProxy"), "{}", w.log());
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -431,4 +474,5 @@ on_engines!(
     a_crash_looping_member_backs_off,
     sigterm_during_a_big_bring_up_then_the_next_start_converges,
     a_team_from_other_manifests_is_left_alone,
+    a_killed_egress_proxy_comes_back,
 );
