@@ -10,7 +10,6 @@ use tracing::debug;
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
 use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
-use crate::egress::PolicyFile;
 use crate::plan::spec::DesiredState;
 use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
@@ -131,10 +130,7 @@ pub async fn observe(
             if let Some(e) = &m.egress {
                 let path =
                     layout::egress_policy_path(&layout::egress_dir_in(&t.run_dir, &m.member));
-                if let Some(p) = std::fs::read(path)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<PolicyFile>(&b).ok())
-                {
+                if let Some(p) = crate::egress::read_policy(&path) {
                     egress_policies.insert(e.socket.clone(), p.allow);
                 }
             }

@@ -88,12 +88,13 @@ pub async fn apply(
     let _lock = app.store.lock(o.no_wait, waiting)?;
     // ...and judged again under the lock, against the teams stored by an apply that held it.
     let desired = app.judge(manifests)?;
+    let started = std::time::SystemTime::now();
     let report = converge(app, &desired, o, secret, progress, &mut |_| {}).await?;
     // What the proxies refused before this apply is history for `status`.
     for t in &desired.teams {
         for m in &t.members {
             let paths = crate::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
-            crate::egress::mark_applied(&paths).map_err(|source| AppError::Io {
+            crate::egress::mark_applied(&paths, started).map_err(|source| AppError::Io {
                 path: paths.policy.clone(),
                 source,
             })?;

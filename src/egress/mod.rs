@@ -95,9 +95,9 @@ pub fn answers(socket: &Path) -> bool {
     std::os::unix::net::UnixStream::connect(socket).is_ok()
 }
 
-/// The allowlist the proxy reads now, if its file is there and readable.
-pub fn read_policy(paths: &Paths) -> Option<PolicyFile> {
-    serde_json::from_slice(&std::fs::read(&paths.policy).ok()?).ok()
+/// The allowlist a proxy reads now (its `policy.json`), if the file is there and readable.
+pub fn read_policy(path: &Path) -> Option<PolicyFile> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// Writes the allowlist atomically; the proxy sees the new file at its next connection.
@@ -303,11 +303,12 @@ pub fn since_last_apply(paths: &Paths) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Marks the start of a new period of refusals for `status`: what was refused before this
-/// apply is history (`logs --egress` still has it). Also makes the proxy read its list again.
-pub fn mark_applied(paths: &Paths) -> std::io::Result<()> {
+/// Marks the start of a new period of refusals for `status` at `at` (when the apply began, so
+/// that what members were refused while coming up counts): what was refused before is
+/// history (`logs --egress` still has it). Also makes the proxy read its list again.
+pub fn mark_applied(paths: &Paths, at: std::time::SystemTime) -> std::io::Result<()> {
     match std::fs::File::options().write(true).open(&paths.policy) {
-        Ok(f) => f.set_modified(std::time::SystemTime::now()),
+        Ok(f) => f.set_modified(at),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
