@@ -513,7 +513,19 @@ fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, St
     let ok = match (&child.network, &parent.network) {
         (Network::None, _) | (_, Network::Open) => true,
         (Network::Allow(c), Network::Allow(p)) => {
-            c.iter().all(|h| p.iter().any(|o| host_covers(o, h)))
+            if let Some((i, h)) = c
+                .iter()
+                .enumerate()
+                .find(|(_, h)| !p.iter().any(|o| host_covers(o, h)))
+            {
+                return Err((
+                    format!("network.allow[{i}]"),
+                    format!(
+                        "allows `{h}`, which its parent's allow list does not cover (an entry without a port is 443 and 80)"
+                    ),
+                ));
+            }
+            true
         }
         (Network::Allow(_) | Network::Open, _) => false,
     };
