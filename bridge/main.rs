@@ -4,16 +4,32 @@
 //! on the host judges every request. It knows nothing of the list: it only carries bytes.
 //!
 //! Built by build.rs as a static, std-only binary so that it runs in any image, mounted
-//! read-only. Each connection costs two small threads (one per direction).
+//! read-only. One thread serves every connection (poll(2) over non-blocking sockets), so the
+//! bridge costs the member one process of its `pids` limit and 128 KiB of buffers per open
+//! connection, however many it opens.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::exit;
-use std::thread;
 
-const STACK: usize = 64 * 1024;
+/// Bytes held per direction of a connection.
 const BUF: usize = 64 * 1024;
+
+#[repr(C)]
+struct PollFd {
+    fd: i32,
+    events: i16,
+    revents: i16,
+}
+
+const POLLIN: i16 = 0x1;
+const POLLOUT: i16 = 0x4;
+
+unsafe extern "C" {
+    fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
+}
 
 fn main() {
     let mut listen = String::from("127.0.0.1:3128");
@@ -36,61 +52,206 @@ fn main() {
             exit(1);
         }
     };
-    // Tell the gate it may start the member's command, then let go of the pipe.
+    if let Err(e) = listener.set_nonblocking(true) {
+        eprintln!("ateam-bridge: {e}");
+        exit(1);
+    }
+    // Tell the gate it may start the member's command.
     {
         let mut out = std::io::stdout();
         let _ = out.write_all(b"ready\n").and_then(|()| out.flush());
     }
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
-        let socket = socket.clone();
-        let _ = thread::Builder::new()
-            .stack_size(STACK)
-            .spawn(move || join(conn, &socket));
-    }
+    serve(&listener, &socket);
 }
 
-/// Carries one connection to the proxy and back. Without a proxy the member gets an HTTP
-/// answer that says so, not a silent reset.
-fn join(tcp: TcpStream, socket: &str) {
-    let _ = tcp.set_nodelay(true);
-    let unix = match UnixStream::connect(socket) {
-        Ok(u) => u,
-        Err(e) => {
-            let body = format!("ateam egress proxy not reachable at {socket}: {e}\n");
-            let mut tcp = tcp;
-            let _ = write!(
-                tcp,
-                "HTTP/1.1 502 ateam egress proxy not running\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            return;
+/// One direction of a connection: bytes read from one side, not yet written to the other.
+struct Pipe {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// The reading side said end of file.
+    eof: bool,
+    /// ...and everything was passed on, and the writing side half-closed.
+    done: bool,
+}
+
+impl Pipe {
+    fn new() -> Pipe {
+        Pipe {
+            buf: vec![0u8; BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            eof: false,
+            done: false,
         }
-    };
-    let (Ok(tcp2), Ok(unix2)) = (tcp.try_clone(), unix.try_clone()) else {
-        return;
-    };
-    let up = thread::Builder::new()
-        .stack_size(STACK)
-        .spawn(move || pump(tcp2, unix2, |u| u.shutdown(Shutdown::Write)));
-    pump(unix, tcp, |t| t.shutdown(Shutdown::Write));
-    if let Ok(h) = up {
-        let _ = h.join();
+    }
+
+    fn wants_read(&self) -> bool {
+        !self.eof && self.end < self.buf.len()
+    }
+
+    fn wants_write(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Reads what `from` has into the free space; false on an error (the connection is over).
+    fn fill(&mut self, from: &mut impl Read) -> bool {
+        while self.wants_read() {
+            match from.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// Writes what it holds to `to`; at end of file with nothing left, half-closes `to`.
+    fn drain<W: Write>(&mut self, to: &mut W, shut: impl Fn(&W)) -> bool {
+        while self.wants_write() {
+            match to.write(&self.buf[self.start..self.end]) {
+                Ok(0) => return false,
+                Ok(n) => self.start += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        self.start = 0;
+        self.end = 0;
+        if self.eof && !self.done {
+            shut(to);
+            self.done = true;
+        }
+        true
     }
 }
 
-/// Copies `from` to `to` until end of file, then half-closes `to`.
-fn pump<R: Read, W: Write>(mut from: R, mut to: W, close: impl FnOnce(&W) -> std::io::Result<()>) {
-    let mut buf = vec![0u8; BUF];
+struct Conn {
+    tcp: TcpStream,
+    unix: UnixStream,
+    /// Member to proxy.
+    up: Pipe,
+    /// Proxy to member.
+    down: Pipe,
+}
+
+impl Conn {
+    fn interest(&self) -> (i16, i16) {
+        let mut tcp = 0;
+        let mut unix = 0;
+        if self.up.wants_read() {
+            tcp |= POLLIN;
+        }
+        if self.down.wants_write() {
+            tcp |= POLLOUT;
+        }
+        if self.down.wants_read() {
+            unix |= POLLIN;
+        }
+        if self.up.wants_write() {
+            unix |= POLLOUT;
+        }
+        (tcp, unix)
+    }
+
+    /// Moves what can be moved now; false when the connection is over.
+    fn step(&mut self) -> bool {
+        let ok = self.up.fill(&mut self.tcp)
+            && self
+                .up
+                .drain(&mut self.unix, |u| drop(u.shutdown(Shutdown::Write)))
+            && self.down.fill(&mut self.unix)
+            && self
+                .down
+                .drain(&mut self.tcp, |t| drop(t.shutdown(Shutdown::Write)));
+        ok && !(self.up.done && self.down.done)
+    }
+}
+
+fn serve(listener: &TcpListener, socket: &str) {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut fds: Vec<PollFd> = Vec::new();
     loop {
-        match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    break;
+        fds.clear();
+        fds.push(PollFd {
+            fd: listener.as_raw_fd(),
+            events: POLLIN,
+            revents: 0,
+        });
+        for c in &conns {
+            let (t, u) = c.interest();
+            // Nothing asked of a side: left out of this round (poll skips a negative fd), so
+            // that a hang-up it cannot act on yet does not wake the loop again and again.
+            fds.push(PollFd {
+                fd: if t == 0 { -1 } else { c.tcp.as_raw_fd() },
+                events: t,
+                revents: 0,
+            });
+            fds.push(PollFd {
+                fd: if u == 0 { -1 } else { c.unix.as_raw_fd() },
+                events: u,
+                revents: 0,
+            });
+        }
+        let n = unsafe { poll(fds.as_mut_ptr(), fds.len() as u64, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            eprintln!("ateam-bridge: poll: {}", std::io::Error::last_os_error());
+            exit(1);
+        }
+        // Connections with news (ready, hung up or in error) move on. From the last to the
+        // first, so that removing one (the last takes its place) disturbs none still to come.
+        for i in (0..conns.len()).rev() {
+            let news = fds[1 + 2 * i].revents != 0 || fds[2 + 2 * i].revents != 0;
+            if news && !conns[i].step() {
+                conns.swap_remove(i);
+            }
+        }
+        if fds[0].revents != 0 {
+            accept(listener, socket, &mut conns);
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) {
+    loop {
+        let tcp = match listener.accept() {
+            Ok((t, _)) => t,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            // Out of descriptors or memory for now: try again at the next round.
+            Err(_) => return,
+        };
+        let _ = tcp.set_nodelay(true);
+        match UnixStream::connect(socket) {
+            Ok(unix) => {
+                if tcp.set_nonblocking(true).is_ok() && unix.set_nonblocking(true).is_ok() {
+                    let mut c = Conn {
+                        tcp,
+                        unix,
+                        up: Pipe::new(),
+                        down: Pipe::new(),
+                    };
+                    if c.step() {
+                        conns.push(c);
+                    }
                 }
+            }
+            // Without a proxy the member gets an HTTP answer that says so, not a reset.
+            Err(e) => {
+                let body = format!("ateam egress proxy not reachable at {socket}: {e}\n");
+                let mut tcp = tcp;
+                let _ = write!(
+                    tcp,
+                    "HTTP/1.1 502 ateam egress proxy not running\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
             }
         }
     }
-    let _ = close(&to);
 }

@@ -308,7 +308,7 @@ def main():
         "  times the member's memory per connection). Against a real remote host the network, not",
         "  this path, is the limit: the path carries well over a GB/s.",
         "- Setup under load: every connection of the burst is served; the proxy takes at most",
-        "  1024 at once, the bridge two threads per connection (counted in the member's `pids`).",
+        "  1024 at once; the bridge is one thread for all (one of the member's `pids`).",
     ]
     text = "\n".join(out) + "\n"
     print(text)

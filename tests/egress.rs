@@ -50,7 +50,11 @@ fn serve(body: &'static str) -> u16 {
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
                 let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-                let _ = c.read(&mut buf);
+                let n = c.read(&mut buf).unwrap_or(0);
+                // `/slow` keeps the connection open a while, so that many overlap.
+                if String::from_utf8_lossy(&buf[..n]).contains(" /slow ") {
+                    std::thread::sleep(Duration::from_millis(700));
+                }
                 let _ = write!(
                     c,
                     "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -371,6 +375,15 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
         got.contains("200 Connection established"),
         "{engine:?}: {got}"
     );
+    // Many at once, within the member's pids limit (64): the bridge is one process however
+    // many connections it carries.
+    let got = w.inside(
+        "a",
+        &format!(
+            "for i in $(seq 1 24); do wget -q -O - http://127.0.0.1:{allowed}/slow > /tmp/r$i 2>&1 & done; wait; cat /tmp/r* | grep -o allowed-endpoint | wc -l; cat /tmp/r*"
+        ),
+    );
+    assert_eq!(got.lines().next().map(str::trim), Some("24"), "{engine:?}: {got}");
     // Another port, another host: refused, with the reason.
     let got = w.get("a", &format!("http://127.0.0.1:{other}/"));
     assert!(
