@@ -302,7 +302,7 @@ def main():
         "  (its `200 Connection established`) than plain HTTP.",
         "- Throughput is CPU-bound here: on loopback, with client and server on the same two",
         "  CPUs, every byte is copied through three sockets instead of one (client-bridge,",
-        "  bridge-proxy, proxy-server): across runs 35-65 % of the direct rate (it moves with the",
+        "  bridge-proxy, proxy-server): across runs 35-75 % of the direct rate (it moves with the",
         "  other work on the machine); the 80 % target is not met here. Tried and dropped: splice(2)",
         "  in the bridge (slower through a Unix socket), 256 KiB buffers (a few per cent, at four",
         "  times the member's memory per connection). Against a real remote host the network, not",
