@@ -383,7 +383,11 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
             "for i in $(seq 1 24); do wget -q -O - http://127.0.0.1:{allowed}/slow > /tmp/r$i 2>&1 & done; wait; cat /tmp/r* | grep -o allowed-endpoint | wc -l; cat /tmp/r*"
         ),
     );
-    assert_eq!(got.lines().next().map(str::trim), Some("24"), "{engine:?}: {got}");
+    assert_eq!(
+        got.lines().next().map(str::trim),
+        Some("24"),
+        "{engine:?}: {got}"
+    );
     // Another port, another host: refused, with the reason.
     let got = w.get("a", &format!("http://127.0.0.1:{other}/"));
     assert!(
