@@ -2,7 +2,7 @@
 //! applies from interleaving. Folders are 0700, files 0600, writes atomic.
 //! Where each file lives: `core::layout`.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -104,7 +104,15 @@ pub struct Store {
 /// Held while an apply or delete runs; released on drop (and by the kernel if ateam dies).
 #[must_use = "the lock is released when this is dropped"]
 pub struct Lock {
-    _file: File,
+    file: File,
+}
+
+impl Lock {
+    /// Writes who holds it, for the next one that waits.
+    pub fn announce(&mut self) -> std::io::Result<()> {
+        self.file.set_len(0)?;
+        writeln!(self.file, "pid {}", std::process::id())
+    }
 }
 
 impl Store {
@@ -117,7 +125,7 @@ impl Store {
     pub fn lock(&self, no_wait: bool, waiting: impl FnOnce(&str)) -> Result<Lock, StoreError> {
         files::private_dir(&self.dir, self.owner).map_err(io(&self.dir))?;
         let path = layout::lock_path(&self.dir);
-        let mut file = files::open_lock(&path).map_err(io(&path))?;
+        let file = files::open_lock(&path).map_err(io(&path))?;
         if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
             let holder = std::fs::read_to_string(&path)
                 .unwrap_or_default()
@@ -137,10 +145,19 @@ impl Store {
                 source: e.into(),
             })?;
         }
-        // Who holds it, for the next one that waits.
-        file.set_len(0).map_err(io(&path))?;
-        let _ = writeln!(file, "pid {}", std::process::id());
-        Ok(Lock { _file: file })
+        let mut lock = Lock { file };
+        lock.announce().map_err(io(&path))?;
+        Ok(lock)
+    }
+
+    /// The lock, if its file exists and nobody holds it: taken without creating, waiting or
+    /// writing anything, so that manifests judged under it and refused leave the store as it
+    /// was.
+    pub fn try_lock_existing(&self) -> Option<Lock> {
+        let path = layout::lock_path(&self.dir);
+        let file = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
+        Some(Lock { file })
     }
 
     fn team_file(&self, team: &str) -> PathBuf {

@@ -28,7 +28,7 @@ fn test_host() -> Host {
         uid: 1000,
         gid: 1000,
         state_dir: STATE_DIR.into(),
-        engine_dirs: vec![],
+        engine_dirs: Default::default(),
         home: broken_dir().join("fixtures/home"),
         memory_bytes: 8 << 30,
         sudo_user: None,

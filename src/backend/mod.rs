@@ -34,6 +34,21 @@ pub struct EngineInfo {
     pub limits_enforced: bool,
 }
 
+impl EngineInfo {
+    /// Whether an inspect of a running container stays true until that container starts
+    /// again, its limits aside (those are read from the cgroup at every look). Podman before
+    /// 5 can change nothing else in place; Docker's `update --restart` can, and only an
+    /// inspect shows it, so Docker is always inspected.
+    pub fn inspect_holds_while_running(&self) -> bool {
+        let major = self
+            .version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok());
+        matches!(self.kind, EngineKind::Podman { .. }) && major.is_some_and(|m| m < 5)
+    }
+}
+
 /// One container as a list call sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {

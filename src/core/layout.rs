@@ -99,6 +99,11 @@ pub fn engine_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("engine.json")
 }
 
+/// The inspects of a team's running containers, kept between looks (see `observe::cache`).
+pub fn inspect_cache_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("inspected.json")
+}
+
 /// The folder of a team's members' private files (one folder per member).
 pub fn members_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("members")

@@ -652,7 +652,7 @@ fn build(
         .collect();
     let engine_dirs: Vec<EngineDir> = engines::defaults()
         .into_iter()
-        .chain(host.engine_dirs.iter().cloned())
+        .chain(host.engine_dirs.get().iter().cloned())
         .collect();
     let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
     // Admission counts the members of every team in the store that stays as it is.
@@ -1259,7 +1259,7 @@ mod tests {
             home: "/home/u".into(),
             memory_bytes: 1 << 34,
             state_dir: "/home/u/.local/state/ateam".into(),
-            engine_dirs: vec![],
+            engine_dirs: Default::default(),
             sudo_user: None,
         };
         for (dir, refusal) in [

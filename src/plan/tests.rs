@@ -21,7 +21,7 @@ fn host() -> Host {
         memory_bytes: 16 << 30,
         state_dir: "/home/u/.local/state/ateam".into(),
         sudo_user: None,
-        engine_dirs: vec![],
+        engine_dirs: Default::default(),
     }
 }
 
