@@ -195,13 +195,52 @@ pub enum Command {
         /// Keep printing new output until the member stops.
         #[arg(short, long)]
         follow: bool,
+        /// Only output newer than this: an age (`10m`, `2h`) or an RFC 3339 time.
+        #[arg(long, value_parser = parse_since)]
+        since: Option<i64>,
+        /// Prefix each line with the time the engine received it (RFC 3339).
+        #[arg(short = 't', long)]
+        timestamps: bool,
     },
-    /// Run a command in a member's container.
+    /// Run a command in a member's container, as the member's user.
     Exec {
         member: String,
         #[arg(long)]
         team: Option<String>,
+        /// Keep stdin open (for a shell: `-it`). Runs the engine's own CLI, which must be
+        /// installed (`docker` or `podman`).
+        #[arg(short, long)]
+        interactive: bool,
+        /// Give the command a terminal.
+        #[arg(short, long)]
+        tty: bool,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Join a main session's terminal (its tmux session), or follow a member's console.
+    ///
+    /// The way out is printed first: tmux's detach key (Ctrl-b d) leaves the session running;
+    /// a member's console is read-only (members have no stdin) and Ctrl-C leaves it.
+    Attach {
+        /// A main session or a member.
+        name: String,
+        #[arg(long)]
+        team: Option<String>,
+    },
+}
+
+/// `--since`: an age before now (`10m`) or an RFC 3339 time; seconds since the epoch.
+fn parse_since(text: &str) -> Result<i64, String> {
+    let when = match humantime::parse_duration(text) {
+        Ok(age) => std::time::SystemTime::now()
+            .checked_sub(age)
+            .ok_or_else(|| format!("`{text}` is before the epoch"))?,
+        Err(_) => humantime::parse_rfc3339_weak(text)
+            .map_err(|_| format!("`{text}` is neither an age (10m, 2h) nor an RFC 3339 time"))?,
+    };
+    let secs = when
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before the epoch"))?
+        .as_secs();
+    i64::try_from(secs).map_err(|e| e.to_string())
 }

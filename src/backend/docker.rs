@@ -27,7 +27,7 @@ use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use super::{
     Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    Inspected, Result, Summary, state_from,
+    Inspected, LogOptions, Result, Summary, state_from,
 };
 use crate::core::container::{Effective, Mount};
 
@@ -408,18 +408,14 @@ impl Backend for DockerBackend {
         })
     }
 
-    async fn logs(
-        &self,
-        id: &str,
-        tail: usize,
-        follow: bool,
-        sink: &mut super::LogSink<'_>,
-    ) -> Result<()> {
+    async fn logs(&self, id: &str, o: LogOptions, sink: &mut super::LogSink<'_>) -> Result<()> {
         let opts = LogsOptions {
             stdout: true,
             stderr: true,
-            follow,
-            tail: tail.to_string(),
+            follow: o.follow,
+            tail: o.tail.to_string(),
+            since: o.since.map_or(0, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+            timestamps: o.timestamps,
             ..Default::default()
         };
         let mut stream = self.docker.logs(id, Some(opts));

@@ -134,6 +134,30 @@ pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 /// otherwise tie the chunk's lifetime to the call.)
 pub type LogSink<'a> = dyn for<'b> FnMut(&'b [u8]) + Send + 'a;
 
+/// Which output `logs` gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Lines from the end.
+    pub tail: usize,
+    /// Then everything new, until the container stops.
+    pub follow: bool,
+    /// Only output since this time (seconds since the epoch).
+    pub since: Option<i64>,
+    /// Each line prefixed with the engine's RFC 3339 time.
+    pub timestamps: bool,
+}
+
+impl LogOptions {
+    pub fn tail(tail: usize) -> LogOptions {
+        LogOptions {
+            tail,
+            follow: false,
+            since: None,
+            timestamps: false,
+        }
+    }
+}
+
 /// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -160,10 +184,8 @@ pub trait Backend: Send + Sync {
     async fn unpause(&self, id: &str) -> Result<()>;
     /// Runs `cmd` in the running container and waits for it.
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
-    /// The last `tail` lines of output (stdout and stderr), chunk by chunk into `sink`; with
-    /// `follow`, then everything new until the container stops.
-    async fn logs(&self, id: &str, tail: usize, follow: bool, sink: &mut LogSink<'_>)
-    -> Result<()>;
+    /// Output (stdout and stderr) as `opts` says, chunk by chunk into `sink`.
+    async fn logs(&self, id: &str, opts: LogOptions, sink: &mut LogSink<'_>) -> Result<()>;
     /// Containers with these labels that changed (start, die, destroy, ...), as they happen;
     /// the stream ends when the engine connection does.
     async fn events(
@@ -176,7 +198,9 @@ pub trait Backend: Send + Sync {
 pub async fn logs_text(backend: &dyn Backend, id: &str, tail: usize) -> Result<String> {
     let mut out = Vec::new();
     backend
-        .logs(id, tail, false, &mut |chunk| out.extend_from_slice(chunk))
+        .logs(id, LogOptions::tail(tail), &mut |chunk| {
+            out.extend_from_slice(chunk)
+        })
         .await?;
     // Bytes first: a frame boundary can split a UTF-8 character.
     Ok(String::from_utf8_lossy(&out).into_owned())

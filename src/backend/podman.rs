@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 
 use super::{
     Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    Inspected, Result, Summary, state_from,
+    Inspected, LogOptions, Result, Summary, state_from,
 };
 use crate::core::container::{Effective, Mount};
 
@@ -802,19 +802,17 @@ impl Backend for PodmanBackend {
         })
     }
 
-    async fn logs(
-        &self,
-        id: &str,
-        tail: usize,
-        follow: bool,
-        sink: &mut super::LogSink<'_>,
-    ) -> Result<()> {
-        let opts = ContainerLogsOpts::builder()
+    async fn logs(&self, id: &str, o: LogOptions, sink: &mut super::LogSink<'_>) -> Result<()> {
+        let mut opts = ContainerLogsOpts::builder()
             .stdout(true)
             .stderr(true)
-            .follow(follow)
-            .tail(tail.to_string())
-            .build();
+            .follow(o.follow)
+            .tail(o.tail.to_string())
+            .timestamps(o.timestamps);
+        if let Some(since) = o.since {
+            opts = opts.since(since.to_string());
+        }
+        let opts = opts.build();
         let container = self.podman.containers().get(id);
         let mut stream = container.logs(&opts);
         while let Some(chunk) = stream.next().await {

@@ -15,6 +15,7 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
+use ateam::backend::LogOptions;
 
 /// Invalid input, a failed command, or (with --exit-code) drift.
 pub const EXIT_ERROR: u8 = 1;
@@ -84,12 +85,28 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             team,
             tail,
             follow,
-        } => block_on(member::logs(g, team.as_deref(), &member, tail, follow))?,
+            since,
+            timestamps,
+        } => {
+            let opts = LogOptions {
+                tail,
+                follow,
+                since,
+                timestamps,
+            };
+            block_on(member::logs(g, team.as_deref(), &member, opts))?
+        }
         Command::Exec {
             member,
             team,
+            interactive,
+            tty,
             command,
-        } => block_on(member::exec(g, team.as_deref(), &member, &command))?,
+        } => {
+            let how = member::ExecMode { interactive, tty };
+            block_on(member::exec(g, team.as_deref(), &member, how, &command))?
+        }
+        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
     }
 }
 
