@@ -82,6 +82,7 @@ pub async fn observe(
             created: s.created,
             effective: None,
             released: false,
+            last_exit: None,
         })
         .collect();
     let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
@@ -166,5 +167,6 @@ fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
         created: i.summary.created,
         effective: Some(i.effective),
         released,
+        last_exit: i.last_exit,
     }
 }

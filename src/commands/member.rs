@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::ExitCode;
 
 use anyhow::bail;
 
@@ -12,6 +11,7 @@ use ateam::core::layout::{member_record_path, store_id, team_run_dir};
 use ateam::store::Record;
 
 use super::common::app;
+use super::exit::Exit;
 
 async fn find(
     ctx: &ateam::app::App,
@@ -60,7 +60,7 @@ pub async fn logs(
     member: &str,
     tail: usize,
     follow: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     let mut out = std::io::stdout();
@@ -70,7 +70,7 @@ pub async fn logs(
             let _ = out.write_all(chunk).and_then(|()| out.flush());
         })
         .await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
 pub async fn exec(
@@ -78,11 +78,11 @@ pub async fn exec(
     team: Option<&str>,
     member: &str,
     command: &[String],
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     let out = backend.exec(&id, command).await?;
     print!("{}", out.stdout);
     eprint!("{}", out.stderr);
-    Ok(ExitCode::from(u8::try_from(out.code).unwrap_or(1)))
+    Ok(Exit::Command(u8::try_from(out.code).unwrap_or(1)))
 }
