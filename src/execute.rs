@@ -128,6 +128,7 @@ impl Executor<'_> {
     /// container per image, created, looked at and removed). Every problem is reported,
     /// not only the first. (`Runtime` checks the same again before each container is made.)
     pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
+        let started = Instant::now();
         let mut failures = Vec::new();
         let mut refuse = |m: &DesiredMember, error: RunError| {
             info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
@@ -189,6 +190,7 @@ impl Executor<'_> {
             }
             created.entry(&m.spec.image).or_default().push(m);
         }
+        let images = created.len();
         for (image, members) in created {
             let config = match self.rt.backend.image_config(image).await {
                 Ok(c) => c,
@@ -243,6 +245,12 @@ impl Executor<'_> {
                 warn!(image, error = %e, "cannot remove the probe container");
             }
         }
+        debug!(
+            images,
+            refused = failures.len(),
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+            "checked before any change"
+        );
         failures
     }
 

@@ -3,6 +3,8 @@
 //! `documents`: the same as documents for machines (`-o json|yaml`), with their schemas.
 
 mod documents;
+#[cfg(test)]
+mod tests;
 
 pub use documents::{
     API_VERSION, Change, ContainerId, ControllerStatus, DiffDocument, DiffFinding, FieldChange,

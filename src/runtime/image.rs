@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::backend::{Backend, BackendError, ImageConfig, PROBE_LABEL, PathStat};
+use crate::core::container::Mount;
 use crate::plan::spec::DesiredMember;
 
 /// The PATH a container gets when neither the image nor the member sets one (Docker's and
@@ -65,24 +66,24 @@ pub enum Place {
     Tmpfs,
 }
 
-/// Which file system `path` is on, in `m`'s container: the deepest mount that holds it.
-pub fn place(m: &DesiredMember, path: &Path) -> Place {
+/// Which file system `path` is on, in a container with these bind mounts and tmpfs mounts
+/// (a member's `spec.mounts` and `spec.tmpfs`): the deepest mount that holds it.
+pub fn place(mounts: &[Mount], tmpfs: &BTreeMap<String, String>, path: &Path) -> Place {
     let mut best: Option<(usize, Place)> = None;
-    for mount in &m.spec.mounts {
+    let mut consider = |target: &Path, place: Place| {
+        let depth = target.components().count();
+        if best.as_ref().is_none_or(|(d, _)| depth > *d) {
+            best = Some((depth, place));
+        }
+    };
+    for mount in mounts {
         if let Ok(rest) = path.strip_prefix(&mount.target) {
-            let depth = mount.target.components().count();
-            if best.as_ref().is_none_or(|(d, _)| depth > *d) {
-                best = Some((depth, Place::Host(mount.source.join(rest))));
-            }
+            consider(&mount.target, Place::Host(mount.source.join(rest)));
         }
     }
-    for target in m.spec.tmpfs.keys() {
-        let target = Path::new(target);
+    for target in tmpfs.keys().map(Path::new) {
         if path.starts_with(target) {
-            let depth = target.components().count();
-            if best.as_ref().is_none_or(|(d, _)| depth > *d) {
-                best = Some((depth, Place::Tmpfs));
-            }
+            consider(target, Place::Tmpfs);
         }
     }
     best.map_or(Place::Image, |(_, p)| p)
@@ -173,7 +174,7 @@ pub async fn runnable(
     probe: &mut Probe<'_>,
 ) -> Result<bool, BackendError> {
     for c in candidates {
-        let ok = match place(m, c) {
+        let ok = match place(&m.spec.mounts, &m.spec.tmpfs, c) {
             Place::Image => probe.executable(c).await?,
             Place::Host(p) => host_executable(&p),
             Place::Tmpfs => false,
@@ -200,6 +201,40 @@ mod tests {
         assert_eq!(
             candidates("agent", cwd, "/usr/bin::/bin"),
             [PathBuf::from("/usr/bin/agent"), PathBuf::from("/bin/agent")]
+        );
+    }
+
+    #[test]
+    fn a_command_is_looked_for_where_the_container_would_find_it() {
+        let mounts = [
+            Mount::same(Path::new("/tmp/w/repo"), false),
+            Mount {
+                target: "/opt/tools".into(),
+                source: "/home/u/tools".into(),
+                read_only: true,
+            },
+        ];
+        let tmpfs = BTreeMap::from([
+            ("/tmp".to_string(), String::new()),
+            ("/home/agent".to_string(), String::new()),
+        ]);
+        let at = |p: &str| place(&mounts, &tmpfs, Path::new(p));
+        assert_eq!(at("/bin/sh"), Place::Image);
+        assert_eq!(
+            at("/opt/tools/run"),
+            Place::Host("/home/u/tools/run".into())
+        );
+        // A grant below /tmp is the grant: the deepest mount wins.
+        assert_eq!(
+            at("/tmp/w/repo/run.sh"),
+            Place::Host("/tmp/w/repo/run.sh".into())
+        );
+        assert_eq!(at("/tmp/w/other"), Place::Tmpfs);
+        assert_eq!(at("/home/agent/bin/x"), Place::Tmpfs);
+        assert_eq!(
+            at("/optional"),
+            Place::Image,
+            "a prefix of a name is not a folder"
         );
     }
 
