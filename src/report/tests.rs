@@ -170,7 +170,7 @@ fn the_last_exit_is_the_engines_while_exited_else_the_stores() {
     assert_eq!(a.last_exit, Some(newer));
     assert_eq!(a.state, "exited 137");
     let table = render_status(
-        &[s.clone()],
+        std::slice::from_ref(&s),
         SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
     );
     assert!(table.contains("oom-killed (6m ago)"), "{table}");
