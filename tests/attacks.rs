@@ -372,9 +372,10 @@ fn a_root_callers_member_cannot_touch_root_owned_files(engine: Engine) {
 fn asking_for_root_needs_the_team_to_say_so(engine: Engine) {
     let w = World::new(engine, "root", &["worker: user: \"0:0\""]);
     let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    // Invalid manifests: refused before anything is looked at.
     assert_eq!(
         out.status.code(),
-        Some(1),
+        Some(3),
         "{engine:?}: {}",
         text(&out.stdout)
     );
