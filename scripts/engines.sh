@@ -31,9 +31,11 @@ log() { printf '[engines] %s\n' "$*" >&2; }
 die() { printf '[engines] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- packages
-PKGS=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static tmux curl)
+PKGS=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static tmux curl
+      python3-yaml python3-jsonschema)
 # docker.io without its recommends (apparmor, cgroupfs-mount, needrestart, git...):
-# none is needed here. curl pings the API sockets.
+# none is needed here. curl pings the API sockets. python3-yaml and python3-jsonschema read
+# ateam's -o json|yaml documents in tests/verdict.rs, as another program would.
 DOCKER_PKGS=(docker.io)
 
 install_packages() {

@@ -94,6 +94,14 @@ pub enum Output {
     Yaml,
 }
 
+/// Which schema `ateam schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaOf {
+    Manifests,
+    Status,
+    Diff,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check manifests against every rule without touching anything.
@@ -104,8 +112,12 @@ pub enum Command {
         #[arg(long)]
         show: bool,
     },
-    /// Print the JSON Schema of the manifests (for editors: yaml-language-server).
-    Schema,
+    /// Print a JSON Schema: of the manifests (for editors: yaml-language-server), or of the
+    /// documents `status` and `diff` print with -o json|yaml.
+    Schema {
+        #[arg(value_enum, default_value_t = SchemaOf::Manifests)]
+        of: SchemaOf,
+    },
     /// Make the machine match the manifests, and wait until the members run.
     Apply {
         #[command(flatten)]
@@ -123,7 +135,7 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
-    /// Show what apply would change. Exit 0: no change, 1: changes, 2: error.
+    /// Show what apply would change. Exit 0: no change, 1: changes or drift, 2+: error.
     Diff {
         #[command(flatten)]
         files: Files,
@@ -140,7 +152,7 @@ pub enum Command {
         files: OptionalFiles,
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: Output,
-        /// Exit 1 when anything differs from the manifests (for CI).
+        /// Exit 1 when anything differs from the manifests (for CI; as diff judges drift).
         #[arg(long)]
         exit_code: bool,
     },

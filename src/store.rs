@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 
+use crate::core::container::LastExit;
 use crate::core::layout;
 use crate::model::Team;
 
@@ -245,6 +246,11 @@ pub struct Record {
     /// The format's version, so that a later ateam can read (or refuse) an older record.
     pub version: u32,
     pub ids: std::collections::BTreeSet<String>,
+    /// How the member last ended, as ateam saw it: a start that failed, or the exit of a
+    /// container it restarted (the engine forgets that at the restart). Absent from records
+    /// written before it existed, which read the same.
+    #[serde(default, rename = "lastExit", skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<LastExit>,
 }
 
 impl Record {
@@ -263,7 +269,6 @@ impl Record {
     /// Adds (`true`) or drops (`false`) an id, atomically.
     pub fn update(path: &Path, id: &str, add: bool, owner: Owner) -> std::io::Result<()> {
         let mut r = Record::load(path);
-        r.version = Record::VERSION;
         let changed = if add {
             r.ids.insert(id.to_string())
         } else {
@@ -272,10 +277,22 @@ impl Record {
         if !changed {
             return Ok(());
         }
+        r.save(path, owner)
+    }
+
+    /// Keeps how the member last ended, atomically (the ids stay as they are).
+    pub fn set_last_exit(path: &Path, last: LastExit, owner: Owner) -> std::io::Result<()> {
+        let mut r = Record::load(path);
+        r.last_exit = Some(last);
+        r.save(path, owner)
+    }
+
+    fn save(mut self, path: &Path, owner: Owner) -> std::io::Result<()> {
+        self.version = Record::VERSION;
         if let Some(dir) = path.parent() {
             files::private_dir(dir, owner)?;
         }
-        let json = serde_json::to_vec(&r).expect("a record serializes");
+        let json = serde_json::to_vec(&self).expect("a record serializes");
         files::write_atomic(path, &json, 0o600, owner)
     }
 }
@@ -319,6 +336,17 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             r#"{"version":1,"ids":["def"]}"#
         );
+        // How a member last ended is kept beside the ids, and the ids beside it.
+        let oom = LastExit::exited(137, true, Some("2024-05-01T12:00:00Z".into()), None);
+        Record::set_last_exit(&path, oom.clone(), me()).unwrap();
+        Record::update(&path, "ghi", true, me()).unwrap();
+        let r = Record::load(&path);
+        assert_eq!(r.last_exit, Some(oom));
+        assert_eq!(r.ids.len(), 2);
+        // A record written before `lastExit` existed reads the same, with none.
+        std::fs::write(&path, r#"{"version":1,"ids":["def"]}"#).unwrap();
+        assert_eq!(Record::load(&path).ids.len(), 1);
+        assert_eq!(Record::load(&path).last_exit, None);
         std::fs::write(&path, r#"{"version":99,"ids":["def"]}"#).unwrap();
         assert!(Record::load(&path).ids.is_empty(), "an unknown version");
         std::fs::write(&path, "garbage").unwrap();

@@ -53,12 +53,12 @@ fn validate_examples_passes() {
 }
 
 #[test]
-fn invalid_manifest_exits_1_and_names_file_line_object_field() {
+fn invalid_manifest_exits_3_and_names_file_line_object_field() {
     let out = ateam(
         &["validate", "-f", "tests/broken/12-memory-unit.yaml"],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("tests/broken/12-memory-unit.yaml:19:13: Member/a: spec.resources.memory: `512Q` has an unknown unit"),
@@ -80,7 +80,7 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
     std::fs::write(dir.path().join("sub/b-member.yml"), member).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
     let out = ateam(&["validate", "-f", dir.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 4, "{err}");
@@ -94,7 +94,7 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
 fn validate_reads_stdin() {
     let yaml = std::fs::read_to_string(root().join("tests/broken/16-parent-missing.yaml")).unwrap();
     let out = ateam(&["validate", "-f", "-"], Some(&yaml));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     // Relative paths in stdin manifests resolve from the working directory, like kubectl.
     assert!(
         text(&out.stderr).contains("<stdin>:17:11: Member/a: spec.parent: parent `leed`"),
@@ -106,7 +106,7 @@ fn validate_reads_stdin() {
 #[test]
 fn missing_files_and_empty_folders_are_clear_errors() {
     let out = ateam(&["validate", "-f", "no/such/file.yaml"], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("no/such/file.yaml: cannot read:"),
         "{}",
@@ -115,7 +115,7 @@ fn missing_files_and_empty_folders_are_clear_errors() {
 
     let empty = tempfile::tempdir().unwrap();
     let out = ateam(&["validate", "-f", empty.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("no manifests (*.yaml, *.yml) found"),
         "{}",
@@ -136,7 +136,7 @@ fn schema_command_prints_the_checked_in_schema() {
 fn apply_and_diff_with_bad_manifests_touch_nothing() {
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().join("state");
-    for (cmd, code) in [("apply", 1), ("diff", 2)] {
+    for (cmd, code) in [("apply", 3), ("diff", 3), ("status", 3)] {
         let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
             .args([cmd, "-f", "tests/broken/17-access-missing.yaml"])
             .current_dir(root())
@@ -243,7 +243,7 @@ fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
         &["-q", "validate", "-f", "tests/broken/12-memory-unit.yaml"],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("1 problem found; nothing was changed"),
@@ -310,16 +310,21 @@ fn bad_log_settings_are_usage_errors_exit_2() {
     );
 }
 
-/// With nothing applied, `status -o json|yaml` is still a document a parser reads (an empty
-/// list), not a sentence; the table says so in words.
+/// With nothing applied, `status -o json|yaml` is still a document a parser reads (no
+/// teams), not a sentence; the table says so in words.
 #[test]
 fn status_with_nothing_applied_is_an_empty_document() {
     let out = ateam(&["status", "-o", "json"], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v, serde_json::json!([]));
+    assert_eq!(v["apiVersion"], "ateam.dev/v1alpha1");
+    assert_eq!(v["kind"], "Status");
+    assert_eq!(v["teams"], serde_json::json!([]));
+    assert_eq!(v["drifted"], false);
     let out = ateam(&["status", "-o", "yaml"], None);
-    assert_eq!(text(&out.stdout).trim(), "[]");
+    let y: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(y["kind"], "Status");
+    assert_eq!(y["teams"], serde_yaml::Value::Sequence(vec![]));
     let out = ateam(&["status"], None);
     assert!(
         text(&out.stdout).contains("no teams applied"),

@@ -160,7 +160,7 @@ impl World {
     fn row(&self, member: &str) -> serde_json::Value {
         let out = self.ateam(&["status", &self.team, "-o", "json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v[0]["members"]
+        v["teams"][0]["members"]
             .as_array()
             .and_then(|a| a.iter().find(|r| r["name"] == member).cloned())
             .unwrap_or_default()
@@ -310,7 +310,7 @@ fn one_controller_per_state_folder_and_sigterm_stops_it(engine: &'static str) {
     w.start(&[]);
     w.until("ran a", 60, || w.running("a"));
     let second = w.ateam(&["controller", "-f", "manifests", "--once"]);
-    assert_eq!(second.status.code(), Some(1), "{}", text(&second.stderr));
+    assert_eq!(second.status.code(), Some(6), "{}", text(&second.stderr));
     assert!(
         text(&second.stderr).contains("a controller already runs"),
         "{}",
@@ -356,6 +356,25 @@ fn a_crash_looping_member_backs_off(engine: &'static str) {
     w.until("showed the next restart", 30, || {
         w.row("a")["nextRestart"].is_string()
             && text(&w.ateam(&["status"]).stdout).contains("crash-looping, next restart at")
+    });
+}
+
+/// A member the controller restarts keeps how it last ended in status, while it runs
+/// again: the engine forgets the exit at the restart, the store keeps it.
+fn a_restarted_member_keeps_its_last_exit(engine: &'static str) {
+    let mut w = World::new(engine, "lastexit");
+    w.write(
+        "a.yaml",
+        &member("a", ", command: [sh, -c, \"sleep 3; exit 5\"]"),
+    );
+    w.start(&[]);
+    w.until("restarted it with its last exit kept", 60, || {
+        let r = w.row("a");
+        r["state"] == "running"
+            && r["restarts"].as_u64().unwrap_or(0) >= 1
+            && r["lastExit"]["exitCode"] == 5
+            && r["lastExit"]["reason"] == "error"
+            && r["lastExit"]["at"].is_string()
     });
 }
 
@@ -411,7 +430,7 @@ fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
     assert!(w.running("a"));
     let st = w.ateam(&["status", &other, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
-    let b = v[0]["members"]
+    let b = v["teams"][0]["members"]
         .as_array()
         .unwrap()
         .iter()
@@ -582,6 +601,7 @@ on_engines!(
     a_removed_file_leaves_its_member_reported,
     one_controller_per_state_folder_and_sigterm_stops_it,
     a_crash_looping_member_backs_off,
+    a_restarted_member_keeps_its_last_exit,
     sigterm_during_a_big_bring_up_then_the_next_start_converges,
     a_team_from_other_manifests_is_left_alone,
     an_engine_restart_is_lived_through,

@@ -1,5 +1,6 @@
-//! The JSON Schema under `manifests/` is generated; this fails when it is stale.
-//! Regenerate with: `cargo run -- schema > manifests/ateam.schema.json`.
+//! The JSON Schemas under `manifests/` are generated; these fail when one is stale.
+//! Regenerate with: `cargo run -- schema > manifests/ateam.schema.json`, and
+//! `cargo run -- schema status > manifests/status.schema.json` (and `diff`).
 
 #[test]
 fn checked_in_schema_is_current() {
@@ -12,6 +13,33 @@ fn checked_in_schema_is_current() {
         "{} is stale; run `cargo run -- schema > manifests/ateam.schema.json`",
         path.display()
     );
+}
+
+#[test]
+fn checked_in_output_schemas_are_current() {
+    for (file, current) in [
+        ("status", ateam::report::status_schema()),
+        ("diff", ateam::report::diff_schema()),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("manifests/{file}.schema.json"));
+        let on_disk = std::fs::read_to_string(&path).expect("the schema is checked in");
+        assert!(
+            on_disk == serde_json::to_string_pretty(&current).unwrap() + "\n",
+            "{} is stale; run `cargo run -- schema {file} > manifests/{file}.schema.json`",
+            path.display()
+        );
+        // Every document says what it is, and every key is always there (null when empty).
+        assert_eq!(
+            current["properties"]["apiVersion"]["const"],
+            "ateam.dev/v1alpha1"
+        );
+        assert!(current["properties"]["kind"]["const"].is_string());
+        assert_eq!(current["additionalProperties"], false, "{file}");
+        let required = current["required"].as_array().unwrap().len();
+        let props = current["properties"].as_object().unwrap().len();
+        assert_eq!(required, props, "{file}: every key is required");
+    }
 }
 
 #[test]

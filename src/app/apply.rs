@@ -148,7 +148,7 @@ pub async fn converge(
         secret,
         progress,
     };
-    let refused = exec.preflight(&look.plan, &look.desired.members);
+    let refused = exec.preflight(&look.plan, &look.desired.members).await;
     if !refused.is_empty() {
         report.outcome = Outcome::Refused(refused);
         return Ok(report);

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::core::container::{ContainerState, Effective};
+use crate::core::container::{ContainerState, Effective, LastExit};
 pub use crate::core::container::{CreateRequest, EngineKind};
 
 /// What `ping` learns about an engine.
@@ -72,6 +72,9 @@ pub struct Inspected {
     pub restart_count: u64,
     /// When it last started (RFC 3339), if ever.
     pub started_at: Option<String>,
+    /// How it ended, while it is exited or dead (a running one's engine record of its last
+    /// exit is gone or reset by the start).
+    pub last_exit: Option<LastExit>,
 }
 
 /// A container that changed, with its team as its labels say (the event carries them, so
@@ -81,6 +84,52 @@ pub struct ContainerEvent {
     pub id: String,
     pub team: Option<String>,
 }
+
+/// What an image says about how a container of it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// Its entrypoint followed by its cmd.
+    pub command: Vec<String>,
+    /// Its environment, `NAME=value` (PATH among it, usually).
+    pub env: Vec<String>,
+}
+
+/// What is at a path in a container's file system, as the engines' archive API says it
+/// (`X-Docker-Container-Path-Stat`, the same on Docker and Podman).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathStat {
+    /// Go's `os.FileMode`: permission bits below, the file type in the high bits.
+    pub mode: u32,
+    /// For a symlink, the path it resolves to in the container (Podman fills it for any
+    /// path, with the path itself).
+    #[serde(default)]
+    pub link_target: String,
+}
+
+impl PathStat {
+    const MODE_DIR: u32 = 1 << 31;
+    const MODE_SYMLINK: u32 = 1 << 27;
+    /// Every type bit of Go's `os.ModeType` (dir, symlink, pipe, socket, device, char
+    /// device, irregular).
+    const MODE_TYPE: u32 =
+        Self::MODE_DIR | Self::MODE_SYMLINK | 1 << 25 | 1 << 24 | 1 << 26 | 1 << 21 | 1 << 19;
+
+    pub fn is_symlink(&self) -> bool {
+        self.mode & Self::MODE_SYMLINK != 0
+    }
+
+    /// A regular file with an execute bit: something `execve` can run.
+    pub fn is_executable_file(&self) -> bool {
+        self.mode & Self::MODE_TYPE == 0 && self.mode & 0o111 != 0
+    }
+}
+
+/// The label of a probe container (`Backend::create_probe`): the store that made it.
+pub const PROBE_LABEL: &str = "ateam.dev/probe";
+
+/// A probe's command: nothing at that path, so that it could not run even if started.
+pub const PROBE_COMMAND: &str = "/.ateam-probe-never-runs";
 
 /// The output of a command run in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,8 +220,19 @@ pub trait Backend: Send + Sync {
     /// The container with exactly this name, whoever made it.
     async fn find_by_name(&self, name: &str) -> Result<Option<Summary>>;
     async fn inspect(&self, id: &str) -> Result<Inspected>;
+    /// The image's command and environment; `ImageMissing` if the image is not local.
+    async fn image_config(&self, image: &str) -> Result<ImageConfig>;
     /// The image's entrypoint followed by its cmd; `ImageMissing` if the image is not local.
-    async fn image_command(&self, image: &str) -> Result<Vec<String>>;
+    async fn image_command(&self, image: &str) -> Result<Vec<String>> {
+        Ok(self.image_config(image).await?.command)
+    }
+    /// Creates a container of `image` that is never started, only looked at (`stat`): no
+    /// network, a command that does not exist, `labels` (`PROBE_LABEL`). The caller removes
+    /// it. `ImageMissing` if the image is not local.
+    async fn create_probe(&self, image: &str, labels: &BTreeMap<String, String>) -> Result<String>;
+    /// What is at `path` in the file system of container `id` (created is enough), through
+    /// the engine's archive API, without reading the file; None when nothing is there.
+    async fn stat(&self, id: &str, path: &str) -> Result<Option<PathStat>>;
     /// Creates (never pulls, never starts); returns the id.
     async fn create(&self, req: &CreateRequest) -> Result<String>;
     async fn start(&self, id: &str) -> Result<()>;

@@ -1,5 +1,3 @@
-use std::process::ExitCode;
-
 use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles};
@@ -7,6 +5,7 @@ use ateam::app::Manifests;
 use ateam::app::delete::{DeleteReport, delete};
 
 use super::common::{app, waiting};
+use super::exit::Exit;
 use super::progress::Display;
 
 /// Removes the teams' containers (all that this store made for them), then their private
@@ -17,7 +16,7 @@ pub async fn run(
     team: Option<&str>,
     purge: bool,
     no_wait: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let app = app(global);
     let desired = match (files.files.is_empty(), team) {
         // The manifests only say what to remove: not judged against the store (a team is
@@ -31,7 +30,8 @@ pub async fn run(
             for f in &failures {
                 eprintln!("error: {}", f.error);
             }
-            Ok(ExitCode::from(super::EXIT_ERROR))
+            // Containers remain that the manifests no longer want here.
+            Ok(Exit::Differs)
         }
         DeleteReport::Deleted(teams) => {
             for t in teams {
@@ -45,7 +45,7 @@ pub async fn run(
                     );
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Ok)
         }
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
@@ -14,6 +13,7 @@ use ateam::core::layout::{member_record_path, session_socket_path, store_id, tea
 use ateam::store::Record;
 
 use super::common::app;
+use super::exit::Exit;
 
 async fn find(
     ctx: &ateam::app::App,
@@ -61,7 +61,7 @@ pub async fn logs(
     team: Option<&str>,
     member: &str,
     opts: LogOptions,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     let mut out = std::io::stdout();
@@ -71,7 +71,7 @@ pub async fn logs(
             let _ = out.write_all(chunk).and_then(|()| out.flush());
         })
         .await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
 /// `exec -i`/`-t`.
@@ -87,7 +87,7 @@ pub async fn exec(
     member: &str,
     how: ExecMode,
     command: &[String],
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
     if how.interactive || how.tty {
@@ -115,11 +115,12 @@ pub async fn exec(
     let out = backend.exec(&id, command).await?;
     print!("{}", out.stdout);
     eprint!("{}", out.stderr);
-    Ok(ExitCode::from(u8::try_from(out.code).unwrap_or(1)))
+    Ok(Exit::Command(u8::try_from(out.code).unwrap_or(1)))
 }
 
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    ExitCode::from(
+/// The engine CLI's or tmux's own exit code, passed on.
+fn exit_code(status: std::process::ExitStatus) -> Exit {
+    Exit::Command(
         status
             .code()
             .and_then(|c| u8::try_from(c).ok())
@@ -129,7 +130,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 
 /// A main session's terminal (tmux attach on its socket), else a member's console (its output
 /// as it comes). The way out is said first, on stderr.
-pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::Result<ExitCode> {
+pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let applied = ctx.applied(team)?;
     let sessions: Vec<_> = applied

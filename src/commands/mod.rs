@@ -5,28 +5,26 @@ mod common;
 mod controller;
 mod delete;
 mod diff;
+pub mod exit;
 mod member;
+mod output;
 mod progress;
 mod schema;
 mod status;
 mod validate;
 
 use std::future::Future;
-use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
 use ateam::backend::LogOptions;
+use exit::Exit;
 
-/// Invalid input, a failed command, or (with --exit-code) drift.
-pub const EXIT_ERROR: u8 = 1;
-/// A usage error found after clap's own checks (an invalid `RUST_LOG`); clap uses 2 too.
-pub const EXIT_USAGE: u8 = 2;
-
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// Runs one command: its verdict, or the error that `exit::classify` maps to a code.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let g = &cli.global;
     match cli.command {
         Command::Validate { files, show } => validate::run(g, &files, show),
-        Command::Schema => schema::run(),
+        Command::Schema { of } => schema::run(of),
         Command::Apply {
             files,
             prune,
@@ -47,7 +45,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             files,
             prune,
             output,
-        } => Ok(block_on(diff::run(g, &files, prune, output))?),
+        } => block_on(diff::run(g, &files, prune, output))?,
         Command::Status {
             team,
             files,

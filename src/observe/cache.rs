@@ -162,6 +162,7 @@ mod tests {
             image: "img".into(),
             restart_count: 0,
             started_at: None,
+            last_exit: None,
         }
     }
 

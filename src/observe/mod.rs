@@ -85,6 +85,7 @@ pub async fn observe(
             created: s.created,
             effective: None,
             released: false,
+            last_exit: None,
         })
         .collect();
     // Only the teams in scope are planned for: another team's containers need no inspect.
@@ -205,5 +206,6 @@ fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
         created: i.summary.created,
         effective: Some(i.effective),
         released,
+        last_exit: i.last_exit,
     }
 }
