@@ -332,3 +332,19 @@ fn status_with_nothing_applied_is_an_empty_document() {
         text(&out.stdout)
     );
 }
+
+/// A reader that goes away (`ateam schema | head -1`) ends the command as SIGPIPE would: exit
+/// 141 and nothing on stderr, not a panic.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
+        .args(["schema"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(141));
+    assert_eq!(text(&out.stderr), "");
+}

@@ -41,7 +41,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     let drift_left = report.left_alone.iter().filter(|f| f.is_drift()).count();
     let exit = match &report.outcome {
         Outcome::NoChanges => {
-            println!(
+            outln!(
                 "no changes: {members} member(s) as the manifests say ({})",
                 report.engine
             );
@@ -67,14 +67,14 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
                 eprintln!("error: {}", f.error);
             }
             for (team, member) in finished {
-                println!("{team}/{member} finished (exit 0)");
+                outln!("{team}/{member} finished (exit 0)");
             }
             for n in not_running {
                 eprintln!("error: {}/{} {}", n.team, n.member, n.why);
             }
             let failed = failures.len() + not_running.len();
             if failed == 0 {
-                println!("applied: {members} member(s) running ({})", report.engine);
+                outln!("applied: {members} member(s) running ({})", report.engine);
             } else {
                 eprintln!("{failed} of {members} member(s) not running");
             }

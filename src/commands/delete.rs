@@ -36,9 +36,9 @@ pub async fn run(
         DeleteReport::Deleted(teams) => {
             for t in teams {
                 if t.purged {
-                    println!("team {}: containers removed, transcripts deleted", t.team);
+                    outln!("team {}: containers removed, transcripts deleted", t.team);
                 } else {
-                    println!(
+                    outln!(
                         "team {}: containers removed; transcripts kept in {}",
                         t.team,
                         t.transcripts.display()

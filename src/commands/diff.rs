@@ -18,7 +18,7 @@ pub async fn run(
     let desired = app.load(&files.files)?;
     let p = app.look(&desired, PlanOptions { prune }).await?.plan;
     match output {
-        Output::Text => print!("{}", render_diff(&p)),
+        Output::Text => out!("{}", render_diff(&p)),
         Output::Json | Output::Yaml => print_document(&diff_document(&p), output == Output::Yaml)?,
     }
     Ok(Exit::verdict(p.drifted()))

@@ -2,7 +2,6 @@
 //! main session's terminal.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 
 use anyhow::{Context, bail};
 
@@ -64,11 +63,10 @@ pub async fn logs(
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
-    let mut out = std::io::stdout();
     backend
         .logs(&id, opts, &mut |chunk| {
             // Written as it comes, so that -f shows lines as the member prints them.
-            let _ = out.write_all(chunk).and_then(|()| out.flush());
+            super::output::write_stdout_bytes(chunk)
         })
         .await?;
     Ok(Exit::Ok)
@@ -113,7 +111,7 @@ pub async fn exec(
         return Ok(exit_code(status));
     }
     let out = backend.exec(&id, command).await?;
-    print!("{}", out.stdout);
+    out!("{}", out.stdout);
     eprint!("{}", out.stderr);
     Ok(Exit::Command(u8::try_from(out.code).unwrap_or(1)))
 }

@@ -1,5 +1,20 @@
 //! One module per command. Handlers are thin: they call the library and add context.
 
+/// `print!` for a command's output: a reader that went away (`ateam status | head`) ends the
+/// command quietly, as SIGPIPE would, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::commands::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!`, as `out!`.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::commands::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod apply;
 mod common;
 mod controller;

@@ -10,13 +10,38 @@ use anyhow::Context;
 use serde::Serialize;
 use yaml_rust2::{YamlEmitter, YamlLoader};
 
+/// Writes to stdout; when the reader has gone (a closed pipe), exits with 141, what a shell
+/// reports for a command ended by SIGPIPE.
+pub fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    ended_if_failed(out.write_fmt(args).and_then(|()| out.flush()));
+}
+
+/// `write_stdout` for bytes as they come (`logs -f`).
+pub fn write_stdout_bytes(bytes: &[u8]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    ended_if_failed(out.write_all(bytes).and_then(|()| out.flush()));
+}
+
+fn ended_if_failed(written: std::io::Result<()>) {
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("error: writing the output: {e}");
+        std::process::exit(2);
+    }
+}
+
 /// Prints `doc` on stdout as one YAML document when `yaml`, else as one JSON document.
 pub fn print_document<T: Serialize>(doc: &T, yaml: bool) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(doc).context("rendering JSON")?;
     if yaml {
-        println!("{}", to_yaml(&json)?);
+        outln!("{}", to_yaml(&json)?);
     } else {
-        println!("{json}");
+        outln!("{json}");
     }
     Ok(())
 }

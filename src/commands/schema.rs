@@ -9,6 +9,6 @@ pub fn run(of: SchemaOf) -> anyhow::Result<Exit> {
         SchemaOf::Status => ateam::report::status_schema(),
         SchemaOf::Diff => ateam::report::diff_schema(),
     };
-    println!("{}", serde_json::to_string_pretty(&schema)?);
+    outln!("{}", serde_json::to_string_pretty(&schema)?);
     Ok(Exit::Ok)
 }

@@ -43,7 +43,7 @@ pub async fn run(
     if desired.teams.is_empty() {
         // For machines, an empty result is still a document.
         match output {
-            Output::Text => println!(
+            Output::Text => outln!(
                 "no teams applied (state folder {})",
                 ctx.host.state_dir.display()
             ),
@@ -92,8 +92,8 @@ pub async fn run(
     let doc = StatusDocument::new(teams, controller, now);
     match output {
         Output::Text => {
-            print!("{}", render_status(&doc.teams, now));
-            print!("{}", controller_line(&state_dir));
+            out!("{}", render_status(&doc.teams, now));
+            out!("{}", controller_line(&state_dir));
         }
         Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
     }

@@ -12,14 +12,14 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
     let applied = app.store.teams().context("reading the applied state")?;
     let desired = Manifests::read(&files.files).and_then(|m| m.validate(&app.host, &applied))?;
     if show {
-        print!(
+        out!(
             "{}",
             serde_yaml::to_string(&desired).context("rendering the model")?
         );
     } else {
         let count =
             |f: fn(&ateam::model::Team) -> usize| desired.teams.iter().map(f).sum::<usize>();
-        println!(
+        outln!(
             "valid: {} team(s), {} main session(s), {} member(s), {} grant(s)",
             desired.teams.len(),
             count(|t| t.sessions.len()),
