@@ -211,7 +211,7 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
         None,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    serde_yaml::from_slice::<serde_yaml::Value>(&out.stdout).unwrap();
+    yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
     assert!(
         json_lines(&out.stderr)
             .iter()
@@ -326,4 +326,54 @@ fn status_with_nothing_applied_is_an_empty_document() {
         "{}",
         text(&out.stdout)
     );
+}
+
+/// A YAML value as JSON, keeping YAML's own types (a quoted `"0.5"` stays a string).
+fn yaml_to_json(y: &yaml_rust2::Yaml) -> serde_json::Value {
+    use yaml_rust2::Yaml;
+    match y {
+        Yaml::String(s) => s.clone().into(),
+        Yaml::Integer(i) => (*i).into(),
+        Yaml::Real(r) => r.parse::<f64>().unwrap().into(),
+        Yaml::Boolean(b) => (*b).into(),
+        Yaml::Null => serde_json::Value::Null,
+        Yaml::Array(a) => a.iter().map(yaml_to_json).collect(),
+        Yaml::Hash(h) => h
+            .iter()
+            .map(|(k, v)| (k.as_str().unwrap().to_string(), yaml_to_json(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        other => panic!("unexpected YAML node {other:?}"),
+    }
+}
+
+/// `validate --show` prints YAML that reads back as the very model ateam built (types
+/// included): values that look like numbers, booleans or null stay strings.
+#[test]
+fn validate_show_yaml_reads_back_as_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        dir.join("team.yaml"),
+        "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\n\
+         spec: {image: 'x:1', sessionDir: ./sessions}\n---\n\
+         apiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: lead}\n\
+         spec: {command: [sh, '-c', 'echo: 1']}\n---\n\
+         apiVersion: ateam.dev/v1alpha1\nkind: Member\n\
+         metadata: {name: m, labels: {a: 'yes', b: 'null', c: '0.5', d: '~', e: '010', f: ''}}\n\
+         spec:\n  parent: lead\n  env: {MULTI: \"two\\nlines\", HASH: '# not a comment', COLON: 'a: b'}\n",
+    )
+    .unwrap();
+    let out = ateam(&["validate", "--show", "-f", dir.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(docs.len(), 1);
+    let shown: ateam::model::Desired = serde_json::from_value(yaml_to_json(&docs[0])).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let host = ateam::host::Host::detect(Some(state.path().to_path_buf()));
+    let built = ateam::app::Manifests::read(&[dir])
+        .unwrap()
+        .validate(&host, &[])
+        .unwrap();
+    assert_eq!(shown, built);
 }

@@ -31,7 +31,7 @@ pub async fn diff(
     match output {
         Output::Text => print!("{}", render_diff(&p)),
         Output::Json => println!("{}", serde_json::to_string_pretty(&p)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(&p)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&p)?),
     }
     Ok(!p.is_noop())
 }

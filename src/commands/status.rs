@@ -73,7 +73,7 @@ pub async fn run(
             print!("{}", controller_line(&ctx.host.state_dir));
         }
         Output::Json => println!("{}", serde_json::to_string_pretty(&teams)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(&teams)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&teams)?),
     }
     let drifted = teams.iter().any(|t| t.drifted);
     Ok(if exit_code && drifted {

@@ -14,7 +14,7 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<ExitCod
             if show {
                 print!(
                     "{}",
-                    serde_yaml::to_string(&desired).context("rendering the model")?
+                    serde_saphyr::to_string(&desired).context("rendering the model")?
                 );
             } else {
                 let count = |f: fn(&ateam::model::Team) -> usize| {
