@@ -377,3 +377,152 @@ fn validate_show_yaml_reads_back_as_the_model() {
         .unwrap();
     assert_eq!(shown, built);
 }
+
+/// An engine the user named that does not answer fails the doctor, on a line that names the
+/// socket and says what to do; the other checks still run.
+#[test]
+fn doctor_fails_on_a_dead_engine_socket_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    // A socket file nobody listens on any more: connecting is refused.
+    let dead = dir.path().join("dead.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    for backend in [None, Some("docker")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        if let Some(b) = backend {
+            cmd.args(["--backend", b]);
+        }
+        let out = cmd
+            .arg("doctor")
+            .env("ATEAM_STATE_DIR", dir.path().join("state"))
+            .env("DOCKER_HOST", format!("unix://{}", dead.display()))
+            .env_remove("CONTAINER_HOST")
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+        let line = stdout
+            .lines()
+            .position(|l| {
+                l.starts_with("FAIL  engine    docker at unix://")
+                    && l.contains("dead.sock (DOCKER_HOST): docker is not running")
+            })
+            .unwrap_or_else(|| panic!("no failing engine line:\n{stdout}"));
+        assert!(
+            stdout
+                .lines()
+                .nth(line + 1)
+                .unwrap()
+                .trim_start()
+                .starts_with("fix: start the engine"),
+            "{stdout}"
+        );
+        for check in ["cgroup", "tmux", "memory"] {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(1) == Some(check)),
+                "{check} missing:\n{stdout}"
+            );
+        }
+        assert!(stdout.trim_end().ends_with("warning(s)"), "{stdout}");
+    }
+}
+
+/// `-o json` is one document with every check, for scripts.
+#[test]
+fn doctor_json_lists_every_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
+        .args(["doctor", "-o", "json"])
+        .env("ATEAM_STATE_DIR", dir.path())
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}/none.sock", dir.path().display()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = v["checks"].as_array().unwrap();
+    assert!(v["failed"].as_u64().unwrap() >= 1, "{v}");
+    let engine = checks
+        .iter()
+        .find(|c| c["check"] == "engine" && c["status"] == "fail")
+        .unwrap();
+    assert!(
+        engine["message"].as_str().unwrap().contains("none.sock"),
+        "{v}"
+    );
+    assert!(engine["fix"].is_string(), "{v}");
+    assert!(checks.iter().any(|c| c["check"] == "memory"), "{v}");
+}
+
+/// The bash completion script loads in a real bash, registers itself for `ateam`, and
+/// completes a subcommand.
+#[test]
+fn bash_completion_loads_and_completes_a_subcommand() {
+    let out = Command::new("bash")
+        .arg("--norc")
+        .arg("-c")
+        .arg(
+            r#"set -e
+source <("$ATEAM" completion bash)
+complete -p ateam
+COMP_WORDS=(ateam doc); COMP_CWORD=1; COMP_LINE="ateam doc"; COMP_POINT=${#COMP_LINE}
+"$(complete -p ateam | sed -E 's/.*-F ([^ ]+) .*/\1/')" ateam doc ateam
+echo "completions: ${COMPREPLY[*]}"
+COMP_WORDS=(ateam completion ''); COMP_CWORD=2; COMP_LINE="ateam completion "; COMP_POINT=${#COMP_LINE}
+"$(complete -p ateam | sed -E 's/.*-F ([^ ]+) .*/\1/')" ateam '' completion
+echo "shells: ${COMPREPLY[*]}""#,
+        )
+        .env("ATEAM", env!("CARGO_BIN_EXE_ateam"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("-F _ateam ateam\n"),
+        "registered for ateam: {stdout}"
+    );
+    assert!(stdout.contains("completions: doctor\n"), "{stdout}");
+    let shells = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("shells: "))
+        .unwrap();
+    assert!(
+        shells.ends_with("bash elvish fish powershell zsh"),
+        "{stdout}"
+    );
+}
+
+/// zsh and fish scripts are produced too, and the man page is roff that names every command.
+#[test]
+fn completion_scripts_and_man_pages_are_generated() {
+    for (shell, marker) in [("zsh", "#compdef ateam"), ("fish", "complete -c ateam")] {
+        let out = ateam(&["completion", shell], None);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(text(&out.stdout).contains(marker), "{shell}");
+    }
+    let out = ateam(&["man"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let page = text(&out.stdout);
+    assert!(page.starts_with(".ie \\n(.g .ds Aq"), "{page}");
+    assert!(page.contains(".TH ateam 1"), "{page}");
+    for cmd in ["apply", "doctor", "completion", "man"] {
+        assert!(
+            page.contains(&format!("ateam\\-{cmd}(1)")),
+            "{cmd}:\n{page}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = ateam(&["man", "--dir", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for page in [
+        "ateam.1",
+        "ateam-apply.1",
+        "ateam-doctor.1",
+        "ateam-delete.1",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
+}

@@ -746,6 +746,39 @@ fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
     assert!(observed["fields"]["elapsed_ms"].is_number(), "{observed}");
 }
 
+/// On the CI machine's engines the doctor passes with the example team; a team whose image the
+/// engine does not have fails it, naming the image and how to get it there.
+fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
+    let w = World::new(engine, "doc");
+    let manifest = w.manifest();
+    let out = w.ateam(&["doctor", "-f", manifest.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("ok    engine    {engine} at "))),
+        "{stdout}"
+    );
+    let image = var("ATEAM_TEST_IMAGE");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("ok    image")
+            && l.contains(&format!("image {image} on {engine}"))
+            && l.ends_with("present")),
+        "{stdout}"
+    );
+    w.edit(|t| t.replace("image: ateam-demo:latest", "image: ateam-not-here:0"));
+    let out = w.ateam(&["doctor", "-f", manifest.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("FAIL  image")
+            && l.contains("ateam-not-here:0")
+            && l.ends_with("missing (ateam never pulls)")),
+        "{stdout}"
+    );
+}
+
 macro_rules! e2e {
     ($engine:ident: $($case:ident),* $(,)?) => {
         mod $engine {
@@ -777,4 +810,5 @@ every_engine!(
     a_killed_apply_is_finished_by_the_next_one,
     concurrent_applies_serialize,
     logs_name_each_action_and_stay_off_stdout,
+    doctor_finds_the_engine_and_the_image,
 );

@@ -2,9 +2,11 @@
 
 mod apply;
 mod common;
+mod completion;
 mod controller;
 mod delete;
 mod diff;
+mod doctor;
 mod member;
 mod progress;
 mod schema;
@@ -90,6 +92,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             team,
             command,
         } => block_on(member::exec(g, team.as_deref(), &member, &command))?,
+        Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
+        Command::Completion { shell } => completion::completion(shell),
+        Command::Man { dir } => completion::man(dir.as_deref()),
     }
 }
 

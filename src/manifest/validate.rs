@@ -25,10 +25,12 @@ use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
 const DEFAULT_MAX_DEPTH: u32 = 3;
-const DEFAULT_MEMORY: u64 = 1 << 30;
+/// A member's memory cap when its manifest names none.
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
 const DEFAULT_PIDS: u32 = 512;
-/// Share of host memory that members' caps may add up to.
-const MEMORY_SHARE: f64 = 0.75;
+/// Share of host memory that members' caps may add up to (the admission rule; `doctor`
+/// reports against it too).
+pub const MEMORY_SHARE: f64 = 0.75;
 
 #[derive(Debug, Clone)]
 enum Spec {
