@@ -70,6 +70,40 @@ fn invalid_manifest_exits_1_and_names_file_line_object_field() {
     );
 }
 
+/// Under each problem, its source line with a caret under the place, as rustc shows them;
+/// the caret spans the token (a quoted value with its quotes) and counts characters, not
+/// bytes.
+#[test]
+fn problems_show_their_line_with_a_caret() {
+    let out = ateam(
+        &["validate", "-f", "tests/broken/12-memory-unit.yaml"],
+        None,
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "tests/broken/12-memory-unit.yaml:19:13: Member/a: spec.resources.memory: `512Q` has an unknown unit `Q` (use Ki, Mi, Gi, Ti, Pi, Ei for powers of 1024, k, M, G, T, P, E for powers of 1000, or none for bytes)
+   |
+19 |     memory: 512Q
+   |             ^^^^
+1 problem found; nothing was changed
+"
+    );
+    // Two-byte characters before the second problem's place on the same line.
+    let yaml = "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec: {image: x}\n---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: g}\nspec: {network: {allow: [\"ünï.example\", \"https://x.example\"]}}\n";
+    let out = ateam(&["validate", "-f", "-"], Some(yaml));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "<stdin>:9:41: AccessGrant/g: spec.network.allow[1]: `https://x.example` is a URL; write the host name only, for example `x.example`
+  |
+9 | spec: {network: {allow: [\"ünï.example\", \"https://x.example\"]}}
+  |                                         ^^^^^^^^^^^^^^^^^^^
+"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,8 +116,22 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
     let out = ateam(&["validate", "-f", dir.path().to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
+    // The problems, without the source snippet under each (`  |`, `4 | ...`).
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| {
+            !l.starts_with(' ')
+                && !l
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .starts_with(" |")
+        })
+        .collect();
     assert_eq!(lines.len(), 4, "{err}");
+    assert_eq!(
+        err.lines().count(),
+        4 + 3 * 3,
+        "a snippet of three lines under each:\n{err}"
+    );
     assert!(lines[0].ends_with("a-team.yaml:4:18: Team/t: spec.maxMembrs: unknown field `maxMembrs` (did you mean `maxMembers`?)"), "{err}");
     assert!(lines[1].ends_with("b-member.yml:6:3: Member/m: spec.restart: unknown variant `Sometimes`, expected one of `Never`, `OnFailure`, `Always`"), "{err}");
     assert!(lines[2].ends_with("b-member.yml:7:15: Member/m: spec.resources.pids: invalid type: string \"lots\", expected a whole number"), "{err}");

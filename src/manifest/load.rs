@@ -237,6 +237,7 @@ fn file_problem(path: &Path, e: ReadError) -> Problem {
         object: None,
         field: None,
         message: e.to_string(),
+        source_line: None,
     }
 }
 

@@ -65,6 +65,7 @@ impl Parsed<'_> {
             object: Some(self.id()),
             field: Some(field.to_string()),
             message: message.into(),
+            source_line: None,
         }
     }
 
@@ -117,6 +118,7 @@ pub fn validate(
                 object: None,
                 field: None,
                 message: e.kind.to_string(),
+                source_line: None,
             }),
         }
     }
@@ -128,6 +130,13 @@ pub fn validate(
         .map(|(i, s)| (s.path.as_path(), i))
         .collect();
     problems.sort_by_key(|p| (order.get(p.file.as_path()).copied(), p.line, p.column));
+    let problems: Vec<Problem> = problems
+        .into_iter()
+        .map(|p| match order.get(p.file.as_path()) {
+            Some(&i) => p.with_source(&sources[i].text),
+            None => p,
+        })
+        .collect();
     info!(
         files = sources.len(),
         objects = objects.len(),
@@ -162,6 +171,7 @@ fn parse_object<'a>(
             object,
             field: (!field.is_empty()).then(|| field.to_string()),
             message,
+            source_line: None,
         }
     };
     if !doc.value.is_object() {
