@@ -402,6 +402,56 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     );
 }
 
+/// `delete --team NAME --purge` after a plain delete removes the transcripts that delete kept
+/// (the team's record is gone by then), and leaves nothing of the team in the state folder.
+fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
+    let w = World::new(engine, "pur");
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    let out = w.ateam(&["delete", "--team", &w.team]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        w.transcript("reviewer").exists(),
+        "delete keeps transcripts"
+    );
+    assert!(w.containers().is_empty(), "{:?}", w.containers());
+    // Deleted is not applied: status no longer lists the team.
+    let status = w.status_json();
+    assert!(
+        !status.to_string().contains(&format!("\"{}\"", w.team)),
+        "{status}"
+    );
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("transcripts deleted"),
+        "{}",
+        text(&out.stdout)
+    );
+    for m in ["reviewer", "writer", "tester"] {
+        assert!(!w.transcript(m).exists(), "{m}'s transcript is purged");
+    }
+    assert!(
+        !w.state().join("teams").join(&w.team).exists(),
+        "nothing of the team is left in the state folder"
+    );
+    assert!(w.root().join("workspace/repo/README.md").exists());
+    // Nothing is left to purge now: the team is unknown.
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has not been applied"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 fn logs_and_exec_look_inside(engine: &'static str) {
     let w = World::new(engine, "look");
     w.apply();
@@ -811,4 +861,5 @@ every_engine!(
     concurrent_applies_serialize,
     logs_name_each_action_and_stay_off_stdout,
     doctor_finds_the_engine_and_the_image,
+    purge_after_a_plain_delete_removes_what_was_kept,
 );
