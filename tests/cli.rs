@@ -44,11 +44,40 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn validate_examples_passes() {
-    let out = ateam(&["validate", "-f", "examples/"], None);
+    let out = ateam(&["validate", "-f", "examples/demo-team/"], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout).trim(),
         "valid: 1 team(s), 1 main session(s), 3 member(s), 3 grant(s)"
+    );
+}
+
+/// The GitOps example's CI script validates its teams with the real binary; without a
+/// mode it prints its usage and exits 2.
+#[test]
+fn the_gitops_ci_script_validates_its_teams() {
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg("examples/gitops/ci.sh")
+            .args(args)
+            .current_dir(root())
+            .env("ATEAM", env!("CARGO_BIN_EXE_ateam"))
+            .env("ATEAM_STATE_DIR", tempfile::tempdir().unwrap().path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["validate"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "valid: 2 team(s), 2 main session(s), 3 member(s), 3 grant(s)"
+    );
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("ci.sh drift"),
+        "{}",
+        text(&out.stderr)
     );
 }
 
@@ -228,7 +257,14 @@ fn json_lines(stderr: &[u8]) -> Vec<serde_json::Value> {
 #[test]
 fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
     let out = ateam(
-        &["--log-format", "json", "-v", "validate", "-f", "examples/"],
+        &[
+            "--log-format",
+            "json",
+            "-v",
+            "validate",
+            "-f",
+            "examples/demo-team/",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -252,7 +288,7 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
             "validate",
             "--show",
             "-f",
-            "examples/",
+            "examples/demo-team/",
             "-vv",
             "--log-format=json",
         ],
@@ -270,15 +306,15 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
 #[test]
 fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
     for args in [
-        &["validate", "-f", "examples/"][..],
-        &["-q", "validate", "-f", "examples/"],
+        &["validate", "-f", "examples/demo-team/"][..],
+        &["-q", "validate", "-f", "examples/demo-team/"],
         &[
             "--quiet",
             "--log-format",
             "json",
             "validate",
             "-f",
-            "examples/",
+            "examples/demo-team/",
         ],
     ] {
         let out = ateam(args, None);
@@ -303,7 +339,11 @@ fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
 #[test]
 fn rust_log_overrides_the_level_flags() {
     // Debug lines although -q asks for errors only.
-    let out = ateam_with(&["-q", "validate", "-f", "examples/"], None, Some("debug"));
+    let out = ateam_with(
+        &["-q", "validate", "-f", "examples/demo-team/"],
+        None,
+        Some("debug"),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), VALID);
     let err = text(&out.stderr);
@@ -315,20 +355,26 @@ fn rust_log_overrides_the_level_flags() {
     );
     // A directive for another target only: nothing of ateam's.
     let out = ateam_with(
-        &["-vvv", "validate", "-f", "examples/"],
+        &["-vvv", "validate", "-f", "examples/demo-team/"],
         None,
         Some("bollard=trace"),
     );
     assert_eq!(text(&out.stderr), "");
     // Empty counts as unset.
-    let out = ateam_with(&["validate", "-f", "examples/"], None, Some(""));
+    let out = ateam_with(&["validate", "-f", "examples/demo-team/"], None, Some(""));
     assert_eq!(text(&out.stderr), "");
 }
 
 #[test]
 fn bad_log_settings_are_usage_errors_exit_2() {
     let out = ateam(
-        &["--log-format", "xml", "validate", "-f", "examples/"],
+        &[
+            "--log-format",
+            "xml",
+            "validate",
+            "-f",
+            "examples/demo-team/",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(2));
@@ -340,7 +386,7 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         "{err}"
     );
 
-    let out = ateam(&["-q", "-v", "validate", "-f", "examples/"], None);
+    let out = ateam(&["-q", "-v", "validate", "-f", "examples/demo-team/"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("cannot be used with"),
@@ -348,7 +394,11 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         text(&out.stderr)
     );
 
-    let out = ateam_with(&["validate", "-f", "examples/"], None, Some("ateam=loud"));
+    let out = ateam_with(
+        &["validate", "-f", "examples/demo-team/"],
+        None,
+        Some("ateam=loud"),
+    );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
     assert!(

@@ -137,7 +137,7 @@ fn each_broken_manifest_fails_with_its_own_message() {
 
 #[test]
 fn the_example_team_is_valid() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
     let mut host = test_host();
     host.home = "/nonexistent-home".into();
     host.state_dir = "/nonexistent-home/.local/state/ateam".into();
@@ -153,6 +153,38 @@ fn the_example_team_is_valid() {
     assert!(reviewer.access.write.is_empty());
     assert_eq!(reviewer.memory_bytes, 512 << 20);
     assert_eq!(reviewer.nano_cpus, Some(500_000_000));
+}
+
+/// The GitOps example (examples/gitops: a team per folder, every object naming its team) is
+/// valid as a whole, as its CI script checks it.
+#[test]
+fn the_gitops_example_is_valid() {
+    let teams = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops/teams");
+    let mut host = test_host();
+    host.home = "/nonexistent-home".into();
+    host.state_dir = "/nonexistent-home/.local/state/ateam".into();
+    let (sources, problems) = read_sources(&[teams], &mut std::io::empty());
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(sources.len(), 4, "a team per folder, in several files");
+    let desired = validate(&sources, &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let members = |t: &Team| t.members.iter().map(|m| m.name.clone()).collect::<Vec<_>>();
+    let teams: Vec<(&str, Vec<String>)> = desired
+        .teams
+        .iter()
+        .map(|t| (t.name.as_str(), members(t)))
+        .collect();
+    assert_eq!(
+        teams,
+        [
+            ("docs", vec!["writer".to_string()]),
+            ("web", vec!["fixer".to_string(), "reviewer".to_string()])
+        ]
+    );
+    // Transcripts stay out of the repository: the default folder under the home.
+    assert_eq!(
+        desired.teams[1].session_dir,
+        Path::new("/nonexistent-home/.local/share/ateam/web")
+    );
 }
 
 /// A team named `name` with one member of `memory` that reads `read`, transcripts in
