@@ -400,7 +400,8 @@ pub fn cgroup_v2(root: &str, user: Option<Option<String>>) -> Vec<Check> {
     checks
 }
 
-/// cgroup v1: `proc_cgroups` is `/proc/cgroups`; `memsw` whether swap accounting is on.
+/// cgroup v1: `proc_cgroups` is `/proc/cgroups`; `memsw` whether swap accounting is on;
+/// `rootless` whether the user runs rootless Podman (which cannot enforce limits on v1).
 pub fn cgroup_v1(proc_cgroups: &str, memsw: bool, rootless: bool) -> Vec<Check> {
     let enabled = |c: &str| {
         proc_cgroups.lines().any(|l| {
