@@ -11,9 +11,9 @@ source /run/ateam-ci/env   # DOCKER_HOST and the test sockets
 cargo build --release --locked
 # The example members ask for this secret; a placeholder will do for the demo agent.
 export ANTHROPIC_API_KEY=${ANTHROPIC_API_KEY:-placeholder-for-the-demo}
-./target/release/ateam apply -f examples/
+./target/release/ateam apply -f examples/demo-team/
 ./target/release/ateam status
 echo
 echo "Transcripts: examples/demo-team/sessions/members/*/transcript.log"
 echo "Try: ./target/release/ateam exec reviewer -- ls /sys/class/net     (only lo)"
-echo "     ./target/release/ateam delete -f examples/                  (keeps transcripts)"
+echo "     ./target/release/ateam delete -f examples/demo-team/                  (keeps transcripts)"

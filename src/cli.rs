@@ -239,6 +239,36 @@ pub enum Command {
         #[arg(long)]
         team: Option<String>,
     },
+    /// Check this machine for what ateam needs: engines, rootless setup, cgroups, tmux,
+    /// images, memory. Exit 0: all ok (warnings allowed), 1: something fails.
+    Doctor {
+        /// Also check what these manifests need (their images on their engine, their memory).
+        #[arg(short = 'f', long = "filename", num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: DoctorOutput,
+    },
+    /// Print a shell completion script (bash: `source <(ateam completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print ateam's man page (roff), or write one page per command into a folder.
+    ///
+    /// `ateam man | man -l -` reads it; `ateam man --dir /usr/local/share/man/man1` installs
+    /// ateam.1 and ateam-<command>.1.
+    Man {
+        /// Write ateam.1 and a page per command here instead of printing ateam.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// `doctor -o`: a table for people, or JSON for scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DoctorOutput {
+    Text,
+    Json,
 }
 
 /// `--since`: an age before now (`10m`) or an RFC 3339 time; seconds since the epoch.

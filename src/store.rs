@@ -171,6 +171,9 @@ impl Store {
         let path = self.team_file(&team.name);
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        // Applied again: no longer a deleted team.
+        let deleted = layout::deleted_path(&self.dir, &team.name);
+        files::remove_if_present(&deleted).map_err(io(&deleted))?;
         let json = versioned(team, true);
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
@@ -195,6 +198,25 @@ impl Store {
         let path = layout::engine_path(&self.dir, team);
         let bytes = std::fs::read(&path).ok()?;
         read_versioned(&path, &bytes).ok()
+    }
+
+    /// Remembers a team deleted without `--purge` (its containers gone, its transcripts
+    /// kept), so that a later `delete --team NAME --purge` knows where they are.
+    pub fn save_deleted(&self, team: &Team) -> Result<(), StoreError> {
+        let path = layout::deleted_path(&self.dir, &team.name);
+        let dir = layout::team_run_dir(&self.dir, &team.name);
+        files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        files::write_atomic(&path, &versioned(team, true), 0o600, self.owner).map_err(io(&path))
+    }
+
+    /// The team as a delete without `--purge` left it, if it was.
+    pub fn deleted(&self, name: &str) -> Result<Option<Team>, StoreError> {
+        let path = layout::deleted_path(&self.dir, name);
+        match std::fs::read(&path) {
+            Ok(bytes) => read_versioned(&path, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
     }
 
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {

@@ -365,7 +365,7 @@ fn overlong_socket_path() {
     // its NUL. With a long state folder, the example team's socket paths do not.
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("s".repeat(80));
-    let run = ateam(&["validate", "-f", "examples/"], &state, vec![]);
+    let run = ateam(&["validate", "-f", "examples/demo-team/"], &state, vec![]);
     assert_refused(
         &run,
         &format!(
@@ -383,12 +383,12 @@ fn overlong_socket_path() {
         "{}",
         run.describe()
     );
-    let run = ateam(&["apply", "-f", "examples/"], &state, vec![]);
+    let run = ateam(&["apply", "-f", "examples/demo-team/"], &state, vec![]);
     assert_eq!(run.code, Some(3), "{}", run.describe());
     assert!(!state.exists(), "apply created the state folder");
     // A state folder that leaves room is fine.
     let run = ateam(
-        &["validate", "-f", "examples/"],
+        &["validate", "-f", "examples/demo-team/"],
         &dir.path().join("st"),
         vec![],
     );

@@ -409,6 +409,56 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     );
 }
 
+/// `delete --team NAME --purge` after a plain delete removes the transcripts that delete kept
+/// (the team's record is gone by then), and leaves nothing of the team in the state folder.
+fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
+    let w = World::new(engine, "pur");
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    let out = w.ateam(&["delete", "--team", &w.team]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        w.transcript("reviewer").exists(),
+        "delete keeps transcripts"
+    );
+    assert!(w.containers().is_empty(), "{:?}", w.containers());
+    // Deleted is not applied: status no longer lists the team.
+    let status = w.status_json();
+    assert!(
+        !status.to_string().contains(&format!("\"{}\"", w.team)),
+        "{status}"
+    );
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("transcripts deleted"),
+        "{}",
+        text(&out.stdout)
+    );
+    for m in ["reviewer", "writer", "tester"] {
+        assert!(!w.transcript(m).exists(), "{m}'s transcript is purged");
+    }
+    assert!(
+        !w.state().join("teams").join(&w.team).exists(),
+        "nothing of the team is left in the state folder"
+    );
+    assert!(w.root().join("workspace/repo/README.md").exists());
+    // Nothing is left to purge now: the team is unknown.
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("has not been applied"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 fn logs_and_exec_look_inside(engine: &'static str) {
     let w = World::new(engine, "look");
     w.apply();
@@ -936,6 +986,39 @@ fn logs_since_and_timestamps(engine: &'static str) {
     );
 }
 
+/// On the CI machine's engines the doctor passes with the example team; a team whose image the
+/// engine does not have fails it, naming the image and how to get it there.
+fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
+    let w = World::new(engine, "doc");
+    let manifest = w.manifest();
+    let out = w.ateam(&["doctor", "-f", manifest.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("ok    engine    {engine} at "))),
+        "{stdout}"
+    );
+    let image = var("ATEAM_TEST_IMAGE");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("ok    image")
+            && l.contains(&format!("image {image} on {engine}"))
+            && l.ends_with("present")),
+        "{stdout}"
+    );
+    w.edit(|t| t.replace("image: ateam-demo:latest", "image: ateam-not-here:0"));
+    let out = w.ateam(&["doctor", "-f", manifest.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("FAIL  image")
+            && l.contains("ateam-not-here:0")
+            && l.ends_with("missing (ateam never pulls)")),
+        "{stdout}"
+    );
+}
+
 macro_rules! e2e {
     ($engine:ident: $($case:ident),* $(,)?) => {
         mod $engine {
@@ -969,4 +1052,6 @@ every_engine!(
     logs_name_each_action_and_stay_off_stdout,
     attach_and_exec_it_at_a_terminal,
     logs_since_and_timestamps,
+    doctor_finds_the_engine_and_the_image,
+    purge_after_a_plain_delete_removes_what_was_kept,
 );

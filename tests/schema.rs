@@ -63,3 +63,41 @@ fn schema_covers_every_kind_and_denies_unknown_fields() {
         assert_eq!(schema["$defs"][def]["additionalProperties"], false, "{def}");
     }
 }
+
+/// The schema's quantity patterns take exactly what validation takes, so an editor flags
+/// `1gb` or `512m` as `ateam validate` does. (Zero fits the patterns; validation refuses it
+/// with its own message.)
+#[test]
+fn quantity_patterns_agree_with_validation() {
+    use ateam::manifest::quantity::{parse_cpus, parse_memory};
+    let schema = ateam::manifest::raw::json_schema();
+    let pattern = |def: &str| {
+        regex::Regex::new(
+            schema["$defs"][def]["anyOf"][0]["pattern"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let memory = pattern("MemoryQuantity");
+    for s in [
+        "512Mi", "1.5Gi", "2G", "64k", "1024", "1Ei", "1gb", "1GB", "1g", "512m", "64K", "2GiB",
+        "1024B", "1e9", ".5Gi", "1.Gi", "-1G", "Mi", "", "12Qi", "0.5k",
+    ] {
+        assert_eq!(
+            memory.is_match(s),
+            parse_memory(s).is_ok(),
+            "memory `{s}`: pattern and validation disagree"
+        );
+    }
+    let cpus = pattern("CpuQuantity");
+    for s in [
+        "1.5", "2", "500m", "0.25", "two", "1e3", "500M", "1.5.2", "-1", "",
+    ] {
+        assert_eq!(
+            cpus.is_match(s),
+            parse_cpus(s).is_ok(),
+            "cpus `{s}`: pattern and validation disagree"
+        );
+    }
+}

@@ -2,7 +2,7 @@ use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles};
 use ateam::app::Manifests;
-use ateam::app::delete::{DeleteReport, delete};
+use ateam::app::delete::{DeleteReport, delete, team_to_delete};
 
 use super::common::{app, waiting};
 use super::exit::Exit;
@@ -22,7 +22,7 @@ pub async fn run(
         // The manifests only say what to remove: not judged against the store (a team is
         // deleted even where admitting it again would be refused).
         (false, _) => Manifests::read(&files.files)?.validate(&app.host, &[])?,
-        (true, Some(t)) => app.applied(Some(t))?,
+        (true, Some(t)) => team_to_delete(&app, t)?,
         (true, None) => bail!("say what to delete: -f MANIFESTS or --team NAME"),
     };
     match delete(&app, &desired, purge, no_wait, &Display::new(), waiting).await? {

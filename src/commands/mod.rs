@@ -17,9 +17,11 @@ macro_rules! outln {
 
 mod apply;
 mod common;
+mod completion;
 mod controller;
 mod delete;
 mod diff;
+mod doctor;
 pub mod exit;
 mod member;
 mod output;
@@ -120,6 +122,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             block_on(member::exec(g, team.as_deref(), &member, how, &command))?
         }
         Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
+        Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
+        Command::Completion { shell } => completion::completion(shell),
+        Command::Man { dir } => completion::man(dir.as_deref()),
     }
 }
 

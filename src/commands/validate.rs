@@ -14,7 +14,7 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
     if show {
         out!(
             "{}",
-            serde_yaml::to_string(&desired).context("rendering the model")?
+            serde_saphyr::to_string(&desired).context("rendering the model")?
         );
     } else {
         let count =

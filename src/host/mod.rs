@@ -158,8 +158,24 @@ fn current_id(flag: &str) -> u32 {
 }
 
 fn memory_total() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+/// Memory the kernel could give to new work now (`MemAvailable`), in bytes.
+pub fn memory_available() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
+fn meminfo(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Where `bin` is on `PATH`, if it is.
+pub fn which(bin: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
 }
