@@ -57,7 +57,7 @@ fn an_unknown_team_is_a_usage_error_2() {
         both(&out)
     );
     // Named beside manifests that do not hold it: the same.
-    let out = offline(state.path(), &["status", "nosuch", "-f", "examples/"]);
+    let out = offline(state.path(), &["status", "nosuch", "-f", "examples/demo-team/"]);
     assert_eq!(out.status.code(), Some(2), "{}", both(&out));
     assert!(
         text(&out.stderr).contains("team `nosuch` is not in these manifests"),
@@ -105,8 +105,8 @@ fn an_unreadable_state_folder_is_6() {
     for args in [
         &["status"][..],
         &["status", "--exit-code", "-o", "json"],
-        &["validate", "-f", "examples/"],
-        &["diff", "-f", "examples/"],
+        &["validate", "-f", "examples/demo-team/"],
+        &["diff", "-f", "examples/demo-team/"],
     ] {
         let out = offline(state.path(), args);
         assert_eq!(out.status.code(), Some(6), "{args:?}: {}", both(&out));
@@ -140,17 +140,17 @@ fn an_unreadable_state_folder_is_6() {
 fn an_engine_out_of_reach_is_5() {
     let state = tempfile::tempdir().unwrap();
     for args in [
-        &["--backend", "docker", "diff", "-f", "examples/"][..],
+        &["--backend", "docker", "diff", "-f", "examples/demo-team/"][..],
         &[
             "--backend",
             "docker",
             "apply",
             "--dry-run",
             "-f",
-            "examples/",
+            "examples/demo-team/",
         ],
-        &["--backend", "podman", "status", "-f", "examples/"],
-        &["diff", "-f", "examples/"],
+        &["--backend", "podman", "status", "-f", "examples/demo-team/"],
+        &["diff", "-f", "examples/demo-team/"],
     ] {
         let out = offline(state.path(), args);
         assert_eq!(out.status.code(), Some(5), "{args:?}: {}", both(&out));
