@@ -16,6 +16,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::backend::BackendError;
 use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
 use crate::files;
+use crate::model::PullPolicy;
 use crate::plan::spec::{DesiredMember, DesiredSession};
 use crate::plan::{Action, ContainerRef, Plan, StartReason};
 use crate::report::{drift_text, start_text};
@@ -127,6 +128,33 @@ impl Executor<'_> {
     /// engine, and its command is an executable file in it (`runtime::image`: one probe
     /// container per image, created, looked at and removed). Every problem is reported,
     /// not only the first. (`Runtime` checks the same again before each container is made.)
+    /// Pulls `image` as its members' `imagePullPolicy` asks: when one says `Always`, or when
+    /// the engine lacks it and one says `IfNotPresent` (all `Never`: a missing image is the
+    /// refusal `image_config` gives).
+    async fn pull_if_wanted(
+        &self,
+        image: &str,
+        members: &[&DesiredMember],
+    ) -> Result<(), BackendError> {
+        let wants = |p: PullPolicy| members.iter().any(|m| m.pull == p);
+        let pull = wants(PullPolicy::Always)
+            || (wants(PullPolicy::IfNotPresent)
+                && matches!(
+                    self.rt.backend.image_config(image).await,
+                    Err(BackendError::ImageMissing { .. })
+                ));
+        if pull {
+            let started = Instant::now();
+            self.rt.backend.pull(image).await?;
+            info!(
+                image,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "image pulled"
+            );
+        }
+        Ok(())
+    }
+
     pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
         let started = Instant::now();
         let mut failures = Vec::new();
@@ -192,6 +220,18 @@ impl Executor<'_> {
         }
         let images = created.len();
         for (image, members) in created {
+            if let Err(e) = self.pull_if_wanted(image, &members).await {
+                for m in members {
+                    refuse(
+                        m,
+                        RunError::Image {
+                            member: m.member.clone(),
+                            reason: e.to_string(),
+                        },
+                    );
+                }
+                continue;
+            }
             let config = match self.rt.backend.image_config(image).await {
                 Ok(c) => c,
                 Err(e) => {

@@ -835,6 +835,76 @@ fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
     assert!(observed["fields"]["elapsed_ms"].is_number(), "{observed}");
 }
 
+/// `imagePullPolicy` against a local registry (Debian's docker-registry, started by
+/// scripts/engines.sh): `Never` refuses a missing image before any change, `IfNotPresent`
+/// pulls it once, `Always` pulls again before a member is made, so a tag's new content is
+/// what a replaced member runs.
+fn image_pull_policies_against_a_local_registry(engine: &'static str) {
+    let w = World::new(engine, "pull");
+    let image = format!("{}/ateam-demo:{}", var("ATEAM_TEST_REGISTRY"), w.team);
+    // Pushed from the shared Docker (the registry serves every engine), absent from this one.
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(var("ATEAM_TEST_DOCKER"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout).trim().to_string()
+    };
+    docker(&["tag", &var("ATEAM_TEST_IMAGE"), &image]);
+    docker(&["push", &image]);
+    docker(&["rmi", &image]);
+    let _ = w.engine_cli(&["rmi", &image]);
+    w.edit(|t| {
+        t.replace(
+            "image: ateam-demo:latest",
+            &format!("image: {image}\n  imagePullPolicy: Never"),
+        )
+    });
+    let never = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(never.status.code(), Some(4), "{}", text(&never.stderr));
+    assert!(
+        text(&never.stderr).contains("imagePullPolicy is Never"),
+        "{}",
+        text(&never.stderr)
+    );
+    assert!(w.containers().is_empty(), "nothing made");
+
+    w.edit(|t| t.replace("imagePullPolicy: Never", "imagePullPolicy: IfNotPresent"));
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    let version = || {
+        let out = w.bare(&["exec", "reviewer", "--", "sh", "-c", "echo v=${V:-1}"]);
+        text(&out.stdout).trim().to_string()
+    };
+    assert_eq!(version(), "v=1");
+
+    // New content under the same tag.
+    let c = docker(&["create", &var("ATEAM_TEST_IMAGE")]);
+    docker(&["commit", "--change", "ENV V=2", &c, &image]);
+    docker(&["rm", &c]);
+    docker(&["push", &image]);
+    docker(&["rmi", &image]);
+    // IfNotPresent keeps what the engine has, even for a replaced member...
+    w.edit(|t| t.replace("memory: 512Mi", "memory: 500Mi"));
+    w.apply();
+    assert_eq!(version(), "v=1");
+    // ...Always pulls before making one.
+    w.edit(|t| {
+        t.replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Always")
+            .replace("memory: 500Mi", "memory: 480Mi")
+    });
+    w.apply();
+    assert_eq!(version(), "v=2");
+    let _ = w.engine_cli(&["rmi", "-f", &image]);
+}
+
 /// A terminal of the test's own (a tmux server on its own socket), where commands run as a
 /// person types them; `screen` is what the person sees.
 struct Terminal {
@@ -1052,6 +1122,7 @@ every_engine!(
     logs_name_each_action_and_stay_off_stdout,
     attach_and_exec_it_at_a_terminal,
     logs_since_and_timestamps,
+    image_pull_policies_against_a_local_registry,
     doctor_finds_the_engine_and_the_image,
     purge_after_a_plain_delete_removes_what_was_kept,
 );

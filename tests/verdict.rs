@@ -57,7 +57,10 @@ fn an_unknown_team_is_a_usage_error_2() {
         both(&out)
     );
     // Named beside manifests that do not hold it: the same.
-    let out = offline(state.path(), &["status", "nosuch", "-f", "examples/demo-team/"]);
+    let out = offline(
+        state.path(),
+        &["status", "nosuch", "-f", "examples/demo-team/"],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", both(&out));
     assert!(
         text(&out.stderr).contains("team `nosuch` is not in these manifests"),

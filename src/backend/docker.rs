@@ -20,8 +20,9 @@ use bollard::models::{
     SystemInfoCgroupVersionEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, EventsOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, RenameContainerOptions, StartContainerOptions, StopContainerOptions,
+    CreateContainerOptions, CreateImageOptionsBuilder, EventsOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, RenameContainerOptions, StartContainerOptions,
+    StopContainerOptions,
 };
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
@@ -249,6 +250,17 @@ impl Backend for DockerBackend {
             .await
             .map_err(|e| self.container_err("inspect container", id, e))?;
         Ok(inspected(c))
+    }
+
+    async fn pull(&self, image: &str) -> Result<()> {
+        let opts = CreateImageOptionsBuilder::default()
+            .from_image(&super::with_tag(image))
+            .build();
+        let mut progress = self.docker.create_image(Some(opts), None, None);
+        while let Some(step) = progress.next().await {
+            step.map_err(|e| self.err(&format!("pull {image}"), e))?;
+        }
+        Ok(())
     }
 
     async fn image_config(&self, image: &str) -> Result<ImageConfig> {

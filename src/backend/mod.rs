@@ -158,7 +158,7 @@ pub enum BackendError {
     NoEngine { tried: String, hint: String },
     /// ateam never pulls: the image must be built or loaded locally.
     #[error(
-        "image `{image}` is not on {engine}; ateam never pulls. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`)"
+        "image `{image}` is not on {engine} and its imagePullPolicy is Never. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`), or let ateam pull it (IfNotPresent, the default)"
     )]
     ImageMissing { engine: String, image: String },
     /// A container of that name exists and ateam did not make it.
@@ -220,6 +220,8 @@ pub trait Backend: Send + Sync {
     /// The container with exactly this name, whoever made it.
     async fn find_by_name(&self, name: &str) -> Result<Option<Summary>>;
     async fn inspect(&self, id: &str) -> Result<Inspected>;
+    /// Fetches `image` from its registry (the engine's own registry settings apply).
+    async fn pull(&self, image: &str) -> Result<()>;
     /// The image's command and environment; `ImageMissing` if the image is not local.
     async fn image_config(&self, image: &str) -> Result<ImageConfig>;
     /// The image's entrypoint followed by its cmd; `ImageMissing` if the image is not local.
@@ -288,5 +290,16 @@ pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
         "exited" | "stopped" => ContainerState::Exited { code: exit_code },
         // "created", "configured", "initialized" and anything new: never started.
         _ => ContainerState::Created,
+    }
+}
+
+/// `image` with `:latest` when it names no tag and no digest: an engine asked for a bare name
+/// would fetch every tag.
+pub fn with_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if last.contains(':') || last.contains('@') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
     }
 }

@@ -31,7 +31,7 @@ use podman_api::Podman;
 use podman_api::models::{ContainerInspectResponseLibpod, ListContainer};
 use podman_api::opts::{
     ContainerDeleteOpts, ContainerListFilter, ContainerListOpts, ContainerLogsOpts, EventsOpts,
-    ExecCreateOpts, ExecStartOpts,
+    ExecCreateOpts, ExecStartOpts, PullOpts,
 };
 use serde_json::{Value, json};
 
@@ -611,6 +611,26 @@ impl Backend for PodmanBackend {
             .await
             .map_err(|e| container_err("inspect", id, &e))?;
         Ok(inspected_from(&d))
+    }
+
+    async fn pull(&self, image: &str) -> Result<()> {
+        let opts = PullOpts::builder()
+            .reference(super::with_tag(image))
+            .quiet(true)
+            .build();
+        let images = self.podman.images();
+        let mut progress = images.pull(&opts);
+        while let Some(report) = progress.next().await {
+            let report = report.map_err(|e| engine_err(&format!("pull {image}"), &e))?;
+            if let Some(error) = report.error.filter(|e| !e.is_empty()) {
+                return Err(BackendError::Engine {
+                    engine: ENGINE.into(),
+                    op: format!("pull {image}"),
+                    message: error,
+                });
+            }
+        }
+        Ok(())
     }
 
     async fn image_config(&self, image: &str) -> Result<ImageConfig> {

@@ -9,7 +9,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use super::quantity;
-pub use crate::model::{BackendChoice, RestartPolicy};
+pub use crate::model::{BackendChoice, PullPolicy, RestartPolicy};
 
 pub const API_VERSION: &str = "ateam.dev/v1alpha1";
 
@@ -48,6 +48,8 @@ pub struct TeamSpec {
     pub backend: BackendChoice,
     /// Default image for members that name none.
     pub image: Option<String>,
+    /// When the engine fetches member images: `IfNotPresent` (default), `Never` or `Always`.
+    pub image_pull_policy: Option<PullPolicy>,
     /// Most members the team may have; default 10. A larger value must be written here.
     pub max_members: Option<u32>,
     /// Deepest nesting of members; a main session is depth 0, its members depth 1. Default 3.
@@ -218,6 +220,8 @@ pub struct MemberSpec {
     pub access: Option<String>,
     /// Image; default the Team's `image`.
     pub image: Option<String>,
+    /// `IfNotPresent`, `Never` or `Always`; default the Team's, else `IfNotPresent`.
+    pub image_pull_policy: Option<PullPolicy>,
     /// Command and arguments; default the image's own.
     pub command: Option<Vec<String>>,
     /// Working directory inside its grants; default the first write grant, else the first read

@@ -1159,6 +1159,10 @@ fn build(
                 pids,
                 nano_cpus,
                 restart: m.restart,
+                image_pull_policy: m
+                    .image_pull_policy
+                    .or(spec.image_pull_policy)
+                    .unwrap_or_default(),
                 labels: o.labels.clone(),
                 transcript_dir,
             });

@@ -16,7 +16,7 @@ use crate::core::layout::{
     member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
 };
 use crate::host::Host;
-use crate::model::{Desired, Member, RestartPolicy, Team};
+use crate::model::{Desired, Member, PullPolicy, RestartPolicy, Team};
 
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +26,8 @@ pub struct DesiredMember {
     pub spec: ContainerSpec,
     pub hash: String,
     pub restart: RestartPolicy,
+    /// Not part of the spec: a changed policy replaces nothing.
+    pub pull: PullPolicy,
     pub transcript_dir: PathBuf,
     /// Private per-member files on the host: the start gate, the secrets file.
     pub ctl_dir: PathBuf,
@@ -170,6 +172,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 hash: spec.hash(),
                 spec,
                 restart: m.restart,
+                pull: m.image_pull_policy,
                 transcript_dir: m.transcript_dir.clone(),
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
                 record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),

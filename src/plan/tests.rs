@@ -46,6 +46,7 @@ fn member(name: &str) -> Member {
         pids: 512,
         nano_cpus: None,
         restart: RestartPolicy::OnFailure,
+        image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
     }

@@ -43,6 +43,7 @@ fn team(members: &[&str]) -> Team {
         pids: 512,
         nano_cpus: None,
         restart: RestartPolicy::OnFailure,
+        image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
     };
