@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Self-heal time of `ateam controller` against the engine's own `--restart always`.
+"""The controller's numbers: self-heal against the engine's own `--restart always`, idle cost
+and edit-to-effect with 50 members.
 
 For each engine, 20 times: kill -9 the main process of a running member (as a crash would)
 and time until the member's command runs again (its demo agent appends "agent: started as"
 to its transcript: after the gate, so ateam's checks are included). Side by side, the same
 for a plain container with `--restart always` and the same image and command. Prints the
-median and worst of each and the ratio, and writes them to docs/benchmarks-controller.md.
+median and worst of each and the ratio.
+
+Then, with a team of 50 members under one controller: its CPU time over 60 s of nothing
+happening and its RSS (idle), and the time from saving the manifest with one member's memory
+changed to that member's new container running its command, with the other 49 untouched
+(edit to effect, 5 edits). All of it goes to docs/benchmarks-controller.md.
 
 Usage (as root, engines up: scripts/engines.sh): scripts/bench-controller.py [KILLS]
+(BENCH_IDLE_SECS=60 and BENCH_ENGINES="docker podman" may be set.)
 Needs a release build: cargo build --release.
 """
 
@@ -22,7 +29,10 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATEAM = os.path.join(REPO, "target/release/ateam")
-KILLS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+KILLS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+IDLE_SECS = float(os.environ.get("BENCH_IDLE_SECS", "60"))
+N = 50
+EDITS = 5
 # Both back off restarts of a container that ran less than 10 s (Docker: 100 ms doubling;
 # ateam: 10 s doubling, with --crash-reset 10s here to match): kills are 11 s apart, so each
 # measures the restart of a crash after real work.
@@ -44,6 +54,8 @@ ENGINES = {
     "docker": ["docker", "-H", ENV["ATEAM_TEST_DOCKER"]],
     "podman": ["podman", "--url", ENV["ATEAM_TEST_PODMAN_ROOTFUL"]],
 }
+ENGINES = {e: c for e, c in ENGINES.items()
+           if e in os.environ.get("BENCH_ENGINES", "docker podman").split()}
 
 TEAM = """apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -155,12 +167,103 @@ def bench_engine(cli):
     return times
 
 
+def team_of(n, memory_of):
+    members = "".join(
+        f"---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\n"
+        f"spec: {{parent: lead, access: rw, restart: Always, "
+        f"resources: {{memory: {memory_of(i)}, pids: 64}}}}\n"
+        for i in range(1, n + 1))
+    head = TEAM.split("---\napiVersion: ateam.dev/v1alpha1\nkind: Member")[0]
+    return head.replace("name: heal}", "name: idle}") \
+        .replace("sessionDir: ./sessions}", f"sessionDir: ./sessions, maxMembers: {n}}}") + members
+
+
+def save(path, text):
+    """As an editor saves: a temp file renamed over the old one."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+
+
+def proc_cpu_ms(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def ids(cli):
+    out = subprocess.run(cli + ["ps", "-a", "--no-trunc", "--filter", "label=ateam.dev/team=idle",
+                                "--format", "{{.Names}} {{.ID}}"],
+                         capture_output=True, text=True).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def bench_idle_and_edit(engine, cli):
+    """(cpu ms over IDLE_SECS, rss MB, [edit seconds], untouched of N-1 after every edit)."""
+    d = tempfile.mkdtemp(prefix="ateam-idle-")
+    os.makedirs(f"{d}/repo"), os.makedirs(f"{d}/sessions")
+    os.chown(f"{d}/repo", 65534, 65534)
+    path = f"{d}/team.yaml"
+    save(path, team_of(N, lambda i: "64Mi"))
+    env = dict(os.environ, ATEAM_STATE_DIR=f"{d}/state", DOCKER_HOST=ENV["ATEAM_TEST_DOCKER"],
+               CONTAINER_HOST=ENV["ATEAM_TEST_PODMAN_ROOTFUL"])
+    env.pop("SUDO_UID", None)
+    log = open(f"{d}/controller.log", "w")
+    ctl = subprocess.Popen([ATEAM, "--backend", engine, "controller", "-f", path],
+                           env=env, cwd=d, stdout=subprocess.DEVNULL, stderr=log)
+    tr = lambda i: f"{d}/sessions/members/m{i}/transcript.log"
+    try:
+        for i in range(1, N + 1):
+            wait_starts(tr(i), 1, 300)
+        time.sleep(5)
+        c0 = proc_cpu_ms(ctl.pid)
+        time.sleep(IDLE_SECS)
+        cpu = proc_cpu_ms(ctl.pid) - c0
+        rss = proc_rss_mb(ctl.pid)
+        edits, untouched = [], N - 1
+        target = 7
+        for e in range(EDITS):
+            before = ids(cli)
+            n = starts(tr(target))
+            mem = "80Mi" if e % 2 == 0 else "64Mi"
+            t0 = time.monotonic()
+            save(path, team_of(N, lambda i: mem if i == target else "64Mi"))
+            wait_starts(tr(target), n + 1, 60)
+            edits.append(time.monotonic() - t0)
+            time.sleep(1)
+            after = ids(cli)
+            same = sum(1 for k, v in before.items()
+                       if k != f"ateam_idle_m{target}" and after.get(k) == v)
+            untouched = min(untouched, same)
+    finally:
+        ctl.terminate()
+        ctl.wait()
+        subprocess.run([ATEAM, "--backend", engine, "delete", "--team", "idle", "--purge"],
+                       env=env, cwd=d, capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+    return cpu, rss, edits, untouched
+
+
 def summary(ts):
     return statistics.median(ts), max(ts)
 
 
 def main():
-    rows = []
+    rows, idle = [], []
+    for engine, cli in ENGINES.items():
+        cpu, rss, edits, untouched = bench_idle_and_edit(engine, cli)
+        idle.append((engine, cpu, rss, edits, untouched))
+        print(f"{engine}: idle {cpu:.0f} ms CPU over {IDLE_SECS:.0f} s, RSS {rss:.1f} MB; "
+              f"edit to effect median {statistics.median(edits):.3f} s, worst {max(edits):.3f} s, "
+              f"{untouched} of {N - 1} untouched")
     for engine, cli in ENGINES.items():
         a = bench_ateam(engine, cli)
         e = bench_engine(cli)
@@ -184,6 +287,18 @@ def main():
         for engine, a, e in rows:
             f.write(f"| {engine} | {a[0]:.3f} s | {statistics.median(a):.3f} s | {max(a):.3f} s "
                     f"| {statistics.median(e):.3f} s | {max(e):.3f} s |\n")
+        f.write(f"\n## Idle and edit to effect ({N} members, one controller)\n\n"
+                f"CPU time of the controller over {IDLE_SECS:.0f} s with nothing happening, its "
+                f"RSS, and from saving the manifest with one member's memory changed to that "
+                f"member's new container running its command ({EDITS} edits; the editor "
+                "debounce of 300 ms included), with how many of the other members kept their "
+                "container through every edit.\n\n"
+                "| engine | idle CPU | RSS | edit median | edit worst | others untouched |\n"
+                "|---|---|---|---|---|---|\n")
+        for engine, cpu, rss, edits, untouched in idle:
+            f.write(f"| {engine} | {cpu:.0f} ms / {IDLE_SECS:.0f} s | {rss:.1f} MB "
+                    f"| {statistics.median(edits):.3f} s | {max(edits):.3f} s "
+                    f"| {untouched} of {N - 1} |\n")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 #   BENCH_ENGINES=docker BENCH_NS="20" BENCH_RUNS=5 scripts/bench.sh
 #
 # For each engine and N it times, with hyperfine:
-#   cold:   ateam apply of N members | a parallel loop of `run -d` with the same flags (the
-#           engine's floor) | docker-compose up -d (Docker) | podman kube play (Podman)
+#   cold:   ateam apply of N members | the API floor (scripts/raw-floor.py: create + start
+#           through the engine API with the same flags, no checks) | a parallel loop of
+#           `run -d` | docker-compose up -d (Docker) | podman kube play (Podman)
 #   no-op:  ateam apply again | docker-compose up -d again
 #   status: ateam status | docker/podman ps | docker-compose ps
 # and writes docs/benchmarks-latest.md (tables and ratios). Needs root (it starts the
@@ -125,7 +126,10 @@ for engine in $ENGINES; do
 $CLI pod rm -f \$($CLI pod ps -q --filter label=bench=1 2>/dev/null) >/dev/null 2>&1; \
 rm -rf $d/sessions/members; true"
         loop="seq 1 $n | xargs -P $P -I{} $CLI run -d --name loop-{} $RUN_FLAGS -v $d/repo:$d/repo:rw ateam-demo:latest >/dev/null"
-        peers=(-n "run -d loop (-P $P)" "$loop")
+        # The API floor: create + start through the engine API, P at a time, no checks.
+        sock=$([ "$engine" = docker ] && echo "$ATEAM_TEST_DOCKER" || echo "$ATEAM_TEST_PODMAN_ROOTFUL")
+        floor="python3 $REPO/scripts/raw-floor.py $engine $sock $n $d $P"
+        peers=(-n "API floor (-P $P)" "$floor" -n "run -d loop (-P $P)" "$loop")
         if [ "$engine" = docker ]; then
             peers+=(-n "docker-compose up -d" "docker-compose -p bench -f $d/compose.yml up -d >/dev/null 2>&1")
         else

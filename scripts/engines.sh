@@ -31,9 +31,13 @@ log() { printf '[engines] %s\n' "$*" >&2; }
 die() { printf '[engines] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- packages
-PKGS=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static tmux curl)
+PKGS=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static tmux curl
+      python3-yaml python3-jsonschema docker-registry)
 # docker.io without its recommends (apparmor, cgroupfs-mount, needrestart, git...):
-# none is needed here. curl pings the API sockets.
+# none is needed here. curl pings the API sockets. python3-yaml and python3-jsonschema read
+# ateam's -o json|yaml documents in tests/verdict.rs, as another program would.
+# docker-registry serves a local registry on 127.0.0.1:5000 for the imagePullPolicy tests
+# (no public registry is reachable here).
 DOCKER_PKGS=(docker.io)
 
 install_packages() {
@@ -208,7 +212,7 @@ start_engines() {
 
 stop_engines() {
     local name pid i
-    for name in podman-rootless podman docker; do
+    for name in registry podman-rootless podman docker; do
         alive "$name" || { rm -f "$RUN/$name.pid"; continue; }
         pid=$(cat "$RUN/$name.pid")
         kill "$pid"
@@ -296,6 +300,48 @@ check_engines() {
     log "rootless keep-id: bind-mount file owned by $ROOTLESS_USER on the host: ok"
 }
 
+# ---------------------------------------------------------------- registry
+REGISTRY=localhost:5000
+
+# The local registry: plain HTTP on loopback, no auth. Docker takes loopback registries as
+# insecure by itself; Podman is told so by a registries.conf drop-in (written before its
+# service starts: it reads the file once).
+registry_conf() {
+    cat <<EOF
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $STATE/registry
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:5000
+EOF
+}
+
+podman_registries_conf() {
+    printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REGISTRY"
+}
+
+start_registry() {
+    mkdir -p "$STATE/registry"
+    registry_conf | write_file "$RUN/registry.yml" root
+    if curl -sf --max-time 3 "http://$REGISTRY/v2/" >/dev/null 2>&1; then
+        log "registry: already answering on $REGISTRY"; return
+    fi
+    nohup setsid docker-registry serve "$RUN/registry.yml" >"$STATE/registry.log" 2>&1 </dev/null &
+    echo $! >"$RUN/registry.pid"
+    local i
+    for ((i = 0; i < WAIT_SECS * 4; i++)); do
+        if curl -sf --max-time 3 "http://$REGISTRY/v2/" >/dev/null 2>&1; then
+            log "registry: started on $REGISTRY"; return
+        fi
+        sleep 0.25
+    done
+    tail -n 30 "$STATE/registry.log" >&2 || true
+    die "the registry does not answer on $REGISTRY"
+}
+
 # ---------------------------------------------------------------- main
 write_env() {
     write_file "$RUN/env" root <<EOF
@@ -305,6 +351,7 @@ export ATEAM_TEST_PODMAN_ROOTFUL=unix://$PODMAN_SOCK
 export ATEAM_TEST_PODMAN_ROOTLESS=unix://$ROOTLESS_SOCK
 export ATEAM_TEST_ROOTLESS_USER=$ROOTLESS_USER
 export ATEAM_TEST_IMAGE=$IMAGE
+export ATEAM_TEST_REGISTRY=$REGISTRY
 EOF
 }
 
@@ -335,9 +382,12 @@ main() {
     start)
         install_packages
         containers_conf | write_file /etc/containers/containers.conf root
+        mkdir -p /etc/containers/registries.conf.d
+        podman_registries_conf | write_file /etc/containers/registries.conf.d/50-ateam-ci.conf root
         host_fixes
         setup_user
         start_engines
+        start_registry
         import_images
         write_env
         check_engines

@@ -94,6 +94,14 @@ pub enum Output {
     Yaml,
 }
 
+/// Which schema `ateam schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaOf {
+    Manifests,
+    Status,
+    Diff,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check manifests against every rule without touching anything.
@@ -104,8 +112,12 @@ pub enum Command {
         #[arg(long)]
         show: bool,
     },
-    /// Print the JSON Schema of the manifests (for editors: yaml-language-server).
-    Schema,
+    /// Print a JSON Schema: of the manifests (for editors: yaml-language-server), or of the
+    /// documents `status` and `diff` print with -o json|yaml.
+    Schema {
+        #[arg(value_enum, default_value_t = SchemaOf::Manifests)]
+        of: SchemaOf,
+    },
     /// Make the machine match the manifests, and wait until the members run.
     Apply {
         #[command(flatten)]
@@ -123,7 +135,7 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
-    /// Show what apply would change. Exit 0: no change, 1: changes, 2: error.
+    /// Show what apply would change. Exit 0: no change, 1: changes or drift, 2+: error.
     Diff {
         #[command(flatten)]
         files: Files,
@@ -140,7 +152,7 @@ pub enum Command {
         files: OptionalFiles,
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: Output,
-        /// Exit 1 when anything differs from the manifests (for CI).
+        /// Exit 1 when anything differs from the manifests (for CI; as diff judges drift).
         #[arg(long)]
         exit_code: bool,
     },
@@ -195,6 +207,12 @@ pub enum Command {
         /// Keep printing new output until the member stops.
         #[arg(short, long, conflicts_with = "egress")]
         follow: bool,
+        /// Only output newer than this: an age (`10m`, `2h`) or an RFC 3339 time.
+        #[arg(long, value_parser = parse_since)]
+        since: Option<i64>,
+        /// Prefix each line with the time the engine received it (RFC 3339).
+        #[arg(short = 't', long)]
+        timestamps: bool,
         /// The member's egress instead: connections its proxy allowed and refused.
         #[arg(long)]
         egress: bool,
@@ -217,12 +235,75 @@ pub enum Command {
         #[arg(long)]
         detach: bool,
     },
-    /// Run a command in a member's container.
+    /// Run a command in a member's container, as the member's user.
     Exec {
         member: String,
         #[arg(long)]
         team: Option<String>,
+        /// Keep stdin open (for a shell: `-it`). Runs the engine's own CLI, which must be
+        /// installed (`docker` or `podman`).
+        #[arg(short, long)]
+        interactive: bool,
+        /// Give the command a terminal.
+        #[arg(short, long)]
+        tty: bool,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Join a main session's terminal (its tmux session), or follow a member's console.
+    ///
+    /// The way out is printed first: tmux's detach key (Ctrl-b d) leaves the session running;
+    /// a member's console is read-only (members have no stdin) and Ctrl-C leaves it.
+    Attach {
+        /// A main session or a member.
+        name: String,
+        #[arg(long)]
+        team: Option<String>,
+    },
+    /// Check this machine for what ateam needs: engines, rootless setup, cgroups, tmux,
+    /// images, memory. Exit 0: all ok (warnings allowed), 1: something fails.
+    Doctor {
+        /// Also check what these manifests need (their images on their engine, their memory).
+        #[arg(short = 'f', long = "filename", num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: DoctorOutput,
+    },
+    /// Print a shell completion script (bash: `source <(ateam completion bash)`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print ateam's man page (roff), or write one page per command into a folder.
+    ///
+    /// `ateam man | man -l -` reads it; `ateam man --dir /usr/local/share/man/man1` installs
+    /// ateam.1 and ateam-<command>.1.
+    Man {
+        /// Write ateam.1 and a page per command here instead of printing ateam.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// `doctor -o`: a table for people, or JSON for scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DoctorOutput {
+    Text,
+    Json,
+}
+
+/// `--since`: an age before now (`10m`) or an RFC 3339 time; seconds since the epoch.
+fn parse_since(text: &str) -> Result<i64, String> {
+    let when = match humantime::parse_duration(text) {
+        Ok(age) => std::time::SystemTime::now()
+            .checked_sub(age)
+            .ok_or_else(|| format!("`{text}` is before the epoch"))?,
+        Err(_) => humantime::parse_rfc3339_weak(text)
+            .map_err(|_| format!("`{text}` is neither an age (10m, 2h) nor an RFC 3339 time"))?,
+    };
+    let secs = when
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("`{text}` is before the epoch"))?
+        .as_secs();
+    i64::try_from(secs).map_err(|e| e.to_string())
 }

@@ -8,19 +8,21 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use futures_util::{StreamExt, stream};
-use tracing::{Instrument, debug, info, info_span};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backend::BackendError;
-use crate::core::container::{labels, replacement_name};
+use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
 use crate::egress;
 use crate::files;
+use crate::model::PullPolicy;
 use crate::plan::spec::{DesiredMember, DesiredSession};
-use crate::plan::{Action, ContainerRef, Drift, Plan, StartReason};
+use crate::plan::{Action, ContainerRef, Plan, StartReason};
 use crate::report::{drift_text, start_text};
-use crate::runtime::{RunError, Runtime};
+use crate::runtime::{RunError, Runtime, image};
+use crate::store::Record;
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
 pub fn default_concurrency() -> usize {
@@ -80,26 +82,14 @@ pub struct Executor<'a> {
     pub progress: &'a dyn Progress,
 }
 
+/// Actions of one key run in order. A session's key is apart from any member's.
 fn key(a: &Action) -> (String, String) {
-    match a {
-        Action::MakeTranscriptDir { team, member, .. }
-        | Action::StartEgressProxy { team, member, .. }
-        | Action::UpdateEgressPolicy { team, member, .. }
-        | Action::StopEgressProxy { team, member }
-        | Action::Start { team, member, .. }
-        | Action::RemoveOrphan { team, member, .. }
-        | Action::RemoveDuplicate { team, member, .. }
-        | Action::RemoveStranger { team, member, .. }
-        | Action::FinishReplacement { team, member, .. }
-        | Action::RestoreName { team, member, .. }
-        | Action::Unpause { team, member, .. } => (team.clone(), member.clone()),
-        Action::Create { member } | Action::Recreate { member, .. } => {
-            (member.team.clone(), member.member.clone())
-        }
-        Action::StartSession { session } => {
-            (session.team.clone(), format!("session/{}", session.name))
-        }
-    }
+    let (team, subject) = a.subject();
+    let subject = match a {
+        Action::StartSession { .. } => format!("session/{subject}"),
+        _ => subject.to_string(),
+    };
+    (team.to_string(), subject)
 }
 
 /// What the log says about an action.
@@ -116,92 +106,87 @@ struct About<'a> {
     detail: Option<String>,
 }
 
-/// An action whose reason needs no words beyond its token.
-fn plain<'a>(
-    action: &'static str,
-    container: Option<&'a ContainerRef>,
-    reason: &'static str,
-) -> About<'a> {
-    About {
-        action,
-        container: container.map(|c| c.id.as_str()),
-        reason,
-        detail: None,
-    }
-}
-
 fn about(a: &Action) -> About<'_> {
-    match a {
-        Action::MakeTranscriptDir { .. } => plain("makeTranscriptDir", None, "missing"),
-        Action::StartEgressProxy { .. } => plain("startEgressProxy", None, "notRunning"),
-        Action::UpdateEgressPolicy { .. } => plain("updateEgressPolicy", None, "allowListChanged"),
-        Action::StopEgressProxy { .. } => plain("stopEgressProxy", None, "noAllowList"),
-        Action::StartSession { .. } => plain("startSession", None, "notRunning"),
-        Action::Create { .. } => plain("create", None, "missing"),
-        Action::Recreate { old, reason, .. } => About {
-            action: "recreate",
-            container: Some(&old.id),
-            reason: drift_reason(reason),
-            detail: Some(drift_text(reason)),
+    About {
+        action: a.name(),
+        container: a.container().map(|c| c.id.as_str()),
+        reason: a.reason(),
+        detail: match a {
+            Action::Recreate { reason, .. } => Some(drift_text(reason)),
+            Action::Start { reason, .. } => Some(start_text(reason)),
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartSession { .. }
+            | Action::Create { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::RemoveStranger { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. } => None,
         },
-        Action::Start {
-            container, reason, ..
-        } => About {
-            action: "start",
-            container: Some(&container.id),
-            reason: start_reason(reason),
-            detail: Some(start_text(reason)),
-        },
-        Action::RemoveOrphan { container, .. } => {
-            plain("removeOrphan", Some(container), "noManifestWantsIt")
-        }
-        Action::RemoveDuplicate { container, .. } => {
-            plain("removeDuplicate", Some(container), "duplicate")
-        }
-        Action::RemoveStranger { container, .. } => {
-            plain("removeStranger", Some(container), "notMadeByAteam")
-        }
-        Action::FinishReplacement { container, .. } => plain(
-            "finishReplacement",
-            Some(container),
-            "interruptedReplacement",
-        ),
-        Action::RestoreName { container, .. } => plain("restoreName", Some(container), "renamed"),
-        Action::Unpause { container, .. } => plain("unpause", Some(container), "paused"),
-    }
-}
-
-/// A drift's `kind`, as in the plan's JSON.
-fn drift_reason(d: &Drift) -> &'static str {
-    match d {
-        Drift::Spec { .. } => "spec",
-        Drift::SpecHash { .. } => "specHash",
-        Drift::Policy { .. } => "policy",
-        Drift::Dead => "dead",
-    }
-}
-
-/// A start reason's name, as in the plan's JSON.
-fn start_reason(r: &StartReason) -> &'static str {
-    match r {
-        StartReason::NeverStarted => "neverStarted",
-        StartReason::Restart { .. } => "restart",
-        StartReason::NotReleased => "notReleased",
     }
 }
 
 impl Executor<'_> {
+    /// Pulls `image` as its members' `imagePullPolicy` asks: when one says `Always`, or when
+    /// the engine lacks it and one says `IfNotPresent` (all `Never`: a missing image is the
+    /// refusal `image_config` gives).
+    async fn pull_if_wanted(
+        &self,
+        image: &str,
+        members: &[&DesiredMember],
+    ) -> Result<(), BackendError> {
+        let wants = |p: PullPolicy| members.iter().any(|m| m.pull == p);
+        let pull = wants(PullPolicy::Always)
+            || (wants(PullPolicy::IfNotPresent)
+                && matches!(
+                    self.rt.backend.image_config(image).await,
+                    Err(BackendError::ImageMissing { .. })
+                ));
+        if pull {
+            let started = Instant::now();
+            self.rt.backend.pull(image).await?;
+            info!(
+                image,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "image pulled"
+            );
+        }
+        Ok(())
+    }
+
     /// Checks what can be known before anything changes, for every member the plan creates,
     /// recreates or starts: a refusal here leaves the machine and the store as they were.
-    /// (`Runtime` checks the same again before each container is made.)
-    pub fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
+    /// For every member it creates, also: each `secretEnv` is set, its image is on the
+    /// engine, and its command is an executable file in it (`runtime::image`: one probe
+    /// container per image, created, looked at and removed). Every problem is reported,
+    /// not only the first. (`Runtime` checks the same again before each container is made.)
+    pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
+        let started = Instant::now();
         let mut failures = Vec::new();
+        let mut refuse = |m: &DesiredMember, error: RunError| {
+            info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
+            failures.push(Failure {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                error: error.into(),
+            });
+        };
+        let mut created: BTreeMap<&str, Vec<&DesiredMember>> = BTreeMap::new();
         for a in &plan.actions {
-            let m = match a {
-                Action::Create { member } | Action::Recreate { member, .. } => Some(&**member),
-                Action::Start { team, member, .. } => desired
-                    .iter()
-                    .find(|m| m.team == *team && m.member == *member),
+            let (m, creates) = match a {
+                Action::Create { member } | Action::Recreate { member, .. } => {
+                    (Some(&**member), true)
+                }
+                Action::Start { team, member, .. } => (
+                    desired
+                        .iter()
+                        .find(|m| m.team == *team && m.member == *member),
+                    false,
+                ),
                 Action::MakeTranscriptDir { .. }
                 | Action::StartEgressProxy { .. }
                 | Action::UpdateEgressPolicy { .. }
@@ -212,22 +197,111 @@ impl Executor<'_> {
                 | Action::RemoveStranger { .. }
                 | Action::FinishReplacement { .. }
                 | Action::RestoreName { .. }
-                | Action::Unpause { .. } => None,
+                | Action::Unpause { .. } => (None, false),
             };
-            if let Some(m) = m
-                && let Err(e) = self
-                    .rt
-                    .check_read_only(m)
-                    .and_then(|()| self.rt.member_owner(m).map(|_| ()))
+            let Some(m) = m else { continue };
+            if let Err(e) = self
+                .rt
+                .check_limits(m)
+                .and_then(|()| self.rt.check_read_only(m))
+                .and_then(|()| self.rt.member_owner(m).map(|_| ()))
             {
-                info!(team = %m.team, member = %m.member, error = %e, "refused before any change");
-                failures.push(Failure {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    error: e.into(),
-                });
+                refuse(m, e);
+                continue;
+            }
+            if !creates {
+                continue;
+            }
+            let missing: Vec<&String> = m
+                .spec
+                .secret_env
+                .iter()
+                .filter(|name| (self.secret)(name).is_none())
+                .collect();
+            for name in &missing {
+                refuse(
+                    m,
+                    RunError::MissingSecret {
+                        member: m.member.clone(),
+                        name: (*name).clone(),
+                    },
+                );
+            }
+            created.entry(&m.spec.image).or_default().push(m);
+        }
+        let images = created.len();
+        for (image, members) in created {
+            if let Err(e) = self.pull_if_wanted(image, &members).await {
+                for m in members {
+                    refuse(
+                        m,
+                        RunError::Image {
+                            member: m.member.clone(),
+                            reason: e.to_string(),
+                        },
+                    );
+                }
+                continue;
+            }
+            let config = match self.rt.backend.image_config(image).await {
+                Ok(c) => c,
+                Err(e) => {
+                    for m in members {
+                        refuse(
+                            m,
+                            RunError::Image {
+                                member: m.member.clone(),
+                                reason: e.to_string(),
+                            },
+                        );
+                    }
+                    continue;
+                }
+            };
+            let mut probe = image::Probe::new(self.rt.backend.as_ref(), image, &self.rt.store);
+            for m in members {
+                let command = m.spec.command.as_ref().unwrap_or(&config.command);
+                let Some(program) = command.first() else {
+                    refuse(
+                        m,
+                        RunError::NoCommand {
+                            member: m.member.clone(),
+                            image: image.to_string(),
+                        },
+                    );
+                    continue;
+                };
+                let looked = image::candidates(program, &m.spec.cwd, &image::path_var(m, &config));
+                match image::runnable(m, &looked, &mut probe).await {
+                    Ok(true) => {}
+                    Ok(false) => refuse(
+                        m,
+                        RunError::CommandNotFound {
+                            member: m.member.clone(),
+                            command: program.clone(),
+                            image: image.to_string(),
+                            looked,
+                        },
+                    ),
+                    Err(e) => refuse(
+                        m,
+                        RunError::Image {
+                            member: m.member.clone(),
+                            reason: e.to_string(),
+                        },
+                    ),
+                }
+            }
+            if let Err(e) = probe.remove().await {
+                warn!(image, error = %e, "cannot remove the probe container");
             }
         }
+        debug!(
+            images,
+            refused = failures.len(),
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+            "checked before any change"
+        );
         failures
     }
 
@@ -259,10 +333,11 @@ impl Executor<'_> {
                             "running action"
                         );
                         let started = Instant::now();
-                        if let Err(error) = self
-                            .one(a, by_name.get(&(team.clone(), member.clone())))
-                            .await
-                        {
+                        let wanted = by_name.get(&(team.clone(), member.clone()));
+                        if let Err(error) = self.one(a, wanted).await {
+                            if let Some(m) = wanted {
+                                self.record_failed_start(a, m, &error);
+                            }
                             // At info: the failure is returned and the caller says it (apply
                             // prints it; the controller logs it at warn), so a person at the
                             // default level does not read it twice. Named here too, for when
@@ -349,6 +424,10 @@ impl Executor<'_> {
                     message: "a start was planned for a member no manifest wants".into(),
                 })?;
                 self.progress.step(team, member, "starting");
+                if let StartReason::Restart { code, .. } = reason {
+                    // The engine forgets how it ended once it starts again: keep it first.
+                    self.record_exit(m, &container.id, *code).await;
+                }
                 self.rt.restart(m, &container.id).await?;
                 if let StartReason::Restart { .. } = reason {
                     let count = restarts(&m.ctl_dir) + 1;
@@ -488,6 +567,50 @@ impl Executor<'_> {
                         source,
                     })
             }
+        }
+    }
+
+    /// Keeps how a member's container ended before ateam restarts it (for `status`), as the
+    /// engine says it; from the plan's exit code alone when the engine cannot say.
+    async fn record_exit(&self, m: &DesiredMember, id: &str, code: i64) {
+        let last = match self.rt.backend.inspect(id).await {
+            Ok(i) => i.last_exit,
+            Err(_) => None,
+        }
+        .unwrap_or_else(|| LastExit::exited(code, false, Some(rfc3339(SystemTime::now())), None));
+        if let Err(e) = Record::set_last_exit(&m.record, last, self.rt.owner) {
+            warn!(member = %m.member, error = %e, "cannot record how the member ended");
+        }
+    }
+
+    /// Keeps why a member could not be brought up (for `status`), when the action was one
+    /// that starts it.
+    fn record_failed_start(&self, a: &Action, m: &DesiredMember, error: &ActionError) {
+        let starts = match a {
+            Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => true,
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartSession { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::RemoveStranger { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. } => false,
+        };
+        if !starts {
+            return;
+        }
+        let last = LastExit {
+            at: Some(rfc3339(SystemTime::now())),
+            exit_code: None,
+            reason: ExitReason::StartFailed,
+            message: Some(error.to_string()),
+        };
+        if let Err(e) = Record::set_last_exit(&m.record, last, self.rt.owner) {
+            warn!(member = %m.member, error = %e, "cannot record the failed start");
         }
     }
 
@@ -639,6 +762,7 @@ pub fn transcript_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
 mod tests {
     use super::*;
     use crate::model::RestartPolicy;
+    use crate::plan::Drift;
 
     fn c() -> ContainerRef {
         ContainerRef {
@@ -672,7 +796,15 @@ mod tests {
             member: "m".into(),
             path: "/s/members/m".into(),
         };
-        assert_eq!(about(&dir), plain("makeTranscriptDir", None, "missing"));
+        assert_eq!(
+            about(&dir),
+            About {
+                action: "makeTranscriptDir",
+                container: None,
+                reason: "missing",
+                detail: None,
+            }
+        );
     }
 
     /// The names in the log are the plan's own (`diff -o json`), so the two can be joined.
@@ -747,7 +879,7 @@ mod tests {
             Drift::Dead,
         ] {
             let json = serde_json::to_value(&d).unwrap();
-            assert_eq!(json["kind"], drift_reason(&d), "{json}");
+            assert_eq!(json["kind"], d.kind(), "{json}");
         }
         for r in [
             StartReason::NeverStarted,
@@ -764,7 +896,7 @@ mod tests {
                 .map(str::to_string)
                 .or_else(|| json.as_object()?.keys().next().cloned())
                 .unwrap();
-            assert_eq!(name, start_reason(&r), "{json}");
+            assert_eq!(name, r.name(), "{json}");
         }
     }
 }

@@ -3,8 +3,8 @@
 //! Modules from the top down (each imports only those below it):
 //! - `app`: what a command or the controller asks for: read and judge manifests, find the
 //!   engine, look and plan, apply (and wait), delete;
-//! - `controller`: the core of the long-running controller (not yet wired to the engine or
-//!   the CLI): a keyed work queue, reconcile-error and crash-loop backoff, the driver loop;
+//! - `controller`: the long-running controller: a keyed work queue, reconcile-error and
+//!   crash-loop backoff, the driver loop, the watches and the daemon `ateam controller` runs;
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start

@@ -3,7 +3,8 @@
 //!
 //! - `cli`: the clap types (arguments only);
 //! - `logging`: the one `tracing` subscriber every command installs (stderr, text or JSON);
-//! - `commands`: one module per verb, thin handlers over the library.
+//! - `commands`: one module per verb, thin handlers over the library; `commands::exit` maps
+//!   every verdict and every error to an exit code (docs/exit-codes.md).
 
 mod cli;
 mod commands;
@@ -12,6 +13,8 @@ mod logging;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use commands::exit::{self, Exit};
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
@@ -23,13 +26,13 @@ fn main() -> ExitCode {
     };
     if let Err(e) = logging::init(&args.log, default) {
         eprintln!("error: {e}");
-        return ExitCode::from(commands::EXIT_USAGE);
+        return Exit::Error.into();
     }
     match commands::run(args) {
-        Ok(code) => code,
+        Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(commands::EXIT_ERROR)
+            exit::classify(&e).into()
         }
     }
 }

@@ -98,6 +98,9 @@ pub struct Member {
     /// CPUs in billionths (the engines' NanoCpus).
     pub nano_cpus: Option<u64>,
     pub restart: RestartPolicy,
+    /// Default: records of 0.1.0 have none.
+    #[serde(default)]
+    pub image_pull_policy: PullPolicy,
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/members/<name>`.
     pub transcript_dir: PathBuf,
@@ -157,6 +160,19 @@ pub enum BackendChoice {
     Auto,
     Docker,
     Podman,
+}
+
+/// When the engine fetches a member's image from its registry, as Kubernetes' `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum PullPolicy {
+    /// Default: pulled when the engine does not have it.
+    #[default]
+    IfNotPresent,
+    /// Never pulled: a missing image refuses the apply before any change.
+    Never,
+    /// Pulled before every container of it is made (a new tag's content is picked up when the
+    /// member is next created or replaced; a running member is not replaced for it).
+    Always,
 }
 
 /// What the engine does when a member's process ends.

@@ -1,170 +1,49 @@
 //! What ateam tells people and tools: the plan as a diff, and the status of each team. Pure
 //! functions over plans and observations, so the wording is tested without an engine.
+//! `documents`: the same as documents for machines (`-o json|yaml`), with their schemas.
+
+mod documents;
+#[cfg(test)]
+mod tests;
+
+pub use documents::{
+    API_VERSION, Change, ContainerId, ControllerStatus, DiffDocument, DiffFinding, FieldChange,
+    LastReconcile, StatusDocument, diff_document, diff_schema, status_schema,
+};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::core::container::labels;
+use crate::core::container::{ExitReason, LastExit, labels, rfc3339, rfc3339_epoch};
 use crate::manifest::quantity::human_bytes;
-use crate::model::{Network, Parent, Team};
+use crate::model::{AccessGrant, Network, Parent, Team};
 use crate::plan::{
     Action, ContainerState, Drift, Finding, Observed, ObservedContainer, Plan, StartReason,
 };
 
-/// The plan, one line per change, grouped by team.
+/// The plan, one line per change, grouped by team; then whether the machine differs from
+/// the manifests (`Plan::drifted`), in words.
 pub fn render_diff(plan: &Plan) -> String {
     let mut by_team: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for a in &plan.actions {
-        let (team, line) = match a {
-            Action::MakeTranscriptDir { team, member, path } => (
-                team,
-                format!("  + transcript folder of {member}: {}", path.display()),
-            ),
-            Action::StartEgressProxy { team, member, .. } => {
-                (team, format!("  + egress proxy of {member}"))
-            }
-            Action::UpdateEgressPolicy {
-                team,
-                member,
-                allow,
-            } => (
-                team,
-                format!("  ~ egress allow list of {member}: {}", allow.join(",")),
-            ),
-            Action::StopEgressProxy { team, member } => {
-                (team, format!("  - egress proxy of {member}"))
-            }
-            Action::StartSession { session } => (
-                &session.team,
-                format!(
-                    "  + start main session {} (tmux -S {})",
-                    session.name,
-                    session.socket.display()
-                ),
-            ),
-            Action::Create { member } => (
-                &member.team,
-                format!("  + create {} ({})", member.member, member.spec.name),
-            ),
-            Action::Recreate { member, reason, .. } => (
-                &member.team,
-                format!("  ~ recreate {}: {}", member.member, drift_text(reason)),
-            ),
-            Action::Start {
-                team,
-                member,
-                reason,
-                ..
-            } => (team, format!("  > start {member}: {}", start_text(reason))),
-            Action::RemoveOrphan {
-                team,
-                member,
-                container,
-            } => (
-                team,
-                format!(
-                    "  - remove {member} ({}): no manifest wants it",
-                    container.name
-                ),
-            ),
-            Action::RemoveDuplicate {
-                team,
-                member,
-                container,
-            } => (
-                team,
-                format!(
-                    "  - remove duplicate of {member} ({} {})",
-                    container.name,
-                    short(&container.id)
-                ),
-            ),
-            Action::FinishReplacement {
-                team, member, name, ..
-            } => (
-                team,
-                format!("  ~ finish replacing {member}: rename to {name}"),
-            ),
-            Action::RestoreName {
-                team,
-                member,
-                container,
-                name,
-            } => (
-                team,
-                format!(
-                    "  ~ rename {member} back: {} was renamed, its name is {name}",
-                    container.name
-                ),
-            ),
-            Action::Unpause { team, member, .. } => {
-                (team, format!("  > unpause {member}: someone paused it"))
-            }
-            Action::RemoveStranger {
-                team,
-                member,
-                container,
-            } => (
-                team,
-                format!(
-                    "  - remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
-                    container.name,
-                    short(&container.id)
-                ),
-            ),
-        };
-        by_team.entry(team.clone()).or_default().push(line);
+        let (team, _) = a.subject();
+        by_team
+            .entry(team.to_string())
+            .or_default()
+            .push(format!("  {}", action_text(a)));
     }
     for f in &plan.findings {
-        let (team, line) = match f {
-            Finding::Orphan {
-                team,
-                member,
-                container,
-            } => (
-                team,
-                format!(
-                    "  ? orphan {member} ({}): kept; --prune removes it",
-                    container.name
-                ),
-            ),
-            Finding::Conflict {
-                team,
-                member,
-                container,
-                ..
-            } => (
-                team,
-                format!(
-                    "  ! conflict: {} exists and ateam did not make it; {member} cannot be created",
-                    container.name
-                ),
-            ),
-            Finding::RetainedTranscript { team, member, path } => (
-                team,
-                format!(
-                    "  = transcript of removed member {member} kept: {}",
-                    path.display()
-                ),
-            ),
-            Finding::Stranger {
-                team,
-                member,
-                container,
-            } => (
-                team,
-                format!(
-                    "  ! stranger {} {}: it carries the labels of {member} but ateam did not make it; never adopted, --prune removes it",
-                    container.name,
-                    short(&container.id)
-                ),
-            ),
-            Finding::Finished { .. } => continue,
-        };
-        by_team.entry(team.clone()).or_default().push(line);
+        if let Some(line) = finding_text(f) {
+            let (team, _) = f.subject();
+            by_team
+                .entry(team.to_string())
+                .or_default()
+                .push(format!("  {line}"));
+        }
     }
     let mut out = String::new();
     for (team, lines) in by_team {
@@ -175,9 +54,105 @@ pub fn render_diff(plan: &Plan) -> String {
         }
     }
     if plan.actions.is_empty() {
-        out.push_str("no changes\n");
+        out.push_str(if plan.drifted() {
+            "no changes apply would make, but the machine differs from the manifests (above)\n"
+        } else {
+            "no changes\n"
+        });
     }
     out
+}
+
+/// One change, as `diff` says it (`+` adds, `-` removes, `~` changes, `>` starts).
+pub fn action_text(a: &Action) -> String {
+    match a {
+        Action::MakeTranscriptDir { member, path, .. } => {
+            format!("+ transcript folder of {member}: {}", path.display())
+        }
+        Action::StartEgressProxy { member, .. } => format!("+ egress proxy of {member}"),
+        Action::UpdateEgressPolicy { member, allow, .. } => {
+            format!("~ egress allow list of {member}: {}", allow.join(","))
+        }
+        Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
+        Action::StartSession { session } => format!(
+            "+ start main session {} (tmux -S {})",
+            session.name,
+            session.socket.display()
+        ),
+        Action::Create { member } => {
+            format!("+ create {} ({})", member.member, member.spec.name)
+        }
+        Action::Recreate { member, reason, .. } => {
+            format!("~ recreate {}: {}", member.member, drift_text(reason))
+        }
+        Action::Start { member, reason, .. } => {
+            format!("> start {member}: {}", start_text(reason))
+        }
+        Action::RemoveOrphan {
+            member, container, ..
+        } => format!(
+            "- remove {member} ({}): no manifest wants it",
+            container.name
+        ),
+        Action::RemoveDuplicate {
+            member, container, ..
+        } => format!(
+            "- remove duplicate of {member} ({} {})",
+            container.name,
+            short(&container.id)
+        ),
+        Action::FinishReplacement { member, name, .. } => {
+            format!("~ finish replacing {member}: rename to {name}")
+        }
+        Action::RestoreName {
+            member,
+            container,
+            name,
+            ..
+        } => format!(
+            "~ rename {member} back: {} was renamed, its name is {name}",
+            container.name
+        ),
+        Action::Unpause { member, .. } => format!("> unpause {member}: someone paused it"),
+        Action::RemoveStranger {
+            member, container, ..
+        } => format!(
+            "- remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
+            container.name,
+            short(&container.id)
+        ),
+    }
+}
+
+/// What apply leaves alone, as `diff` says it (`?` and `!` are drift, `=` is not); none for
+/// a finished member (its state says it).
+pub fn finding_text(f: &Finding) -> Option<String> {
+    Some(match f {
+        Finding::Orphan {
+            member, container, ..
+        } => format!(
+            "? orphan {member} ({}): kept; --prune removes it",
+            container.name
+        ),
+        Finding::Conflict {
+            container, member, ..
+        } => format!(
+            "! conflict: {} exists and ateam did not make it; {member} cannot be created",
+            container.name
+        ),
+        Finding::RetainedTranscript { member, path, .. } => format!(
+            "= transcript of removed member {member} kept: {}",
+            path.display()
+        ),
+        Finding::Stranger {
+            member, container, ..
+        } => format!(
+            "! stranger {} {}: it carries the labels of {member} but ateam did not make it; never adopted, --prune removes it",
+            container.name,
+            short(&container.id)
+        ),
+        Finding::Finished { .. } => return None,
+    })
 }
 
 fn short(id: &str) -> &str {
@@ -216,54 +191,179 @@ pub fn start_text(r: &StartReason) -> String {
     }
 }
 
-/// One row of `status`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberStatus {
-    pub name: String,
-    pub kind: &'static str,
-    pub parent: String,
-    /// running, exited N, missing, drifted, policy violation, orphan, conflict, ...
-    pub state: String,
-    /// Why, when the state is not plain (the drifted field, the violations).
-    pub detail: Option<String>,
-    pub container: Option<String>,
-    pub age_secs: Option<u64>,
-    pub restarts: u64,
-    pub transcript: Option<PathBuf>,
-    pub transcript_bytes: u64,
-    pub last_activity_secs: Option<u64>,
-    pub grants: String,
-    /// Memory and pids limits are not enforced by this engine (allowed by the team).
-    pub limits_unenforced: bool,
-    /// When a running controller restarts this crash-looping member next (RFC 3339).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_restart: Option<String>,
-    /// This row differs from the manifests.
-    pub drifted: bool,
-    /// Its egress proxy, for a member with an allow list.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub egress: Option<EgressStatus>,
+/// What a row of `status` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub enum RowKind {
+    /// A main session: a terminal on the host, with your own access.
+    MainSession,
+    /// A member's container (or a container with a member's labels: an orphan, a stranger).
+    Member,
+    /// The kept transcript of a member no manifest wants any more.
+    Transcript,
 }
 
 /// A member's egress: its proxy, and what it refused since the last apply.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EgressStatus {
     /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
     pub proxy: String,
     pub refused: Vec<crate::egress::log::Refusal>,
     /// The AccessGrant that would allow what was refused, ready to paste.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub suggested_grant: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+impl RowKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowKind::MainSession => "MainSession",
+            RowKind::Member => "Member",
+            RowKind::Transcript => "Transcript",
+        }
+    }
+}
+
+/// What a member may use: its AccessGrant, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grants {
+    /// The AccessGrant's name.
+    pub name: String,
+    /// Folders mounted read-only.
+    pub read: Vec<PathBuf>,
+    /// Folders mounted read-write.
+    pub write: Vec<PathBuf>,
+    pub network: NetworkGrant,
+}
+
+/// The network a member may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkGrant {
+    pub mode: NetworkMode,
+    /// The hosts of an `allow` grant; empty otherwise.
+    pub allow: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+pub enum NetworkMode {
+    /// No network at all.
+    None,
+    /// Only the listed hosts (through the egress proxy).
+    Allow,
+    /// The engine's default network.
+    Open,
+}
+
+impl Grants {
+    pub fn of(g: &AccessGrant) -> Grants {
+        let (mode, allow) = match &g.network {
+            Network::None => (NetworkMode::None, vec![]),
+            Network::Allow(hosts) => (NetworkMode::Allow, hosts.clone()),
+            Network::Open => (NetworkMode::Open, vec![]),
+        };
+        Grants {
+            name: g.name.clone(),
+            read: g.read.clone(),
+            write: g.write.clone(),
+            network: NetworkGrant { mode, allow },
+        }
+    }
+
+    /// For the table: folder names and the network, `ro:repo,docs rw:work net:none`.
+    pub fn summary(&self) -> String {
+        let names = |v: &[PathBuf]| {
+            v.iter()
+                .map(|p| {
+                    p.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| "/".into())
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let net = match self.network.mode {
+            NetworkMode::None => "none".to_string(),
+            NetworkMode::Allow => format!(
+                "allow {}",
+                self.network
+                    .allow
+                    .iter()
+                    .map(|e| allow_entry_shown(e))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            NetworkMode::Open => "open(widest:any host)".into(),
+        };
+        let mut parts = Vec::new();
+        if !self.read.is_empty() {
+            parts.push(format!("ro:{}", names(&self.read)));
+        }
+        if !self.write.is_empty() {
+            parts.push(format!("rw:{}", names(&self.write)));
+        }
+        parts.push(format!("net:{net}"));
+        parts.join(" ")
+    }
+}
+
+/// One row of `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberStatus {
+    pub name: String,
+    pub kind: RowKind,
+    /// The main session or member it works for; none for a main session, an orphan, a
+    /// stranger, a kept transcript.
+    pub parent: Option<String>,
+    /// `running`, `exited N`, `missing`, `drifted`, `policy violation`, `held at gate`,
+    /// `orphan`, `stranger`, `conflict`, `retained`, ... (for people; `drifted` is the
+    /// verdict).
+    pub state: String,
+    /// Why, when the state is not plain (the drifted field, the violations, what apply does).
+    pub detail: Option<String>,
+    /// This row differs from the manifests (`Plan::drifted`, the definition diff shares).
+    pub drifted: bool,
+    /// The container's name.
+    pub container: Option<String>,
+    /// The container's id.
+    pub container_id: Option<String>,
+    /// When the container was created (RFC 3339).
+    pub created_at: Option<String>,
+    /// Seconds since `createdAt`.
+    pub age_secs: Option<u64>,
+    /// How often ateam restarted it by its restart policy.
+    pub restarts: u64,
+    /// When a running controller restarts this crash-looping member next (RFC 3339).
+    pub next_restart: Option<String>,
+    /// How it last ended: the engine's record while its container is exited, else the last
+    /// exit or failed start ateam saw (kept across restarts).
+    pub last_exit: Option<LastExit>,
+    /// Its transcript folder.
+    pub transcript: Option<PathBuf>,
+    pub transcript_bytes: u64,
+    /// When its transcript last changed (RFC 3339).
+    pub last_activity_at: Option<String>,
+    /// Seconds since `lastActivityAt`.
+    pub last_activity_secs: Option<u64>,
+    /// Its AccessGrant; none for a main session (your own access) and for rows no manifest
+    /// describes.
+    pub grants: Option<Grants>,
+    /// Memory and pids limits are not enforced by this engine (allowed by the team).
+    pub limits_unenforced: bool,
+    /// Its egress proxy, for a member whose network is an allow list.
+    pub egress: Option<EgressStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TeamStatus {
     pub team: String,
+    /// `docker`, `podman` or `podman (rootless)`.
     pub engine: String,
     pub members: Vec<MemberStatus>,
+    /// Anything of this team differs from the manifests.
     pub drifted: bool,
 }
 
@@ -272,9 +372,36 @@ pub struct Extras<'a> {
     pub now: SystemTime,
     pub transcript_usage: &'a dyn Fn(&std::path::Path) -> (u64, Option<SystemTime>),
     pub restarts: &'a dyn Fn(&str, &str) -> u64,
+    /// The last exit ateam recorded for `(team, member)` (`store::Record`).
+    pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
+}
+
+impl Extras<'_> {
+    fn secs_since(&self, t: SystemTime) -> u64 {
+        self.now.duration_since(t).map(|d| d.as_secs()).unwrap_or(0)
+    }
+
+    fn age(&self, c: &ObservedContainer) -> u64 {
+        let now = self
+            .now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        (now - c.created).max(0) as u64
+    }
+}
+
+/// The later of two exits (RFC 3339 UTC times compare as text; one without a time is older).
+fn later(a: Option<LastExit>, b: Option<LastExit>) -> Option<LastExit> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.at > a.at { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The status of one team, from its model, what was observed and the plan made from them.
+/// A row is drifted exactly when the plan says so (`Plan::subject_drifted`): status, diff
+/// and apply --dry-run give one verdict.
 pub fn team_status(
     team: &Team,
     engine: &str,
@@ -282,21 +409,6 @@ pub fn team_status(
     plan: &Plan,
     extras: &Extras,
 ) -> TeamStatus {
-    let secs = |t: SystemTime| {
-        extras
-            .now
-            .duration_since(t)
-            .map(|d| d.as_secs())
-            .unwrap_or(0)
-    };
-    let age = |c: &ObservedContainer| {
-        let now = extras
-            .now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        Some((now - c.created).max(0) as u64)
-    };
     let mine = |member: &str| {
         observed.containers.iter().find(|c| {
             c.labels.get(labels::TEAM).map(String::as_str) == Some(&team.name)
@@ -309,119 +421,141 @@ pub fn team_status(
                 )
         })
     };
+    // What the plan would do about this row, in diff's words: the detail of a row whose
+    // state alone does not say why it drifted.
+    let planned = |subject: &str| {
+        let lines: Vec<String> = plan
+            .actions
+            .iter()
+            .filter(|a| a.subject() == (team.name.as_str(), subject))
+            .map(action_text)
+            .collect();
+        (!lines.is_empty()).then(|| format!("apply would: {}", lines.join("; ")))
+    };
+    let drifted = |subject: &str| plan.subject_drifted(&team.name, subject);
     let mut rows = Vec::new();
     for s in &team.sessions {
         let running = !plan.actions.iter().any(|a| matches!(a, Action::StartSession { session } if session.name == s.name && session.team == team.name));
         rows.push(MemberStatus {
             name: s.name.clone(),
-            kind: "MainSession",
-            parent: "-".into(),
+            kind: RowKind::MainSession,
+            parent: None,
             state: if running {
                 "running".into()
             } else {
                 "not running".into()
             },
             detail: None,
+            drifted: drifted(&s.name),
             container: None,
+            container_id: None,
+            created_at: None,
             age_secs: None,
             restarts: 0,
+            next_restart: None,
+            last_exit: None,
             transcript: Some(team.session_dir.clone()),
             transcript_bytes: 0,
+            last_activity_at: None,
             last_activity_secs: None,
-            grants: "host (your own access)".into(),
+            grants: None,
             limits_unenforced: false,
-            next_restart: None,
-            drifted: !running,
             egress: None,
         });
     }
     for m in &team.members {
         let c = mine(&m.name);
-        let action = plan.actions.iter().find(|a| match a {
-            Action::Create { member } | Action::Recreate { member, .. } => {
-                member.team == team.name && member.member == m.name
-            }
-            Action::Start {
-                team: t, member, ..
-            }
-            | Action::FinishReplacement {
-                team: t, member, ..
-            }
-            | Action::RestoreName {
-                team: t, member, ..
-            } => *t == team.name && *member == m.name,
-            _ => false,
+        let action = plan.actions.iter().find(|a| {
+            a.subject() == (team.name.as_str(), m.name.as_str())
+                && match a {
+                    Action::Create { .. }
+                    | Action::Recreate { .. }
+                    | Action::Start { .. }
+                    | Action::FinishReplacement { .. }
+                    | Action::RestoreName { .. } => true,
+                    Action::MakeTranscriptDir { .. }
+                    | Action::StartEgressProxy { .. }
+                    | Action::UpdateEgressPolicy { .. }
+                    | Action::StopEgressProxy { .. }
+                    | Action::StartSession { .. }
+                    | Action::RemoveOrphan { .. }
+                    | Action::RemoveDuplicate { .. }
+                    | Action::Unpause { .. }
+                    | Action::RemoveStranger { .. } => false,
+                }
         });
         let conflict = plan.findings.iter().any(|f| matches!(f, Finding::Conflict { team: t, member, .. } if *t == team.name && *member == m.name));
-        let (state, detail, drifted) = match (c, action) {
+        let (state, detail) = match (c, action) {
             _ if conflict => (
                 "conflict".to_string(),
                 Some("a container ateam did not make holds its name".to_string()),
-                true,
             ),
-            (None, _) => ("missing".into(), None, true),
+            (None, _) => ("missing".into(), None),
             (
                 Some(_),
                 Some(Action::Recreate {
                     reason: r @ Drift::Policy { .. },
                     ..
                 }),
-            ) => ("policy violation".into(), Some(drift_text(r)), true),
+            ) => ("policy violation".into(), Some(drift_text(r))),
             (Some(_), Some(Action::Recreate { reason, .. })) => {
-                ("drifted".into(), Some(drift_text(reason)), true)
+                ("drifted".into(), Some(drift_text(reason)))
             }
             (Some(c), Some(Action::RestoreName { name, .. })) => (
                 "renamed".into(),
                 Some(format!("renamed to {}; apply names it {name} again", c.name)),
-                true,
             ),
             (Some(c), _) => match c.state {
                 ContainerState::Running if !c.released => (
                     "held at gate".into(),
                     Some("started since ateam last checked it (a restart, or an interrupted apply): its command does not run; apply checks and releases it".into()),
-                    true,
                 ),
-                ContainerState::Running | ContainerState::Restarting => {
-                    ("running".into(), None, false)
-                }
-                ContainerState::Exited { code } => {
-                    let restart_due = action.is_some();
-                    (
-                        format!("exited {code}"),
-                        restart_due.then(|| "the restart policy asks for a restart".to_string()),
-                        restart_due,
-                    )
-                }
-                ContainerState::Created => ("created".into(), Some("never started".into()), true),
+                ContainerState::Running | ContainerState::Restarting => ("running".into(), None),
+                ContainerState::Exited { code } => (
+                    format!("exited {code}"),
+                    action.map(|_| "the restart policy asks for a restart".to_string()),
+                ),
+                ContainerState::Created => ("created".into(), Some("never started".into())),
                 ContainerState::Paused => (
                     "paused".into(),
                     Some("someone paused it; apply lets it go on".into()),
-                    true,
                 ),
-                ContainerState::Removing => ("removing".into(), None, true),
-                ContainerState::Dead => ("dead".into(), None, true),
+                ContainerState::Removing => ("removing".into(), None),
+                ContainerState::Dead => ("dead".into(), None),
             },
+        };
+        let drifted = drifted(&m.name);
+        let detail = match detail {
+            None if drifted => planned(&m.name),
+            d => d,
         };
         let (state, detail, drifted, egress) = egress_state(team, m, plan, state, detail, drifted);
         let (bytes, last) = (extras.transcript_usage)(&m.transcript_dir);
         rows.push(MemberStatus {
             name: m.name.clone(),
-            kind: "Member",
-            parent: match &m.parent {
+            kind: RowKind::Member,
+            parent: Some(match &m.parent {
                 Parent::MainSession(p) | Parent::Member(p) => p.clone(),
-            },
+            }),
             state,
             detail,
+            drifted,
             container: c.map(|c| c.name.clone()),
-            age_secs: c.and_then(age),
+            container_id: c.map(|c| c.id.clone()),
+            created_at: c.and_then(|c| rfc3339_epoch(c.created)),
+            age_secs: c.map(|c| extras.age(c)),
             restarts: (extras.restarts)(&team.name, &m.name),
+            next_restart: None,
+            last_exit: later(
+                (extras.last_exit)(&team.name, &m.name),
+                c.and_then(|c| c.last_exit.clone()),
+            ),
             transcript: Some(m.transcript_dir.clone()),
             transcript_bytes: bytes,
-            last_activity_secs: last.map(secs),
-            grants: grants_summary(&m.access),
+            last_activity_at: last.map(rfc3339),
+            last_activity_secs: last.map(|t| extras.secs_since(t)),
+            grants: Some(Grants::of(&m.access)),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
-            next_restart: None,
-            drifted,
             egress,
         });
     }
@@ -446,27 +580,30 @@ pub fn team_status(
         }));
     // A container that is no member of the manifests: an orphan or a stranger.
     let unwanted_row =
-        |member: &str, container: &crate::plan::ContainerRef, state: &str, detail| MemberStatus {
-            name: member.to_string(),
-            kind: "Member",
-            parent: "-".into(),
-            state: state.into(),
-            detail: Some(detail),
-            container: Some(container.name.clone()),
-            age_secs: observed
-                .containers
-                .iter()
-                .find(|c| c.id == container.id)
-                .and_then(age),
-            restarts: 0,
-            transcript: None,
-            transcript_bytes: 0,
-            last_activity_secs: None,
-            grants: "-".into(),
-            limits_unenforced: false,
-            next_restart: None,
-            drifted: true,
-            egress: None,
+        |member: &str, container: &crate::plan::ContainerRef, state: &str, detail| {
+            let c = observed.containers.iter().find(|c| c.id == container.id);
+            MemberStatus {
+                name: member.to_string(),
+                kind: RowKind::Member,
+                parent: None,
+                state: state.into(),
+                detail: Some(detail),
+                drifted: true,
+                container: Some(container.name.clone()),
+                container_id: Some(container.id.clone()),
+                created_at: c.and_then(|c| rfc3339_epoch(c.created)),
+                age_secs: c.map(|c| extras.age(c)),
+                restarts: 0,
+                next_restart: None,
+                last_exit: c.and_then(|c| c.last_exit.clone()),
+                transcript: None,
+                transcript_bytes: 0,
+                last_activity_at: None,
+                last_activity_secs: None,
+                grants: None,
+                limits_unenforced: false,
+                egress: None,
+            }
         };
     for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
         rows.push(unwanted_row(
@@ -500,35 +637,38 @@ pub fn team_status(
                 let (bytes, last) = (extras.transcript_usage)(path);
                 rows.push(MemberStatus {
                     name: member.clone(),
-                    kind: "Transcript",
-                    parent: "-".into(),
+                    kind: RowKind::Transcript,
+                    parent: None,
                     state: "retained".into(),
                     detail: Some(
                         "the member is gone; its transcript is kept (delete --purge removes it)"
                             .into(),
                     ),
+                    drifted: false,
                     container: None,
+                    container_id: None,
+                    created_at: None,
                     age_secs: None,
                     restarts: 0,
+                    next_restart: None,
+                    last_exit: None,
                     transcript: Some(path.clone()),
                     transcript_bytes: bytes,
-                    last_activity_secs: last.map(secs),
-                    grants: "-".into(),
+                    last_activity_at: last.map(rfc3339),
+                    last_activity_secs: last.map(|t| extras.secs_since(t)),
+                    grants: None,
                     limits_unenforced: false,
-                    next_restart: None,
-                    drifted: false,
                     egress: None,
                 });
             }
             _ => {}
         }
     }
-    let drifted = rows.iter().any(|r| r.drifted);
     TeamStatus {
         team: team.name.clone(),
         engine: engine.to_string(),
         members: rows,
-        drifted,
+        drifted: plan.team_drifted(&team.name),
     }
 }
 
@@ -594,39 +734,6 @@ fn allow_entry_shown(h: &str) -> String {
     }
 }
 
-fn grants_summary(g: &crate::model::AccessGrant) -> String {
-    let names = |v: &[PathBuf]| {
-        v.iter()
-            .map(|p| {
-                p.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "/".into())
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let net = match &g.network {
-        Network::None => "none".to_string(),
-        Network::Allow(h) => format!(
-            "allow {}",
-            h.iter()
-                .map(|e| allow_entry_shown(e))
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
-        Network::Open => "open(widest:any host)".into(),
-    };
-    let mut parts = Vec::new();
-    if !g.read.is_empty() {
-        parts.push(format!("ro:{}", names(&g.read)));
-    }
-    if !g.write.is_empty() {
-        parts.push(format!("rw:{}", names(&g.write)));
-    }
-    parts.push(format!("net:{net}"));
-    parts.join(" ")
-}
-
 fn ago(secs: Option<u64>) -> String {
     match secs {
         None => "-".into(),
@@ -637,8 +744,26 @@ fn ago(secs: Option<u64>) -> String {
     }
 }
 
+/// The LAST EXIT cell: the code (or what ended it) and how long ago.
+fn last_exit_cell(e: &LastExit, now: SystemTime) -> String {
+    let what = match (e.reason, e.exit_code) {
+        (ExitReason::OomKilled, _) => "oom-killed".to_string(),
+        (ExitReason::StartFailed, _) => "start failed".to_string(),
+        (ExitReason::Completed | ExitReason::Error, Some(code)) => code.to_string(),
+        (ExitReason::Completed | ExitReason::Error, None) => "?".to_string(),
+    };
+    let when =
+        e.at.as_deref()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .map(|t| now.duration_since(t).map(|d| d.as_secs()).unwrap_or(0));
+    match when {
+        Some(s) => format!("{what} ({} ago)", ago(Some(s))),
+        None => what,
+    }
+}
+
 /// The table people read.
-pub fn render_status(teams: &[TeamStatus]) -> String {
+pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
     let mut out = String::new();
     for t in teams {
         out.push_str(&format!(
@@ -654,11 +779,12 @@ pub fn render_status(teams: &[TeamStatus]) -> String {
             "STATE",
             "AGE",
             "RESTARTS",
+            "LAST EXIT",
             "TRANSCRIPT",
             "ACTIVE",
             "GRANTS",
         ];
-        let rows: Vec<[String; 9]> = t
+        let rows: Vec<[String; 10]> = t
             .members
             .iter()
             .map(|m| {
@@ -668,18 +794,26 @@ pub fn render_status(teams: &[TeamStatus]) -> String {
                 }
                 [
                     m.name.clone(),
-                    m.kind.to_string(),
-                    m.parent.clone(),
+                    m.kind.as_str().to_string(),
+                    m.parent.clone().unwrap_or_else(|| "-".into()),
                     state,
                     ago(m.age_secs),
                     m.restarts.to_string(),
-                    if m.kind == "MainSession" {
+                    m.last_exit
+                        .as_ref()
+                        .map(|e| last_exit_cell(e, now))
+                        .unwrap_or_else(|| "-".into()),
+                    if m.kind == RowKind::MainSession {
                         "-".into()
                     } else {
                         human_bytes(m.transcript_bytes)
                     },
                     ago(m.last_activity_secs),
-                    m.grants.clone(),
+                    match (&m.grants, m.kind) {
+                        (Some(g), _) => g.summary(),
+                        (None, RowKind::MainSession) => "host (your own access)".into(),
+                        (None, RowKind::Member | RowKind::Transcript) => "-".into(),
+                    },
                 ]
             })
             .collect();
@@ -704,17 +838,26 @@ pub fn render_status(teams: &[TeamStatus]) -> String {
         for r in &rows {
             out.push_str(&line(r.iter().map(String::as_str).collect()));
         }
-        for m in t.members.iter().filter(|m| m.detail.is_some()) {
-            out.push_str(&format!(
-                "  {}: {}\n",
-                m.name,
-                m.detail.as_deref().unwrap_or_default()
-            ));
+        for m in &t.members {
+            if let Some(d) = &m.detail {
+                out.push_str(&format!("  {}: {d}\n", m.name));
+            }
+            if let Some(e) = &m.last_exit
+                && let Some(msg) = &e.message
+            {
+                out.push_str(&format!(
+                    "  {}: last exit{}: {msg}\n",
+                    m.name,
+                    e.at.as_deref()
+                        .map(|t| format!(" at {t}"))
+                        .unwrap_or_default()
+                ));
+            }
         }
         if let Some(dir) = t
             .members
             .iter()
-            .find(|m| m.kind == "MainSession")
+            .find(|m| m.kind == RowKind::MainSession)
             .and_then(|m| m.transcript.as_ref())
         {
             out.push_str(&format!("  transcripts: {}\n", dir.display()));

@@ -2,12 +2,13 @@
 //! applies from interleaving. Folders are 0700, files 0600, writes atomic.
 //! Where each file lives: `core::layout`.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 
+use crate::core::container::LastExit;
 use crate::core::layout;
 use crate::model::Team;
 
@@ -104,7 +105,15 @@ pub struct Store {
 /// Held while an apply or delete runs; released on drop (and by the kernel if ateam dies).
 #[must_use = "the lock is released when this is dropped"]
 pub struct Lock {
-    _file: File,
+    file: File,
+}
+
+impl Lock {
+    /// Writes who holds it, for the next one that waits.
+    pub fn announce(&mut self) -> std::io::Result<()> {
+        self.file.set_len(0)?;
+        writeln!(self.file, "pid {}", std::process::id())
+    }
 }
 
 impl Store {
@@ -117,7 +126,7 @@ impl Store {
     pub fn lock(&self, no_wait: bool, waiting: impl FnOnce(&str)) -> Result<Lock, StoreError> {
         files::private_dir(&self.dir, self.owner).map_err(io(&self.dir))?;
         let path = layout::lock_path(&self.dir);
-        let mut file = files::open_lock(&path).map_err(io(&path))?;
+        let file = files::open_lock(&path).map_err(io(&path))?;
         if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
             let holder = std::fs::read_to_string(&path)
                 .unwrap_or_default()
@@ -137,10 +146,19 @@ impl Store {
                 source: e.into(),
             })?;
         }
-        // Who holds it, for the next one that waits.
-        file.set_len(0).map_err(io(&path))?;
-        let _ = writeln!(file, "pid {}", std::process::id());
-        Ok(Lock { _file: file })
+        let mut lock = Lock { file };
+        lock.announce().map_err(io(&path))?;
+        Ok(lock)
+    }
+
+    /// The lock, if its file exists and nobody holds it: taken without creating, waiting or
+    /// writing anything, so that manifests judged under it and refused leave the store as it
+    /// was.
+    pub fn try_lock_existing(&self) -> Option<Lock> {
+        let path = layout::lock_path(&self.dir);
+        let file = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
+        Some(Lock { file })
     }
 
     fn team_file(&self, team: &str) -> PathBuf {
@@ -153,6 +171,9 @@ impl Store {
         let path = self.team_file(&team.name);
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        // Applied again: no longer a deleted team.
+        let deleted = layout::deleted_path(&self.dir, &team.name);
+        files::remove_if_present(&deleted).map_err(io(&deleted))?;
         let json = versioned(team, true);
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
@@ -177,6 +198,25 @@ impl Store {
         let path = layout::engine_path(&self.dir, team);
         let bytes = std::fs::read(&path).ok()?;
         read_versioned(&path, &bytes).ok()
+    }
+
+    /// Remembers a team deleted without `--purge` (its containers gone, its transcripts
+    /// kept), so that a later `delete --team NAME --purge` knows where they are.
+    pub fn save_deleted(&self, team: &Team) -> Result<(), StoreError> {
+        let path = layout::deleted_path(&self.dir, &team.name);
+        let dir = layout::team_run_dir(&self.dir, &team.name);
+        files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        files::write_atomic(&path, &versioned(team, true), 0o600, self.owner).map_err(io(&path))
+    }
+
+    /// The team as a delete without `--purge` left it, if it was.
+    pub fn deleted(&self, name: &str) -> Result<Option<Team>, StoreError> {
+        let path = layout::deleted_path(&self.dir, name);
+        match std::fs::read(&path) {
+            Ok(bytes) => read_versioned(&path, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
     }
 
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
@@ -228,6 +268,11 @@ pub struct Record {
     /// The format's version, so that a later ateam can read (or refuse) an older record.
     pub version: u32,
     pub ids: std::collections::BTreeSet<String>,
+    /// How the member last ended, as ateam saw it: a start that failed, or the exit of a
+    /// container it restarted (the engine forgets that at the restart). Absent from records
+    /// written before it existed, which read the same.
+    #[serde(default, rename = "lastExit", skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<LastExit>,
 }
 
 impl Record {
@@ -246,7 +291,6 @@ impl Record {
     /// Adds (`true`) or drops (`false`) an id, atomically.
     pub fn update(path: &Path, id: &str, add: bool, owner: Owner) -> std::io::Result<()> {
         let mut r = Record::load(path);
-        r.version = Record::VERSION;
         let changed = if add {
             r.ids.insert(id.to_string())
         } else {
@@ -255,10 +299,22 @@ impl Record {
         if !changed {
             return Ok(());
         }
+        r.save(path, owner)
+    }
+
+    /// Keeps how the member last ended, atomically (the ids stay as they are).
+    pub fn set_last_exit(path: &Path, last: LastExit, owner: Owner) -> std::io::Result<()> {
+        let mut r = Record::load(path);
+        r.last_exit = Some(last);
+        r.save(path, owner)
+    }
+
+    fn save(mut self, path: &Path, owner: Owner) -> std::io::Result<()> {
+        self.version = Record::VERSION;
         if let Some(dir) = path.parent() {
             files::private_dir(dir, owner)?;
         }
-        let json = serde_json::to_vec(&r).expect("a record serializes");
+        let json = serde_json::to_vec(&self).expect("a record serializes");
         files::write_atomic(path, &json, 0o600, owner)
     }
 }
@@ -302,6 +358,17 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             r#"{"version":1,"ids":["def"]}"#
         );
+        // How a member last ended is kept beside the ids, and the ids beside it.
+        let oom = LastExit::exited(137, true, Some("2024-05-01T12:00:00Z".into()), None);
+        Record::set_last_exit(&path, oom.clone(), me()).unwrap();
+        Record::update(&path, "ghi", true, me()).unwrap();
+        let r = Record::load(&path);
+        assert_eq!(r.last_exit, Some(oom));
+        assert_eq!(r.ids.len(), 2);
+        // A record written before `lastExit` existed reads the same, with none.
+        std::fs::write(&path, r#"{"version":1,"ids":["def"]}"#).unwrap();
+        assert_eq!(Record::load(&path).ids.len(), 1);
+        assert_eq!(Record::load(&path).last_exit, None);
         std::fs::write(&path, r#"{"version":99,"ids":["def"]}"#).unwrap();
         assert!(Record::load(&path).ids.is_empty(), "an unknown version");
         std::fs::write(&path, "garbage").unwrap();

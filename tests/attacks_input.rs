@@ -104,9 +104,9 @@ fn ateam(args: &[&str], state: &Path, stdin: Vec<u8>) -> Run {
     }
 }
 
-/// Asserts a fast refusal (exit 1) whose error contains `want`.
+/// Asserts a fast refusal (exit 3: invalid manifests) whose error contains `want`.
 fn assert_refused(run: &Run, want: &str) {
-    assert_eq!(run.code, Some(1), "{}", run.describe());
+    assert_eq!(run.code, Some(3), "{}", run.describe());
     assert!(run.took < FAST, "too slow: {}", run.describe());
     assert!(
         run.stderr.contains(want),
@@ -365,7 +365,7 @@ fn overlong_socket_path() {
     // its NUL. With a long state folder, the example team's socket paths do not.
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("s".repeat(80));
-    let run = ateam(&["validate", "-f", "examples/"], &state, vec![]);
+    let run = ateam(&["validate", "-f", "examples/demo-team/"], &state, vec![]);
     assert_refused(
         &run,
         &format!(
@@ -383,12 +383,12 @@ fn overlong_socket_path() {
         "{}",
         run.describe()
     );
-    let run = ateam(&["apply", "-f", "examples/"], &state, vec![]);
-    assert_eq!(run.code, Some(1), "{}", run.describe());
+    let run = ateam(&["apply", "-f", "examples/demo-team/"], &state, vec![]);
+    assert_eq!(run.code, Some(3), "{}", run.describe());
     assert!(!state.exists(), "apply created the state folder");
     // A state folder that leaves room is fine.
     let run = ateam(
-        &["validate", "-f", "examples/"],
+        &["validate", "-f", "examples/demo-team/"],
         &dir.path().join("st"),
         vec![],
     );

@@ -44,7 +44,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn validate_examples_passes() {
-    let out = ateam(&["validate", "-f", "examples/"], None);
+    let out = ateam(&["validate", "-f", "examples/demo-team/"], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout).trim(),
@@ -52,13 +52,42 @@ fn validate_examples_passes() {
     );
 }
 
+/// The GitOps example's CI script validates its teams with the real binary; without a
+/// mode it prints its usage and exits 2.
 #[test]
-fn invalid_manifest_exits_1_and_names_file_line_object_field() {
+fn the_gitops_ci_script_validates_its_teams() {
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg("examples/gitops/ci.sh")
+            .args(args)
+            .current_dir(root())
+            .env("ATEAM", env!("CARGO_BIN_EXE_ateam"))
+            .env("ATEAM_STATE_DIR", tempfile::tempdir().unwrap().path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["validate"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "valid: 2 team(s), 2 main session(s), 3 member(s), 3 grant(s)"
+    );
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("ci.sh drift"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn invalid_manifest_exits_3_and_names_file_line_object_field() {
     let out = ateam(
         &["validate", "-f", "tests/broken/12-memory-unit.yaml"],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("tests/broken/12-memory-unit.yaml:19:13: Member/a: spec.resources.memory: `512Q` has an unknown unit"),
@@ -66,6 +95,40 @@ fn invalid_manifest_exits_1_and_names_file_line_object_field() {
     );
     assert!(
         err.contains("1 problem found; nothing was changed"),
+        "{err}"
+    );
+}
+
+/// Under each problem, its source line with a caret under the place, as rustc shows them;
+/// the caret spans the token (a quoted value with its quotes) and counts characters, not
+/// bytes.
+#[test]
+fn problems_show_their_line_with_a_caret() {
+    let out = ateam(
+        &["validate", "-f", "tests/broken/12-memory-unit.yaml"],
+        None,
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "error: tests/broken/12-memory-unit.yaml:19:13: Member/a: spec.resources.memory: `512Q` has an unknown unit `Q` (use Ki, Mi, Gi, Ti, Pi, Ei for powers of 1024, k, M, G, T, P, E for powers of 1000, or none for bytes)
+   |
+19 |     memory: 512Q
+   |             ^^^^
+1 problem found; nothing was changed
+"
+    );
+    // Two-byte characters before the second problem's place on the same line.
+    let yaml = "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec: {image: x}\n---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: g}\nspec: {network: {allow: [\"ünï.example\", \"https://x.example\"]}}\n";
+    let out = ateam(&["validate", "-f", "-"], Some(yaml));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "<stdin>:9:41: AccessGrant/g: spec.network.allow[1]: `https://x.example` is a URL; write the host name only, for example `x.example`
+  |
+9 | spec: {network: {allow: [\"ünï.example\", \"https://x.example\"]}}
+  |                                         ^^^^^^^^^^^^^^^^^^^
+"
+        ),
         "{err}"
     );
 }
@@ -80,10 +143,24 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
     std::fs::write(dir.path().join("sub/b-member.yml"), member).unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a manifest").unwrap();
     let out = ateam(&["validate", "-f", dir.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
+    // The problems, without the source snippet under each (`  |`, `4 | ...`).
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| {
+            !l.starts_with(' ')
+                && !l
+                    .trim_start_matches(|c: char| c.is_ascii_digit())
+                    .starts_with(" |")
+        })
+        .collect();
     assert_eq!(lines.len(), 4, "{err}");
+    assert_eq!(
+        err.lines().count(),
+        4 + 3 * 3,
+        "a snippet of three lines under each:\n{err}"
+    );
     assert!(lines[0].ends_with("a-team.yaml:4:18: Team/t: spec.maxMembrs: unknown field `maxMembrs` (did you mean `maxMembers`?)"), "{err}");
     assert!(lines[1].ends_with("b-member.yml:6:3: Member/m: spec.restart: unknown variant `Sometimes`, expected one of `Never`, `OnFailure`, `Always`"), "{err}");
     assert!(lines[2].ends_with("b-member.yml:7:15: Member/m: spec.resources.pids: invalid type: string \"lots\", expected a whole number"), "{err}");
@@ -94,7 +171,7 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
 fn validate_reads_stdin() {
     let yaml = std::fs::read_to_string(root().join("tests/broken/16-parent-missing.yaml")).unwrap();
     let out = ateam(&["validate", "-f", "-"], Some(&yaml));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     // Relative paths in stdin manifests resolve from the working directory, like kubectl.
     assert!(
         text(&out.stderr).contains("<stdin>:17:11: Member/a: spec.parent: parent `leed`"),
@@ -106,7 +183,7 @@ fn validate_reads_stdin() {
 #[test]
 fn missing_files_and_empty_folders_are_clear_errors() {
     let out = ateam(&["validate", "-f", "no/such/file.yaml"], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("no/such/file.yaml: cannot read:"),
         "{}",
@@ -115,7 +192,7 @@ fn missing_files_and_empty_folders_are_clear_errors() {
 
     let empty = tempfile::tempdir().unwrap();
     let out = ateam(&["validate", "-f", empty.path().to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         text(&out.stderr).contains("no manifests (*.yaml, *.yml) found"),
         "{}",
@@ -136,7 +213,7 @@ fn schema_command_prints_the_checked_in_schema() {
 fn apply_and_diff_with_bad_manifests_touch_nothing() {
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().join("state");
-    for (cmd, code) in [("apply", 1), ("diff", 2)] {
+    for (cmd, code) in [("apply", 3), ("diff", 3), ("status", 3)] {
         let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
             .args([cmd, "-f", "tests/broken/17-access-missing.yaml"])
             .current_dir(root())
@@ -180,7 +257,14 @@ fn json_lines(stderr: &[u8]) -> Vec<serde_json::Value> {
 #[test]
 fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
     let out = ateam(
-        &["--log-format", "json", "-v", "validate", "-f", "examples/"],
+        &[
+            "--log-format",
+            "json",
+            "-v",
+            "validate",
+            "-f",
+            "examples/demo-team/",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -204,14 +288,14 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
             "validate",
             "--show",
             "-f",
-            "examples/",
+            "examples/demo-team/",
             "-vv",
             "--log-format=json",
         ],
         None,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    serde_yaml::from_slice::<serde_yaml::Value>(&out.stdout).unwrap();
+    yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
     assert!(
         json_lines(&out.stderr)
             .iter()
@@ -222,15 +306,15 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
 #[test]
 fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
     for args in [
-        &["validate", "-f", "examples/"][..],
-        &["-q", "validate", "-f", "examples/"],
+        &["validate", "-f", "examples/demo-team/"][..],
+        &["-q", "validate", "-f", "examples/demo-team/"],
         &[
             "--quiet",
             "--log-format",
             "json",
             "validate",
             "-f",
-            "examples/",
+            "examples/demo-team/",
         ],
     ] {
         let out = ateam(args, None);
@@ -243,7 +327,7 @@ fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
         &["-q", "validate", "-f", "tests/broken/12-memory-unit.yaml"],
         None,
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
     assert!(
         err.contains("1 problem found; nothing was changed"),
@@ -255,7 +339,11 @@ fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
 #[test]
 fn rust_log_overrides_the_level_flags() {
     // Debug lines although -q asks for errors only.
-    let out = ateam_with(&["-q", "validate", "-f", "examples/"], None, Some("debug"));
+    let out = ateam_with(
+        &["-q", "validate", "-f", "examples/demo-team/"],
+        None,
+        Some("debug"),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), VALID);
     let err = text(&out.stderr);
@@ -267,20 +355,26 @@ fn rust_log_overrides_the_level_flags() {
     );
     // A directive for another target only: nothing of ateam's.
     let out = ateam_with(
-        &["-vvv", "validate", "-f", "examples/"],
+        &["-vvv", "validate", "-f", "examples/demo-team/"],
         None,
         Some("bollard=trace"),
     );
     assert_eq!(text(&out.stderr), "");
     // Empty counts as unset.
-    let out = ateam_with(&["validate", "-f", "examples/"], None, Some(""));
+    let out = ateam_with(&["validate", "-f", "examples/demo-team/"], None, Some(""));
     assert_eq!(text(&out.stderr), "");
 }
 
 #[test]
 fn bad_log_settings_are_usage_errors_exit_2() {
     let out = ateam(
-        &["--log-format", "xml", "validate", "-f", "examples/"],
+        &[
+            "--log-format",
+            "xml",
+            "validate",
+            "-f",
+            "examples/demo-team/",
+        ],
         None,
     );
     assert_eq!(out.status.code(), Some(2));
@@ -292,7 +386,7 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         "{err}"
     );
 
-    let out = ateam(&["-q", "-v", "validate", "-f", "examples/"], None);
+    let out = ateam(&["-q", "-v", "validate", "-f", "examples/demo-team/"], None);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("cannot be used with"),
@@ -300,7 +394,11 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         text(&out.stderr)
     );
 
-    let out = ateam_with(&["validate", "-f", "examples/"], None, Some("ateam=loud"));
+    let out = ateam_with(
+        &["validate", "-f", "examples/demo-team/"],
+        None,
+        Some("ateam=loud"),
+    );
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
     assert!(
@@ -310,20 +408,241 @@ fn bad_log_settings_are_usage_errors_exit_2() {
     );
 }
 
-/// With nothing applied, `status -o json|yaml` is still a document a parser reads (an empty
-/// list), not a sentence; the table says so in words.
+/// With nothing applied, `status -o json|yaml` is still a document a parser reads (no
+/// teams), not a sentence; the table says so in words.
 #[test]
 fn status_with_nothing_applied_is_an_empty_document() {
     let out = ateam(&["status", "-o", "json"], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v, serde_json::json!([]));
+    assert_eq!(v["apiVersion"], "ateam.dev/v1alpha1");
+    assert_eq!(v["kind"], "Status");
+    assert_eq!(v["teams"], serde_json::json!([]));
+    assert_eq!(v["drifted"], false);
     let out = ateam(&["status", "-o", "yaml"], None);
-    assert_eq!(text(&out.stdout).trim(), "[]");
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
+    let y = yaml_to_json(&docs[0]);
+    assert_eq!(y["kind"], "Status");
+    assert_eq!(y["teams"], serde_json::json!([]));
     let out = ateam(&["status"], None);
     assert!(
         text(&out.stdout).contains("no teams applied"),
         "{}",
         text(&out.stdout)
     );
+}
+
+/// A reader that goes away (`ateam schema | head -1`) ends the command as SIGPIPE would: exit
+/// 141 and nothing on stderr, not a panic.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
+        .args(["schema"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(141));
+    assert_eq!(text(&out.stderr), "");
+}
+
+/// A YAML value as JSON, keeping YAML's own types (a quoted `"0.5"` stays a string).
+fn yaml_to_json(y: &yaml_rust2::Yaml) -> serde_json::Value {
+    use yaml_rust2::Yaml;
+    match y {
+        Yaml::String(s) => s.clone().into(),
+        Yaml::Integer(i) => (*i).into(),
+        Yaml::Real(r) => r.parse::<f64>().unwrap().into(),
+        Yaml::Boolean(b) => (*b).into(),
+        Yaml::Null => serde_json::Value::Null,
+        Yaml::Array(a) => a.iter().map(yaml_to_json).collect(),
+        Yaml::Hash(h) => h
+            .iter()
+            .map(|(k, v)| (k.as_str().unwrap().to_string(), yaml_to_json(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        other => panic!("unexpected YAML node {other:?}"),
+    }
+}
+
+/// `validate --show` prints YAML that reads back as the very model ateam built (types
+/// included): values that look like numbers, booleans or null stay strings.
+#[test]
+fn validate_show_yaml_reads_back_as_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        dir.join("team.yaml"),
+        "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\n\
+         spec: {image: 'x:1', sessionDir: ./sessions}\n---\n\
+         apiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: lead}\n\
+         spec: {command: [sh, '-c', 'echo: 1']}\n---\n\
+         apiVersion: ateam.dev/v1alpha1\nkind: Member\n\
+         metadata: {name: m, labels: {a: 'yes', b: 'null', c: '0.5', d: '~', e: '010', f: ''}}\n\
+         spec:\n  parent: lead\n  env: {MULTI: \"two\\nlines\", HASH: '# not a comment', COLON: 'a: b'}\n",
+    )
+    .unwrap();
+    let out = ateam(&["validate", "--show", "-f", dir.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(docs.len(), 1);
+    let shown: ateam::model::Desired = serde_json::from_value(yaml_to_json(&docs[0])).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let host = ateam::host::Host::detect(Some(state.path().to_path_buf()));
+    let built = ateam::app::Manifests::read(&[dir])
+        .unwrap()
+        .validate(&host, &[])
+        .unwrap();
+    assert_eq!(shown, built);
+}
+
+/// An engine the user named that does not answer fails the doctor, on a line that names the
+/// socket and says what to do; the other checks still run.
+#[test]
+fn doctor_fails_on_a_dead_engine_socket_and_says_which() {
+    let dir = tempfile::tempdir().unwrap();
+    // A socket file nobody listens on any more: connecting is refused.
+    let dead = dir.path().join("dead.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead).unwrap());
+    for backend in [None, Some("docker")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        if let Some(b) = backend {
+            cmd.args(["--backend", b]);
+        }
+        let out = cmd
+            .arg("doctor")
+            .env("ATEAM_STATE_DIR", dir.path().join("state"))
+            .env("DOCKER_HOST", format!("unix://{}", dead.display()))
+            .env_remove("CONTAINER_HOST")
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+        let line = stdout
+            .lines()
+            .position(|l| {
+                l.starts_with("FAIL  engine    docker at unix://")
+                    && l.contains("dead.sock (DOCKER_HOST): docker is not running")
+            })
+            .unwrap_or_else(|| panic!("no failing engine line:\n{stdout}"));
+        assert!(
+            stdout
+                .lines()
+                .nth(line + 1)
+                .unwrap()
+                .trim_start()
+                .starts_with("fix: start the engine"),
+            "{stdout}"
+        );
+        for check in ["cgroup", "tmux", "memory"] {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(1) == Some(check)),
+                "{check} missing:\n{stdout}"
+            );
+        }
+        assert!(stdout.trim_end().ends_with("warning(s)"), "{stdout}");
+    }
+}
+
+/// `-o json` is one document with every check, for scripts.
+#[test]
+fn doctor_json_lists_every_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ateam"))
+        .args(["doctor", "-o", "json"])
+        .env("ATEAM_STATE_DIR", dir.path())
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}/none.sock", dir.path().display()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = v["checks"].as_array().unwrap();
+    assert!(v["failed"].as_u64().unwrap() >= 1, "{v}");
+    let engine = checks
+        .iter()
+        .find(|c| c["check"] == "engine" && c["status"] == "fail")
+        .unwrap();
+    assert!(
+        engine["message"].as_str().unwrap().contains("none.sock"),
+        "{v}"
+    );
+    assert!(engine["fix"].is_string(), "{v}");
+    assert!(checks.iter().any(|c| c["check"] == "memory"), "{v}");
+}
+
+/// The bash completion script loads in a real bash, registers itself for `ateam`, and
+/// completes a subcommand.
+#[test]
+fn bash_completion_loads_and_completes_a_subcommand() {
+    let out = Command::new("bash")
+        .arg("--norc")
+        .arg("-c")
+        .arg(
+            r#"set -e
+source <("$ATEAM" completion bash)
+complete -p ateam
+COMP_WORDS=(ateam doc); COMP_CWORD=1; COMP_LINE="ateam doc"; COMP_POINT=${#COMP_LINE}
+"$(complete -p ateam | sed -E 's/.*-F ([^ ]+) .*/\1/')" ateam doc ateam
+echo "completions: ${COMPREPLY[*]}"
+COMP_WORDS=(ateam completion ''); COMP_CWORD=2; COMP_LINE="ateam completion "; COMP_POINT=${#COMP_LINE}
+"$(complete -p ateam | sed -E 's/.*-F ([^ ]+) .*/\1/')" ateam '' completion
+echo "shells: ${COMPREPLY[*]}""#,
+        )
+        .env("ATEAM", env!("CARGO_BIN_EXE_ateam"))
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("-F _ateam ateam\n"),
+        "registered for ateam: {stdout}"
+    );
+    assert!(stdout.contains("completions: doctor\n"), "{stdout}");
+    let shells = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("shells: "))
+        .unwrap();
+    assert!(
+        shells.ends_with("bash elvish fish powershell zsh"),
+        "{stdout}"
+    );
+}
+
+/// zsh and fish scripts are produced too, and the man page is roff that names every command.
+#[test]
+fn completion_scripts_and_man_pages_are_generated() {
+    for (shell, marker) in [("zsh", "#compdef ateam"), ("fish", "complete -c ateam")] {
+        let out = ateam(&["completion", shell], None);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(text(&out.stdout).contains(marker), "{shell}");
+    }
+    let out = ateam(&["man"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let page = text(&out.stdout);
+    assert!(page.starts_with(".ie \\n(.g .ds Aq"), "{page}");
+    assert!(page.contains(".TH ateam 1"), "{page}");
+    for cmd in ["apply", "doctor", "completion", "man"] {
+        assert!(
+            page.contains(&format!("ateam\\-{cmd}(1)")),
+            "{cmd}:\n{page}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = ateam(&["man", "--dir", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for page in [
+        "ateam.1",
+        "ateam-apply.1",
+        "ateam-doctor.1",
+        "ateam-delete.1",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
 }

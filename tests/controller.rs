@@ -41,6 +41,8 @@ struct World {
     dir: tempfile::TempDir,
     team: String,
     controller: Option<Child>,
+    /// The engine's address, when not the shared one (a `PrivateEngine`).
+    uri: Option<String>,
 }
 
 impl World {
@@ -55,6 +57,7 @@ impl World {
             dir,
             team,
             controller: None,
+            uri: None,
         };
         for d in ["repo", "sessions", "manifests"] {
             std::fs::create_dir(w.root().join(d)).unwrap();
@@ -83,13 +86,21 @@ impl World {
             .arg(self.engine)
             .args(args)
             .env("ATEAM_STATE_DIR", self.root().join("state"))
-            .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
-            .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+            .env("DOCKER_HOST", self.uri_of("docker"))
+            .env("CONTAINER_HOST", self.uri_of("podman"))
             .env_remove("SUDO_UID")
             .env_remove("RUST_LOG")
             .current_dir(self.root())
             .stdin(Stdio::null());
         c
+    }
+
+    fn uri_of(&self, engine: &str) -> String {
+        match (&self.uri, engine) {
+            (Some(u), e) if e == self.engine => u.clone(),
+            (_, "docker") => var("ATEAM_TEST_DOCKER"),
+            _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
+        }
     }
 
     fn ateam(&self, args: &[&str]) -> Output {
@@ -116,10 +127,11 @@ impl World {
     }
 
     fn cli(&self, args: &[&str]) -> String {
-        let (bin, flag, uri) = match self.engine {
-            "docker" => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+        let (bin, flag) = match self.engine {
+            "docker" => ("docker", "-H"),
+            _ => ("podman", "--url"),
         };
+        let uri = self.uri_of(self.engine);
         let out = Command::new(bin)
             .arg(flag)
             .arg(uri)
@@ -148,7 +160,7 @@ impl World {
     fn row(&self, member: &str) -> serde_json::Value {
         let out = self.ateam(&["status", &self.team, "-o", "json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v[0]["members"]
+        v["teams"][0]["members"]
             .as_array()
             .and_then(|a| a.iter().find(|r| r["name"] == member).cloned())
             .unwrap_or_default()
@@ -298,7 +310,7 @@ fn one_controller_per_state_folder_and_sigterm_stops_it(engine: &'static str) {
     w.start(&[]);
     w.until("ran a", 60, || w.running("a"));
     let second = w.ateam(&["controller", "-f", "manifests", "--once"]);
-    assert_eq!(second.status.code(), Some(1), "{}", text(&second.stderr));
+    assert_eq!(second.status.code(), Some(6), "{}", text(&second.stderr));
     assert!(
         text(&second.stderr).contains("a controller already runs"),
         "{}",
@@ -344,6 +356,25 @@ fn a_crash_looping_member_backs_off(engine: &'static str) {
     w.until("showed the next restart", 30, || {
         w.row("a")["nextRestart"].is_string()
             && text(&w.ateam(&["status"]).stdout).contains("crash-looping, next restart at")
+    });
+}
+
+/// A member the controller restarts keeps how it last ended in status, while it runs
+/// again: the engine forgets the exit at the restart, the store keeps it.
+fn a_restarted_member_keeps_its_last_exit(engine: &'static str) {
+    let mut w = World::new(engine, "lastexit");
+    w.write(
+        "a.yaml",
+        &member("a", ", command: [sh, -c, \"sleep 3; exit 5\"]"),
+    );
+    w.start(&[]);
+    w.until("restarted it with its last exit kept", 60, || {
+        let r = w.row("a");
+        r["state"] == "running"
+            && r["restarts"].as_u64().unwrap_or(0) >= 1
+            && r["lastExit"]["exitCode"] == 5
+            && r["lastExit"]["reason"] == "error"
+            && r["lastExit"]["at"].is_string()
     });
 }
 
@@ -399,7 +430,7 @@ fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
     assert!(w.running("a"));
     let st = w.ateam(&["status", &other, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
-    let b = v[0]["members"]
+    let b = v["teams"][0]["members"]
         .as_array()
         .unwrap()
         .iter()
@@ -452,6 +483,147 @@ fn a_killed_egress_proxy_comes_back(engine: &'static str) {
     assert!(w.log().contains("startEgressProxy"), "{}", w.log());
 }
 
+/// An engine service of this test's own, to stop and start (the shared ones stay up for the
+/// other tests): a dockerd with its own data root (its containers stop with it), or a second
+/// `podman system service` over the shared storage (its containers outlive it, as with a
+/// restart of podman.service).
+struct PrivateEngine {
+    engine: &'static str,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PrivateEngine {
+    fn new(engine: &'static str) -> PrivateEngine {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-eng-")
+            .tempdir()
+            .unwrap();
+        let mut e = PrivateEngine {
+            engine,
+            dir,
+            child: None,
+        };
+        e.start();
+        if engine == "docker" {
+            // Its own data root has no images: the demo image, from the shared engine.
+            let load = format!(
+                "docker -H {} save {img} | docker -H {} load",
+                var("ATEAM_TEST_DOCKER"),
+                e.uri(),
+                img = var("ATEAM_TEST_IMAGE")
+            );
+            let ok = Command::new("sh").args(["-c", &load]).status().unwrap();
+            assert!(ok.success(), "{load}");
+        }
+        e
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("engine.sock")
+    }
+
+    fn uri(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    fn start(&mut self) {
+        let d = self.dir.path();
+        let mut c = match self.engine {
+            "docker" => {
+                let mut c = Command::new("dockerd");
+                c.arg("--host")
+                    .arg(self.uri())
+                    .arg("--data-root")
+                    .arg(d.join("data"))
+                    .arg("--exec-root")
+                    .arg(d.join("exec"))
+                    .arg("--pidfile")
+                    .arg(d.join("docker.pid"))
+                    .args(["--iptables=false", "--ip-masq=false", "--bridge=none"])
+                    .args(["--shutdown-timeout", "2"]);
+                c
+            }
+            _ => {
+                let mut c = Command::new("podman");
+                c.args(["system", "service", "--time=0", &self.uri()]);
+                c
+            }
+        };
+        let log = std::fs::File::create(d.join("engine.log")).unwrap();
+        self.child = Some(
+            c.stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{}: the private engine did not start:\n{}",
+                self.engine,
+                std::fs::read_to_string(d.join("engine.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// As `systemctl stop` would: SIGTERM, and wait until it is gone.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(self.socket());
+    }
+}
+
+impl Drop for PrivateEngine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The engine's service stops and starts again under a running controller: the controller
+/// says so, keeps trying, and puts the member back once the engine is there again.
+fn an_engine_restart_is_lived_through(engine: &'static str) {
+    // Declared first, dropped last: the world's clean-up still talks to it.
+    let mut eng = PrivateEngine::new(engine);
+    let mut w = World::new(engine, "engine");
+    w.uri = Some(eng.uri());
+    w.write("worker.yaml", &member("worker", ""));
+    w.start(&[]);
+    w.until("ran the member", 60, || w.running("worker"));
+    let pid = w.pid("worker");
+    eng.stop();
+    if engine == "podman" {
+        // Podman's containers outlive its service: a crash while it is away...
+        let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+        assert!(killed.success());
+    }
+    w.until("saw the engine go", 30, || {
+        w.log().contains("engine event stream ended") || w.log().contains("engine unavailable")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    eng.start();
+    // ...is seen when it is back, as is Docker's stop of every container.
+    w.until("put the member back", 90, || {
+        w.running("worker") && w.pid("worker") != pid
+    });
+    assert!(w.log().contains("reason=\"restart\""), "{}", w.log());
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -472,7 +644,9 @@ on_engines!(
     a_removed_file_leaves_its_member_reported,
     one_controller_per_state_folder_and_sigterm_stops_it,
     a_crash_looping_member_backs_off,
+    a_restarted_member_keeps_its_last_exit,
     sigterm_during_a_big_bring_up_then_the_next_start_converges,
     a_team_from_other_manifests_is_left_alone,
     a_killed_egress_proxy_comes_back,
+    an_engine_restart_is_lived_through,
 );

@@ -168,7 +168,7 @@ impl Team {
             memory_bytes: 8 << 30,
             state_dir: root.join("state"),
             sudo_user: None,
-            engine_dirs: vec![],
+            engine_dirs: Default::default(),
         };
         let src = Source {
             path: root.join("team.yaml"),

@@ -193,7 +193,7 @@ fn random_and_mutated_manifests_neither_panic_nor_stall() {
         home: "/nonexistent-home".into(),
         state_dir: "/nonexistent-home/.local/state/ateam".into(),
         memory_bytes: 8 << 30,
-        engine_dirs: vec![],
+        engine_dirs: Default::default(),
         sudo_user: None,
     };
     // The unmodified example is valid: mutations start from something that gets far.

@@ -28,7 +28,7 @@ fn test_host() -> Host {
         uid: 1000,
         gid: 1000,
         state_dir: STATE_DIR.into(),
-        engine_dirs: vec![],
+        engine_dirs: Default::default(),
         home: broken_dir().join("fixtures/home"),
         memory_bytes: 8 << 30,
         sudo_user: None,
@@ -137,7 +137,7 @@ fn each_broken_manifest_fails_with_its_own_message() {
 
 #[test]
 fn the_example_team_is_valid() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
     let mut host = test_host();
     host.home = "/nonexistent-home".into();
     host.state_dir = "/nonexistent-home/.local/state/ateam".into();
@@ -153,6 +153,38 @@ fn the_example_team_is_valid() {
     assert!(reviewer.access.write.is_empty());
     assert_eq!(reviewer.memory_bytes, 512 << 20);
     assert_eq!(reviewer.nano_cpus, Some(500_000_000));
+}
+
+/// The GitOps example (examples/gitops: a team per folder, every object naming its team) is
+/// valid as a whole, as its CI script checks it.
+#[test]
+fn the_gitops_example_is_valid() {
+    let teams = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops/teams");
+    let mut host = test_host();
+    host.home = "/nonexistent-home".into();
+    host.state_dir = "/nonexistent-home/.local/state/ateam".into();
+    let (sources, problems) = read_sources(&[teams], &mut std::io::empty());
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(sources.len(), 4, "a team per folder, in several files");
+    let desired = validate(&sources, &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let members = |t: &Team| t.members.iter().map(|m| m.name.clone()).collect::<Vec<_>>();
+    let teams: Vec<(&str, Vec<String>)> = desired
+        .teams
+        .iter()
+        .map(|t| (t.name.as_str(), members(t)))
+        .collect();
+    assert_eq!(
+        teams,
+        [
+            ("docs", vec!["writer".to_string()]),
+            ("web", vec!["fixer".to_string(), "reviewer".to_string()])
+        ]
+    );
+    // Transcripts stay out of the repository: the default folder under the home.
+    assert_eq!(
+        desired.teams[1].session_dir,
+        Path::new("/nonexistent-home/.local/share/ateam/web")
+    );
 }
 
 /// A team named `name` with one member of `memory` that reads `read`, transcripts in
@@ -256,4 +288,55 @@ fn the_teams_in_the_store_are_judged_with_the_manifests() {
             }
         }
     }
+}
+
+/// A copy of a manifest beside it in the folder (`team copy.yaml`, as a file manager names
+/// it) is one mistake: one problem at the first object it repeats, naming both files and
+/// lines and how many more it repeats, and no follow-on problems ("several teams", a
+/// transcripts folder shared, memory counted twice).
+#[test]
+fn a_copy_of_a_manifest_in_the_folder_is_one_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let team = team_yaml("t", "fixtures/docs", "fixtures/repo", "4Gi");
+    // Paths in the copy resolve against the fixtures, as in the original.
+    let yaml = team.replace(
+        "fixtures/",
+        &format!("{}/fixtures/", broken_dir().display()),
+    );
+    std::fs::write(dir.path().join("team.yaml"), &yaml).unwrap();
+    std::fs::write(dir.path().join("team copy.yaml"), &yaml).unwrap();
+    let problems = problems_of(dir.path(), &test_host());
+    let shown: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 1, "{shown:#?}");
+    let p = &problems[0];
+    assert_eq!(p.file, dir.path().join("team.yaml"));
+    assert_eq!((p.line, p.column), (3, 12));
+    assert_eq!(p.object.as_deref(), Some("Team/t"));
+    assert_eq!(
+        p.message,
+        format!(
+            "Team/t is defined twice; the first is at {copy}:3; so are 3 more objects of this file, first defined in {copy} (a copy of the same manifests? keep one)",
+            copy = dir.path().join("team copy.yaml").display()
+        )
+    );
+}
+
+/// The same file named twice, or a folder and a file in it, is read once: its objects are
+/// not defined twice.
+#[test]
+fn a_file_named_twice_is_read_once() {
+    let file = broken_dir().join("fixtures/../21-duplicate-member.yaml");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
+    let (sources, problems) = read_sources(
+        &[
+            example.clone(),
+            example.join("team.yaml"),
+            example.join("./team.yaml"),
+        ],
+        &mut std::io::empty(),
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(sources.len(), 1);
+    let (sources, _) = read_sources(&[file.clone(), file], &mut std::io::empty());
+    assert_eq!(sources.len(), 1);
 }

@@ -7,11 +7,12 @@ use std::collections::BTreeMap;
 use super::{App, AppError, Manifests};
 use crate::backend::{EngineKind, logs_text};
 use crate::core::container::{is_replacement, labels};
+use crate::core::layout;
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
 use crate::model::Desired;
 use crate::model::RestartPolicy;
 use crate::plan::{ContainerState, Finding, Plan, PlanOptions};
-use crate::store::Record;
+use crate::store::{Record, StoreError};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApplyOptions {
@@ -83,11 +84,22 @@ pub async fn apply(
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
 ) -> Result<ApplyReport, AppError> {
-    // Refused manifests are refused before the store is touched (not even its lock)...
-    app.judge(manifests)?;
-    let _lock = app.store.lock(o.no_wait, waiting)?;
-    // ...and judged again under the lock, against the teams stored by an apply that held it.
-    let desired = app.judge(manifests)?;
+    let (mut lock, desired) = match app.store.try_lock_existing() {
+        // Free, as it mostly is: judged once, under it.
+        Some(lock) => (lock, app.judge(manifests)?),
+        None => {
+            // Refused manifests are refused before the store is touched or waited for...
+            app.judge(manifests)?;
+            let lock = app.store.lock(o.no_wait, waiting)?;
+            // ...and judged again under the lock, against the teams an apply that held it
+            // stored.
+            (lock, app.judge(manifests)?)
+        }
+    };
+    lock.announce().map_err(|source| StoreError::Io {
+        path: layout::lock_path(&app.host.state_dir),
+        source,
+    })?;
     let started = std::time::SystemTime::now();
     let report = converge(app, &desired, o, secret, progress, &mut |_| {}).await?;
     // What the proxies refused before this apply is history for `status`.
@@ -148,7 +160,7 @@ pub async fn converge(
         secret,
         progress,
     };
-    let refused = exec.preflight(&look.plan, &look.desired.members);
+    let refused = exec.preflight(&look.plan, &look.desired.members).await;
     if !refused.is_empty() {
         report.outcome = Outcome::Refused(refused);
         return Ok(report);

@@ -28,6 +28,18 @@ pub enum DeleteReport {
     Deleted(Vec<Deleted>),
 }
 
+/// The team `delete --team NAME` acts on: as applied, else as a delete without `--purge`
+/// left it, so that `--purge` still removes the transcripts that delete kept.
+pub fn team_to_delete(app: &App, name: &str) -> Result<Desired, AppError> {
+    match app.applied(Some(name)) {
+        Err(e @ AppError::NotApplied { .. }) => match app.store.deleted(name)? {
+            Some(t) => Ok(Desired { teams: vec![t] }),
+            None => Err(e),
+        },
+        other => other,
+    }
+}
+
 pub async fn delete(
     app: &App,
     desired: &Desired,
@@ -101,6 +113,12 @@ pub async fn delete(
             })?;
         }
         app.store.forget_team(&t.name)?;
+        if !purge {
+            // What `delete --team NAME --purge` needs later: where the transcripts are, and
+            // the engine to sweep once more for anything of the team's.
+            app.store.save_deleted(t)?;
+            app.remember_engine(std::slice::from_ref(t), look.backend.as_ref())?;
+        }
         deleted.push(Deleted {
             team: t.name.clone(),
             transcripts: transcripts_dir(&t.session_dir),

@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod delete;
+pub mod doctor;
 
 use std::path::PathBuf;
 use std::sync::Arc;

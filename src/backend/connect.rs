@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::docker::DockerBackend;
 use super::podman::PodmanBackend;
 use super::{Backend, BackendError, EngineInfo};
+use crate::host::which;
 use crate::model::BackendChoice;
 
 /// One place an engine may answer.
@@ -27,7 +28,7 @@ pub enum Engine {
 }
 
 impl Engine {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
             Engine::Podman => "podman",
@@ -162,9 +163,9 @@ pub async fn connect(
 }
 
 /// What to run so that an engine answers.
-fn start_hint(env: &Env) -> String {
-    let podman_installed = which("podman");
-    let docker_installed = which("dockerd");
+pub fn start_hint(env: &Env) -> String {
+    let podman_installed = which("podman").is_some();
+    let docker_installed = which("dockerd").is_some();
     let sock = if env.uid == 0 {
         "/run/podman/podman.sock".to_string()
     } else {
@@ -184,12 +185,6 @@ fn start_hint(env: &Env) -> String {
         (false, true) => "Docker is installed but dockerd is not running: start it (systemctl start docker) or set DOCKER_HOST.".into(),
         (false, false) => "Install Podman (apt-get install podman) or Docker, or run scripts/engines.sh for the test setup.".into(),
     }
-}
-
-fn which(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        .unwrap_or(false)
 }
 
 /// Turns a socket that is absent or forbidden into a clear error before any client is built.

@@ -20,16 +20,17 @@ use bollard::models::{
     SystemInfoCgroupVersionEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, EventsOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, RenameContainerOptions, StartContainerOptions, StopContainerOptions,
+    CreateContainerOptions, CreateImageOptionsBuilder, EventsOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, RenameContainerOptions, StartContainerOptions,
+    StopContainerOptions,
 };
 use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use super::{
     Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    Inspected, Result, Summary, state_from,
+    ImageConfig, Inspected, LogOptions, PROBE_COMMAND, PathStat, Result, Summary, state_from,
 };
-use crate::core::container::{Effective, Mount};
+use crate::core::container::{ContainerState, Effective, LastExit, Mount, rfc3339_epoch};
 
 const ENGINE: &str = "docker";
 
@@ -196,11 +197,7 @@ impl Backend for DockerBackend {
     }
 
     async fn ping(&self) -> Result<EngineInfo> {
-        let version = self
-            .docker
-            .version()
-            .await
-            .map_err(|e| self.err("version", e))?;
+        // `info` names the version too: one round trip, not two.
         let info = self.docker.info().await.map_err(|e| self.err("info", e))?;
         let cgroup_version = match info.cgroup_version {
             Some(SystemInfoCgroupVersionEnum::_2) => 2,
@@ -215,7 +212,7 @@ impl Backend for DockerBackend {
         let api = self.docker.client_version();
         Ok(EngineInfo {
             kind: EngineKind::Docker,
-            version: version.version.unwrap_or_default(),
+            version: info.server_version.clone().unwrap_or_default(),
             api_version: format!("{}.{}", api.major_version, api.minor_version),
             cgroup_version,
             // Rootless Docker on cgroup v1 cannot delegate controllers: limits are accepted
@@ -255,7 +252,18 @@ impl Backend for DockerBackend {
         Ok(inspected(c))
     }
 
-    async fn image_command(&self, image: &str) -> Result<Vec<String>> {
+    async fn pull(&self, image: &str) -> Result<()> {
+        let opts = CreateImageOptionsBuilder::default()
+            .from_image(&super::with_tag(image))
+            .build();
+        let mut progress = self.docker.create_image(Some(opts), None, None);
+        while let Some(step) = progress.next().await {
+            step.map_err(|e| self.err(&format!("pull {image}"), e))?;
+        }
+        Ok(())
+    }
+
+    async fn image_config(&self, image: &str) -> Result<ImageConfig> {
         let img = self
             .docker
             .inspect_image(image)
@@ -268,9 +276,56 @@ impl Backend for DockerBackend {
                 _ => self.err("inspect image", e),
             })?;
         let config = img.config.unwrap_or_default();
-        let mut cmd = config.entrypoint.unwrap_or_default();
-        cmd.extend(config.cmd.unwrap_or_default());
-        Ok(cmd)
+        let mut command = config.entrypoint.unwrap_or_default();
+        command.extend(config.cmd.unwrap_or_default());
+        Ok(ImageConfig {
+            command,
+            env: config.env.unwrap_or_default(),
+        })
+    }
+
+    async fn create_probe(&self, image: &str, labels: &BTreeMap<String, String>) -> Result<String> {
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec![PROBE_COMMAND.to_string()]),
+            labels: Some(labels.clone().into_iter().collect()),
+            network_disabled: Some(true),
+            host_config: Some(HostConfig {
+                network_mode: Some("none".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(None::<CreateContainerOptions>, body)
+            .await
+            .map_err(|e| match status(&e) {
+                Some(404) if message(&e).to_ascii_lowercase().contains("image") => {
+                    BackendError::ImageMissing {
+                        engine: ENGINE.into(),
+                        image: image.into(),
+                    }
+                }
+                _ => self.err("create probe container", e),
+            })?;
+        Ok(created.id)
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<Option<PathStat>> {
+        let opts = bollard::query_parameters::ContainerArchiveInfoOptions {
+            path: path.to_string(),
+        };
+        match self.docker.get_container_archive_info(id, Some(opts)).await {
+            Ok(s) => Ok(Some(PathStat {
+                mode: s.file_mode,
+                link_target: s.link_target,
+            })),
+            // A HEAD answer has no body: a missing path and a missing container both say 404
+            // alone. The caller's probe exists, so it is the path.
+            Err(e) if status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(self.container_err("stat path", id, e)),
+        }
     }
 
     async fn create(&self, req: &CreateRequest) -> Result<String> {
@@ -440,18 +495,14 @@ impl Backend for DockerBackend {
         })
     }
 
-    async fn logs(
-        &self,
-        id: &str,
-        tail: usize,
-        follow: bool,
-        sink: &mut super::LogSink<'_>,
-    ) -> Result<()> {
+    async fn logs(&self, id: &str, o: LogOptions, sink: &mut super::LogSink<'_>) -> Result<()> {
         let opts = LogsOptions {
             stdout: true,
             stderr: true,
-            follow,
-            tail: tail.to_string(),
+            follow: o.follow,
+            tail: o.tail.to_string(),
+            since: o.since.map_or(0, |s| i32::try_from(s).unwrap_or(i32::MAX)),
+            timestamps: o.timestamps,
             ..Default::default()
         };
         let mut stream = self.docker.logs(id, Some(opts));
@@ -731,6 +782,20 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         .map(|s| s.as_ref().to_string())
         .unwrap_or_default();
     let running = state.running == Some(true);
+    let container_state = state_from(&status_word, state.exit_code.unwrap_or(0));
+    let last_exit = match container_state {
+        ContainerState::Exited { code } => Some(LastExit::exited(
+            code,
+            state.oom_killed == Some(true),
+            state
+                .finished_at
+                .as_deref()
+                .and_then(epoch_seconds)
+                .and_then(rfc3339_epoch),
+            state.error.clone(),
+        )),
+        _ => None,
+    };
     Inspected {
         summary: Summary {
             id: c.id.unwrap_or_default(),
@@ -746,7 +811,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
-            state: state_from(&status_word, state.exit_code.unwrap_or(0)),
+            state: container_state,
             created: c.created.as_deref().and_then(epoch_seconds).unwrap_or(0),
         },
         effective,
@@ -757,6 +822,7 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         image: config.image.unwrap_or_default(),
         restart_count: u64::try_from(c.restart_count.unwrap_or(0)).unwrap_or(0),
         started_at: state.started_at.filter(|s| !s.is_empty() && s != ZERO_TIME),
+        last_exit,
     }
 }
 

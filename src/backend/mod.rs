@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::core::container::{ContainerState, Effective};
+use crate::core::container::{ContainerState, Effective, LastExit};
 pub use crate::core::container::{CreateRequest, EngineKind};
 
 /// What `ping` learns about an engine.
@@ -32,6 +32,21 @@ pub struct EngineInfo {
     /// False where the engine accepts memory and pids limits but ignores them (rootless Podman
     /// on cgroup v1).
     pub limits_enforced: bool,
+}
+
+impl EngineInfo {
+    /// Whether an inspect of a running container stays true until that container starts
+    /// again, its limits aside (those are read from the cgroup at every look). Podman before
+    /// 5 can change nothing else in place; Docker's `update --restart` can, and only an
+    /// inspect shows it, so Docker is always inspected.
+    pub fn inspect_holds_while_running(&self) -> bool {
+        let major = self
+            .version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok());
+        matches!(self.kind, EngineKind::Podman { .. }) && major.is_some_and(|m| m < 5)
+    }
 }
 
 /// One container as a list call sees it.
@@ -57,6 +72,9 @@ pub struct Inspected {
     pub restart_count: u64,
     /// When it last started (RFC 3339), if ever.
     pub started_at: Option<String>,
+    /// How it ended, while it is exited or dead (a running one's engine record of its last
+    /// exit is gone or reset by the start).
+    pub last_exit: Option<LastExit>,
 }
 
 /// A container that changed, with its team as its labels say (the event carries them, so
@@ -66,6 +84,52 @@ pub struct ContainerEvent {
     pub id: String,
     pub team: Option<String>,
 }
+
+/// What an image says about how a container of it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageConfig {
+    /// Its entrypoint followed by its cmd.
+    pub command: Vec<String>,
+    /// Its environment, `NAME=value` (PATH among it, usually).
+    pub env: Vec<String>,
+}
+
+/// What is at a path in a container's file system, as the engines' archive API says it
+/// (`X-Docker-Container-Path-Stat`, the same on Docker and Podman).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathStat {
+    /// Go's `os.FileMode`: permission bits below, the file type in the high bits.
+    pub mode: u32,
+    /// For a symlink, the path it resolves to in the container (Podman fills it for any
+    /// path, with the path itself).
+    #[serde(default)]
+    pub link_target: String,
+}
+
+impl PathStat {
+    const MODE_DIR: u32 = 1 << 31;
+    const MODE_SYMLINK: u32 = 1 << 27;
+    /// Every type bit of Go's `os.ModeType` (dir, symlink, pipe, socket, device, char
+    /// device, irregular).
+    const MODE_TYPE: u32 =
+        Self::MODE_DIR | Self::MODE_SYMLINK | 1 << 25 | 1 << 24 | 1 << 26 | 1 << 21 | 1 << 19;
+
+    pub fn is_symlink(&self) -> bool {
+        self.mode & Self::MODE_SYMLINK != 0
+    }
+
+    /// A regular file with an execute bit: something `execve` can run.
+    pub fn is_executable_file(&self) -> bool {
+        self.mode & Self::MODE_TYPE == 0 && self.mode & 0o111 != 0
+    }
+}
+
+/// The label of a probe container (`Backend::create_probe`): the store that made it.
+pub const PROBE_LABEL: &str = "ateam.dev/probe";
+
+/// A probe's command: nothing at that path, so that it could not run even if started.
+pub const PROBE_COMMAND: &str = "/.ateam-probe-never-runs";
 
 /// The output of a command run in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +158,7 @@ pub enum BackendError {
     NoEngine { tried: String, hint: String },
     /// ateam never pulls: the image must be built or loaded locally.
     #[error(
-        "image `{image}` is not on {engine}; ateam never pulls. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`)"
+        "image `{image}` is not on {engine} and its imagePullPolicy is Never. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`), or let ateam pull it (IfNotPresent, the default)"
     )]
     ImageMissing { engine: String, image: String },
     /// A container of that name exists and ateam did not make it.
@@ -119,6 +183,30 @@ pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 /// otherwise tie the chunk's lifetime to the call.)
 pub type LogSink<'a> = dyn for<'b> FnMut(&'b [u8]) + Send + 'a;
 
+/// Which output `logs` gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Lines from the end.
+    pub tail: usize,
+    /// Then everything new, until the container stops.
+    pub follow: bool,
+    /// Only output since this time (seconds since the epoch).
+    pub since: Option<i64>,
+    /// Each line prefixed with the engine's RFC 3339 time.
+    pub timestamps: bool,
+}
+
+impl LogOptions {
+    pub fn tail(tail: usize) -> LogOptions {
+        LogOptions {
+            tail,
+            follow: false,
+            since: None,
+            timestamps: false,
+        }
+    }
+}
+
 /// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -132,8 +220,21 @@ pub trait Backend: Send + Sync {
     /// The container with exactly this name, whoever made it.
     async fn find_by_name(&self, name: &str) -> Result<Option<Summary>>;
     async fn inspect(&self, id: &str) -> Result<Inspected>;
+    /// Fetches `image` from its registry (the engine's own registry settings apply).
+    async fn pull(&self, image: &str) -> Result<()>;
+    /// The image's command and environment; `ImageMissing` if the image is not local.
+    async fn image_config(&self, image: &str) -> Result<ImageConfig>;
     /// The image's entrypoint followed by its cmd; `ImageMissing` if the image is not local.
-    async fn image_command(&self, image: &str) -> Result<Vec<String>>;
+    async fn image_command(&self, image: &str) -> Result<Vec<String>> {
+        Ok(self.image_config(image).await?.command)
+    }
+    /// Creates a container of `image` that is never started, only looked at (`stat`): no
+    /// network, a command that does not exist, `labels` (`PROBE_LABEL`). The caller removes
+    /// it. `ImageMissing` if the image is not local.
+    async fn create_probe(&self, image: &str, labels: &BTreeMap<String, String>) -> Result<String>;
+    /// What is at `path` in the file system of container `id` (created is enough), through
+    /// the engine's archive API, without reading the file; None when nothing is there.
+    async fn stat(&self, id: &str, path: &str) -> Result<Option<PathStat>>;
     /// Creates (never pulls, never starts); returns the id.
     async fn create(&self, req: &CreateRequest) -> Result<String>;
     async fn start(&self, id: &str) -> Result<()>;
@@ -149,10 +250,8 @@ pub trait Backend: Send + Sync {
     async fn remove_network(&self, name: &str) -> Result<()>;
     /// Runs `cmd` in the running container and waits for it.
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
-    /// The last `tail` lines of output (stdout and stderr), chunk by chunk into `sink`; with
-    /// `follow`, then everything new until the container stops.
-    async fn logs(&self, id: &str, tail: usize, follow: bool, sink: &mut LogSink<'_>)
-    -> Result<()>;
+    /// Output (stdout and stderr) as `opts` says, chunk by chunk into `sink`.
+    async fn logs(&self, id: &str, opts: LogOptions, sink: &mut LogSink<'_>) -> Result<()>;
     /// Containers with these labels that changed (start, die, destroy, ...), as they happen;
     /// the stream ends when the engine connection does.
     async fn events(
@@ -165,7 +264,9 @@ pub trait Backend: Send + Sync {
 pub async fn logs_text(backend: &dyn Backend, id: &str, tail: usize) -> Result<String> {
     let mut out = Vec::new();
     backend
-        .logs(id, tail, false, &mut |chunk| out.extend_from_slice(chunk))
+        .logs(id, LogOptions::tail(tail), &mut |chunk| {
+            out.extend_from_slice(chunk)
+        })
         .await?;
     // Bytes first: a frame boundary can split a UTF-8 character.
     Ok(String::from_utf8_lossy(&out).into_owned())
@@ -193,5 +294,16 @@ pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
         "exited" | "stopped" => ContainerState::Exited { code: exit_code },
         // "created", "configured", "initialized" and anything new: never started.
         _ => ContainerState::Created,
+    }
+}
+
+/// `image` with `:latest` when it names no tag and no digest: an engine asked for a bare name
+/// would fetch every tag.
+pub fn with_tag(image: &str) -> String {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if last.contains(':') || last.contains('@') {
+        image.to_string()
+    } else {
+        format!("{image}:latest")
     }
 }

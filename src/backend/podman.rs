@@ -22,6 +22,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use containers_api::conn::hyper::{self, Body, Client, Response, StatusCode};
 use containers_api::conn::{Payload, RequestClient, Transport, TtyChunk};
 use futures_util::StreamExt;
@@ -30,15 +31,15 @@ use podman_api::Podman;
 use podman_api::models::{ContainerInspectResponseLibpod, ListContainer};
 use podman_api::opts::{
     ContainerDeleteOpts, ContainerListFilter, ContainerListOpts, ContainerLogsOpts, EventsOpts,
-    ExecCreateOpts, ExecStartOpts,
+    ExecCreateOpts, ExecStartOpts, PullOpts,
 };
 use serde_json::{Value, json};
 
 use super::{
     Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    Inspected, Result, Summary, state_from,
+    ImageConfig, Inspected, LogOptions, PROBE_COMMAND, PathStat, Result, Summary, state_from,
 };
-use crate::core::container::{Effective, Mount};
+use crate::core::container::{ContainerState, Effective, LastExit, Mount, rfc3339_epoch};
 
 const ENGINE: &str = "podman";
 /// The prefix of the raw libpod calls. Podman serves any `/vX/libpod/` prefix the same way; the
@@ -494,6 +495,21 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
         .filter(|i| !i.is_empty())
         .or_else(|| d.image_name.clone())
         .unwrap_or_default();
+    let container_state = state_from(
+        status,
+        i64::from(state.and_then(|s| s.exit_code).unwrap_or(0)),
+    );
+    let last_exit = match container_state {
+        ContainerState::Exited { code } => Some(LastExit::exited(
+            code,
+            state.and_then(|s| s.oom_killed).unwrap_or(false),
+            state
+                .and_then(|s| s.finished_at)
+                .and_then(|t| rfc3339_epoch(t.timestamp())),
+            state.and_then(|s| s.error.clone()),
+        )),
+        _ => None,
+    };
     Inspected {
         summary: Summary {
             id: d.id.clone().unwrap_or_default(),
@@ -504,10 +520,7 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
                 .trim_start_matches('/')
                 .to_string(),
             labels: to_btree(d.config.as_ref().and_then(|c| c.labels.as_ref())),
-            state: state_from(
-                status,
-                i64::from(state.and_then(|s| s.exit_code).unwrap_or(0)),
-            ),
+            state: container_state,
             created: d.created.map(|t| t.timestamp()).unwrap_or(0),
         },
         effective: effective_from(d),
@@ -519,6 +532,7 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
             .and_then(|s| s.started_at)
             .filter(|t| t.timestamp() > 0)
             .map(|t| t.to_rfc3339()),
+        last_exit,
     }
 }
 
@@ -609,7 +623,27 @@ impl Backend for PodmanBackend {
         Ok(inspected_from(&d))
     }
 
-    async fn image_command(&self, image: &str) -> Result<Vec<String>> {
+    async fn pull(&self, image: &str) -> Result<()> {
+        let opts = PullOpts::builder()
+            .reference(super::with_tag(image))
+            .quiet(true)
+            .build();
+        let images = self.podman.images();
+        let mut progress = images.pull(&opts);
+        while let Some(report) = progress.next().await {
+            let report = report.map_err(|e| engine_err(&format!("pull {image}"), &e))?;
+            if let Some(error) = report.error.filter(|e| !e.is_empty()) {
+                return Err(BackendError::Engine {
+                    engine: ENGINE.into(),
+                    op: format!("pull {image}"),
+                    message: error,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn image_config(&self, image: &str) -> Result<ImageConfig> {
         let data = self
             .podman
             .images()
@@ -628,15 +662,84 @@ impl Backend for PodmanBackend {
                     engine_err("image inspect", &e)
                 }
             })?;
-        let (entrypoint, cmd) = data
+        let (entrypoint, cmd, env) = data
             .config
-            .map(|c| (c.entrypoint, c.cmd))
+            .map(|c| (c.entrypoint, c.cmd, c.env))
             .unwrap_or_default();
-        Ok(entrypoint
-            .unwrap_or_default()
-            .into_iter()
-            .chain(cmd.unwrap_or_default())
-            .collect())
+        Ok(ImageConfig {
+            command: entrypoint
+                .unwrap_or_default()
+                .into_iter()
+                .chain(cmd.unwrap_or_default())
+                .collect(),
+            env: env.unwrap_or_default(),
+        })
+    }
+
+    async fn create_probe(&self, image: &str, labels: &BTreeMap<String, String>) -> Result<String> {
+        let body = json!({
+            "image": image,
+            "entrypoint": [PROBE_COMMAND],
+            "labels": labels,
+            "netns": { "nsmode": "none" },
+        })
+        .to_string();
+        let text = self
+            .raw
+            .post_string(
+                format!("{LIBPOD}/containers/create"),
+                Payload::Json(body),
+                None,
+            )
+            .await
+            .map_err(|e| {
+                if message_of(&e).contains("image not known") {
+                    BackendError::ImageMissing {
+                        engine: ENGINE.into(),
+                        image: image.into(),
+                    }
+                } else {
+                    engine_err("create probe", &e)
+                }
+            })?;
+        serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v.get("Id")?.as_str().map(str::to_string))
+            .ok_or_else(|| BackendError::Engine {
+                engine: ENGINE.into(),
+                op: "create probe".into(),
+                message: format!("no Id in the answer: {text}"),
+            })
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> Result<Option<PathStat>> {
+        let ep = containers_api::url::construct_ep(
+            format!("{LIBPOD}/containers/{id}/archive"),
+            Some(containers_api::url::encoded_pair("path", path)),
+        );
+        let response = match self.raw.head(ep).await {
+            Ok(r) => r,
+            // No body to tell a missing path from a missing container: the caller's probe
+            // exists, so it is the path.
+            Err(e) if status_of(&e) == Some(StatusCode::NOT_FOUND) => return Ok(None),
+            Err(e) => return Err(container_err("stat path", id, &e)),
+        };
+        let bad = |message: String| BackendError::Engine {
+            engine: ENGINE.into(),
+            op: "stat path".into(),
+            message,
+        };
+        let header = response
+            .headers()
+            .get("X-Docker-Container-Path-Stat")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| bad(format!("no path stat for {path}")))?;
+        let json = base64::engine::general_purpose::STANDARD
+            .decode(header)
+            .map_err(|e| bad(format!("unreadable path stat for {path}: {e}")))?;
+        serde_json::from_slice(&json)
+            .map(Some)
+            .map_err(|e| bad(format!("unreadable path stat for {path}: {e}")))
     }
 
     async fn create(&self, req: &CreateRequest) -> Result<String> {
@@ -848,19 +951,17 @@ impl Backend for PodmanBackend {
         })
     }
 
-    async fn logs(
-        &self,
-        id: &str,
-        tail: usize,
-        follow: bool,
-        sink: &mut super::LogSink<'_>,
-    ) -> Result<()> {
-        let opts = ContainerLogsOpts::builder()
+    async fn logs(&self, id: &str, o: LogOptions, sink: &mut super::LogSink<'_>) -> Result<()> {
+        let mut opts = ContainerLogsOpts::builder()
             .stdout(true)
             .stderr(true)
-            .follow(follow)
-            .tail(tail.to_string())
-            .build();
+            .follow(o.follow)
+            .tail(o.tail.to_string())
+            .timestamps(o.timestamps);
+        if let Some(since) = o.since {
+            opts = opts.since(since.to_string());
+        }
+        let opts = opts.build();
         let container = self.podman.containers().get(id);
         let mut stream = container.logs(&opts);
         while let Some(chunk) = stream.next().await {

@@ -1,12 +1,12 @@
-use std::process::ExitCode;
+use std::collections::BTreeSet;
 
 use crate::cli::{Files, Global, Output};
 use ateam::app::Manifests;
 use ateam::app::apply::{ApplyOptions, Outcome, apply};
-use ateam::plan::Plan;
-use ateam::report::render_diff;
+use ateam::report::finding_text;
 
 use super::common::{app, waiting};
+use super::exit::Exit;
 use super::progress::Display;
 
 pub struct Opts {
@@ -16,9 +16,12 @@ pub struct Opts {
     pub no_wait: bool,
 }
 
-pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<ExitCode> {
+/// 0: the machine matches the manifests; 1: it does not (a member is not running, or what
+/// apply leaves alone is drift: an orphan without --prune, a stranger, a conflict); 4: refused
+/// before any change; other errors as `exit::classify`.
+pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
     if o.dry_run {
-        return Ok(super::diff::run(global, files, o.prune, Output::Text).await);
+        return super::diff::run(global, files, o.prune, Output::Text).await;
     }
     let app = app(global);
     let manifests = Manifests::read(&files.files)?;
@@ -31,31 +34,29 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     };
     let report = apply(&app, &manifests, opts, &secret, &display, waiting).await?;
     // What apply leaves alone, in the same words as diff.
-    let notes = Plan {
-        actions: vec![],
-        findings: report.left_alone.clone(),
-    };
-    eprint!(
-        "{}",
-        render_diff(&notes)
-            .lines()
-            .filter(|l| l.starts_with("  "))
-            .map(|l| format!("{}\n", l.trim_start()))
-            .collect::<String>()
-    );
+    for line in report.left_alone.iter().filter_map(finding_text) {
+        eprintln!("{line}");
+    }
     let members = report.members;
-    match &report.outcome {
+    let drift_left = report.left_alone.iter().filter(|f| f.is_drift()).count();
+    let exit = match &report.outcome {
         Outcome::NoChanges => {
-            println!(
+            outln!(
                 "no changes: {members} member(s) as the manifests say ({})",
                 report.engine
             );
+            Exit::verdict(drift_left > 0)
         }
         Outcome::Refused(refused) => {
             for f in refused {
                 eprintln!("error: {}", f.error);
             }
-            eprintln!("{} member(s) refused; nothing was changed", refused.len());
+            let members: BTreeSet<(&str, &str)> = refused
+                .iter()
+                .map(|f| (f.team.as_str(), f.member.as_str()))
+                .collect();
+            eprintln!("{} member(s) refused; nothing was changed", members.len());
+            Exit::Refused
         }
         Outcome::Applied {
             failures,
@@ -66,22 +67,24 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
                 eprintln!("error: {}", f.error);
             }
             for (team, member) in finished {
-                println!("{team}/{member} finished (exit 0)");
+                outln!("{team}/{member} finished (exit 0)");
             }
             for n in not_running {
                 eprintln!("error: {}/{} {}", n.team, n.member, n.why);
             }
             let failed = failures.len() + not_running.len();
             if failed == 0 {
-                println!("applied: {members} member(s) running ({})", report.engine);
+                outln!("applied: {members} member(s) running ({})", report.engine);
             } else {
                 eprintln!("{failed} of {members} member(s) not running");
             }
+            Exit::verdict(failed > 0 || drift_left > 0)
         }
+    };
+    if drift_left > 0 && !matches!(report.outcome, Outcome::Refused(_)) {
+        eprintln!(
+            "{drift_left} container(s) left as they are differ from the manifests (see above)"
+        );
     }
-    Ok(if report.converged() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(super::EXIT_ERROR)
-    })
+    Ok(exit)
 }

@@ -1,12 +1,12 @@
 //! `ateam controller`: signals in, the library's loop, an exit code out.
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use super::exit::Exit;
 use crate::cli::{Files, Global};
 use ateam::controller::backoff::CrashLoopConfig;
 use ateam::controller::daemon::{self, Options};
@@ -20,7 +20,7 @@ pub struct Opts {
     pub concurrency: Option<usize>,
 }
 
-pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<ExitCode> {
+pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
     let app = super::common::app(global);
     let crash = CrashLoopConfig::new(
         o.crash_backoff,
@@ -62,9 +62,5 @@ pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<ExitCode> 
         watcher.abort();
         anyhow::Ok(result?)
     })?;
-    Ok(if converged {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(super::EXIT_ERROR)
-    })
+    Ok(Exit::verdict(!converged))
 }

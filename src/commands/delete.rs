@@ -1,12 +1,11 @@
-use std::process::ExitCode;
-
 use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles};
 use ateam::app::Manifests;
-use ateam::app::delete::{DeleteReport, delete};
+use ateam::app::delete::{DeleteReport, delete, team_to_delete};
 
 use super::common::{app, waiting};
+use super::exit::Exit;
 use super::progress::Display;
 
 /// Removes the teams' containers (all that this store made for them), then their private
@@ -17,13 +16,13 @@ pub async fn run(
     team: Option<&str>,
     purge: bool,
     no_wait: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let app = app(global);
     let desired = match (files.files.is_empty(), team) {
         // The manifests only say what to remove: not judged against the store (a team is
         // deleted even where admitting it again would be refused).
         (false, _) => Manifests::read(&files.files)?.validate(&app.host, &[])?,
-        (true, Some(t)) => app.applied(Some(t))?,
+        (true, Some(t)) => team_to_delete(&app, t)?,
         (true, None) => bail!("say what to delete: -f MANIFESTS or --team NAME"),
     };
     match delete(&app, &desired, purge, no_wait, &Display::new(), waiting).await? {
@@ -31,21 +30,22 @@ pub async fn run(
             for f in &failures {
                 eprintln!("error: {}", f.error);
             }
-            Ok(ExitCode::from(super::EXIT_ERROR))
+            // Containers remain that the manifests no longer want here.
+            Ok(Exit::Differs)
         }
         DeleteReport::Deleted(teams) => {
             for t in teams {
                 if t.purged {
-                    println!("team {}: containers removed, transcripts deleted", t.team);
+                    outln!("team {}: containers removed, transcripts deleted", t.team);
                 } else {
-                    println!(
+                    outln!(
                         "team {}: containers removed; transcripts kept in {}",
                         t.team,
                         t.transcripts.display()
                     );
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Ok)
         }
     }
 }

@@ -1,21 +1,20 @@
 //! `logs --egress` (what a member's proxy allowed and refused) and the hidden
 //! `egress-proxy` that apply starts for each member with an allowlist.
 
-use std::process::ExitCode;
-
 use anyhow::{Context, bail};
 
 use crate::cli::Global;
 use ateam::egress::{self, Paths, proxy};
 
 use super::common::app;
+use super::exit::Exit;
 
 pub fn logs(
     global: &Global,
     team: Option<&str>,
     member: &str,
     tail: usize,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let applied = ctx.applied(team)?;
     let teams: Vec<_> = applied
@@ -39,18 +38,18 @@ pub fn logs(
     let paths = Paths::new(&ctx.host.state_dir, &t.name, member);
     let events = egress::log::read(&paths.log);
     for e in &events[events.len().saturating_sub(tail)..] {
-        println!("{}", e.line());
+        outln!("{}", e.line());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
-pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Result<ExitCode> {
+pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Result<Exit> {
     if detach {
         egress::launch_detached(&cfg, user).context("starting the egress proxy")?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Ok);
     }
     proxy::run(cfg, user).context("egress proxy")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
 }
 
 /// Fills each allowlist member's refusals since the last apply, and the grant that would

@@ -1,17 +1,18 @@
-//! `logs` and `exec`: looking inside one member, through the engine.
+//! `logs`, `exec` and `attach`: looking inside one member (through the engine) or joining a
+//! main session's terminal.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::cli::Global;
-use ateam::core::container::{container_name, is_replacement, labels};
-use ateam::core::layout::{member_record_path, store_id, team_run_dir};
+use ateam::backend::LogOptions;
+use ateam::core::container::{EngineKind, container_name, is_replacement, labels};
+use ateam::core::layout::{member_record_path, session_socket_path, store_id, team_run_dir};
 use ateam::store::Record;
 
 use super::common::app;
+use super::exit::Exit;
 
 async fn find(
     ctx: &ateam::app::App,
@@ -58,31 +59,133 @@ pub async fn logs(
     global: &Global,
     team: Option<&str>,
     member: &str,
-    tail: usize,
-    follow: bool,
-) -> anyhow::Result<ExitCode> {
+    opts: LogOptions,
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
-    let mut out = std::io::stdout();
     backend
-        .logs(&id, tail, follow, &mut |chunk| {
+        .logs(&id, opts, &mut |chunk| {
             // Written as it comes, so that -f shows lines as the member prints them.
-            let _ = out.write_all(chunk).and_then(|()| out.flush());
+            super::output::write_stdout_bytes(chunk)
         })
         .await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Ok)
+}
+
+/// `exec -i`/`-t`.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecMode {
+    pub interactive: bool,
+    pub tty: bool,
 }
 
 pub async fn exec(
     global: &Global,
     team: Option<&str>,
     member: &str,
+    how: ExecMode,
     command: &[String],
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let (backend, id) = find(&ctx, team, member).await?;
+    if how.interactive || how.tty {
+        // A terminal and stdin through the engine's own CLI, which does that well; the
+        // container is the one ateam found in its record, never a look-alike. No `--user`,
+        // no `--privileged`: the command runs as the member, with the member's limits.
+        let (cli, flag) = match backend.kind() {
+            EngineKind::Docker => ("docker", "-H"),
+            EngineKind::Podman { .. } => ("podman", "--url"),
+        };
+        let mut c = std::process::Command::new(cli);
+        c.arg(flag).arg(backend.endpoint()).arg("exec");
+        if how.interactive {
+            c.arg("-i");
+        }
+        if how.tty {
+            c.arg("-t");
+        }
+        let status =
+            c.arg(&id).args(command).status().with_context(|| {
+                format!("cannot run `{cli}` (exec -i/-t needs the engine's CLI)")
+            })?;
+        return Ok(exit_code(status));
+    }
     let out = backend.exec(&id, command).await?;
-    print!("{}", out.stdout);
+    out!("{}", out.stdout);
     eprint!("{}", out.stderr);
-    Ok(ExitCode::from(u8::try_from(out.code).unwrap_or(1)))
+    Ok(Exit::Command(u8::try_from(out.code).unwrap_or(1)))
+}
+
+/// The engine CLI's or tmux's own exit code, passed on.
+fn exit_code(status: std::process::ExitStatus) -> Exit {
+    Exit::Command(
+        status
+            .code()
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(1),
+    )
+}
+
+/// A main session's terminal (tmux attach on its socket), else a member's console (its output
+/// as it comes). The way out is said first, on stderr.
+pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let applied = ctx.applied(team)?;
+    let sessions: Vec<_> = applied
+        .teams
+        .iter()
+        .filter(|t| t.sessions.iter().any(|s| s.name == name))
+        .collect();
+    let t = match sessions[..] {
+        [one] => one,
+        [] => {
+            eprintln!(
+                "ateam: the console of member `{name}`: its output as it comes (read-only: members have no stdin); Ctrl-C leaves"
+            );
+            let opts = LogOptions {
+                follow: true,
+                ..LogOptions::tail(100)
+            };
+            return logs(global, team, name, opts).await;
+        }
+        _ => bail!("several teams have a main session `{name}`; say which with --team"),
+    };
+    let socket = session_socket_path(&ctx.host.state_dir, &t.name, name);
+    if std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        bail!(
+            "main session `{name}` of team `{}` is not running; run ateam apply",
+            t.name
+        );
+    }
+    // Inside tmux already, the outer tmux takes the first Ctrl-b.
+    let detach = if std::env::var_os("TMUX").is_some() {
+        "Ctrl-b Ctrl-b d"
+    } else {
+        "Ctrl-b d"
+    };
+    eprintln!(
+        "ateam: attaching to main session `{name}` of team `{}`; detach with {detach} (it keeps running)",
+        t.name
+    );
+    // Its own tmux server (own socket): nesting it in the person's tmux is intended.
+    let status = std::process::Command::new("tmux")
+        .env_remove("TMUX")
+        .arg("-S")
+        .arg(&socket)
+        .args([
+            "attach-session",
+            "-t",
+            name,
+            ";",
+            "display-message",
+            "-d",
+            "5000",
+        ])
+        // Said again in tmux's status line: attaching takes the screen.
+        .arg(format!(
+            "ateam: detach with {detach} (the session keeps running)"
+        ))
+        .status()
+        .context("cannot run tmux; install tmux")?;
+    Ok(exit_code(status))
 }

@@ -1,32 +1,48 @@
 //! One module per command. Handlers are thin: they call the library and add context.
 
+/// `print!` for a command's output: a reader that went away (`ateam status | head`) ends the
+/// command quietly, as SIGPIPE would, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::commands::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!`, as `out!`.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::commands::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod apply;
 mod common;
+mod completion;
 mod controller;
 mod delete;
 mod diff;
+mod doctor;
 mod egress;
+pub mod exit;
 mod member;
+mod output;
 mod progress;
 mod schema;
 mod status;
 mod validate;
 
 use std::future::Future;
-use std::process::ExitCode;
 
 use crate::cli::{Cli, Command};
+use ateam::backend::LogOptions;
+use exit::Exit;
 
-/// Invalid input, a failed command, or (with --exit-code) drift.
-pub const EXIT_ERROR: u8 = 1;
-/// A usage error found after clap's own checks (an invalid `RUST_LOG`); clap uses 2 too.
-pub const EXIT_USAGE: u8 = 2;
-
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// Runs one command: its verdict, or the error that `exit::classify` maps to a code.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let g = &cli.global;
     match cli.command {
         Command::Validate { files, show } => validate::run(g, &files, show),
-        Command::Schema => schema::run(),
+        Command::Schema { of } => schema::run(of),
         Command::Apply {
             files,
             prune,
@@ -47,7 +63,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             files,
             prune,
             output,
-        } => Ok(block_on(diff::run(g, &files, prune, output))?),
+        } => block_on(diff::run(g, &files, prune, output))?,
         Command::Status {
             team,
             files,
@@ -84,16 +100,26 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             member,
             team,
             tail,
-            follow: _,
             egress: true,
+            ..
         } => egress::logs(g, team.as_deref(), &member, tail),
         Command::Logs {
             member,
             team,
             tail,
             follow,
+            since,
+            timestamps,
             egress: false,
-        } => block_on(member::logs(g, team.as_deref(), &member, tail, follow))?,
+        } => {
+            let opts = LogOptions {
+                tail,
+                follow,
+                since,
+                timestamps,
+            };
+            block_on(member::logs(g, team.as_deref(), &member, opts))?
+        }
         Command::EgressProxy {
             socket,
             policy,
@@ -114,8 +140,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec {
             member,
             team,
+            interactive,
+            tty,
             command,
-        } => block_on(member::exec(g, team.as_deref(), &member, &command))?,
+        } => {
+            let how = member::ExecMode { interactive, tty };
+            block_on(member::exec(g, team.as_deref(), &member, how, &command))?
+        }
+        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
+        Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
+        Command::Completion { shell } => completion::completion(shell),
+        Command::Man { dir } => completion::man(dir.as_deref()),
     }
 }
 

@@ -1,9 +1,14 @@
-use std::process::ExitCode;
+use crate::cli::SchemaOf;
 
-pub fn run() -> anyhow::Result<ExitCode> {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&ateam::manifest::raw::json_schema())?
-    );
-    Ok(ExitCode::SUCCESS)
+use super::exit::Exit;
+
+/// The schemas are generated; `manifests/*.schema.json` are these, checked by tests.
+pub fn run(of: SchemaOf) -> anyhow::Result<Exit> {
+    let schema = match of {
+        SchemaOf::Manifests => ateam::manifest::raw::json_schema(),
+        SchemaOf::Status => ateam::report::status_schema(),
+        SchemaOf::Diff => ateam::report::diff_schema(),
+    };
+    outln!("{}", serde_json::to_string_pretty(&schema)?);
+    Ok(Exit::Ok)
 }

@@ -1,22 +1,32 @@
-use std::process::ExitCode;
+use std::path::Path;
 use std::time::SystemTime;
 
+use anyhow::bail;
+
 use crate::cli::{Global, OptionalFiles, Output};
-use ateam::core::layout::member_ctl_dir;
+use ateam::core::layout::{member_ctl_dir, member_record_path, team_run_dir};
 use ateam::execute::{restarts, transcript_usage};
 use ateam::plan::PlanOptions;
-use ateam::report::{Extras, render_status, team_status};
+use ateam::report::{
+    ControllerStatus, Extras, LastReconcile, StatusDocument, render_status, team_status,
+};
+use ateam::store::Record;
 
 use super::common::app;
+use super::exit::Exit;
+use super::output::print_document;
 
+/// With `exit_code`: 0 in sync, 1 drift (`Plan::drifted`, as diff). Otherwise 0. Errors as
+/// `exit::classify` (an unknown team is a usage error).
 pub async fn run(
     global: &Global,
     team: Option<&str>,
     files: &OptionalFiles,
     output: Output,
     exit_code: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let ctx = app(global);
+    let state_dir = ctx.host.state_dir.clone();
     let mut desired = if files.files.is_empty() {
         ctx.applied(team)?
     } else {
@@ -24,27 +34,39 @@ pub async fn run(
     };
     if let Some(t) = team {
         desired.teams.retain(|x| x.name == t);
+        if desired.teams.is_empty() {
+            bail!("team `{t}` is not in these manifests");
+        }
     }
+    let now = SystemTime::now();
+    let controller = controller_status(&state_dir);
     if desired.teams.is_empty() {
         // For machines, an empty result is still a document.
         match output {
-            Output::Text => println!(
+            Output::Text => outln!(
                 "no teams applied (state folder {})",
                 ctx.host.state_dir.display()
             ),
-            Output::Json => println!("[]"),
-            Output::Yaml => println!("[]"),
+            Output::Json | Output::Yaml => print_document(
+                &StatusDocument::new(vec![], controller, now),
+                output == Output::Yaml,
+            )?,
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Ok);
     }
     let look = ctx.look(&desired, PlanOptions::default()).await?;
     let (info, observed, p) = (look.info, look.observed, look.plan);
-    let state_dir = ctx.host.state_dir.clone();
-    let count = move |team: &str, member: &str| restarts(&member_ctl_dir(&state_dir, team, member));
+    let dir = state_dir.clone();
+    let count = move |team: &str, member: &str| restarts(&member_ctl_dir(&dir, team, member));
+    let dir = state_dir.clone();
+    let last_exit = move |team: &str, member: &str| {
+        Record::load(&member_record_path(&team_run_dir(&dir, team), member)).last_exit
+    };
     let extras = Extras {
-        now: SystemTime::now(),
+        now,
         transcript_usage: &transcript_usage,
         restarts: &count,
+        last_exit: &last_exit,
     };
     let engine = info.kind.to_string();
     let mut teams: Vec<_> = desired
@@ -53,8 +75,8 @@ pub async fn run(
         .map(|t| team_status(t, &engine, &observed, &p, &extras))
         .collect();
     // Crash-looping members waiting out their delay, as the running controller paces them.
-    if let Some(record) = ateam::controller::status::read(&ctx.host.state_dir)
-        && ateam::controller::status::running(&ctx.host.state_dir)
+    if let Some(record) = ateam::controller::status::read(&state_dir)
+        && ateam::controller::status::running(&state_dir)
     {
         for t in &mut teams {
             for m in &mut t.members {
@@ -67,26 +89,39 @@ pub async fn run(
             }
         }
     }
-    super::egress::add_refusals(&ctx.host.state_dir, &desired, &mut teams);
+    super::egress::add_refusals(&state_dir, &desired, &mut teams);
+    let doc = StatusDocument::new(teams, controller, now);
     match output {
         Output::Text => {
-            print!("{}", render_status(&teams));
-            print!("{}", super::egress::render_refusals(&teams));
-            print!("{}", controller_line(&ctx.host.state_dir));
+            out!("{}", render_status(&doc.teams, now));
+            out!("{}", super::egress::render_refusals(&doc.teams));
+            out!("{}", controller_line(&state_dir));
         }
-        Output::Json => println!("{}", serde_json::to_string_pretty(&teams)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(&teams)?),
+        Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
     }
-    let drifted = teams.iter().any(|t| t.drifted);
-    Ok(if exit_code && drifted {
-        ExitCode::from(super::EXIT_ERROR)
-    } else {
-        ExitCode::SUCCESS
+    Ok(Exit::verdict(exit_code && doc.drifted))
+}
+
+/// The controller's record, for the document.
+fn controller_status(state_dir: &Path) -> Option<ControllerStatus> {
+    use ateam::controller::status;
+    let r = status::read(state_dir)?;
+    Some(ControllerStatus {
+        running: status::running(state_dir),
+        pid: r.pid,
+        since: r.since,
+        last_reconcile: r.last_reconcile.map(|l| LastReconcile {
+            at: l.at,
+            team: l.team,
+            ok: l.ok,
+        }),
+        errors: r.errors,
+        manifest_errors: r.manifest_errors,
     })
 }
 
 /// Whether a controller keeps this state folder converged, and what it last saw.
-fn controller_line(state_dir: &std::path::Path) -> String {
+fn controller_line(state_dir: &Path) -> String {
     use ateam::controller::status;
     let Some(r) = status::read(state_dir) else {
         return "controller: not running (ateam controller keeps teams converged)\n".into();

@@ -26,6 +26,7 @@ use crate::app::{App, AppError, Manifests};
 use crate::core::container::labels;
 use crate::core::layout::store_id;
 use crate::execute::Progress;
+use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
 use crate::plan::{Action as PlanAction, Plan, StartReason};
 
@@ -161,13 +162,14 @@ impl Reconciler {
                 }
             }
             Err(e) => {
-                // The problems, without the closing count.
-                let lines: Vec<String> = e
-                    .to_string()
-                    .lines()
-                    .filter(|l| !l.ends_with("nothing was changed"))
-                    .map(str::to_string)
-                    .collect();
+                // One line per problem (file:line:column, object, field, message), without the
+                // source snippets and the closing count a person sees.
+                let lines: Vec<String> = match &e {
+                    ManifestError::Invalid(problems) => {
+                        problems.iter().map(ToString::to_string).collect()
+                    }
+                    other => vec![other.to_string()],
+                };
                 for l in &lines {
                     warn!(problem = %l, "manifests refused; the last good state stays");
                 }

@@ -169,6 +169,71 @@ impl ContainerState {
         }
     }
 }
+/// How a member last ended: its container exited (as the engine reports it), or ateam could
+/// not start it. The store keeps the last one ateam saw per member (`store::Record`), so that
+/// it outlives a restart; `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LastExit {
+    /// When it ended (RFC 3339, UTC); none when the engine did not say.
+    pub at: Option<String>,
+    /// The exit code of its command; none when a start failed before the command ran.
+    pub exit_code: Option<i64>,
+    pub reason: ExitReason,
+    /// The engine's error or ateam's, in words; none for a plain exit.
+    pub message: Option<String>,
+}
+
+/// Why a member ended, in one word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ExitReason {
+    /// Exit code 0.
+    Completed,
+    /// Any other exit code.
+    Error,
+    /// The kernel killed it for going over its memory cap.
+    OomKilled,
+    /// ateam could not start it (its checks refused the container, or the engine failed).
+    StartFailed,
+}
+
+impl LastExit {
+    /// An exit as an engine reports it.
+    pub fn exited(
+        code: i64,
+        oom_killed: bool,
+        at: Option<String>,
+        error: Option<String>,
+    ) -> LastExit {
+        LastExit {
+            at,
+            exit_code: Some(code),
+            reason: match (oom_killed, code) {
+                (true, _) => ExitReason::OomKilled,
+                (false, 0) => ExitReason::Completed,
+                (false, _) => ExitReason::Error,
+            },
+            message: error.filter(|e| !e.is_empty()),
+        }
+    }
+}
+
+/// A time as the documents and records of ateam write it: RFC 3339, UTC, whole seconds (so
+/// that two of them compare as text).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `rfc3339` of seconds since the epoch; none for the epoch or before (engines report a
+/// time that never was as Go's zero time, year 1).
+pub fn rfc3339_epoch(secs: i64) -> Option<String> {
+    let secs = u64::try_from(secs).ok().filter(|s| *s > 0)?;
+    Some(rfc3339(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+    ))
+}
+
 /// Which engine, and how it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

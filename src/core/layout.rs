@@ -7,6 +7,8 @@
 //! <state>/gate/                                     the start gate, shared by hard links
 //! <state>/teams/<team>/applied.json                 the validated model last applied
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
+//! <state>/teams/<team>/deleted.json                 after a delete without --purge: the team
+//!                                                   as it was, so --purge finds its transcripts
 //! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
@@ -123,9 +125,20 @@ pub fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("applied.json")
 }
 
+/// A team deleted without `--purge`: its last applied model, which says where the transcripts
+/// that were kept are.
+pub fn deleted_path(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("deleted.json")
+}
+
 /// The engine a team was applied on.
 pub fn engine_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("engine.json")
+}
+
+/// The inspects of a team's running containers, kept between looks (see `observe::cache`).
+pub fn inspect_cache_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("inspected.json")
 }
 
 /// The folder of a team's members' private files (one folder per member).

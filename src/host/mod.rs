@@ -8,9 +8,53 @@ pub mod engines;
 pub mod mounts;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use crate::model::UserId;
 pub use engines::EngineDir;
+
+/// Engine folders, found on first use: only validation needs them, and finding them reads
+/// the command line of every process on the machine (a status or a no-op apply would pay for
+/// hundreds of reads it never uses).
+#[derive(Debug, Clone, Default)]
+pub struct EngineDirs {
+    env: Option<Arc<engines::UserEnv>>,
+    found: Arc<OnceLock<Vec<EngineDir>>>,
+}
+
+impl EngineDirs {
+    /// Exactly these (tests, and hosts described rather than read).
+    pub fn known(dirs: Vec<EngineDir>) -> EngineDirs {
+        EngineDirs {
+            env: None,
+            found: Arc::new(OnceLock::from(dirs)),
+        }
+    }
+
+    /// Those of this machine, as `env` describes it, when first asked for.
+    pub fn detect(env: engines::UserEnv) -> EngineDirs {
+        EngineDirs {
+            env: Some(Arc::new(env)),
+            found: Arc::default(),
+        }
+    }
+
+    pub fn get(&self) -> &[EngineDir] {
+        self.found.get_or_init(|| {
+            let dirs = self.env.as_deref().map(engines::detect).unwrap_or_default();
+            tracing::debug!(engine_dirs = dirs.len(), "engine folders found");
+            dirs
+        })
+    }
+}
+
+impl PartialEq for EngineDirs {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for EngineDirs {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -23,7 +67,7 @@ pub struct Host {
     pub state_dir: PathBuf,
     /// Container engines' data roots and socket folders found on this machine (beyond
     /// `engines::defaults()`, which hold everywhere); no grant may reach them.
-    pub engine_dirs: Vec<EngineDir>,
+    pub engine_dirs: EngineDirs,
     /// The user who ran `sudo ateam` (SUDO_UID, SUDO_GID), when ateam runs as root for them.
     pub sudo_user: Option<UserId>,
 }
@@ -60,7 +104,7 @@ impl Host {
             )
         }));
         let host = Host {
-            engine_dirs: engines::detect(&engines::UserEnv {
+            engine_dirs: EngineDirs::detect(engines::UserEnv {
                 home: home.clone(),
                 ..env
             }),
@@ -77,7 +121,6 @@ impl Host {
             home = %host.home.display(),
             state_dir = %host.state_dir.display(),
             memory_bytes = host.memory_bytes,
-            engine_dirs = host.engine_dirs.len(),
             sudo_uid = host.sudo_user.map(|u| u.uid),
             "host detected"
         );
@@ -115,8 +158,24 @@ fn current_id(flag: &str) -> u32 {
 }
 
 fn memory_total() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+/// Memory the kernel could give to new work now (`MemAvailable`), in bytes.
+pub fn memory_available() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
+fn meminfo(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Where `bin` is on `PATH`, if it is.
+pub fn which(bin: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(bin))
+        .find(|p| p.is_file())
 }

@@ -5,7 +5,7 @@
 
 use std::fs::{File, FileType, Metadata};
 use std::io::Read;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -64,6 +64,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
     let mut sources = Vec::new();
     let mut problems = Vec::new();
     let mut stdin_read = false;
+    let mut seen = std::collections::HashSet::new();
     for arg in args {
         if arg.as_os_str() == "-" {
             if stdin_read {
@@ -91,6 +92,14 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
             files.push(arg.clone());
         }
         for file in files {
+            // The same file named twice (`-f team.yaml -f team.yaml`, or a folder and a file
+            // in it) is one set of objects, not two that collide: read it once.
+            if let Ok(meta) = std::fs::metadata(&file)
+                && !seen.insert((meta.dev(), meta.ino()))
+            {
+                debug!(path = %file.display(), "manifest named again; read once");
+                continue;
+            }
             match read_file(&file) {
                 Ok(text) => {
                     debug!(path = %file.display(), bytes = text.len(), "manifest read");
@@ -237,6 +246,7 @@ fn file_problem(path: &Path, e: ReadError) -> Problem {
         object: None,
         field: None,
         message: e.to_string(),
+        source_line: None,
     }
 }
 

@@ -117,7 +117,7 @@ mod tests {
             memory_bytes: 1 << 34,
             state_dir: state.into(),
             sudo_user: None,
-            engine_dirs: vec![],
+            engine_dirs: Default::default(),
         }
     }
 

@@ -2,12 +2,14 @@
 //! schemars documents them); `validate` turns them into the trusted model in `crate::model`.
 //! Every struct denies unknown fields: a typo must be an error, not a silently ignored line.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-pub use crate::model::{BackendChoice, RestartPolicy};
+use super::quantity;
+pub use crate::model::{BackendChoice, PullPolicy, RestartPolicy};
 
 pub const API_VERSION: &str = "ateam.dev/v1alpha1";
 
@@ -46,6 +48,8 @@ pub struct TeamSpec {
     pub backend: BackendChoice,
     /// Default image for members that name none.
     pub image: Option<String>,
+    /// When the engine fetches member images: `IfNotPresent` (default), `Never` or `Always`.
+    pub image_pull_policy: Option<PullPolicy>,
     /// Most members the team may have; default 10. A larger value must be written here.
     pub max_members: Option<u32>,
     /// Deepest nesting of members; a main session is depth 0, its members depth 1. Default 3.
@@ -116,8 +120,9 @@ fn network_none() -> NetworkSpec {
     NetworkSpec::None
 }
 
-/// A memory size (`512Mi`, `2G`, `1073741824`) or a CPU count (`1.5`, `500m`).
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+/// A memory size (`512Mi`, `2G`, `1073741824`) or a CPU count (`1.5`, `500m`), as written;
+/// `quantity` parses it, and the schemas below describe each.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Quantity {
     Text(String),
@@ -149,15 +154,56 @@ impl<'de> Deserialize<'de> for Quantity {
     }
 }
 
+/// The schema of a memory quantity (parsed as `Quantity`, checked by `quantity::parse_memory`):
+/// editors flag `1gb` as validation does.
+struct MemoryQuantity;
+
+impl JsonSchema for MemoryQuantity {
+    fn schema_name() -> Cow<'static, str> {
+        "MemoryQuantity".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "Bytes, or a number with a Kubernetes suffix: Ki Mi Gi Ti Pi Ei (powers of 1024) or k M G T P E (powers of 1000), case-sensitive: `512Mi`, `2Gi`, `1G`.",
+            "anyOf": [
+                { "type": "string", "pattern": quantity::MEMORY_PATTERN },
+                { "type": "integer", "minimum": 1 }
+            ]
+        })
+    }
+}
+
+/// The schema of a CPU quantity: `1.5`, `2`, `500m`.
+struct CpuQuantity;
+
+impl JsonSchema for CpuQuantity {
+    fn schema_name() -> Cow<'static, str> {
+        "CpuQuantity".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "CPUs (`1.5`, `2`) or thousandths of one (`500m`).",
+            "anyOf": [
+                { "type": "string", "pattern": quantity::CPUS_PATTERN },
+                { "type": "number", "exclusiveMinimum": 0 }
+            ]
+        })
+    }
+}
+
 /// Limits of a member's container.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Resources {
     /// Memory cap (also the memory+swap cap); default `1Gi`.
+    #[schemars(with = "Option<MemoryQuantity>")]
     pub memory: Option<Quantity>,
     /// Most processes; default 512.
     pub pids: Option<u32>,
     /// CPU share (`1.5`, `500m`); default unlimited.
+    #[schemars(with = "Option<CpuQuantity>")]
     pub cpus: Option<Quantity>,
 }
 
@@ -174,6 +220,8 @@ pub struct MemberSpec {
     pub access: Option<String>,
     /// Image; default the Team's `image`.
     pub image: Option<String>,
+    /// `IfNotPresent`, `Never` or `Always`; default the Team's, else `IfNotPresent`.
+    pub image_pull_policy: Option<PullPolicy>,
     /// Command and arguments; default the image's own.
     pub command: Option<Vec<String>>,
     /// Working directory inside its grants; default the first write grant, else the first read

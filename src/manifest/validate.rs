@@ -26,10 +26,12 @@ use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
 const DEFAULT_MAX_DEPTH: u32 = 3;
-const DEFAULT_MEMORY: u64 = 1 << 30;
+/// A member's memory cap when its manifest names none.
+pub const DEFAULT_MEMORY: u64 = 1 << 30;
 const DEFAULT_PIDS: u32 = 512;
-/// Share of host memory that members' caps may add up to.
-const MEMORY_SHARE: f64 = 0.75;
+/// Share of host memory that members' caps may add up to (the admission rule; `doctor`
+/// reports against it too).
+pub const MEMORY_SHARE: f64 = 0.75;
 
 #[derive(Debug, Clone)]
 enum Spec {
@@ -64,6 +66,7 @@ impl Parsed<'_> {
             object: Some(self.id()),
             field: Some(field.to_string()),
             message: message.into(),
+            source_line: None,
         }
     }
 
@@ -116,6 +119,7 @@ pub fn validate(
                 object: None,
                 field: None,
                 message: e.kind.to_string(),
+                source_line: None,
             }),
         }
     }
@@ -127,6 +131,13 @@ pub fn validate(
         .map(|(i, s)| (s.path.as_path(), i))
         .collect();
     problems.sort_by_key(|p| (order.get(p.file.as_path()).copied(), p.line, p.column));
+    let problems: Vec<Problem> = problems
+        .into_iter()
+        .map(|p| match order.get(p.file.as_path()) {
+            Some(&i) => p.with_source(&sources[i].text),
+            None => p,
+        })
+        .collect();
     info!(
         files = sources.len(),
         objects = objects.len(),
@@ -161,6 +172,7 @@ fn parse_object<'a>(
             object,
             field: (!field.is_empty()).then(|| field.to_string()),
             message,
+            source_line: None,
         }
     };
     if !doc.value.is_object() {
@@ -539,6 +551,52 @@ fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, St
     }
 }
 
+/// One problem per pair of files for objects defined twice: a copy of a manifest (`team
+/// copy.yaml` beside `team.yaml`, both read from the folder) is one mistake, reported at the
+/// first object it repeats, naming both places and how many more it repeats.
+fn report_twice(twice: &[(&Parsed, &Parsed, String)], problems: &mut Vec<Problem>) {
+    let mut pairs: Vec<(&Path, &Path, Vec<usize>)> = Vec::new();
+    for (i, (again, first, _)) in twice.iter().enumerate() {
+        let key = (again.src.path.as_path(), first.src.path.as_path());
+        match pairs.iter_mut().find(|(a, f, _)| (*a, *f) == key) {
+            Some((_, _, members)) => members.push(i),
+            None => pairs.push((key.0, key.1, vec![i])),
+        }
+    }
+    for (again_file, first_file, members) in pairs {
+        let (again, first, team) = &twice[members[0]];
+        let pos = first.doc.pos_of("metadata.name");
+        let within = if again.kind == "Team" {
+            String::new()
+        } else {
+            format!(" in team `{team}`")
+        };
+        let more = match members.len() - 1 {
+            0 => String::new(),
+            n => {
+                let objects = if n == 1 { "object" } else { "objects" };
+                if again_file == first_file {
+                    format!("; so are {n} more {objects} in this file (the same documents twice?)")
+                } else {
+                    format!(
+                        "; so are {n} more {objects} of this file, first defined in {} (a copy of the same manifests? keep one)",
+                        first_file.display()
+                    )
+                }
+            }
+        };
+        problems.push(again.problem(
+            "metadata.name",
+            format!(
+                "{} is defined twice{within}; the first is at {}:{}{more}",
+                again.id(),
+                first.src.path.display(),
+                pos.line
+            ),
+        ));
+    }
+}
+
 /// The stages after parsing: names, teams, references, grants, members, limits.
 fn build(
     objects: &[Parsed],
@@ -547,11 +605,20 @@ fn build(
     applied: &[model::Team],
     problems: &mut Vec<Problem>,
 ) -> Desired {
-    // Teams and their membership.
-    let teams: Vec<&Parsed> = objects.iter().filter(|o| o.kind == "Team").collect();
+    // Teams and their membership. A Team defined twice counts once here (the second is
+    // reported with the other objects defined twice), so that its copy's objects are not
+    // also refused for naming "several teams".
+    let mut teams: Vec<&Parsed> = Vec::new();
+    for o in objects.iter().filter(|o| o.kind == "Team") {
+        if !teams.iter().any(|t| t.name == o.name) {
+            teams.push(o);
+        }
+    }
     let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
     let broken_teams = broken.iter().filter(|(k, _)| *k == "Team").count();
     let mut seen: BTreeMap<(String, &str, String), &Parsed> = BTreeMap::new();
+    // Objects defined again: (the second, the first, their team).
+    let mut twice: Vec<(&Parsed, &Parsed, String)> = Vec::new();
     let mut by_team: BTreeMap<String, Vec<&Parsed>> = BTreeMap::new();
     for o in objects {
         let team = match o.team_field() {
@@ -587,21 +654,13 @@ fn build(
         };
         let key = (team.clone(), o.kind, o.name.clone());
         if let Some(first) = seen.get(&key) {
-            let pos = first.doc.pos_of("metadata.name");
-            problems.push(o.problem(
-                "metadata.name",
-                format!(
-                    "{} is defined twice in team `{team}`; the first is at {}:{}",
-                    o.id(),
-                    first.src.path.display(),
-                    pos.line
-                ),
-            ));
+            twice.push((o, first, team));
             continue;
         }
         seen.insert(key, o);
         by_team.entry(team).or_default().push(o);
     }
+    report_twice(&twice, problems);
 
     let mut desired = Desired::default();
     let mut memory_total: u64 = 0;
@@ -620,7 +679,7 @@ fn build(
         .collect();
     let engine_dirs: Vec<EngineDir> = engines::defaults()
         .into_iter()
-        .chain(host.engine_dirs.iter().cloned())
+        .chain(host.engine_dirs.get().iter().cloned())
         .collect();
     let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
     // Admission counts the members of every team in the store that stays as it is.
@@ -1068,6 +1127,10 @@ fn build(
                 pids,
                 nano_cpus,
                 restart: m.restart,
+                image_pull_policy: m
+                    .image_pull_policy
+                    .or(spec.image_pull_policy)
+                    .unwrap_or_default(),
                 labels: o.labels.clone(),
                 transcript_dir,
             });
@@ -1227,7 +1290,7 @@ mod tests {
             home: "/home/u".into(),
             memory_bytes: 1 << 34,
             state_dir: "/home/u/.local/state/ateam".into(),
-            engine_dirs: vec![],
+            engine_dirs: Default::default(),
             sudo_user: None,
         };
         for (dir, refusal) in [

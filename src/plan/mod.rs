@@ -34,8 +34,37 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Nothing for apply to do (there may still be drift it leaves alone: `drifted`).
     pub fn is_noop(&self) -> bool {
         self.actions.is_empty()
+    }
+
+    /// Whether the machine differs from the manifests: the one definition of drift that
+    /// `diff`, `apply --dry-run` and `status` share. Anything apply would do is drift, and
+    /// so is what it leaves alone but a person must act on (`Finding::is_drift`): an orphan
+    /// kept without `--prune`, a stranger, a conflict.
+    pub fn drifted(&self) -> bool {
+        !self.actions.is_empty() || self.findings.iter().any(Finding::is_drift)
+    }
+
+    /// `drifted`, for one team.
+    pub fn team_drifted(&self, team: &str) -> bool {
+        self.drift().any(|(t, _)| t == team)
+    }
+
+    /// `drifted`, for one member (or main session) of a team: what status marks on its row.
+    pub fn subject_drifted(&self, team: &str, subject: &str) -> bool {
+        self.drift().any(|(t, s)| t == team && s == subject)
+    }
+
+    /// `(team, member or main session)` of every action and drift finding.
+    pub fn drift(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.actions.iter().map(Action::subject).chain(
+            self.findings
+                .iter()
+                .filter(|f| f.is_drift())
+                .map(Finding::subject),
+        )
     }
 }
 
@@ -131,6 +160,88 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// `(team, member)`, or `(team, main session)` for a session's start.
+    pub fn subject(&self) -> (&str, &str) {
+        match self {
+            Action::MakeTranscriptDir { team, member, .. }
+            | Action::StartEgressProxy { team, member, .. }
+            | Action::UpdateEgressPolicy { team, member, .. }
+            | Action::StopEgressProxy { team, member }
+            | Action::Start { team, member, .. }
+            | Action::RemoveOrphan { team, member, .. }
+            | Action::RemoveDuplicate { team, member, .. }
+            | Action::RemoveStranger { team, member, .. }
+            | Action::FinishReplacement { team, member, .. }
+            | Action::RestoreName { team, member, .. }
+            | Action::Unpause { team, member, .. } => (team, member),
+            Action::Create { member } | Action::Recreate { member, .. } => {
+                (&member.team, &member.member)
+            }
+            Action::StartSession { session } => (&session.team, &session.name),
+        }
+    }
+
+    /// Its name, as the `action` tag of its JSON (the log and `diff -o json` say the same).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::MakeTranscriptDir { .. } => "makeTranscriptDir",
+            Action::StartEgressProxy { .. } => "startEgressProxy",
+            Action::UpdateEgressPolicy { .. } => "updateEgressPolicy",
+            Action::StopEgressProxy { .. } => "stopEgressProxy",
+            Action::StartSession { .. } => "startSession",
+            Action::Create { .. } => "create",
+            Action::Recreate { .. } => "recreate",
+            Action::Start { .. } => "start",
+            Action::RemoveOrphan { .. } => "removeOrphan",
+            Action::RemoveDuplicate { .. } => "removeDuplicate",
+            Action::FinishReplacement { .. } => "finishReplacement",
+            Action::RestoreName { .. } => "restoreName",
+            Action::Unpause { .. } => "unpause",
+            Action::RemoveStranger { .. } => "removeStranger",
+        }
+    }
+
+    /// Why the plan wants it, as a short token: for a recreate the `kind` of its `Drift`,
+    /// for a start the name of its `StartReason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Action::MakeTranscriptDir { .. } | Action::Create { .. } => "missing",
+            Action::StartEgressProxy { .. } | Action::StartSession { .. } => "notRunning",
+            Action::UpdateEgressPolicy { .. } => "allowListChanged",
+            Action::StopEgressProxy { .. } => "noAllowList",
+            Action::Recreate { reason, .. } => reason.kind(),
+            Action::Start { reason, .. } => reason.name(),
+            Action::RemoveOrphan { .. } => "noManifestWantsIt",
+            Action::RemoveDuplicate { .. } => "duplicate",
+            Action::RemoveStranger { .. } => "notMadeByAteam",
+            Action::FinishReplacement { .. } => "interruptedReplacement",
+            Action::RestoreName { .. } => "renamed",
+            Action::Unpause { .. } => "paused",
+        }
+    }
+
+    /// The container it acts on, when one exists before it runs.
+    pub fn container(&self) -> Option<&ContainerRef> {
+        match self {
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartSession { .. }
+            | Action::Create { .. } => None,
+            Action::Recreate { old, .. } => Some(old),
+            Action::Start { container, .. }
+            | Action::RemoveOrphan { container, .. }
+            | Action::RemoveDuplicate { container, .. }
+            | Action::RemoveStranger { container, .. }
+            | Action::FinishReplacement { container, .. }
+            | Action::RestoreName { container, .. }
+            | Action::Unpause { container, .. } => Some(container),
+        }
+    }
+}
+
 /// Why a member's container must be replaced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
@@ -143,6 +254,18 @@ pub enum Drift {
     Policy { violations: Vec<Violation> },
     /// The engine marks the container dead; it cannot be started again.
     Dead,
+}
+
+impl Drift {
+    /// Its `kind`, as in its JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Drift::Spec { .. } => "spec",
+            Drift::SpecHash { .. } => "specHash",
+            Drift::Policy { .. } => "policy",
+            Drift::Dead => "dead",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +285,17 @@ pub enum StartReason {
     /// Running, but an interrupted apply never verified it nor released its gate: check it
     /// now, then release.
     NotReleased,
+}
+
+impl StartReason {
+    /// Its name, as in its JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            StartReason::NeverStarted => "neverStarted",
+            StartReason::Restart { .. } => "restart",
+            StartReason::NotReleased => "notReleased",
+        }
+    }
 }
 
 /// Something the user should know that the plan does not act on.
@@ -201,6 +335,41 @@ pub enum Finding {
         member: String,
         path: PathBuf,
     },
+}
+
+impl Finding {
+    /// Whether the machine differs from the manifests here. An orphan, a stranger and a
+    /// conflict are drift although apply leaves them (without `--prune`, or ever): the
+    /// manifests do not describe them. A finished member and a kept transcript are what the
+    /// manifests asked for.
+    pub fn is_drift(&self) -> bool {
+        match self {
+            Finding::Orphan { .. } | Finding::Conflict { .. } | Finding::Stranger { .. } => true,
+            Finding::Finished { .. } | Finding::RetainedTranscript { .. } => false,
+        }
+    }
+
+    /// `(team, member)`.
+    pub fn subject(&self) -> (&str, &str) {
+        match self {
+            Finding::Orphan { team, member, .. }
+            | Finding::Conflict { team, member, .. }
+            | Finding::Finished { team, member, .. }
+            | Finding::Stranger { team, member, .. }
+            | Finding::RetainedTranscript { team, member, .. } => (team, member),
+        }
+    }
+
+    /// Its name, as the `finding` tag of its JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Finding::Orphan { .. } => "orphan",
+            Finding::Conflict { .. } => "conflict",
+            Finding::Finished { .. } => "finished",
+            Finding::Stranger { .. } => "stranger",
+            Finding::RetainedTranscript { .. } => "retainedTranscript",
+        }
+    }
 }
 
 /// Plans the changes that make `observed` match `desired`.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::container::{ContainerState, Effective};
+use crate::core::container::{ContainerState, Effective, LastExit};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observed {
@@ -46,6 +46,9 @@ pub struct ObservedContainer {
     /// engine or a person restarted since: its gate holds until ateam checks it again.
     #[serde(default = "yes")]
     pub released: bool,
+    /// How it ended, while it is exited (from inspect; the planner does not read it).
+    #[serde(default)]
+    pub last_exit: Option<LastExit>,
 }
 
 fn yes() -> bool {

@@ -18,7 +18,7 @@ use crate::core::layout::{
     session_socket_path, store_id, team_run_dir,
 };
 use crate::host::Host;
-use crate::model::{Desired, Member, Network, RestartPolicy, Team};
+use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
 
 /// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
 /// member has its own network namespace). `HTTP_PROXY` and friends point here.
@@ -32,6 +32,8 @@ pub struct DesiredMember {
     pub spec: ContainerSpec,
     pub hash: String,
     pub restart: RestartPolicy,
+    /// Not part of the spec: a changed policy replaces nothing.
+    pub pull: PullPolicy,
     pub transcript_dir: PathBuf,
     /// Private per-member files on the host: the start gate, the secrets file.
     pub ctl_dir: PathBuf,
@@ -201,6 +203,7 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 hash: spec.hash(),
                 spec,
                 restart: m.restart,
+                pull: m.image_pull_policy,
                 transcript_dir: m.transcript_dir.clone(),
                 ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
                 record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),

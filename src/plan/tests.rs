@@ -21,7 +21,7 @@ fn host() -> Host {
         memory_bytes: 16 << 30,
         state_dir: "/home/u/.local/state/ateam".into(),
         sudo_user: None,
-        engine_dirs: vec![],
+        engine_dirs: Default::default(),
     }
 }
 
@@ -46,6 +46,7 @@ fn member(name: &str) -> Member {
         pids: 512,
         nano_cpus: None,
         restart: RestartPolicy::OnFailure,
+        image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
     }
@@ -85,6 +86,7 @@ fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedConta
         created: 100,
         effective: Some(policy::compliant(&m.spec)),
         released: true,
+        last_exit: None,
     }
 }
 
@@ -441,6 +443,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         created: 1,
         effective: None,
         released: true,
+        last_exit: None,
     };
     let o = Observed {
         containers: vec![foreign],
@@ -842,5 +845,94 @@ fn an_open_member_is_on_its_teams_network_only() {
         edit(&mut e);
         let v = policy::verify(spec, &e, policy::Limits::Enforced);
         assert!(v.iter().any(|v| v.item == "network"), "{e:?}: {v:?}");
+    }
+}
+
+/// One verdict for diff, apply --dry-run and status: every action is drift, and so is
+/// every orphan, stranger and conflict apply leaves alone; a finished member and a kept
+/// transcript are not.
+#[test]
+fn drift_is_any_action_or_what_apply_leaves_but_the_manifests_do_not_describe() {
+    let d = want(vec![member("a")]);
+    let observed = |edit: &dyn Fn(&mut Observed)| {
+        let mut o = in_sync(&d, &["a"]);
+        edit(&mut o);
+        o
+    };
+    let mut finished = running(&d, "a", ContainerState::Exited { code: 0 });
+    finished.released = false;
+    let held = {
+        let mut c = running(&d, "a", ContainerState::Running);
+        c.released = false;
+        c
+    };
+    let orphan = {
+        let old = want(vec![member("gone")]);
+        running(&old, "gone", ContainerState::Running)
+    };
+    let mut stranger = running(&d, "a", ContainerState::Running);
+    stranger.id = "evil".into();
+    stranger.name = "look-alike".into();
+    let mut duplicate = running(&d, "a", ContainerState::Exited { code: 1 });
+    duplicate.id = "dup".into();
+    duplicate.created = 1;
+    let foreign = ObservedContainer {
+        labels: BTreeMap::new(),
+        id: "f00".into(),
+        ..running(&d, "a", ContainerState::Running)
+    };
+    let cases: Vec<(&str, Observed, bool)> = vec![
+        ("in sync", observed(&|_| {}), false),
+        (
+            "finished as its policy allows",
+            observed(&|o| o.containers = vec![finished.clone()]),
+            false,
+        ),
+        (
+            "a kept transcript",
+            observed(&|o| {
+                o.transcript_dirs.extend(transcripts(&["old"]));
+            }),
+            false,
+        ),
+        (
+            "held at its gate",
+            observed(&|o| o.containers = vec![held.clone()]),
+            true,
+        ),
+        ("an orphan", observed(&|o| made(o, orphan.clone())), true),
+        (
+            "a stranger",
+            observed(&|o| o.containers.push(stranger.clone())),
+            true,
+        ),
+        (
+            "a duplicate",
+            observed(&|o| made(o, duplicate.clone())),
+            true,
+        ),
+        (
+            "a conflict",
+            Observed {
+                containers: vec![foreign.clone()],
+                transcript_dirs: transcripts(&["a"]),
+                ..Default::default()
+            },
+            true,
+        ),
+        (
+            "a missing transcript folder",
+            observed(&|o| o.transcript_dirs.clear()),
+            true,
+        ),
+    ];
+    for (case, o, drifted) in cases {
+        let p = plan(&d, &o, PlanOptions::default());
+        assert_eq!(p.drifted(), drifted, "{case}: {p:?}");
+        assert_eq!(p.team_drifted("t"), drifted, "{case}");
+        assert!(!p.team_drifted("other"), "{case}");
+        // With --prune the orphan and the stranger become changes: drift all the same.
+        let pruned = plan(&d, &o, PlanOptions { prune: true });
+        assert_eq!(pruned.drifted(), drifted, "{case} with --prune: {pruned:?}");
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod cgroup;
 pub mod gate;
+pub mod image;
 pub mod pin;
 pub mod procfs;
 
@@ -43,6 +44,21 @@ pub enum RunError {
     MissingSecret { member: String, name: String },
     #[error("member `{member}`: image `{image}` has no command; set spec.command")]
     NoCommand { member: String, image: String },
+    /// Its image could not be looked at (it is not on the engine, most often): the
+    /// engine's answer, shared by every member of that image.
+    #[error("member `{member}`: {reason}")]
+    Image { member: String, reason: String },
+    /// Its command is not an executable file where the container would look for it.
+    #[error(
+        "member `{member}`: its command `{command}` is not an executable file in image `{image}` (looked for {}); fix spec.command or the image",
+        .looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    CommandNotFound {
+        member: String,
+        command: String,
+        image: String,
+        looked: Vec<PathBuf>,
+    },
     /// Rootless Podman maps only the caller's own uid into a member.
     #[error(
         "member `{member}`: rootless Podman runs members as you ({caller}), not as `{user}`; remove `user` from the Member and Team, or use rootful Podman or Docker"
@@ -127,6 +143,12 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// Refuses a member whose memory and pids limits this engine would ignore, unless its
+    /// team allows it.
+    pub fn check_limits(&self, m: &DesiredMember) -> Result<(), RunError> {
+        self.limits(m).map(|_| ())
+    }
+
     fn limits(&self, m: &DesiredMember) -> Result<Limits, RunError> {
         match (self.info.limits_enforced, m.allow_unenforced_limits) {
             (true, _) => Ok(Limits::Enforced),

@@ -1,5 +1,7 @@
-//! Observing the machine: one list call, inspects in parallel, the transcript folders, the
-//! sockets. Produces the plain `Observed` value the planner reads.
+//! Observing the machine: one list call, inspects in parallel (or kept ones, see `cache`),
+//! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads.
+
+pub mod cache;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
@@ -7,13 +9,14 @@ use std::time::Instant;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use tracing::debug;
 
-use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
+use crate::backend::{Backend, BackendError, EngineInfo, Inspected, Summary};
 use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
-use crate::plan::spec::DesiredState;
+use crate::plan::spec::{DesiredState, TeamScope};
 use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
+use cache::Cache;
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
@@ -82,12 +85,38 @@ pub async fn observe(
             created: s.created,
             effective: None,
             released: false,
+            last_exit: None,
         })
         .collect();
-    let mut containers: Vec<ObservedContainer> = stream::iter(summaries)
+    // Only the teams in scope are planned for: another team's containers need no inspect.
+    let scope: BTreeMap<&str, &TeamScope> =
+        desired.teams.iter().map(|t| (t.name.as_str(), t)).collect();
+    let mut caches: BTreeMap<&str, Cache> = if info.inspect_holds_while_running() {
+        scope
+            .iter()
+            .map(|(name, t)| (*name, Cache::load(&t.run_dir)))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    let team_of = |s: &Summary| s.labels.get(labels::TEAM).cloned().unwrap_or_default();
+    let mut kept = Vec::new();
+    let mut ask = Vec::new();
+    for s in summaries {
+        let team = team_of(&s);
+        if !scope.contains_key(team.as_str()) {
+            continue;
+        }
+        match caches.get(team.as_str()).and_then(|c| c.get(&s)) {
+            Some(i) => kept.push(i),
+            None => ask.push(s),
+        }
+    }
+    let reused = kept.len();
+    let asked: Vec<Inspected> = stream::iter(ask)
         .map(|s| async move {
             match backend.inspect(&s.id).await {
-                Ok(i) => Ok(Some(observed_one(i, desired))),
+                Ok(i) => Ok(Some(i)),
                 // Removed between list and inspect: it is simply not there.
                 Err(BackendError::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e),
@@ -97,8 +126,18 @@ pub async fn observe(
         .try_filter_map(|c| async move { Ok(c) })
         .try_collect()
         .await?;
+    let mut containers = Vec::new();
+    for i in kept.into_iter().chain(asked) {
+        if let Some(c) = caches.get_mut(team_of(&i.summary).as_str()) {
+            c.keep(&i);
+        }
+        containers.push(observed_one(i, desired));
+    }
+    for c in caches.into_values() {
+        c.save();
+    }
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-    let inspected = containers.len();
+    let inspected = containers.len() - reused;
     let foreign_count = foreign.len();
     containers.extend(foreign);
 
@@ -148,6 +187,7 @@ pub async fn observe(
     debug!(
         listed,
         inspected,
+        reused,
         listed_all = !missing.is_empty(),
         foreign = foreign_count,
         recorded = recorded.len(),
@@ -190,5 +230,6 @@ fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
         created: i.summary.created,
         effective: Some(i.effective),
         released,
+        last_exit: i.last_exit,
     }
 }

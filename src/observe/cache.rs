@@ -1,0 +1,223 @@
+//! Inspects of running containers, kept between looks in the team's run folder, so that a
+//! no-op apply, a status or the controller's look after an event does not ask the engine
+//! again about every member (on Podman an inspect costs 3 to 5 ms: fifty of them were most of
+//! a status).
+//!
+//! An entry is used only while the container's first process is the very one that was
+//! inspected: same pid, same boot, same start time (the gate's start token). A restart, a
+//! stop, a kill, a pause, a replacement under the same name all change that or the listed
+//! state, and mean a new inspect. What could still change in place is the limits (`update`),
+//! and those are read from the cgroup at every look anyway. Used only where the engine can
+//! change nothing else in place (`EngineInfo::inspect_holds_while_running`).
+//!
+//! It is a cache: unreadable, of another version or lost, it is simply empty.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Inspected, Summary};
+use crate::core::container::ContainerState;
+use crate::core::layout;
+use crate::runtime::procfs;
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    /// `procfs::start_token` of the inspected start.
+    token: String,
+    inspected: Inspected,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct File {
+    version: u32,
+    entries: BTreeMap<String, Entry>,
+}
+
+/// One team's kept inspects, and the ones this look made.
+#[derive(Debug, Default)]
+pub struct Cache {
+    path: PathBuf,
+    old: BTreeMap<String, Entry>,
+    new: BTreeMap<String, Entry>,
+}
+
+impl Cache {
+    pub fn load(run_dir: &Path) -> Cache {
+        let path = layout::inspect_cache_path(run_dir);
+        let old = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<File>(&b).ok())
+            .filter(|f| f.version == VERSION)
+            .map(|f| f.entries)
+            .unwrap_or_default();
+        Cache {
+            path,
+            old,
+            new: BTreeMap::new(),
+        }
+    }
+
+    /// The kept inspect of `s`, if its first process is still the one inspected.
+    pub fn get(&self, s: &Summary) -> Option<Inspected> {
+        let e = self.old.get(&s.id)?;
+        let pid = e.inspected.pid?;
+        let same = s.state == ContainerState::Running
+            && e.inspected.summary.state == ContainerState::Running
+            && procfs::start_token(pid).ok()? == e.token;
+        same.then(|| Inspected {
+            // What the list says now: a rename shows there, not in the kept inspect.
+            summary: s.clone(),
+            ..e.inspected.clone()
+        })
+    }
+
+    /// Keeps `i` (as the engine said it, before any overlay) for the next look.
+    pub fn keep(&mut self, i: &Inspected) {
+        let Some(pid) = i.pid.filter(|_| i.summary.state == ContainerState::Running) else {
+            return;
+        };
+        if let Ok(token) = procfs::start_token(pid) {
+            let entry = Entry {
+                token,
+                inspected: i.clone(),
+            };
+            self.new.insert(i.summary.id.clone(), entry);
+        }
+    }
+
+    /// Writes what this look kept, when it differs from what was read. Best effort: a cache
+    /// that cannot be written is only slower next time.
+    pub fn save(self) {
+        let same = self.old.len() == self.new.len()
+            && self
+                .old
+                .iter()
+                .zip(&self.new)
+                .all(|((a, x), (b, y))| a == b && x.token == y.token);
+        if same || !self.path.parent().is_some_and(Path::is_dir) {
+            return;
+        }
+        let file = File {
+            version: VERSION,
+            entries: self.new,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&file) {
+            let _ = replace(&self.path, &bytes);
+        }
+    }
+}
+
+/// Writes `bytes` to a new file and renames it over `path`: readers see the old or the new
+/// whole. No fsync: losing it in a crash costs one slower look. Owned like its folder, so a
+/// root run for a person leaves a file that person's runs can read.
+fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(
+        ".inspected.{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        let d = std::fs::metadata(dir)?;
+        if rustix::process::geteuid().is_root() && d.uid() != 0 {
+            std::os::unix::fs::fchown(&f, Some(d.uid()), Some(d.gid()))?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Summary;
+
+    fn inspected(id: &str, pid: u32, state: ContainerState) -> Inspected {
+        Inspected {
+            summary: Summary {
+                id: id.into(),
+                name: "ateam_t_a".into(),
+                labels: BTreeMap::new(),
+                state,
+                created: 0,
+            },
+            effective: Default::default(),
+            pid: Some(pid),
+            image: "img".into(),
+            restart_count: 0,
+            started_at: None,
+            last_exit: None,
+        }
+    }
+
+    #[test]
+    fn kept_while_the_same_process_runs_and_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let mut c = Cache::load(dir.path());
+        let i = inspected("c1", me, ContainerState::Running);
+        assert!(c.get(&i.summary).is_none(), "nothing kept yet");
+        c.keep(&i);
+        c.save();
+
+        let c = Cache::load(dir.path());
+        let mut now = i.summary.clone();
+        now.name = "renamed".into();
+        let got = c.get(&now).expect("same process: kept");
+        assert_eq!(got.summary.name, "renamed", "the list's word on the name");
+        // Stopped, paused or another container of that id: asked again.
+        now.state = ContainerState::Exited { code: 137 };
+        assert!(c.get(&now).is_none());
+        now.state = ContainerState::Paused;
+        assert!(c.get(&now).is_none());
+        let other = Summary {
+            id: "c2".into(),
+            ..i.summary.clone()
+        };
+        assert!(c.get(&other).is_none());
+    }
+
+    #[test]
+    fn a_process_that_is_gone_is_not_the_same_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let i = inspected("c1", child.id(), ContainerState::Running);
+        let mut c = Cache::load(dir.path());
+        c.keep(&i);
+        c.save();
+        assert!(Cache::load(dir.path()).get(&i.summary).is_some());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(Cache::load(dir.path()).get(&i.summary).is_none());
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_file_is_an_empty_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = layout::inspect_cache_path(dir.path());
+        for text in ["not json", r#"{"version": 99, "entries": {}}"#] {
+            std::fs::write(&path, text).unwrap();
+            let c = Cache::load(dir.path());
+            assert!(c.old.is_empty(), "{text}");
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Status rows and documents from a plan, without an engine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::core::container::ContainerState;
+use crate::host::Host;
+use crate::model::{Desired, Member, RestartPolicy};
+use crate::plan::spec::desired_state;
+use crate::plan::{PlanOptions, plan};
+
+fn host() -> Host {
+    Host {
+        uid: 1000,
+        gid: 1000,
+        home: "/home/u".into(),
+        memory_bytes: 16 << 30,
+        state_dir: "/home/u/.local/state/ateam".into(),
+        sudo_user: None,
+        engine_dirs: Default::default(),
+    }
+}
+
+fn team(members: &[&str]) -> Team {
+    let member = |name: &str| Member {
+        name: name.into(),
+        user: None,
+        parent: Parent::MainSession("lead".into()),
+        depth: 1,
+        access: AccessGrant {
+            name: "g".into(),
+            read: vec!["/src/docs".into()],
+            write: vec!["/src/repo".into()],
+            network: Network::Allow(vec!["example.com".into()]),
+        },
+        image: "ateam-demo:latest".into(),
+        command: None,
+        cwd: "/src/repo".into(),
+        env: BTreeMap::new(),
+        secret_env: vec![],
+        memory_bytes: 1 << 30,
+        pids: 512,
+        nano_cpus: None,
+        restart: RestartPolicy::OnFailure,
+        image_pull_policy: Default::default(),
+        labels: BTreeMap::new(),
+        transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+    };
+    Team {
+        name: "t".into(),
+        backend: Default::default(),
+        user: None,
+        allow_root_user: false,
+        image: None,
+        max_members: 10,
+        max_depth: 3,
+        session_dir: "/home/u/sessions".into(),
+        allow_unenforced_limits: false,
+        sessions: vec![],
+        grants: vec![],
+        members: members.iter().map(|m| member(m)).collect(),
+    }
+}
+
+/// Every member of `t` running as ateam made it, with its transcript folder.
+fn in_sync(t: &Team) -> Observed {
+    let d = desired_state(
+        &Desired {
+            teams: vec![t.clone()],
+        },
+        &host(),
+    );
+    let containers: Vec<ObservedContainer> = d
+        .members
+        .iter()
+        .map(|m| ObservedContainer {
+            id: format!("id-{}", m.member),
+            name: m.spec.name.clone(),
+            labels: m.container_labels(&d.store),
+            state: ContainerState::Running,
+            created: 100,
+            effective: Some(crate::policy::compliant(&m.spec)),
+            released: true,
+            last_exit: None,
+        })
+        .collect();
+    Observed {
+        recorded: containers.iter().map(|c| c.id.clone()).collect(),
+        containers,
+        transcript_dirs: d.members.iter().map(|m| m.transcript_dir.clone()).collect(),
+        // Each allowlist member's proxy alive, with its list.
+        live_sockets: d
+            .members
+            .iter()
+            .filter_map(|m| m.egress.as_ref().map(|e| e.socket.clone()))
+            .collect(),
+        limits_unenforced: false,
+        egress_policies: d
+            .members
+            .iter()
+            .filter_map(|m| {
+                m.egress
+                    .as_ref()
+                    .map(|e| (e.socket.clone(), e.allow.clone()))
+            })
+            .collect(),
+        egress_proxies: d
+            .members
+            .iter()
+            .filter(|m| m.egress.is_some())
+            .map(|m| (m.team.clone(), m.member.clone()))
+            .collect(),
+    }
+}
+
+fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan) {
+    let d = desired_state(
+        &Desired {
+            teams: vec![t.clone()],
+        },
+        &host(),
+    );
+    let p = plan(&d, o, PlanOptions::default());
+    let usage = |_: &std::path::Path| (0, None);
+    let restarts = |_: &str, _: &str| 0;
+    let last = move |_: &str, _: &str| record.clone();
+    let extras = Extras {
+        now: SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
+        transcript_usage: &usage,
+        restarts: &restarts,
+        last_exit: &last,
+    };
+    (team_status(t, "docker", o, &p, &extras), p)
+}
+
+fn row<'a>(s: &'a TeamStatus, name: &str) -> &'a MemberStatus {
+    s.members.iter().find(|m| m.name == name).unwrap()
+}
+
+#[test]
+fn rows_are_drifted_exactly_where_the_plan_says() {
+    let t = team(&["a", "b"]);
+    let (s, p) = status(&t, &in_sync(&t), None);
+    assert!(!s.drifted && !p.drifted());
+    assert!(s.members.iter().all(|m| !m.drifted));
+    // A missing transcript folder: running, but drift (apply makes the folder), and the row
+    // says what apply would do.
+    let mut o = in_sync(&t);
+    o.transcript_dirs.clear();
+    let (s, p) = status(&t, &o, None);
+    assert!(s.drifted && p.drifted());
+    let a = row(&s, "a");
+    assert_eq!(a.state, "running");
+    assert!(a.drifted);
+    assert!(
+        a.detail
+            .as_deref()
+            .unwrap()
+            .starts_with("apply would: + transcript folder of a"),
+        "{a:?}"
+    );
+    // An orphan: a row of its own, drifted; the team too.
+    let (s, p) = status(&team(&["a"]), &in_sync(&t), None);
+    assert!(p.drifted() && s.drifted);
+    let b = row(&s, "b");
+    assert_eq!((b.state.as_str(), b.drifted), ("orphan", true));
+    assert_eq!((b.parent.as_deref(), b.grants.as_ref()), (None, None));
+    assert_eq!(b.container_id.as_deref(), Some("id-b"));
+}
+
+#[test]
+fn the_last_exit_is_the_engines_while_exited_else_the_stores() {
+    let t = team(&["a"]);
+    let old = LastExit::exited(3, false, Some("1970-01-01T00:05:00Z".into()), None);
+    let newer = LastExit::exited(
+        137,
+        true,
+        Some("1970-01-01T00:10:00Z".into()),
+        Some("oom".into()),
+    );
+    // Running again after a restart: the store's record.
+    let (s, _) = status(&t, &in_sync(&t), Some(old.clone()));
+    assert_eq!(row(&s, "a").last_exit, Some(old.clone()));
+    // Exited since: the engine's, newer than the record.
+    let mut o = in_sync(&t);
+    o.containers[0].state = ContainerState::Exited { code: 137 };
+    o.containers[0].last_exit = Some(newer.clone());
+    let (s, _) = status(&t, &o, Some(old));
+    let a = row(&s, "a");
+    assert_eq!(a.last_exit, Some(newer));
+    assert_eq!(a.state, "exited 137");
+    let table = render_status(
+        std::slice::from_ref(&s),
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
+    );
+    assert!(table.contains("oom-killed (6m ago)"), "{table}");
+    assert!(
+        table.contains("a: last exit at 1970-01-01T00:10:00Z: oom"),
+        "{table}"
+    );
+}
+
+#[test]
+fn documents_are_plain_camel_case_data_with_absolute_times() {
+    let t = team(&["a", "b"]);
+    let mut o = in_sync(&t);
+    o.containers.retain(|c| c.id != "id-b");
+    let (s, p) = status(&t, &o, None);
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+    let doc = serde_json::to_value(StatusDocument::new(vec![s], None, now)).unwrap();
+    assert_eq!(doc["apiVersion"], "ateam.dev/v1alpha1");
+    assert_eq!(doc["kind"], "Status");
+    assert_eq!(doc["observedAt"], "1970-01-01T00:16:40Z");
+    assert_eq!(doc["drifted"], true);
+    let a = &doc["teams"][0]["members"][0];
+    assert_eq!(a["createdAt"], "1970-01-01T00:01:40Z");
+    assert_eq!(a["ageSecs"], 900);
+    assert_eq!(
+        a["grants"],
+        serde_json::json!({
+            "name": "g",
+            "read": ["/src/docs"],
+            "write": ["/src/repo"],
+            "network": {"mode": "allow", "allow": ["example.com"]},
+        })
+    );
+    let diff = serde_json::to_value(diff_document(&p)).unwrap();
+    assert_eq!(diff["kind"], "Diff");
+    assert_eq!(diff["drifted"], true);
+    assert_eq!(diff["changes"][0]["action"], "create");
+    assert_eq!(diff["changes"][0]["reason"], "missing");
+    assert_eq!(diff["changes"][0]["name"], "b");
+    // Nothing applied: still a document.
+    let empty = serde_json::to_value(StatusDocument::new(vec![], None, now)).unwrap();
+    assert_eq!(empty["teams"], serde_json::json!([]));
+    assert_eq!(empty["drifted"], false);
+}
