@@ -148,7 +148,15 @@ impl Executor<'_> {
                 ));
         if pull {
             let started = Instant::now();
-            self.rt.backend.pull(image).await?;
+            self.rt
+                .backend
+                .pull(image)
+                .await
+                .map_err(|e| BackendError::PullFailed {
+                    engine: self.rt.info.kind.to_string(),
+                    image: image.to_string(),
+                    message: e.to_string(),
+                })?;
             info!(
                 image,
                 elapsed_ms = started.elapsed().as_millis() as u64,

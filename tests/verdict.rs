@@ -428,7 +428,7 @@ fn one_verdict_for_status_diff_and_dry_run(engine: &'static str) {
 fn apply_refuses_before_its_first_change(engine: &'static str) {
     let w = World::new(engine, "refuse");
     let ok = member("ok", "");
-    let cases: [(String, &[&str]); 5] = [
+    let cases: [(String, &[&str]); 6] = [
         (
             member("needy", ", secretEnv: [NO_SUCH_SECRET_VAR, TEST_TOKEN]"),
             &[
@@ -437,10 +437,21 @@ fn apply_refuses_before_its_first_change(engine: &'static str) {
             ],
         ),
         (
-            member("imageless", ", image: \"ateam-no-such-image:1\""),
+            member(
+                "imageless",
+                ", image: \"ateam-no-such-image:1\", imagePullPolicy: Never",
+            ),
             &[
                 "member `imageless`",
                 "image `ateam-no-such-image:1` is not on",
+            ],
+        ),
+        (
+            member("imageless", ", image: \"ateam-no-such-image:1\""),
+            &[
+                "member `imageless`",
+                "image `ateam-no-such-image:1`: ",
+                "could not pull it",
             ],
         ),
         (

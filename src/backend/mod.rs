@@ -161,6 +161,13 @@ pub enum BackendError {
         "image `{image}` is not on {engine} and its imagePullPolicy is Never. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`), or let ateam pull it (IfNotPresent, the default)"
     )]
     ImageMissing { engine: String, image: String },
+    /// Pulling an image (by its imagePullPolicy) failed.
+    #[error("image `{image}`: {engine} could not pull it: {message}")]
+    PullFailed {
+        engine: String,
+        image: String,
+        message: String,
+    },
     /// A container of that name exists and ateam did not make it.
     #[error(
         "a container named `{name}` already exists and ateam did not make it; rename or remove it yourself (ateam never touches it)"
