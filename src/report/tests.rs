@@ -1,6 +1,6 @@
 //! Status rows and documents from a plan, without an engine.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::*;
