@@ -997,7 +997,20 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
     term.keys(&["echo typed-$((6*7))", "Enter"]);
     term.wait_for("typed-42");
     term.keys(&["C-b", "d"]);
-    term.wait_for("[detached");
+    // Detached: tmux's client, then `ateam attach`, end (the pane is dead).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while term
+        .tmux(&["display-message", "-p", "-t", "term", "#{pane_dead}"])
+        .trim()
+        != "1"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "still attached:\n{}",
+            term.screen()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Still running, and what was typed happened in it.
     let session = w
         .state()

@@ -303,7 +303,7 @@ spec: {{parent: lead, access: wide, command: [sleep, "100000"], resources: {{mem
     }
 
     fn row(&self, name: &str) -> serde_json::Value {
-        self.status()[0]["members"]
+        self.status()["teams"][0]["members"]
             .as_array()
             .unwrap()
             .iter()
@@ -537,9 +537,15 @@ fn an_open_member_gets_its_teams_own_network(engine: Engine) {
     w.apply();
     let row = w.row("o");
     assert_eq!(row["state"], "running", "{engine:?}: {row}");
-    assert!(
-        row["grants"].as_str().unwrap().contains("open(widest"),
+    assert_eq!(
+        row["grants"]["network"]["mode"], "open",
         "{engine:?}: {row}"
+    );
+    let table = w.ateam(&["status", &w.team]);
+    assert!(
+        text(&table.stdout).contains("net:open(widest:any host)"),
+        "{engine:?}: {}",
+        text(&table.stdout)
     );
     let container = w.container("o");
     let nets = w.cli(&[

@@ -597,7 +597,7 @@ async fn a_missing_image_is_named_and_never_pulled(e: &Eng) {
         e.name
     );
     assert!(
-        text.contains("ateam-no-such-image:1") && text.contains("never pulls"),
+        text.contains("ateam-no-such-image:1") && text.contains("imagePullPolicy is Never"),
         "{text}"
     );
     assert!(
