@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+use ateam::core::selector::Selector;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ateam",
@@ -155,6 +157,10 @@ pub enum Command {
         /// Exit 1 when anything differs from the manifests (for CI; as diff judges drift).
         #[arg(long)]
         exit_code: bool,
+        /// Only main sessions and members whose labels match (`role=review,tier!=x,key`);
+        /// the verdict is theirs alone.
+        #[arg(short = 'l', long, value_parser = Selector::parse)]
+        selector: Option<Selector>,
     },
     /// Stop and remove a team's containers; transcripts stay unless --purge.
     Delete {
@@ -163,6 +169,9 @@ pub enum Command {
         /// The team to delete (from the applied state).
         #[arg(long, conflicts_with = "files")]
         team: Option<String>,
+        /// Every applied team whose Team labels match (`env=dev`).
+        #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with_all = ["files", "team"])]
+        selector: Option<Selector>,
         /// Also delete the members' transcripts.
         #[arg(long)]
         purge: bool,
@@ -198,7 +207,8 @@ pub enum Command {
     },
     /// Print a member's output.
     Logs {
-        member: String,
+        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
+        member: Option<String>,
         #[arg(long)]
         team: Option<String>,
         /// Lines from the end.
@@ -207,6 +217,10 @@ pub enum Command {
         /// Keep printing new output until the member stops.
         #[arg(short, long, conflicts_with = "egress")]
         follow: bool,
+        /// Every member whose labels match, each line prefixed with `[member]` (instead of
+        /// MEMBER; not with -f).
+        #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with = "follow")]
+        selector: Option<Selector>,
         /// Only output newer than this: an age (`10m`, `2h`) or an RFC 3339 time.
         #[arg(long, value_parser = parse_since)]
         since: Option<i64>,

@@ -16,6 +16,9 @@ pub struct Desired {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Team {
     pub name: String,
+    /// Its metadata.labels (`delete -l`). Default: records of 0.1.0 have none.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
     pub backend: BackendChoice,
     /// Who its members run as, unless a Member says otherwise.
     #[serde(default)]

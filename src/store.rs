@@ -420,6 +420,7 @@ mod tests {
         assert!(store.teams().unwrap().is_empty());
         let team = Team {
             name: "demo".into(),
+            labels: Default::default(),
             backend: Default::default(),
             user: None,
             allow_root_user: false,

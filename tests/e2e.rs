@@ -911,6 +911,56 @@ fn image_pull_policies_against_a_local_registry(engine: &'static str) {
     let _ = w.engine_cli(&["rmi", "-f", &image]);
 }
 
+/// `-l` label selectors: status and logs pick members by their labels (the verdict is
+/// theirs alone), delete picks teams by the Team's labels.
+fn label_selectors_pick_members_and_teams(engine: &'static str) {
+    let w = World::new(engine, "labels");
+    // The Team (the first object) gets a label.
+    w.edit(|t| {
+        t.replacen(
+            "metadata:\n  name: ",
+            "metadata:\n  labels: {env: test}\n  name: ",
+            1,
+        )
+    });
+    w.apply();
+    wait_for(&w.transcript("reviewer"), "sleeping");
+    wait_for(&w.transcript("writer"), "sleeping");
+    let out = w.ateam(&["status", "-l", "role=review", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = doc["teams"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reviewer"], "{doc}");
+    // Drift of another member is not the selected members' verdict.
+    assert!(
+        w.engine_cli(&["stop", "-t", "1", &w.name("writer")])
+            .status
+            .success()
+    );
+    let theirs = w.ateam(&["status", "--exit-code", "-l", "role=review"]);
+    assert_eq!(theirs.status.code(), Some(0), "{}", text(&theirs.stdout));
+    let writers = w.ateam(&["status", "--exit-code", "-l", "role!=review,role"]);
+    assert_eq!(writers.status.code(), Some(1), "{}", text(&writers.stdout));
+    let logs = w.bare(&["logs", "-l", "role=review", "--tail", "1"]);
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs.stderr));
+    assert!(
+        text(&logs.stdout).starts_with("[reviewer] "),
+        "{}",
+        text(&logs.stdout)
+    );
+    let none = w.bare(&["delete", "-l", "env=prod"]);
+    assert_eq!(none.status.code(), Some(2), "{}", text(&none.stderr));
+    assert!(!w.containers().is_empty(), "nothing deleted");
+    let gone = w.bare(&["delete", "-l", "env=test"]);
+    assert_eq!(gone.status.code(), Some(0), "{}", text(&gone.stderr));
+    assert!(w.containers().is_empty(), "{:?}", w.containers());
+}
+
 /// A terminal of the test's own (a tmux server on its own socket), where commands run as a
 /// person types them; `screen` is what the person sees.
 struct Terminal {
@@ -1142,6 +1192,7 @@ every_engine!(
     attach_and_exec_it_at_a_terminal,
     logs_since_and_timestamps,
     image_pull_policies_against_a_local_registry,
+    label_selectors_pick_members_and_teams,
     doctor_finds_the_engine_and_the_image,
     purge_after_a_plain_delete_removes_what_was_kept,
 );

@@ -3,27 +3,43 @@ use anyhow::bail;
 use crate::cli::{Global, OptionalFiles};
 use ateam::app::Manifests;
 use ateam::app::delete::{DeleteReport, delete, team_to_delete};
+use ateam::core::selector::Selector;
 
 use super::common::{app, waiting};
 use super::exit::Exit;
 use super::progress::Display;
+
+/// Which applied teams `delete` names, without manifests.
+pub struct Which<'a> {
+    pub team: Option<&'a str>,
+    /// Every applied team whose Team labels match.
+    pub selector: Option<&'a Selector>,
+}
 
 /// Removes the teams' containers (all that this store made for them), then their private
 /// state. Transcripts stay unless `purge`; the user is told where they are.
 pub async fn run(
     global: &Global,
     files: &OptionalFiles,
-    team: Option<&str>,
+    which: Which<'_>,
     purge: bool,
     no_wait: bool,
 ) -> anyhow::Result<Exit> {
     let app = app(global);
-    let desired = match (files.files.is_empty(), team) {
+    let desired = match (files.files.is_empty(), which.team, which.selector) {
         // The manifests only say what to remove: not judged against the store (a team is
         // deleted even where admitting it again would be refused).
-        (false, _) => Manifests::read(&files.files)?.validate(&app.host, &[])?,
-        (true, Some(t)) => team_to_delete(&app, t)?,
-        (true, None) => bail!("say what to delete: -f MANIFESTS or --team NAME"),
+        (false, _, _) => Manifests::read(&files.files)?.validate(&app.host, &[])?,
+        (true, Some(t), _) => team_to_delete(&app, t)?,
+        (true, None, Some(sel)) => {
+            let mut all = app.applied(None)?;
+            all.teams.retain(|t| sel.matches(&t.labels));
+            if all.teams.is_empty() {
+                bail!("no applied team has labels that match");
+            }
+            all
+        }
+        (true, None, None) => bail!("say what to delete: -f MANIFESTS, --team NAME or -l LABELS"),
     };
     match delete(&app, &desired, purge, no_wait, &Display::new(), waiting).await? {
         DeleteReport::Failed(failures) => {

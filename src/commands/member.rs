@@ -9,6 +9,7 @@ use crate::cli::Global;
 use ateam::backend::LogOptions;
 use ateam::core::container::{EngineKind, container_name, is_replacement, labels};
 use ateam::core::layout::{member_record_path, session_socket_path, store_id, team_run_dir};
+use ateam::core::selector::Selector;
 use ateam::store::Record;
 
 use super::common::app;
@@ -188,4 +189,47 @@ pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::
         .status()
         .context("cannot run tmux; install tmux")?;
     Ok(exit_code(status))
+}
+
+/// The output of every member (of `team`, else of every applied team) whose labels match,
+/// one member after another, each line prefixed with `[member]` (`[team/member]` across
+/// teams), as `kubectl logs -l --prefix`.
+pub async fn logs_selected(
+    global: &Global,
+    team: Option<&str>,
+    selector: &Selector,
+    opts: LogOptions,
+) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let applied = ctx.applied(team)?;
+    let across = applied.teams.len() > 1;
+    let mut any = false;
+    for t in &applied.teams {
+        for m in t.members.iter().filter(|m| selector.matches(&m.labels)) {
+            any = true;
+            let prefix = if across {
+                format!("[{}/{}]", t.name, m.name)
+            } else {
+                format!("[{}]", m.name)
+            };
+            let (backend, id) = match find(&ctx, Some(&t.name), &m.name).await {
+                Ok(found) => found,
+                Err(e) => {
+                    eprintln!("{prefix} {e:#}");
+                    continue;
+                }
+            };
+            let mut bytes = Vec::new();
+            backend
+                .logs(&id, opts, &mut |chunk| bytes.extend_from_slice(chunk))
+                .await?;
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                outln!("{prefix} {line}");
+            }
+        }
+    }
+    if !any {
+        bail!("no applied member has labels that match");
+    }
+    Ok(Exit::Ok)
 }

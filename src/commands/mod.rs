@@ -69,13 +69,31 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             files,
             output,
             exit_code,
-        } => block_on(status::run(g, team.as_deref(), &files, output, exit_code))?,
+            selector,
+        } => {
+            let only = selector.as_ref();
+            block_on(status::run(
+                g,
+                team.as_deref(),
+                &files,
+                output,
+                exit_code,
+                only,
+            ))?
+        }
         Command::Delete {
             files,
             team,
+            selector,
             purge,
             no_wait,
-        } => block_on(delete::run(g, &files, team.as_deref(), purge, no_wait))?,
+        } => {
+            let which = delete::Which {
+                team: team.as_deref(),
+                selector: selector.as_ref(),
+            };
+            block_on(delete::run(g, &files, which, purge, no_wait))?
+        }
         Command::Controller {
             files,
             prune,
@@ -97,12 +115,32 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             },
         ),
         Command::Logs {
-            member,
+            member: Some(member),
             team,
             tail,
             egress: true,
             ..
         } => egress::logs(g, team.as_deref(), &member, tail),
+        Command::Logs { egress: true, .. } => {
+            anyhow::bail!("--egress shows one member's connections: name it")
+        }
+        Command::Logs {
+            member: None,
+            team,
+            tail,
+            since,
+            timestamps,
+            selector: Some(selector),
+            ..
+        } => {
+            let opts = LogOptions {
+                tail,
+                follow: false,
+                since,
+                timestamps,
+            };
+            block_on(member::logs_selected(g, team.as_deref(), &selector, opts))?
+        }
         Command::Logs {
             member,
             team,
@@ -110,8 +148,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             follow,
             since,
             timestamps,
-            egress: false,
+            ..
         } => {
+            let member = member.unwrap_or_default();
             let opts = LogOptions {
                 tail,
                 follow,

@@ -5,10 +5,13 @@ use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles, Output};
 use ateam::core::layout::{member_ctl_dir, member_record_path, team_run_dir};
+use ateam::core::selector::Selector;
 use ateam::execute::{restarts, transcript_usage};
+use ateam::model::Desired;
 use ateam::plan::PlanOptions;
 use ateam::report::{
-    ControllerStatus, Extras, LastReconcile, StatusDocument, render_status, team_status,
+    ControllerStatus, Extras, LastReconcile, RowKind, StatusDocument, TeamStatus, render_status,
+    team_status,
 };
 use ateam::store::Record;
 
@@ -24,6 +27,7 @@ pub async fn run(
     files: &OptionalFiles,
     output: Output,
     exit_code: bool,
+    selector: Option<&Selector>,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let state_dir = ctx.host.state_dir.clone();
@@ -90,6 +94,9 @@ pub async fn run(
         }
     }
     super::egress::add_refusals(&state_dir, &desired, &mut teams);
+    if let Some(sel) = selector {
+        select(&mut teams, &desired, sel);
+    }
     let doc = StatusDocument::new(teams, controller, now);
     match output {
         Output::Text => {
@@ -100,6 +107,31 @@ pub async fn run(
         Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
     }
     Ok(Exit::verdict(exit_code && doc.drifted))
+}
+
+/// Keeps the rows of main sessions and members whose labels match (rows nothing describes,
+/// an orphan or a kept transcript, have no labels), and the teams left with any; each team's
+/// verdict is then its selected rows'.
+fn select(teams: &mut Vec<TeamStatus>, desired: &Desired, sel: &Selector) {
+    for t in teams.iter_mut() {
+        let Some(model) = desired.teams.iter().find(|m| m.name == t.team) else {
+            continue;
+        };
+        let chosen = |kind: RowKind, name: &str| match kind {
+            RowKind::MainSession => model
+                .sessions
+                .iter()
+                .any(|s| s.name == name && sel.matches(&s.labels)),
+            RowKind::Member => model
+                .members
+                .iter()
+                .any(|m| m.name == name && sel.matches(&m.labels)),
+            RowKind::Transcript => false,
+        };
+        t.members.retain(|r| chosen(r.kind, &r.name));
+        t.drifted = t.members.iter().any(|r| r.drifted);
+    }
+    teams.retain(|t| !t.members.is_empty());
 }
 
 /// The controller's record, for the document.

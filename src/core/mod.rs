@@ -9,3 +9,4 @@
 pub mod container;
 pub mod egress;
 pub mod layout;
+pub mod selector;

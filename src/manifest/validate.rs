@@ -752,6 +752,7 @@ fn build(
         }
         let mut team = model::Team {
             name: t.name.clone(),
+            labels: t.labels.clone(),
             backend: spec.backend,
             user: team_user,
             allow_root_user: spec.allow_root_user,

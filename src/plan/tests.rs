@@ -56,6 +56,7 @@ fn team(members: Vec<Member>) -> Desired {
     Desired {
         teams: vec![Team {
             name: "t".into(),
+            labels: Default::default(),
             backend: Default::default(),
             user: None,
             allow_root_user: false,

@@ -49,6 +49,7 @@ fn team(members: &[&str]) -> Team {
     };
     Team {
         name: "t".into(),
+        labels: Default::default(),
         backend: Default::default(),
         user: None,
         allow_root_user: false,
