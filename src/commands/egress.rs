@@ -17,21 +17,7 @@ pub fn logs(
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let applied = ctx.applied(team)?;
-    let teams: Vec<_> = applied
-        .teams
-        .iter()
-        .filter(|t| t.members.iter().any(|m| m.name == member))
-        .collect();
-    let t = match teams[..] {
-        [one] => one,
-        [] => bail!("no applied team has a member `{member}`"),
-        _ => bail!("several teams have a member `{member}`; say which with --team"),
-    };
-    let m = t
-        .members
-        .iter()
-        .find(|m| m.name == member)
-        .expect("filtered above");
+    let (t, m) = super::member::member_of(&applied, member)?;
     if !matches!(m.access.network, ateam::model::Network::Allow(_)) {
         bail!("member `{member}` has no egress proxy: its grant's network is not an allow list");
     }

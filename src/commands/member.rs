@@ -15,22 +15,32 @@ use ateam::store::Record;
 use super::common::app;
 use super::exit::Exit;
 
+/// The one applied team with a member `member`, and that member.
+pub fn member_of<'a>(
+    applied: &'a ateam::model::Desired,
+    member: &str,
+) -> anyhow::Result<(&'a ateam::model::Team, &'a ateam::model::Member)> {
+    let mut found = applied
+        .teams
+        .iter()
+        .filter_map(|t| t.members.iter().find(|m| m.name == member).map(|m| (t, m)));
+    match (found.next(), found.next()) {
+        (Some(one), None) => Ok(one),
+        (None, _) => bail!("no applied team has a member `{member}`"),
+        (Some(_), Some(_)) => {
+            bail!("several teams have a member `{member}`; say which with --team")
+        }
+    }
+}
+
 async fn find(
     ctx: &ateam::app::App,
     team: Option<&str>,
     member: &str,
 ) -> anyhow::Result<(std::sync::Arc<dyn ateam::backend::Backend>, String)> {
     let applied = ctx.applied(team)?;
-    let teams: Vec<_> = applied
-        .teams
-        .iter()
-        .filter(|t| t.members.iter().any(|m| m.name == member))
-        .collect();
-    let t = match teams[..] {
-        [one] => one.clone(),
-        [] => bail!("no applied team has a member `{member}`"),
-        _ => bail!("several teams have a member `{member}`; say which with --team"),
-    };
+    let (t, _) = member_of(&applied, member)?;
+    let t = t.clone();
     let (backend, _) = ctx.connect(std::slice::from_ref(&t)).await?;
     let filter = BTreeMap::from([
         (labels::STORE.to_string(), store_id(&ctx.host.state_dir)),
