@@ -2,6 +2,8 @@
 //! allow list, it listens on the member's own loopback (`HTTP_PROXY` points at it) and joins
 //! each connection to the member's egress socket, `/.ateam/egress.sock`, where ateam's proxy
 //! on the host judges every request. It knows nothing of the list: it only carries bytes.
+//! In a team with `helperRequests`, the gate starts a second one, from `ATEAM_HELPERS_URL`'s
+//! port to `/.ateam/helpers.sock`, where the member's helper server listens.
 //!
 //! Built by build.rs as a static, std-only binary so that it runs in any image, mounted
 //! read-only. One thread serves every connection (poll(2) over non-blocking sockets), so the
@@ -242,13 +244,18 @@ fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) {
                     }
                 }
             }
-            // Without a proxy the member gets an HTTP answer that says so, not a reset.
+            // Without its server the member gets an HTTP answer that says so, not a reset.
             Err(e) => {
-                let body = format!("ateam egress proxy not reachable at {socket}: {e}\n");
+                let what = if socket.ends_with("helpers.sock") {
+                    "helper server"
+                } else {
+                    "egress proxy"
+                };
+                let body = format!("ateam {what} not reachable at {socket}: {e}\n");
                 let mut tcp = tcp;
                 let _ = write!(
                     tcp,
-                    "HTTP/1.1 502 ateam egress proxy not running\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 502 ateam {what} not running\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
             }

@@ -75,7 +75,15 @@ fn main() {
         std::env::var_os("ATEAM_EGRESS_LISTEN"),
         std::env::var_os("ATEAM_EGRESS_SOCKET"),
     ) {
-        start_bridge(&listen, &socket);
+        start_bridge(&listen, &socket, "the egress bridge", "no network");
+    }
+    // A member of a team that allows helper requests asks through a second bridge, to its
+    // helper server's socket (`ATEAM_HELPERS_URL`).
+    if let (Some(listen), Some(socket)) = (
+        std::env::var_os("ATEAM_HELPERS_LISTEN"),
+        std::env::var_os("ATEAM_HELPERS_SOCKET"),
+    ) {
+        start_bridge(&listen, &socket, "the helpers bridge", "no helper requests");
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
@@ -97,7 +105,7 @@ fn main() {
 /// Starts `/.ateam/bridge` and waits for its "ready" line (it listens by then). A bridge that
 /// fails leaves the member without a network, which is the narrower side: it is said, and the
 /// member's command runs.
-fn start_bridge(listen: &std::ffi::OsStr, socket: &std::ffi::OsStr) {
+fn start_bridge(listen: &std::ffi::OsStr, socket: &std::ffi::OsStr, what: &str, without: &str) {
     use std::io::BufRead;
     let spawned = Command::new(Path::new(CTL).join("bridge"))
         .arg("--listen")
@@ -114,10 +122,10 @@ fn start_bridge(listen: &std::ffi::OsStr, socket: &std::ffi::OsStr) {
                 let _ = std::io::BufReader::new(out).read_line(&mut line);
             }
             if line.trim() != "ready" {
-                eprintln!("ateam-gate: the egress bridge did not start; no network");
+                eprintln!("ateam-gate: {what} did not start; {without}");
             }
         }
-        Err(e) => eprintln!("ateam-gate: cannot start the egress bridge: {e}; no network"),
+        Err(e) => eprintln!("ateam-gate: cannot start {what}: {e}; {without}"),
     }
 }
 

@@ -231,6 +231,27 @@ pub enum Command {
         #[arg(long)]
         egress: bool,
     },
+    /// Write a team as it now stands, helpers its members asked for included, as manifests
+    /// a person can check in (they pass `validate`, and an apply of them changes nothing).
+    Export {
+        /// The applied team.
+        #[arg(long)]
+        team: String,
+        /// Write to this file (0600) instead of stdout.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
+    /// A member's helper-request server (started by apply; not for people to run).
+    #[command(hide = true)]
+    HelperServer {
+        #[arg(long)]
+        team: String,
+        #[arg(long)]
+        member: String,
+        /// UID:GID the socket belongs to (the member's user).
+        #[arg(long)]
+        socket_owner: String,
+    },
     /// A member's egress proxy (started by apply; not for people to run).
     #[command(hide = true)]
     EgressProxy {

@@ -9,6 +9,9 @@
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
+//! - `requests`: helper members a member asks for at run time: judged as manifests, recorded,
+//!   merged into what is desired (below `app`); `requests::server`, the per-member helper
+//!   server that judges and converges (above it);
 //! - `report`: diff and status as text and data;
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
@@ -39,5 +42,6 @@ pub mod observe;
 pub mod plan;
 pub mod policy;
 pub mod report;
+pub mod requests;
 pub mod runtime;
 pub mod store;

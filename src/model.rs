@@ -31,6 +31,11 @@ pub struct Team {
     pub max_depth: u32,
     pub session_dir: PathBuf,
     pub allow_unenforced_limits: bool,
+    /// Members may ask for helpers through `/.ateam/helpers.sock` (`crate::requests`).
+    /// Default false, and for records of 0.1.0: a request widens the team at run time, which
+    /// a person should opt into.
+    #[serde(default)]
+    pub helper_requests: bool,
     pub sessions: Vec<MainSession>,
     pub grants: Vec<AccessGrant>,
     pub members: Vec<Member>,
@@ -107,6 +112,34 @@ pub struct Member {
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/members/<name>`.
     pub transcript_dir: PathBuf,
+    /// Where it comes from. Default (and for records of 0.1.0): a manifest.
+    #[serde(default, skip_serializing_if = "Origin::is_manifest")]
+    pub origin: Origin,
+}
+
+/// Why a member exists: a manifest names it, or another member asked for it at run time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Origin {
+    #[default]
+    Manifest,
+    /// Asked for by member `by` of the same team through its helpers socket, at `at` (RFC
+    /// 3339). It lives as long as `by` is desired.
+    Requested { by: String, at: String },
+}
+
+impl Origin {
+    pub fn is_manifest(&self) -> bool {
+        matches!(self, Origin::Manifest)
+    }
+
+    /// `manifest`, or `requested by NAME`: what status shows.
+    pub fn describe(&self) -> String {
+        match self {
+            Origin::Manifest => "manifest".into(),
+            Origin::Requested { by, .. } => format!("requested by {by}"),
+        }
+    }
 }
 
 /// A numeric user and group, as members run with it (`uid:gid`).

@@ -354,6 +354,37 @@ pub struct MemberStatus {
     pub limits_unenforced: bool,
     /// Its egress proxy, for a member whose network is an allow list.
     pub egress: Option<EgressStatus>,
+    /// Why a member exists: a manifest, or another member's request. None for other rows.
+    pub origin: Option<OriginStatus>,
+}
+
+/// Where a member comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OriginStatus {
+    /// `manifest` or `requested`.
+    pub kind: String,
+    /// The member that asked for it (`requested`).
+    pub requested_by: Option<String>,
+    /// When it asked (RFC 3339).
+    pub requested_at: Option<String>,
+}
+
+impl OriginStatus {
+    fn of(o: &crate::model::Origin) -> OriginStatus {
+        match o {
+            crate::model::Origin::Manifest => OriginStatus {
+                kind: "manifest".into(),
+                requested_by: None,
+                requested_at: None,
+            },
+            crate::model::Origin::Requested { by, at } => OriginStatus {
+                kind: "requested".into(),
+                requested_by: Some(by.clone()),
+                requested_at: Some(at.clone()),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -461,6 +492,7 @@ pub fn team_status(
             grants: None,
             limits_unenforced: false,
             egress: None,
+            origin: None,
         });
     }
     for m in &team.members {
@@ -557,6 +589,7 @@ pub fn team_status(
             grants: Some(Grants::of(&m.access)),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
             egress,
+            origin: Some(OriginStatus::of(&m.origin)),
         });
     }
     let strangers = plan
@@ -603,6 +636,7 @@ pub fn team_status(
                 grants: None,
                 limits_unenforced: false,
                 egress: None,
+                origin: None,
             }
         };
     for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
@@ -659,6 +693,7 @@ pub fn team_status(
                     grants: None,
                     limits_unenforced: false,
                     egress: None,
+                    origin: None,
                 });
             }
             _ => {}
@@ -839,6 +874,18 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
             out.push_str(&line(r.iter().map(String::as_str).collect()));
         }
         for m in &t.members {
+            if let Some(o) = &m.origin
+                && let Some(by) = &o.requested_by
+            {
+                out.push_str(&format!(
+                    "  {}: requested by {by}{}\n",
+                    m.name,
+                    o.requested_at
+                        .as_deref()
+                        .map(|t| format!(" at {t}"))
+                        .unwrap_or_default()
+                ));
+            }
             if let Some(d) = &m.detail {
                 out.push_str(&format!("  {}: {d}\n", m.name));
             }

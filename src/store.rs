@@ -429,6 +429,7 @@ mod tests {
             max_depth: 3,
             session_dir: "/x".into(),
             allow_unenforced_limits: false,
+            helper_requests: false,
             sessions: vec![],
             grants: vec![],
             members: vec![],

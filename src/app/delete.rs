@@ -105,6 +105,7 @@ pub async fn delete(
                 })?;
             }
         }
+        crate::requests::servers::stop_team(&app.host.state_dir, &t.name);
         let run = team_run_dir(&app.host.state_dir, &t.name);
         if run.exists() {
             std::fs::remove_dir_all(&run).map_err(|source| AppError::Io {

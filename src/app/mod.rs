@@ -105,6 +105,11 @@ pub struct Look {
     pub desired: DesiredState,
     pub observed: Observed,
     pub plan: Plan,
+    /// The teams looked at, with the helpers their members asked for (`requests::merge`).
+    pub model: Desired,
+    /// Requested members no longer wanted: the plan removes their containers, and a
+    /// converge forgets their records.
+    pub dropped: Vec<crate::requests::Dropped>,
 }
 
 impl App {
@@ -199,18 +204,24 @@ impl App {
         Ok(connect::connect(choice, &Env::from_process(self.host.uid)).await?)
     }
 
-    /// Finds the engine, looks at the machine for `desired` and plans.
+    /// Finds the engine, looks at the machine for `desired` (and the helpers its members
+    /// asked for) and plans.
     pub async fn look(&self, desired: &Desired, opts: PlanOptions) -> Result<Look, AppError> {
         let (backend, info) = self.connect(&desired.teams).await?;
-        let ds = self.desired_state(desired);
+        // Helpers members asked for are desired as much as what the manifests name.
+        let (model, dropped) = crate::requests::merge(desired, &self.host.state_dir);
+        let ds = self.desired_state(&model);
         let observed = observe(backend.as_ref(), &info, &ds).await?;
-        let plan = plan(&ds, &observed, opts);
+        let mut plan = plan(&ds, &observed, opts);
+        crate::requests::remove_dropped(&mut plan, &dropped);
         Ok(Look {
             backend,
             info,
             desired: ds,
             observed,
             plan,
+            model,
+            dropped,
         })
     }
 

@@ -24,6 +24,7 @@ mod diff;
 mod doctor;
 mod egress;
 pub mod exit;
+mod export;
 mod member;
 mod output;
 mod progress;
@@ -159,6 +160,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             };
             block_on(member::logs(g, team.as_deref(), &member, opts))?
         }
+        Command::Export { team, output } => export::run(g, &team, output.as_deref()),
+        Command::HelperServer {
+            team,
+            member,
+            socket_owner,
+        } => export::helper_server(g, team, member, &socket_owner),
         Command::EgressProxy {
             socket,
             policy,

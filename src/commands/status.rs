@@ -60,6 +60,8 @@ pub async fn run(
     }
     let look = ctx.look(&desired, PlanOptions::default()).await?;
     let (info, observed, p) = (look.info, look.observed, look.plan);
+    // With the helpers members asked for: they are rows too.
+    let desired = look.model;
     let dir = state_dir.clone();
     let count = move |team: &str, member: &str| restarts(&member_ctl_dir(&dir, team, member));
     let dir = state_dir.clone();

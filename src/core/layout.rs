@@ -156,3 +156,25 @@ pub fn transcripts_dir(session_dir: &Path) -> PathBuf {
 pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {
     transcripts_dir(session_dir).join(member)
 }
+
+/// Where the helper members a team's members asked for are recorded, one file each
+/// (`<state>/teams/<team>/requested/<name>.json`, see `crate::requests`).
+pub fn requested_dir(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("requested")
+}
+
+/// The socket's name in the control folder (inside a member: `/.ateam/helpers.sock`).
+pub const HELPERS_SOCKET_NAME: &str = "helpers.sock";
+
+/// Where a member's helper server listens: in its control folder, as the egress socket, so
+/// that it is mounted into that member alone and the server knows who asks.
+pub fn helpers_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    member_ctl_dir(state_dir, team, member).join(HELPERS_SOCKET_NAME)
+}
+
+/// A member's helper server's own files (pid file, its standard error). Never mounted.
+pub fn helpers_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("helpers")
+}

@@ -68,6 +68,11 @@ pub struct TeamSpec {
     /// root-owned file in its grants, so `user: 0:0` is refused without this.
     #[serde(default)]
     pub allow_root_user: bool,
+    /// Give each member a socket (`/.ateam/helpers.sock`, reached at `ATEAM_HELPERS_URL`)
+    /// through which it may ask for helper members, each no wider than itself. Default
+    /// false: a request widens the team at run time, so a person opts in.
+    #[serde(default)]
+    pub helper_requests: bool,
 }
 
 /// `kind: MainSession`: a session a person drives, on the host, with the person's own access.

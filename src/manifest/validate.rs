@@ -500,7 +500,7 @@ fn host_covers(outer: &str, inner: &str) -> bool {
 }
 
 /// Is `child` the same as or narrower than `parent`; the first way it is wider if not.
-fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, String)> {
+pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, String)> {
     for (i, r) in child.read.iter().enumerate() {
         if !parent
             .read
@@ -761,6 +761,7 @@ fn build(
             max_depth: spec.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
             session_dir: session_dir.clone(),
             allow_unenforced_limits: spec.allow_unenforced_limits,
+            helper_requests: spec.helper_requests,
             sessions: vec![],
             grants: vec![],
             members: vec![],
@@ -1134,6 +1135,7 @@ fn build(
                     .unwrap_or_default(),
                 labels: o.labels.clone(),
                 transcript_dir,
+                origin: model::Origin::Manifest,
             });
         }
         desired.teams.push(team);

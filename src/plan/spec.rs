@@ -14,8 +14,8 @@ use crate::core::container::{
     team_network_name,
 };
 use crate::core::layout::{
-    EGRESS_SOCKET_NAME, egress_socket_path, member_ctl_dir, member_record_path,
-    session_socket_path, store_id, team_run_dir,
+    EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, member_ctl_dir,
+    member_record_path, session_socket_path, store_id, team_run_dir,
 };
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
@@ -23,6 +23,25 @@ use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
 /// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
 /// member has its own network namespace). `HTTP_PROXY` and friends point here.
 pub const BRIDGE_LISTEN: &str = "127.0.0.1:3128";
+
+/// Where a member of a team with `helperRequests` reaches its helper server: a second bridge
+/// on its own loopback, joined to `/.ateam/helpers.sock`.
+pub const HELPERS_LISTEN: &str = "127.0.0.1:3129";
+
+/// What tells the gate to start the helpers bridge, and the agent where to ask
+/// (`crate::requests`). Wget through an HTTP proxy would not reach a loopback address, so
+/// the URL is one that `NO_PROXY` names.
+fn helpers_env(env: &mut BTreeMap<String, String>) {
+    env.insert("ATEAM_HELPERS_LISTEN".into(), HELPERS_LISTEN.into());
+    env.insert(
+        "ATEAM_HELPERS_SOCKET".into(),
+        format!("{CTL_TARGET}/{HELPERS_SOCKET_NAME}"),
+    );
+    env.insert(
+        "ATEAM_HELPERS_URL".into(),
+        format!("http://{HELPERS_LISTEN}/helpers"),
+    );
+}
 
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,6 +170,9 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         for k in ["NO_PROXY", "no_proxy"] {
             env.insert(k.into(), "localhost,127.0.0.1,::1".into());
         }
+    }
+    if team.helper_requests {
+        helpers_env(&mut env);
     }
     let tmpfs = BTreeMap::from([
         ("/tmp".to_string(), "rw,nosuid,nodev,size=256m".to_string()),

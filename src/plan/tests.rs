@@ -49,6 +49,7 @@ fn member(name: &str) -> Member {
         image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+        origin: Default::default(),
     }
 }
 
@@ -65,6 +66,7 @@ fn team(members: Vec<Member>) -> Desired {
             max_depth: 3,
             session_dir: "/home/u/sessions".into(),
             allow_unenforced_limits: false,
+            helper_requests: false,
             sessions: vec![],
             grants: vec![],
             members,

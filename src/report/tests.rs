@@ -46,6 +46,7 @@ fn team(members: &[&str]) -> Team {
         image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+        origin: Default::default(),
     };
     Team {
         name: "t".into(),
@@ -58,6 +59,7 @@ fn team(members: &[&str]) -> Team {
         max_depth: 3,
         session_dir: "/home/u/sessions".into(),
         allow_unenforced_limits: false,
+        helper_requests: false,
         sessions: vec![],
         grants: vec![],
         members: members.iter().map(|m| member(m)).collect(),

@@ -231,7 +231,8 @@ impl Runtime {
         }
         gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
             .map_err(io(&m.ctl_dir))?;
-        if m.egress.is_some() {
+        // The bridge also carries a helper request to the member's helper server.
+        if m.egress.is_some() || m.spec.env.contains_key("ATEAM_HELPERS_SOCKET") {
             gate::install_bridge(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
                 .map_err(io(&m.ctl_dir))?;
         }

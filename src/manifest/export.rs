@@ -1,0 +1,200 @@
+//! The inverse of `validate`: a team of the trusted model written back as manifests a person
+//! can check in (`ateam export`), and the manifests a helper request is judged as
+//! (`crate::requests`). Everything is written explicitly (absolute paths, limits in bytes,
+//! maxMembers), so that what validation makes of it again is the very same model, and an apply
+//! of it changes nothing.
+//!
+//! Members a member asked for are written as ordinary Members, each with an AccessGrant of its
+//! own (`requested-<name>`, as the request made it), and an annotation that says who asked:
+//! once checked in and applied, a manifest names them and they no longer go with their
+//! requester.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::raw::{
+    API_VERSION, AccessGrantSpec, MainSessionSpec, MemberSpec, Metadata, NetworkSpec, Object,
+    Quantity, Resources, TeamSpec,
+};
+use crate::model::{AccessGrant, Member, Network, Origin, Parent, Team};
+
+/// The annotation an exported requested member carries: who asked for it, and when.
+pub const REQUESTED_BY: &str = "ateam.dev/requested-by";
+
+/// One manifest object of any kind, ready to serialize.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Manifest {
+    Team(Object<TeamSpec>),
+    MainSession(Object<MainSessionSpec>),
+    AccessGrant(Object<AccessGrantSpec>),
+    Member(Object<MemberSpec>),
+}
+
+fn object<S>(kind: &str, name: &str, labels: &BTreeMap<String, String>, spec: S) -> Object<S> {
+    Object {
+        api_version: API_VERSION.into(),
+        kind: kind.into(),
+        metadata: Metadata {
+            name: name.into(),
+            labels: labels.clone(),
+            annotations: BTreeMap::new(),
+        },
+        spec,
+    }
+}
+
+fn path_strings(v: &[std::path::PathBuf]) -> Vec<String> {
+    v.iter().map(|p| p.display().to_string()).collect()
+}
+
+/// The AccessGrant object of `g`, in team `team`.
+pub fn grant_object(team: &str, g: &AccessGrant) -> Object<AccessGrantSpec> {
+    object(
+        "AccessGrant",
+        &g.name,
+        &BTreeMap::new(),
+        AccessGrantSpec {
+            team: Some(team.into()),
+            read: path_strings(&g.read),
+            write: path_strings(&g.write),
+            network: match &g.network {
+                Network::None => NetworkSpec::None,
+                Network::Allow(h) => NetworkSpec::Allow(h.clone()),
+                Network::Open => NetworkSpec::Open,
+            },
+        },
+    )
+}
+
+/// CPUs as validation reads them back exactly: thousandths when whole, else a number.
+fn cpus(nano: u64) -> Quantity {
+    if nano.is_multiple_of(1_000_000) {
+        Quantity::Text(format!("{}m", nano / 1_000_000))
+    } else {
+        Quantity::Number(nano as f64 / 1e9)
+    }
+}
+
+/// The Member object of `m`, in `team`.
+pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
+    let mut o = object(
+        "Member",
+        &m.name,
+        &m.labels,
+        MemberSpec {
+            team: Some(team.name.clone()),
+            parent: match &m.parent {
+                Parent::MainSession(s) => format!("MainSession/{s}"),
+                Parent::Member(p) => format!("Member/{p}"),
+            },
+            access: (!m.access.name.is_empty()).then(|| m.access.name.clone()),
+            image: Some(m.image.clone()),
+            image_pull_policy: Some(m.image_pull_policy),
+            command: m.command.clone(),
+            cwd: Some(m.cwd.display().to_string()),
+            env: m.env.clone(),
+            secret_env: m.secret_env.clone(),
+            resources: Resources {
+                memory: Some(Quantity::Text(m.memory_bytes.to_string())),
+                pids: Some(m.pids),
+                cpus: m.nano_cpus.map(cpus),
+            },
+            restart: m.restart,
+            // The team's user is written on the Team; a member's only when it differs.
+            user: m
+                .user
+                .filter(|u| Some(*u) != team.user)
+                .map(|u| u.to_string()),
+        },
+    );
+    if let Origin::Requested { by, at } = &m.origin {
+        o.metadata
+            .annotations
+            .insert(REQUESTED_BY.into(), format!("{by} at {at}"));
+    }
+    o
+}
+
+/// Every object of `team`: the Team, its main sessions, its grants (those its members use
+/// that no AccessGrant of the team defines, such as a requested member's, included) and its
+/// members.
+pub fn team_objects(team: &Team) -> Vec<Manifest> {
+    let mut out = vec![Manifest::Team(object(
+        "Team",
+        &team.name,
+        &team.labels,
+        TeamSpec {
+            backend: team.backend,
+            image: team.image.clone(),
+            image_pull_policy: None,
+            max_members: Some(team.max_members),
+            max_depth: Some(team.max_depth),
+            session_dir: Some(team.session_dir.display().to_string()),
+            allow_unenforced_limits: team.allow_unenforced_limits,
+            user: team.user.map(|u| u.to_string()),
+            allow_root_user: team.allow_root_user,
+            helper_requests: team.helper_requests,
+        },
+    ))];
+    for s in &team.sessions {
+        out.push(Manifest::MainSession(object(
+            "MainSession",
+            &s.name,
+            &s.labels,
+            MainSessionSpec {
+                team: Some(team.name.clone()),
+                cwd: Some(s.cwd.display().to_string()),
+                command: s.command.clone(),
+                env: s.env.clone(),
+            },
+        )));
+    }
+    let mut grants: BTreeMap<&str, &AccessGrant> =
+        team.grants.iter().map(|g| (g.name.as_str(), g)).collect();
+    for m in &team.members {
+        if !m.access.name.is_empty() {
+            grants.entry(&m.access.name).or_insert(&m.access);
+        }
+    }
+    for g in grants.values() {
+        out.push(Manifest::AccessGrant(grant_object(&team.name, g)));
+    }
+    for m in &team.members {
+        out.push(Manifest::Member(member_object(team, m)));
+    }
+    out
+}
+
+/// `objects` as one YAML stream, documents separated by `---`. Fields left at their default
+/// (nothing, no labels, no env) are left out, as a person would write them.
+pub fn to_yaml(objects: &[Manifest]) -> Result<String, serde_saphyr::SerializeError> {
+    let mut out = String::new();
+    for o in objects {
+        let mut v = serde_json::to_value(o).expect("a manifest serializes");
+        prune(&mut v);
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&v)?);
+    }
+    Ok(out)
+}
+
+/// Removes nulls, and empty mappings and lists, from mappings (`command: []` stays: it is
+/// never written, and would mean something).
+fn prune(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    if let Value::Object(m) = v {
+        for x in m.values_mut() {
+            prune(x);
+        }
+        m.retain(|_, x| match x {
+            Value::Null => false,
+            Value::Object(o) => !o.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            _ => true,
+        });
+    } else if let Value::Array(a) = v {
+        a.iter_mut().for_each(prune);
+    }
+}

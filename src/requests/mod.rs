@@ -1,0 +1,516 @@
+//! Helper members a member asks for at run time, in teams that allow it (`helperRequests`).
+//!
+//! A request is judged as manifests are: the team as it stands (`manifest::export`), plus
+//! the requested Member and an AccessGrant of its own, go through `manifest::validate`, so
+//! that every rule (names, grant paths, a child never wider than its parent, maxMembers,
+//! maxDepth, admission) holds for requested members as for written ones. On top of those, a
+//! request may not ask for more memory, pids or CPUs than its requester has.
+//!
+//! An accepted request is recorded (`<state>/teams/<team>/requested/<name>.json`) and is
+//! desired state from then on: `merge` adds it to the team's manifests wherever ateam looks
+//! (apply, the controller, status, diff). It lasts as long as its requester is desired: when
+//! the manifests no longer name the requester (or a manifest now names a member of the same
+//! name), the record is dropped and its container removed by the next apply or reconcile,
+//! without `--prune`. Its transcript stays, as every member's does. A requester whose
+//! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
+//!
+//! - `server`: `ateam helper-server`, the per-member process behind `/.ateam/helpers.sock`;
+//! - `servers`: starting, finding and stopping those processes, as the egress proxies are.
+
+pub mod server;
+pub mod servers;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::layout;
+use crate::files::{self, Owner};
+use crate::host::Host;
+use crate::manifest::export::{self, Manifest};
+use crate::manifest::raw::{NetworkSpec, Resources};
+use crate::manifest::{Problem, Source, quantity};
+use crate::model::{Desired, Member, Origin, Parent, RestartPolicy, Team};
+use crate::plan::{Action, Finding, Plan};
+
+/// What a member sends to ask for a helper (JSON). Unknown fields are errors, as in manifests.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Request {
+    /// The helper's name (a DNS-1123 label, unique in the team).
+    pub name: String,
+    /// Default: the team's image, else the requester's.
+    pub image: Option<String>,
+    /// Default: the image's own.
+    pub command: Option<Vec<String>>,
+    /// Absolute; default as a manifest's: the first write folder, else read, else its
+    /// transcript folder.
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Absolute folders the requester may read (or write), or folders inside them.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Absolute folders the requester may write, or folders inside them.
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// `none` (default), `{allow: [...]}` within the requester's, or `open` if it has it.
+    pub network: Option<NetworkSpec>,
+    /// Each default: the requester's own; never more than it.
+    #[serde(default)]
+    pub resources: Resources,
+    pub restart: Option<RestartPolicy>,
+}
+
+/// Why a request was refused: which rule it breaks, and in what words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// An HTTP status: 400 malformed, 403 not allowed at all, 409 the name is taken, 422 a
+    /// rule is broken.
+    pub status: u16,
+    /// A short name of the rule: `narrower-than-requester`, `resources-within-requester`,
+    /// `maxMembers`, `maxDepth`, `name`, `absolute-paths`, `manifest-rules`...
+    pub rule: String,
+    /// The field of the request at fault, when one is.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(status: u16, rule: &str, field: Option<&str>, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            rule: rule.into(),
+            field: field.map(str::to_string),
+            message: message.into(),
+        }
+    }
+}
+
+/// One accepted request, as recorded: the member it made (its `origin` says who asked).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub member: Member,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not a request record ateam wrote: {source}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn record_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
+    layout::requested_dir(state_dir, team).join(format!("{name}.json"))
+}
+
+/// Every record of `team`, oldest first (a helper's own helpers come after it). Unreadable
+/// records are skipped with a warning: a broken file must not stop the team's manifests.
+pub fn records(state_dir: &Path, team: &str) -> Vec<RequestRecord> {
+    let dir = layout::requested_dir(state_dir, team);
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return vec![];
+    };
+    let mut out: Vec<RequestRecord> = rd
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| match load(&e.path()) {
+            Ok(r) => Some(r),
+            Err(err) => {
+                tracing::warn!(error = %err, "skipping a helper request record");
+                None
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (requested_at(&a.member), &a.member.name).cmp(&(requested_at(&b.member), &b.member.name))
+    });
+    out
+}
+
+fn requested_at(m: &Member) -> &str {
+    match &m.origin {
+        Origin::Requested { at, .. } => at,
+        Origin::Manifest => "",
+    }
+}
+
+fn load(path: &Path) -> Result<RequestRecord, RequestError> {
+    let bytes = std::fs::read(path).map_err(|source| RequestError::Io {
+        path: path.into(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| RequestError::Corrupt {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Records `m`, atomically, 0600.
+pub fn save(state_dir: &Path, team: &str, m: &Member, owner: Owner) -> Result<(), RequestError> {
+    let dir = layout::requested_dir(state_dir, team);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RequestError::Io { path, source }
+    };
+    files::private_dir(&dir, owner).map_err(io(&dir))?;
+    let path = record_path(state_dir, team, &m.name);
+    let json = serde_json::to_vec_pretty(&RequestRecord { member: m.clone() })
+        .expect("a record serializes");
+    files::write_atomic(&path, &json, 0o600, owner).map_err(io(&path))
+}
+
+/// Forgets the request that made `name` (its container is the caller's business).
+pub fn forget(state_dir: &Path, team: &str, name: &str) -> Result<(), RequestError> {
+    let path = record_path(state_dir, team, name);
+    files::remove_if_present(&path).map_err(|source| RequestError::Io { path, source })
+}
+
+/// A requested member that is no longer wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dropped {
+    pub team: String,
+    pub member: String,
+    pub why: String,
+}
+
+/// `desired` with the requested members of its teams added: those whose requester is in it
+/// (a manifest member or a requested one, added before), whose name no manifest takes, and
+/// that are still no wider than their requester. The others are `Dropped`.
+pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
+    let mut out = desired.clone();
+    let mut dropped = Vec::new();
+    for team in &mut out.teams {
+        let manifest_names: Vec<String> = team.members.iter().map(|m| m.name.clone()).collect();
+        for r in records(state_dir, &team.name) {
+            let m = r.member;
+            let Origin::Requested { by, .. } = &m.origin else {
+                continue;
+            };
+            let why = if manifest_names.contains(&m.name) {
+                Some("a manifest now names a member of this name".to_string())
+            } else if let Some(parent) = team.members.iter().find(|p| p.name == *by) {
+                still_within(&m, parent).err()
+            } else {
+                Some(format!("its requester `{by}` is no longer wanted"))
+            };
+            match why {
+                None => team.members.push(m),
+                Some(why) => dropped.push(Dropped {
+                    team: team.name.clone(),
+                    member: m.name.clone(),
+                    why,
+                }),
+            }
+        }
+    }
+    (out, dropped)
+}
+
+/// A requested member is kept only while it is no wider than its requester now (a manifest
+/// may have narrowed the requester since).
+fn still_within(m: &Member, parent: &Member) -> Result<(), String> {
+    crate::manifest::validate::narrower(&m.access, &parent.access)
+        .map_err(|(_, why)| format!("its grant {why} (its requester's grant was narrowed)"))?;
+    resources_within(m, parent).map_err(|r| r.message)
+}
+
+/// Memory, pids and CPUs: no more than the requester's.
+fn resources_within(m: &Member, parent: &Member) -> Result<(), Refusal> {
+    let refuse = |field: &str, what: String| {
+        Err(Refusal::new(
+            422,
+            "resources-within-requester",
+            Some(field),
+            format!(
+                "{what}; a requested member may have no more than its requester `{}`",
+                parent.name
+            ),
+        ))
+    };
+    if m.memory_bytes > parent.memory_bytes {
+        return refuse(
+            "resources.memory",
+            format!(
+                "memory {} is more than the requester's {}",
+                quantity::human_bytes(m.memory_bytes),
+                quantity::human_bytes(parent.memory_bytes)
+            ),
+        );
+    }
+    if m.pids > parent.pids {
+        return refuse(
+            "resources.pids",
+            format!(
+                "pids {} is more than the requester's {}",
+                m.pids, parent.pids
+            ),
+        );
+    }
+    match (m.nano_cpus, parent.nano_cpus) {
+        (_, None) => {}
+        (None, Some(_)) => {
+            return refuse(
+                "resources.cpus",
+                "no CPU limit, but the requester has one".to_string(),
+            );
+        }
+        (Some(c), Some(p)) if c > p => {
+            return refuse(
+                "resources.cpus",
+                format!(
+                    "cpus {} is more than the requester's {}",
+                    c as f64 / 1e9,
+                    p as f64 / 1e9
+                ),
+            );
+        }
+        (Some(_), Some(_)) => {}
+    }
+    Ok(())
+}
+
+/// The name of the AccessGrant a request makes for its member.
+pub fn grant_name(member: &str) -> String {
+    let mut n = format!("requested-{member}");
+    n.truncate(63);
+    n.trim_end_matches('-').to_string()
+}
+
+/// Where problems of a judged request are said to be.
+const REQUEST_FILE: &str = "<helper request>";
+
+/// Judges `req` from member `by` of `team` (with its requested members merged in), against
+/// the other teams of the store (`applied`, requests merged in too): the member it makes, or
+/// the rule it breaks. `at` is the time of the request (RFC 3339).
+pub fn judge(
+    req: &Request,
+    by: &str,
+    team: &Team,
+    applied: &[Team],
+    host: &Host,
+    at: &str,
+) -> Result<Member, Refusal> {
+    if !team.helper_requests {
+        return Err(Refusal::new(
+            403,
+            "helperRequests",
+            None,
+            format!(
+                "team `{}` does not allow helper requests (its Team sets no `helperRequests: true`)",
+                team.name
+            ),
+        ));
+    }
+    let Some(parent) = team.members.iter().find(|m| m.name == by) else {
+        return Err(Refusal::new(
+            403,
+            "requester",
+            None,
+            format!("`{by}` is not a member of team `{}` now", team.name),
+        ));
+    };
+    if team.members.iter().any(|m| m.name == req.name) {
+        return Err(Refusal::new(
+            409,
+            "unique-name",
+            Some("name"),
+            format!(
+                "team `{}` already has a member `{}`; choose another name",
+                team.name, req.name
+            ),
+        ));
+    }
+    for (field, list) in [("read", &req.read), ("write", &req.write)] {
+        for (i, p) in list.iter().enumerate() {
+            if !p.starts_with('/') {
+                return Err(Refusal::new(
+                    400,
+                    "absolute-paths",
+                    Some(&format!("{field}[{i}]")),
+                    format!(
+                        "`{p}` is not an absolute path; a request names folders as the requester sees them (ATEAM_READ_DIRS, ATEAM_WRITE_DIRS)"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(c) = &req.cwd
+        && !c.starts_with('/')
+    {
+        return Err(Refusal::new(
+            400,
+            "absolute-paths",
+            Some("cwd"),
+            format!("`{c}` is not an absolute path"),
+        ));
+    }
+    // The member as a manifest would write it.
+    let grant = crate::model::AccessGrant {
+        name: grant_name(&req.name),
+        read: vec![],
+        write: vec![],
+        network: crate::model::Network::None,
+    };
+    let mut grant_obj = export::grant_object(&team.name, &grant);
+    grant_obj.spec.read = req.read.clone();
+    grant_obj.spec.write = req.write.clone();
+    grant_obj.spec.network = req.network.clone().unwrap_or(NetworkSpec::None);
+    let child = Member {
+        name: req.name.clone(),
+        parent: Parent::Member(by.to_string()),
+        user: parent.user,
+        depth: parent.depth + 1,
+        access: grant.clone(),
+        image: req
+            .image
+            .clone()
+            .or_else(|| team.image.clone())
+            .unwrap_or_else(|| parent.image.clone()),
+        command: req.command.clone(),
+        cwd: PathBuf::new(),
+        env: req.env.clone(),
+        secret_env: vec![],
+        memory_bytes: parent.memory_bytes,
+        pids: parent.pids,
+        nano_cpus: parent.nano_cpus,
+        restart: req.restart.unwrap_or_default(),
+        image_pull_policy: parent.image_pull_policy,
+        labels: BTreeMap::new(),
+        transcript_dir: PathBuf::new(),
+        origin: Origin::Requested {
+            by: by.to_string(),
+            at: at.to_string(),
+        },
+    };
+    let mut member_obj = export::member_object(team, &child);
+    member_obj.spec.cwd = req.cwd.clone();
+    let r = &req.resources;
+    member_obj.spec.resources = Resources {
+        memory: r.memory.clone().or(member_obj.spec.resources.memory),
+        pids: r.pids.or(member_obj.spec.resources.pids),
+        cpus: r.cpus.clone().or(member_obj.spec.resources.cpus),
+    };
+    member_obj.spec.user = parent.user.map(|u| u.to_string());
+    let mut objects = export::team_objects(team);
+    objects.push(Manifest::AccessGrant(grant_obj));
+    objects.push(Manifest::Member(member_obj));
+    let text = export::to_yaml(&objects).map_err(|e| {
+        Refusal::new(
+            400,
+            "manifest-rules",
+            None,
+            format!("the request cannot be written as a manifest: {e}"),
+        )
+    })?;
+    let source = Source {
+        path: REQUEST_FILE.into(),
+        dir: "/".into(),
+        text,
+    };
+    let desired = crate::manifest::validate(std::slice::from_ref(&source), host, applied)
+        .map_err(|problems| refusal_of(&problems, &req.name))?;
+    let mut made = desired
+        .teams
+        .into_iter()
+        .flat_map(|t| t.members)
+        .find(|m| m.name == req.name)
+        .ok_or_else(|| {
+            Refusal::new(
+                500,
+                "internal",
+                None,
+                "the request was judged but its member is not in the result",
+            )
+        })?;
+    made.origin = child.origin;
+    resources_within(&made, parent)?;
+    Ok(made)
+}
+
+/// The first problem that concerns the request, as the rule it breaks; else the first.
+fn refusal_of(problems: &[Problem], name: &str) -> Refusal {
+    let ours = |p: &&Problem| {
+        p.object.as_deref() == Some(&format!("Member/{name}"))
+            || p.object.as_deref() == Some(&format!("AccessGrant/{}", grant_name(name)))
+            || p.message.contains("maxMembers")
+    };
+    let p = problems
+        .iter()
+        .find(ours)
+        .or(problems.first())
+        .expect("a refused validation has problems");
+    let field = p.field.as_deref().map(|f| {
+        f.strip_prefix("spec.")
+            .unwrap_or(f)
+            .replace("metadata.name", "name")
+    });
+    let rule = if p.message.contains("maxMembers") {
+        "maxMembers"
+    } else if p.message.contains("maxDepth") {
+        "maxDepth"
+    } else if p.message.contains("narrower than its parent") {
+        "narrower-than-requester"
+    } else if field.as_deref() == Some("name") {
+        "name"
+    } else if p.message.contains("defined twice") {
+        "unique-name"
+    } else if matches!(field.as_deref(), Some(f) if f.starts_with("read") || f.starts_with("write"))
+    {
+        "grant-paths"
+    } else {
+        "manifest-rules"
+    };
+    let status = if rule == "unique-name" { 409 } else { 422 };
+    let field = match rule {
+        // The team's limits are not a field of the request.
+        "maxMembers" => None,
+        "narrower-than-requester" => narrower_field(&p.message),
+        _ => field,
+    };
+    Refusal::new(status, rule, field.as_deref(), p.message.clone())
+}
+
+/// The request's field named in a "narrower" problem (`...: network.allow[0]); ...`).
+fn narrower_field(message: &str) -> Option<String> {
+    let after = message.rsplit_once(": ")?.1;
+    let field = after.split(')').next()?;
+    Some(field.to_string())
+}
+
+/// Turns the orphans of dropped requested members into removals (no `--prune` needed: ateam
+/// made them for a requester that is gone).
+pub fn remove_dropped(plan: &mut Plan, dropped: &[Dropped]) {
+    let mut kept = Vec::new();
+    for f in std::mem::take(&mut plan.findings) {
+        match f {
+            Finding::Orphan {
+                team,
+                member,
+                container,
+            } if dropped.iter().any(|d| d.team == team && d.member == member) => {
+                plan.actions.push(Action::RemoveOrphan {
+                    team,
+                    member,
+                    container,
+                });
+            }
+            other => kept.push(other),
+        }
+    }
+    plan.findings = kept;
+}
+
+#[cfg(test)]
+mod tests;

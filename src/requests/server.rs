@@ -1,0 +1,356 @@
+//! `ateam helper-server`: what answers on one member's `/.ateam/helpers.sock`. The socket is
+//! the member's alone (in its control folder, 0600, its user's), so whoever connects is judged
+//! as that member and no other.
+//!
+//! It speaks just enough HTTP/1.1 for busybox `wget --post-data` (through the bridge the gate
+//! starts on `ATEAM_HELPERS_URL`) and for `curl --unix-socket`:
+//!
+//! - `POST /helpers` with a `Request` as JSON: 201 and the member made, or the rule broken
+//!   (400, 403, 409, 422) as `{"refused": ..., "rule": ..., "field": ...}`;
+//! - `GET /helpers`: the helpers this member asked for.
+//!
+//! A hostile member must not hurt it: heads are capped at 8 KiB and bodies at 64 KiB (413),
+//! a request must arrive within 10 s (408), at most 4 connections are served at once (503
+//! to the rest), and requests are judged one at a time.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{Refusal, Request};
+use crate::app::App;
+use crate::app::apply::{ApplyOptions, Outcome, converge};
+use crate::core::container::rfc3339;
+use crate::execute::Progress;
+use crate::files::Owner;
+use crate::model::{Desired, Origin};
+
+const MAX_HEAD: usize = 8 * 1024;
+const MAX_BODY: usize = 64 * 1024;
+const READ_WITHIN: Duration = Duration::from_secs(10);
+const MAX_CONNECTIONS: usize = 4;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    pub team: String,
+    pub member: String,
+    /// Who the socket belongs to: the user the member runs as.
+    pub socket_owner: Owner,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Listens until killed.
+pub fn run(cfg: Config) -> Result<(), ServeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = rustix::process::setsid();
+    let paths = super::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ServeError::Io { path, source }
+    };
+    let _ = std::fs::remove_file(&paths.socket);
+    let listener = UnixListener::bind(&paths.socket).map_err(io(&paths.socket))?;
+    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(io(&paths.socket))?;
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(
+            &paths.socket,
+            Some(cfg.socket_owner.uid),
+            Some(cfg.socket_owner.gid),
+        )
+        .map_err(io(&paths.socket))?;
+    }
+    std::fs::write(&paths.pid, format!("{}\n", std::process::id())).map_err(io(&paths.pid))?;
+    let busy = Arc::new(AtomicUsize::new(0));
+    let one_at_a_time = Arc::new(Mutex::new(()));
+    let cfg = Arc::new(cfg);
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+            respond(
+                &mut conn,
+                503,
+                &json!({"refused": "too many connections at once; try again"}),
+            );
+            continue;
+        }
+        let (busy, lock, cfg) = (busy.clone(), one_at_a_time.clone(), cfg.clone());
+        // Each connection is bounded in time (READ_WITHIN, then one judgement), and the
+        // count above bounds how many threads exist at once.
+        std::thread::spawn(move || {
+            serve(&mut conn, &cfg, &lock);
+            busy.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    Ok(())
+}
+
+/// One HTTP request as far as this server cares.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+/// Reads one request from `r`, within the limits; the status to answer with if it cannot.
+pub fn read_request(r: &mut impl Read, deadline: Instant) -> Result<HttpRequest, (u16, String)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err((431, format!("the request head is over {MAX_HEAD} bytes")));
+        }
+        if Instant::now() > deadline {
+            return Err((408, "the request did not arrive in time".into()));
+        }
+        match r.read(&mut chunk) {
+            Ok(0) => return Err((400, "the connection closed before a whole request".into())),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err((408, "the request did not arrive in time".into())),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let (method, path) = (
+        first.next().unwrap_or("").to_string(),
+        first.next().unwrap_or("").to_string(),
+    );
+    let mut length = 0usize;
+    for l in lines {
+        let Some((k, v)) = l.split_once(':') else {
+            continue;
+        };
+        let k = k.trim().to_ascii_lowercase();
+        if k == "content-length" {
+            length = v
+                .trim()
+                .parse()
+                .map_err(|_| (400, "a bad Content-Length".to_string()))?;
+        } else if k == "transfer-encoding" {
+            return Err((411, "send the body with a Content-Length".into()));
+        }
+    }
+    if length > MAX_BODY {
+        return Err((413, format!("a request body is at most {MAX_BODY} bytes")));
+    }
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < length {
+        if Instant::now() > deadline {
+            return Err((408, "the request did not arrive in time".into()));
+        }
+        match r.read(&mut chunk) {
+            Ok(0) => return Err((400, "the body is shorter than its Content-Length".into())),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err((408, "the request did not arrive in time".into())),
+        }
+    }
+    body.truncate(length);
+    Ok(HttpRequest { method, path, body })
+}
+
+fn respond(w: &mut impl Write, status: u16, body: &serde_json::Value) {
+    let reason = match status {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        422 => "Unprocessable Content",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let mut text = serde_json::to_string_pretty(body).expect("a value serializes");
+    text.push('\n');
+    let _ = write!(
+        w,
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    );
+}
+
+fn refused(r: &Refusal) -> serde_json::Value {
+    json!({"refused": r.message, "rule": r.rule, "field": r.field})
+}
+
+fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>) {
+    let deadline = Instant::now() + READ_WITHIN;
+    let _ = conn.set_read_timeout(Some(READ_WITHIN));
+    let _ = conn.set_write_timeout(Some(READ_WITHIN));
+    let req = match read_request(conn, deadline) {
+        Ok(r) => r,
+        Err((status, why)) => return respond(conn, status, &json!({"refused": why})),
+    };
+    let (status, body) = match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/helpers") => match serde_json::from_slice::<Request>(&req.body) {
+            Ok(r) => {
+                let _one = lock.lock().unwrap_or_else(|p| p.into_inner());
+                handle(cfg, &r)
+            }
+            Err(e) => (
+                400,
+                json!({"refused": format!("not a helper request: {e}"), "rule": "request-shape"}),
+            ),
+        },
+        ("GET", "/helpers") => (200, mine(cfg)),
+        (_, "/helpers") => (405, json!({"refused": "use POST or GET"})),
+        _ => (
+            404,
+            json!({"refused": "the only path is /helpers (POST a request, GET the list)"}),
+        ),
+    };
+    respond(conn, status, &body);
+}
+
+/// The helpers this member asked for that are recorded.
+fn mine(cfg: &Config) -> serde_json::Value {
+    let names: Vec<String> = super::records(&cfg.state_dir, &cfg.team)
+        .into_iter()
+        .filter(|r| matches!(&r.member.origin, Origin::Requested { by, .. } if *by == cfg.member))
+        .map(|r| r.member.name)
+        .collect();
+    json!({ "helpers": names })
+}
+
+struct Quiet;
+
+impl Progress for Quiet {
+    fn step(&self, _: &str, _: &str, _: &str) {}
+}
+
+/// Judges `req` under the store's lock, records it and brings its member up.
+fn handle(cfg: &Config, req: &Request) -> (u16, serde_json::Value) {
+    let app = App::new(Some(cfg.state_dir.clone()), None);
+    let _lock = match app.store.lock(false, |_| {}) {
+        Ok(l) => l,
+        Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
+    };
+    let stored = match app.store.teams() {
+        Ok(t) => t,
+        Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
+    };
+    let Some(team) = stored.iter().find(|t| t.name == cfg.team).cloned() else {
+        return (
+            403,
+            json!({"refused": format!("team `{}` is no longer applied", cfg.team)}),
+        );
+    };
+    let merged: Vec<_> = super::merge(&Desired { teams: stored }, &cfg.state_dir)
+        .0
+        .teams;
+    let Some(this) = merged.iter().find(|t| t.name == cfg.team) else {
+        return (500, json!({"refused": "the team went away"}));
+    };
+    let at = rfc3339(std::time::SystemTime::now());
+    let member = match super::judge(req, &cfg.member, this, &merged, &app.host, &at) {
+        Ok(m) => m,
+        Err(r) => return (r.status, refused(&r)),
+    };
+    if let Err(e) = super::save(&cfg.state_dir, &cfg.team, &member, app.owner) {
+        return (500, json!({"refused": e.to_string()}));
+    }
+    tracing::info!(team = %cfg.team, by = %cfg.member, member = %member.name, "helper requested");
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return (500, json!({"refused": e.to_string()})),
+    };
+    let name = member.name.clone();
+    let desired = Desired { teams: vec![team] };
+    let report = rt.block_on(async {
+        let none = |_: &str| None;
+        // Only the new member is touched: a request is no occasion to change the others.
+        let mut only = |plan: &mut crate::plan::Plan| {
+            plan.actions.retain(|a| a.subject().1 == name);
+        };
+        converge(
+            &app,
+            &desired,
+            ApplyOptions::default(),
+            &none,
+            &Quiet,
+            &mut only,
+        )
+        .await
+    });
+    let undo = |why: String, status: u16| {
+        let _ = super::forget(&cfg.state_dir, &cfg.team, &name);
+        (
+            status,
+            json!({"refused": why, "rule": "could-not-start", "member": name}),
+        )
+    };
+    match report {
+        Err(e) => undo(format!("{e}"), 502),
+        Ok(r) => match r.outcome {
+            Outcome::Refused(f) => undo(
+                f.iter()
+                    .map(|f| f.error.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                422,
+            ),
+            Outcome::Applied { failures, .. } if failures.iter().any(|f| f.member == name) => undo(
+                failures
+                    .iter()
+                    .map(|f| f.error.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                502,
+            ),
+            Outcome::Applied {
+                not_running,
+                finished,
+                ..
+            } => {
+                let state = if let Some(n) = not_running.iter().find(|n| n.member == name) {
+                    format!("not running: {}", n.why)
+                } else if finished.iter().any(|(_, m)| *m == name) {
+                    "finished".into()
+                } else {
+                    "running".into()
+                };
+                (
+                    201,
+                    json!({"created": name, "team": cfg.team, "requestedBy": cfg.member, "image": member.image, "state": state}),
+                )
+            }
+            Outcome::NoChanges => (
+                201,
+                json!({"created": name, "team": cfg.team, "requestedBy": cfg.member, "image": member.image, "state": "running"}),
+            ),
+        },
+    }
+}

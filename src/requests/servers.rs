@@ -1,0 +1,226 @@
+//! Helper servers as objects ateam reconciles, as it does egress proxies: one detached
+//! `ateam helper-server` per member of a team with `helperRequests: true`, seen alive when its
+//! socket answers, started when it does not, stopped (its socket removed) when its member is
+//! no longer wanted or the team turns requests off.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::core::layout;
+use crate::files::{self, Owner};
+use crate::model::Desired;
+
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the helper server did not answer on {} within {}s{}", .socket.display(), START_TIMEOUT.as_secs(), .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
+    NotAnswering {
+        socket: PathBuf,
+        why: Option<String>,
+    },
+}
+
+/// Every file of one member's helper server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub socket: PathBuf,
+    pub dir: PathBuf,
+    pub pid: PathBuf,
+    pub err: PathBuf,
+}
+
+impl Paths {
+    pub fn new(state_dir: &Path, team: &str, member: &str) -> Paths {
+        let dir = layout::helpers_dir(state_dir, team, member);
+        Paths {
+            socket: layout::helpers_socket_path(state_dir, team, member),
+            pid: dir.join("server.pid"),
+            err: dir.join("server.err"),
+            dir,
+        }
+    }
+}
+
+/// Whether something answers on the socket: the server's liveness.
+pub fn answers(socket: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_ok()
+}
+
+/// The arguments of `ateam helper-server` for one member.
+pub fn args(state_dir: &Path, team: &str, member: &str, owner: Owner) -> Vec<std::ffi::OsString> {
+    vec![
+        "--state-dir".into(),
+        state_dir.into(),
+        "helper-server".into(),
+        "--team".into(),
+        team.into(),
+        "--member".into(),
+        member.into(),
+        "--socket-owner".into(),
+        format!("{}:{}", owner.uid, owner.gid).into(),
+    ]
+}
+
+/// Starts the member's server, detached (its own session, standard error in `server.err`),
+/// and waits until it answers. `member` owns the socket (0600): the member, and only it, may
+/// connect. The server runs as the user running ateam: it changes the team.
+pub fn start(
+    state_dir: &Path,
+    team: &str,
+    member: &str,
+    store_owner: Owner,
+    member_owner: Owner,
+) -> Result<(), ServerError> {
+    let paths = Paths::new(state_dir, team, member);
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ServerError::Io { path, source }
+    };
+    files::private_dir(&paths.dir, store_owner).map_err(io(&paths.dir))?;
+    if let Some(ctl) = paths.socket.parent() {
+        files::member_dir(ctl, store_owner, member_owner).map_err(io(ctl))?;
+    }
+    stop(&paths).map_err(io(&paths.pid))?;
+    let err = std::fs::File::create(&paths.err).map_err(io(&paths.err))?;
+    let exe = crate::egress::exe().map_err(io(Path::new("ateam")))?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(args(state_dir, team, member, member_owner))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err);
+    {
+        use std::os::unix::process::CommandExt;
+        // Its own session: a terminal's hang-up or Ctrl-C to apply does not reach it.
+        cmd.process_group(0);
+    }
+    let mut child = cmd.spawn().map_err(io(&exe))?;
+    // Reaped by a thread: the server lives on after this process is done with it.
+    std::thread::spawn(move || child.wait());
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if answers(&paths.socket) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let why = std::fs::read_to_string(&paths.err).unwrap_or_default();
+    Err(ServerError::NotAnswering {
+        socket: paths.socket.clone(),
+        why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
+    })
+}
+
+/// Stops the member's server, if one runs (its pid file names a live `ateam helper-server`
+/// of this very socket's member: a reused pid is never signalled), and removes its socket.
+pub fn stop(paths: &Paths) -> std::io::Result<()> {
+    if let Some(pid) = running_pid(paths)
+        && let Some(p) = rustix::process::Pid::from_raw(pid as i32)
+    {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while running_pid(paths) == Some(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if running_pid(paths) == Some(pid) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+    }
+    files::remove_if_present(&paths.socket)?;
+    files::remove_if_present(&paths.pid)
+}
+
+/// The pid of this member's server, when it runs.
+pub fn running_pid(paths: &Paths) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(&paths.pid)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let ours = cmdline.split(|b| *b == 0).any(|a| a == b"helper-server");
+    // The pid file lives in the member's own folder, so a live helper-server with that pid
+    // is this member's.
+    ours.then_some(pid)
+}
+
+/// Makes the servers of `desired`'s teams match: one for each member of a team that allows
+/// requests (started when its socket does not answer), none for any other member whose folder
+/// is in the team's state. `member_owner` says whom a member's socket belongs to.
+pub fn reconcile(
+    state_dir: &Path,
+    desired: &Desired,
+    store_owner: Owner,
+    member_owner: &dyn Fn(&str, &str) -> Owner,
+) -> Vec<(String, String, ServerError)> {
+    let mut failures = Vec::new();
+    for team in &desired.teams {
+        let wanted: Vec<&str> = if team.helper_requests {
+            team.members.iter().map(|m| m.name.as_str()).collect()
+        } else {
+            vec![]
+        };
+        for m in &wanted {
+            let paths = Paths::new(state_dir, &team.name, m);
+            if answers(&paths.socket) && running_pid(&paths).is_some() {
+                continue;
+            }
+            if let Err(e) = start(
+                state_dir,
+                &team.name,
+                m,
+                store_owner,
+                member_owner(&team.name, m),
+            ) {
+                failures.push((team.name.clone(), m.to_string(), e));
+            }
+        }
+        let members = layout::members_dir(&layout::team_run_dir(state_dir, &team.name));
+        let Ok(rd) = std::fs::read_dir(&members) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if wanted.contains(&name.as_str()) {
+                continue;
+            }
+            let paths = Paths::new(state_dir, &team.name, &name);
+            if !(paths.socket.exists() || paths.pid.exists()) {
+                continue;
+            }
+            if let Err(err) = stop(&paths) {
+                failures.push((
+                    team.name.clone(),
+                    name,
+                    ServerError::Io {
+                        path: paths.pid.clone(),
+                        source: err,
+                    },
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// Stops every helper server of `team` (its deletion).
+pub fn stop_team(state_dir: &Path, team: &str) {
+    let members = layout::members_dir(&layout::team_run_dir(state_dir, team));
+    if let Ok(rd) = std::fs::read_dir(&members) {
+        for e in rd.flatten() {
+            if let Some(name) = e.file_name().to_str() {
+                let _ = stop(&Paths::new(state_dir, team, name));
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Requests judged by the manifests' rules, without an engine: a team is validated from
+//! YAML in a temporary folder, then requests from its member `a` are judged against it.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::manifest::export::{team_objects, to_yaml};
+use crate::model::Network;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    host: Host,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for d in ["work/sub", "other", "outside", "state", "sessions"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let host = Host {
+            uid: 1000,
+            gid: 1000,
+            home: "/home/nobody-here".into(),
+            memory_bytes: 1 << 34,
+            state_dir: root.join("state"),
+            engine_dirs: Default::default(),
+            sudo_user: None,
+        };
+        Fixture {
+            _dir: dir,
+            root,
+            host,
+        }
+    }
+
+    fn validate(&self, text: &str) -> Result<Desired, Vec<Problem>> {
+        let src = Source {
+            path: "team.yaml".into(),
+            dir: self.root.clone(),
+            text: text.into(),
+        };
+        crate::manifest::validate(&[src], &self.host, &[])
+    }
+
+    /// Member `a` writes ./work, reads ./other, allow-lists api.example.com, 256Mi, 64 pids,
+    /// 1 CPU; maxMembers 3, maxDepth 2.
+    fn team(&self, helper_requests: bool) -> Team {
+        let yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: t}}
+spec: {{image: img:1, sessionDir: ./sessions, maxMembers: 3, maxDepth: 2, helperRequests: {helper_requests}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sh], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{write: [./work], read: [./other], network: {{allow: [api.example.com]}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec: {{parent: lead, access: g, command: [sleep, "1"], resources: {{memory: 256Mi, pids: 64, cpus: 1}}}}
+"#
+        );
+        self.validate(&yaml).unwrap().teams.remove(0)
+    }
+
+    fn path(&self, p: &str) -> String {
+        self.root.join(p).display().to_string()
+    }
+
+    fn judge(&self, team: &Team, req: &Request) -> Result<Member, Refusal> {
+        judge(req, "a", team, &[], &self.host, "2026-01-01T00:00:00Z")
+    }
+}
+
+fn request(name: &str) -> Request {
+    Request {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_narrower_request_makes_a_member_like_a_manifest_would() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    let mut r = request("helper");
+    r.read = vec![f.path("other")];
+    r.write = vec![f.path("work/sub")];
+    r.network = Some(NetworkSpec::Allow(vec!["api.example.com:443".into()]));
+    r.resources.memory = Some(crate::manifest::raw::Quantity::Text("64Mi".into()));
+    r.command = Some(vec!["sleep".into(), "100".into()]);
+    let m = f.judge(&team, &r).unwrap();
+    assert_eq!(m.parent, Parent::Member("a".into()));
+    assert_eq!(m.depth, 2);
+    assert_eq!(m.image, "img:1");
+    assert_eq!(m.access.write, vec![f.root.join("work/sub")]);
+    assert_eq!(m.access.read, vec![f.root.join("other")]);
+    assert_eq!(
+        m.access.network,
+        Network::Allow(vec!["api.example.com:443".into()])
+    );
+    assert_eq!(m.memory_bytes, 64 << 20);
+    // What it did not ask for, it has as its requester has it.
+    assert_eq!(m.pids, 64);
+    assert_eq!(m.nano_cpus, Some(1_000_000_000));
+    assert_eq!(m.cwd, f.root.join("work/sub"));
+    assert_eq!(m.transcript_dir, f.root.join("sessions/members/helper"));
+    assert_eq!(
+        m.origin,
+        Origin::Requested {
+            by: "a".into(),
+            at: "2026-01-01T00:00:00Z".into()
+        }
+    );
+}
+
+#[track_caller]
+fn refused(f: &Fixture, team: &Team, r: &Request, rule: &str, words: &str) -> Refusal {
+    let e = f.judge(team, r).unwrap_err();
+    assert_eq!(e.rule, rule, "{e:?}");
+    assert!(e.message.contains(words), "{e:?}");
+    e
+}
+
+#[test]
+fn wider_requests_are_refused_with_the_rule_they_break() {
+    let f = Fixture::new();
+    let team = f.team(true);
+
+    let mut r = request("h");
+    r.read = vec![f.path("outside")];
+    let e = refused(&f, &team, &r, "narrower-than-requester", "its parent may not read");
+    assert_eq!(e.status, 422);
+    assert_eq!(e.field.as_deref(), Some("read[0]"));
+
+    // Read access does not give write access.
+    let mut r = request("h");
+    r.write = vec![f.path("other")];
+    let e = refused(&f, &team, &r, "narrower-than-requester", "may not write");
+    assert_eq!(e.field.as_deref(), Some("write[0]"));
+
+    let mut r = request("h");
+    r.network = Some(NetworkSpec::Open);
+    refused(&f, &team, &r, "narrower-than-requester", "more network");
+
+    let mut r = request("h");
+    r.network = Some(NetworkSpec::Allow(vec!["evil.example.com".into()]));
+    let e = refused(&f, &team, &r, "narrower-than-requester", "evil.example.com");
+    assert_eq!(e.field.as_deref(), Some("network.allow[0]"));
+
+    let mut r = request("h");
+    r.resources.memory = Some(crate::manifest::raw::Quantity::Text("512Mi".into()));
+    let e = refused(&f, &team, &r, "resources-within-requester", "more than the requester's");
+    assert_eq!(e.field.as_deref(), Some("resources.memory"));
+
+    let mut r = request("h");
+    r.resources.pids = Some(65);
+    refused(&f, &team, &r, "resources-within-requester", "pids 65");
+
+    let mut r = request("h");
+    r.resources.cpus = Some(crate::manifest::raw::Quantity::Text("1500m".into()));
+    refused(&f, &team, &r, "resources-within-requester", "cpus 1.5");
+
+    // The manifests' own rules, for free: a bad name, a path that is not a folder.
+    refused(&f, &team, &request("Bad_Name"), "name", "not a valid name");
+    let mut r = request("h");
+    r.read = vec![f.path("missing")];
+    refused(&f, &team, &r, "grant-paths", "missing");
+    let mut r = request("h");
+    r.read = vec!["work".into()];
+    refused(&f, &team, &r, "absolute-paths", "not an absolute path");
+    let mut r = request("h");
+    r.env.insert("ATEAM_ROLE".into(), "x".into());
+    refused(&f, &team, &r, "manifest-rules", "set by ateam itself");
+}
+
+#[test]
+fn team_limits_hold_for_requested_members() {
+    let f = Fixture::new();
+    let mut team = f.team(true);
+    // maxDepth 2: `a` is at depth 1, its helper at 2, the helper's own would be at 3.
+    let child = f.judge(&team, &request("h1")).unwrap();
+    team.members.push(child);
+    let e = judge(
+        &request("h2"),
+        "h1",
+        &team,
+        &[],
+        &f.host,
+        "2026-01-01T00:00:01Z",
+    )
+    .unwrap_err();
+    assert_eq!(e.rule, "maxDepth", "{e:?}");
+    // maxMembers 3: a, h1, and one more.
+    let more = f.judge(&team, &request("h3")).unwrap();
+    team.members.push(more);
+    let e = f.judge(&team, &request("h4")).unwrap_err();
+    assert_eq!(e.rule, "maxMembers", "{e:?}");
+    assert!(e.message.contains("more than maxMembers 3"), "{e:?}");
+    // A name that is taken.
+    let e = f.judge(&team, &request("h1")).unwrap_err();
+    assert_eq!((e.status, e.rule.as_str()), (409, "unique-name"));
+}
+
+#[test]
+fn a_team_without_helper_requests_refuses_them() {
+    let f = Fixture::new();
+    let e = f.judge(&f.team(false), &request("h")).unwrap_err();
+    assert_eq!((e.status, e.rule.as_str()), (403, "helperRequests"));
+}
+
+#[test]
+fn records_merge_while_their_requester_is_wanted() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    let child = f.judge(&team, &request("h1")).unwrap();
+    let owner = Owner {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+    };
+    save(&f.host.state_dir, "t", &child, owner).unwrap();
+    let desired = Desired {
+        teams: vec![team.clone()],
+    };
+    let (merged, dropped) = merge(&desired, &f.host.state_dir);
+    assert!(dropped.is_empty());
+    assert_eq!(merged.teams[0].members.len(), 2);
+    assert_eq!(merged.teams[0].members[1], child);
+    // Without its requester, it is dropped, and says why.
+    let mut without = team.clone();
+    without.members.clear();
+    let (merged, dropped) = merge(
+        &Desired {
+            teams: vec![without],
+        },
+        &f.host.state_dir,
+    );
+    assert!(merged.teams[0].members.is_empty());
+    assert_eq!(dropped.len(), 1);
+    assert!(dropped[0].why.contains("requester `a` is no longer wanted"));
+    // A requester narrowed since: dropped too.
+    let mut narrowed = team.clone();
+    narrowed.members[0].access.network = Network::None;
+    let mut wide = child.clone();
+    wide.access.network = Network::Allow(vec!["api.example.com".into()]);
+    save(&f.host.state_dir, "t", &wide, owner).unwrap();
+    let (_, dropped) = merge(
+        &Desired {
+            teams: vec![narrowed],
+        },
+        &f.host.state_dir,
+    );
+    assert!(dropped[0].why.contains("narrowed"), "{dropped:?}");
+    forget(&f.host.state_dir, "t", "h1").unwrap();
+    assert!(records(&f.host.state_dir, "t").is_empty());
+}
+
+#[test]
+fn an_export_validates_back_to_the_same_team() {
+    let f = Fixture::new();
+    let mut team = f.team(true);
+    let mut r = request("h1");
+    r.write = vec![f.path("work/sub")];
+    r.resources.cpus = Some(crate::manifest::raw::Quantity::Text("250m".into()));
+    team.members.push(f.judge(&team, &r).unwrap());
+    let text = to_yaml(&team_objects(&team)).unwrap();
+    let again = f.validate(&text).unwrap_or_else(|p| panic!("{p:#?}\n{text}"));
+    let mut back = again.teams[0].clone();
+    // Origin is not a manifest's to say (the annotation only records it) and the grant
+    // list now holds the requested member's grant: otherwise the very same.
+    assert_eq!(back.members[1].origin, Origin::Manifest);
+    back.members[1].origin = team.members[1].origin.clone();
+    assert_eq!(back.members, team.members);
+    assert_eq!(back.sessions, team.sessions);
+    assert_eq!(back.grants.len(), 2);
+    assert!(text.contains(crate::manifest::export::REQUESTED_BY), "{text}");
+    assert_eq!(
+        crate::plan::spec::desired_state(&again, &f.host).members,
+        crate::plan::spec::desired_state(
+            &Desired {
+                teams: vec![team.clone()]
+            },
+            &f.host
+        )
+        .members
+    );
+}
