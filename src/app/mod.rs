@@ -155,6 +155,12 @@ impl App {
         Ok(Desired { teams })
     }
 
+    /// `applied`, with the helpers its members asked for (`requests::merge`): every member
+    /// that is wanted now, for the commands that find one by name (exec, logs, attach).
+    pub fn applied_with_requests(&self, name: Option<&str>) -> Result<Desired, AppError> {
+        Ok(crate::requests::merge(&self.applied(name)?, &self.host.state_dir).0)
+    }
+
     pub fn desired_state(&self, desired: &Desired) -> DesiredState {
         desired_state(desired, &self.host)
     }

@@ -16,7 +16,7 @@ pub fn logs(
     tail: usize,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied(team)?;
+    let applied = ctx.applied_with_requests(team)?;
     let (t, m) = super::member::member_of(&applied, member)?;
     if !matches!(m.access.network, ateam::model::Network::Allow(_)) {
         bail!("member `{member}` has no egress proxy: its grant's network is not an allow list");

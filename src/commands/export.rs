@@ -7,15 +7,14 @@ use anyhow::Context;
 
 use crate::cli::Global;
 use ateam::manifest::export::{team_objects, to_yaml};
-use ateam::requests::{self, server};
+use ateam::requests::server;
 
 use super::common::app;
 use super::exit::Exit;
 
 pub fn run(global: &Global, team: &str, output: Option<&Path>) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied(Some(team))?;
-    let (merged, _) = requests::merge(&applied, &ctx.host.state_dir);
+    let merged = ctx.applied_with_requests(Some(team))?;
     let mut text = format!(
         "# team `{team}` as it stood when exported with `ateam export` (helpers members asked\n\
          # for are written as Members with an AccessGrant each, annotated with who asked)\n"
@@ -24,8 +23,14 @@ pub fn run(global: &Global, team: &str, output: Option<&Path>) -> anyhow::Result
         text.push_str(&to_yaml(&team_objects(t)).context("writing the manifests")?);
     }
     match output {
-        Some(path) => ateam::files::write_atomic(path, text.as_bytes(), 0o600, ctx.owner)
-            .with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => {
+            // Atomic writes need the folder: a bare file name is in the current one.
+            let path = std::env::current_dir()
+                .context("the current folder")?
+                .join(path);
+            ateam::files::write_atomic(&path, text.as_bytes(), 0o600, ctx.owner)
+                .with_context(|| format!("writing {}", path.display()))?
+        }
         None => out!("{text}"),
     }
     Ok(Exit::Ok)

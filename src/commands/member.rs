@@ -38,7 +38,7 @@ async fn find(
     team: Option<&str>,
     member: &str,
 ) -> anyhow::Result<(std::sync::Arc<dyn ateam::backend::Backend>, String)> {
-    let applied = ctx.applied(team)?;
+    let applied = ctx.applied_with_requests(team)?;
     let (t, _) = member_of(&applied, member)?;
     let t = t.clone();
     let (backend, _) = ctx.connect(std::slice::from_ref(&t)).await?;
@@ -141,7 +141,7 @@ fn exit_code(status: std::process::ExitStatus) -> Exit {
 /// as it comes). The way out is said first, on stderr.
 pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied(team)?;
+    let applied = ctx.applied_with_requests(team)?;
     let sessions: Vec<_> = applied
         .teams
         .iter()
@@ -211,7 +211,7 @@ pub async fn logs_selected(
     opts: LogOptions,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied(team)?;
+    let applied = ctx.applied_with_requests(team)?;
     let across = applied.teams.len() > 1;
     let mut any = false;
     for t in &applied.teams {

@@ -77,6 +77,16 @@ fn cpus(nano: u64) -> Quantity {
     }
 }
 
+/// Memory as a person writes it (`64Mi`), when a binary unit says it exactly.
+fn memory(bytes: u64) -> Quantity {
+    for (unit, size) in [("Gi", 1u64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return Quantity::Text(format!("{}{unit}", bytes / size));
+        }
+    }
+    Quantity::Text(bytes.to_string())
+}
+
 /// The Member object of `m`, in `team`.
 pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
     let mut o = object(
@@ -97,7 +107,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
             env: m.env.clone(),
             secret_env: m.secret_env.clone(),
             resources: Resources {
-                memory: Some(Quantity::Text(m.memory_bytes.to_string())),
+                memory: Some(memory(m.memory_bytes)),
                 pids: Some(m.pids),
                 cpus: m.nano_cpus.map(cpus),
             },

@@ -173,8 +173,10 @@ pub fn read_request(r: &mut impl Read, deadline: Instant) -> Result<HttpRequest,
     Ok(HttpRequest { method, path, body })
 }
 
+/// Writes the answer. A refusal's reason phrase carries its rule and words too: busybox
+/// `wget` shows the status line of an error, not its body.
 fn respond(w: &mut impl Write, status: u16, body: &serde_json::Value) {
-    let reason = match status {
+    let plain = match status {
         200 => "OK",
         201 => "Created",
         400 => "Bad Request",
@@ -190,6 +192,11 @@ fn respond(w: &mut impl Write, status: u16, body: &serde_json::Value) {
         503 => "Service Unavailable",
         _ => "Error",
     };
+    let reason = match (body["rule"].as_str(), body["refused"].as_str()) {
+        (Some(rule), Some(why)) => phrase(&format!("{plain} ({rule}): {why}")),
+        (None, Some(why)) => phrase(&format!("{plain}: {why}")),
+        _ => plain.to_string(),
+    };
     let mut text = serde_json::to_string_pretty(body).expect("a value serializes");
     text.push('\n');
     let _ = write!(
@@ -197,6 +204,22 @@ fn respond(w: &mut impl Write, status: u16, body: &serde_json::Value) {
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
         text.len()
     );
+}
+
+/// A reason phrase: one line of printable text, at most 400 bytes.
+fn phrase(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if out.len() > 400 {
+        let mut cut = 400;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
 }
 
 fn refused(r: &Refusal) -> serde_json::Value {

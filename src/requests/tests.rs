@@ -139,7 +139,13 @@ fn wider_requests_are_refused_with_the_rule_they_break() {
 
     let mut r = request("h");
     r.read = vec![f.path("outside")];
-    let e = refused(&f, &team, &r, "narrower-than-requester", "its parent may not read");
+    let e = refused(
+        &f,
+        &team,
+        &r,
+        "narrower-than-requester",
+        "its parent may not read",
+    );
     assert_eq!(e.status, 422);
     assert_eq!(e.field.as_deref(), Some("read[0]"));
 
@@ -160,7 +166,13 @@ fn wider_requests_are_refused_with_the_rule_they_break() {
 
     let mut r = request("h");
     r.resources.memory = Some(crate::manifest::raw::Quantity::Text("512Mi".into()));
-    let e = refused(&f, &team, &r, "resources-within-requester", "more than the requester's");
+    let e = refused(
+        &f,
+        &team,
+        &r,
+        "resources-within-requester",
+        "more than the requester's",
+    );
     assert_eq!(e.field.as_deref(), Some("resources.memory"));
 
     let mut r = request("h");
@@ -274,7 +286,9 @@ fn an_export_validates_back_to_the_same_team() {
     r.resources.cpus = Some(crate::manifest::raw::Quantity::Text("250m".into()));
     team.members.push(f.judge(&team, &r).unwrap());
     let text = to_yaml(&team_objects(&team)).unwrap();
-    let again = f.validate(&text).unwrap_or_else(|p| panic!("{p:#?}\n{text}"));
+    let again = f
+        .validate(&text)
+        .unwrap_or_else(|p| panic!("{p:#?}\n{text}"));
     let mut back = again.teams[0].clone();
     // Origin is not a manifest's to say (the annotation only records it) and the grant
     // list now holds the requested member's grant: otherwise the very same.
@@ -283,7 +297,10 @@ fn an_export_validates_back_to_the_same_team() {
     assert_eq!(back.members, team.members);
     assert_eq!(back.sessions, team.sessions);
     assert_eq!(back.grants.len(), 2);
-    assert!(text.contains(crate::manifest::export::REQUESTED_BY), "{text}");
+    assert!(
+        text.contains(crate::manifest::export::REQUESTED_BY),
+        "{text}"
+    );
     assert_eq!(
         crate::plan::spec::desired_state(&again, &f.host).members,
         crate::plan::spec::desired_state(

@@ -1,0 +1,442 @@
+//! Helper requests, from inside a member with busybox `wget` only, on Docker, rootful Podman
+//! and rootless Podman (ateam then runs as the unprivileged user, through runuser, as in
+//! tests/egress.rs): a member of a team with `helperRequests: true` asks for a child through
+//! `ATEAM_HELPERS_URL` and it runs, shown by `status` with its origin; wider requests (a
+//! folder outside its grant, more memory, more network, a taken name, over maxMembers) are
+//! refused naming the rule; `export` round-trips through `validate` and `diff` finds nothing
+//! to do; the child goes (its transcript stays) when its requester leaves the manifests.
+//! Ignored by a plain `cargo test`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Engine {
+    Docker,
+    Podman,
+    Rootless,
+}
+
+fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: run scripts/engines.sh, then source /run/ateam-ci/env")
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn rootless_user() -> (String, u32, u32) {
+    let name = var("ATEAM_TEST_ROOTLESS_USER");
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
+        text(&out.stdout).trim().parse().unwrap()
+    };
+    (name.clone(), id("-u"), id("-g"))
+}
+
+struct World {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    team: String,
+}
+
+impl World {
+    fn new(engine: Engine, tag: &str) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-requests-")
+            .tempdir()
+            .unwrap();
+        let team = format!(
+            "{tag}-{}{}",
+            &format!("{engine:?}").to_lowercase()[..1],
+            std::process::id() % 100000
+        );
+        let w = World { engine, dir, team };
+        for d in ["work", "work/sub", "other", "state", "sessions"] {
+            std::fs::create_dir(w.root().join(d)).unwrap();
+        }
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            for d in ["", "work", "work/sub", "other", "state", "sessions"] {
+                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
+            }
+        } else {
+            // Rootful engines run members as nobody here (ateam runs as root, without sudo).
+            use std::os::unix::fs::PermissionsExt;
+            let open = std::fs::Permissions::from_mode(0o777);
+            std::fs::set_permissions(w.root().join("work/sub"), open).unwrap();
+        }
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root().join(name)
+    }
+
+    /// Writes `name` in the test's folder (as the rootless user's, for rootless Podman).
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, text).unwrap();
+        if self.engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+        }
+        p
+    }
+
+    /// The team: member `a` writes ./work and reads ./other, no network, 64Mi, 64 pids;
+    /// maxMembers 3. With `with_a` false, `a` is left out.
+    fn manifests(&self, with_a: bool) -> String {
+        let mut yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, allowUnenforcedLimits: true, helperRequests: true, maxMembers: 3}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{write: [./work], read: [./other]}}
+"#,
+            team = self.team
+        );
+        if with_a {
+            yaml.push_str(
+                r#"---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec: {parent: lead, access: g, command: [sleep, "100000"], resources: {memory: 64Mi, pids: 64}}
+"#,
+            );
+        }
+        yaml
+    }
+
+    /// The engine's own CLI.
+    fn cli(&self, args: &[&str]) -> String {
+        let (bin, flag, uri) = match self.engine {
+            Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+            Engine::Podman => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+            Engine::Rootless => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTLESS")),
+        };
+        let mut c = if self.engine == Engine::Rootless {
+            let (name, uid, _) = rootless_user();
+            let mut c = Command::new("runuser");
+            c.args(["-u", &name, "--", "env"])
+                .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                .arg(format!("HOME=/home/{name}"))
+                .arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let out = c
+            .arg(flag)
+            .arg(uri)
+            .args(args)
+            .current_dir("/tmp")
+            .output()
+            .unwrap();
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        let bin = std::env::var("ATEAM_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
+        let state = self.root().join("state");
+        let mut c = match self.engine {
+            Engine::Rootless => {
+                let (name, uid, _) = rootless_user();
+                let mut c = Command::new("runuser");
+                c.args(["-u", &name, "--", "env", "-i"])
+                    .arg(format!("PATH={}", var("PATH")))
+                    .arg(format!("HOME=/home/{name}"))
+                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                    .arg(format!(
+                        "CONTAINER_HOST={}",
+                        var("ATEAM_TEST_PODMAN_ROOTLESS")
+                    ))
+                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                    .arg(&bin)
+                    .args(["--backend", "podman"]);
+                c
+            }
+            engine => {
+                let mut c = Command::new(&bin);
+                c.env("ATEAM_STATE_DIR", &state)
+                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+                    .env_remove("SUDO_UID")
+                    .env_remove("SUDO_GID")
+                    .arg("--backend")
+                    .arg(if engine == Engine::Docker {
+                        "docker"
+                    } else {
+                        "podman"
+                    });
+                c
+            }
+        };
+        c.args(args)
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ateam(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{:?}: {args:?} failed:\n{}\n{}",
+            self.engine,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// stdout and stderr of a shell script run inside `member`, as the member.
+    fn inside(&self, member: &str, script: &str) -> String {
+        let out = self.ateam(&[
+            "exec", member, "--team", &self.team, "--", "sh", "-c", script,
+        ]);
+        format!(
+            "{}{}[exit {:?}]",
+            text(&out.stdout),
+            text(&out.stderr),
+            out.status.code()
+        )
+    }
+
+    /// A helper request from inside `member`, as an agent would make it with busybox.
+    fn ask(&self, member: &str, json: &str) -> String {
+        let json = json.replace('\'', "'\\''");
+        self.inside(
+            member,
+            &format!("wget -q -O - --post-data '{json}' \"$ATEAM_HELPERS_URL\" 2>&1"),
+        )
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let out = self.ateam(&["status", &self.team, "-o", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn row(&self, name: &str) -> Option<serde_json::Value> {
+        self.status()["teams"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+    }
+
+    fn requested(&self, name: &str) -> PathBuf {
+        self.path("state/teams")
+            .join(&self.team)
+            .join("requested")
+            .join(format!("{name}.json"))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
+    }
+}
+
+fn a_member_asks_for_helpers(engine: Engine) {
+    let w = World::new(engine, "req");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+
+    // A child within its grant: made, running, and shown with its origin.
+    let work = w.path("work/sub").display().to_string();
+    let got = w.ask(
+        "a",
+        &format!(r#"{{"name": "kid", "command": ["sleep", "100000"], "write": ["{work}"], "resources": {{"memory": "32Mi"}}}}"#),
+    );
+    assert!(
+        got.contains("\"created\": \"kid\"") && got.contains("\"state\": \"running\""),
+        "{engine:?}: {got}"
+    );
+    let kid = w.row("kid").expect("kid has a status row");
+    assert_eq!(kid["state"], "running", "{engine:?}: {kid}");
+    assert_eq!(kid["parent"], "a");
+    assert_eq!(kid["origin"]["kind"], "requested");
+    assert_eq!(kid["origin"]["requestedBy"], "a");
+    assert_eq!(w.row("a").unwrap()["origin"]["kind"], "manifest");
+    let table = w.ok(&["status", &w.team]);
+    assert!(table.contains("kid: requested by a at "), "{table}");
+    // The child runs with what it asked for, no more: it writes its folder, not the rest.
+    let got = w.inside(
+        "kid",
+        &format!(
+            "touch {work}/k && echo wrote; touch {}/x 2>/dev/null || echo refused",
+            w.path("work").display()
+        ),
+    );
+    assert!(
+        got.contains("wrote") && got.contains("refused"),
+        "{engine:?}: {got}"
+    );
+    assert!(w.path("work/sub/k").exists() && !w.path("work/x").exists());
+    let record = std::fs::metadata(w.requested("kid")).expect("the request is recorded");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(record.permissions().mode() & 0o777, 0o600);
+
+    // Wider requests are refused, naming the rule they break.
+    for (json, rule, words) in [
+        (
+            r#"{"name": "k2", "read": ["/etc"]}"#.to_string(),
+            "narrower-than-requester",
+            "may not read",
+        ),
+        (
+            format!(
+                r#"{{"name": "k2", "write": ["{}"]}}"#,
+                w.path("other").display()
+            ),
+            "narrower-than-requester",
+            "may not write",
+        ),
+        (
+            r#"{"name": "k2", "resources": {"memory": "1Gi"}}"#.into(),
+            "resources-within-requester",
+            "more than the requester",
+        ),
+        (
+            r#"{"name": "k2", "network": "open"}"#.into(),
+            "narrower-than-requester",
+            "more network",
+        ),
+        (
+            r#"{"name": "k2", "network": {"allow": ["example.com"]}}"#.into(),
+            "narrower-than-requester",
+            "more network",
+        ),
+        (
+            r#"{"name": "kid"}"#.into(),
+            "unique-name",
+            "already has a member",
+        ),
+        (
+            r#"{"name": "Not_A_Name"}"#.into(),
+            "name",
+            "not a valid name",
+        ),
+        (
+            r#"{"name": "k2", "sudo": true}"#.into(),
+            "request-shape",
+            "unknown field",
+        ),
+    ] {
+        let got = w.ask("a", &json);
+        assert!(
+            got.contains(&format!("({rule})")) && got.contains(words),
+            "{engine:?}: {json}: {got}"
+        );
+        assert!(!w.requested("k2").exists());
+    }
+    // A third member fits maxMembers 3; a fourth does not.
+    let got = w.ask("a", r#"{"name": "k3", "command": ["sleep", "100000"]}"#);
+    assert!(got.contains("\"created\": \"k3\""), "{engine:?}: {got}");
+    let got = w.ask("a", r#"{"name": "k4"}"#);
+    assert!(
+        got.contains("(maxMembers)") && got.contains("more than maxMembers 3"),
+        "{engine:?}: {got}"
+    );
+    // What it asked for, it can list.
+    let got = w.inside("a", "wget -q -O - \"$ATEAM_HELPERS_URL\"");
+    assert!(
+        got.contains("\"kid\"") && got.contains("\"k3\""),
+        "{engine:?}: {got}"
+    );
+
+    // Export: the team as it stands, requested members included; it validates, and an
+    // apply of it would change nothing.
+    let export = w.path("export.yaml");
+    w.ok(&["export", "--team", &w.team, "-o", export.to_str().unwrap()]);
+    let text_of = std::fs::read_to_string(&export).unwrap();
+    assert!(
+        text_of.contains("name: kid") && text_of.contains("ateam.dev/requested-by"),
+        "{text_of}"
+    );
+    let valid = w.ok(&["validate", "-f", export.to_str().unwrap()]);
+    assert!(valid.contains("3 member(s)"), "{valid}");
+    let diff = w.ateam(&["diff", "-f", export.to_str().unwrap()]);
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "{engine:?}: {}{}",
+        text(&diff.stdout),
+        text(&diff.stderr)
+    );
+    assert!(
+        text(&diff.stdout).contains("no changes"),
+        "{}",
+        text(&diff.stdout)
+    );
+
+    // The requester leaves the manifests: its helpers go with it (no --prune needed), their
+    // records too; their transcripts stay.
+    let without = w.write("team.yaml", &w.manifests(false));
+    let _ = w.ateam(&["apply", "-f", without.to_str().unwrap()]);
+    let names = w.cli(&["ps", "-a", "--format", "{{.Names}}"]);
+    for kid in ["kid", "k3"] {
+        assert!(
+            !names
+                .lines()
+                .any(|l| l.trim() == format!("ateam_{}_{kid}", w.team)),
+            "{engine:?}: {kid} outlived its requester: {names}"
+        );
+        assert!(!w.requested(kid).exists(), "{kid}'s record is left");
+        assert!(
+            w.path("sessions/members").join(kid).is_dir(),
+            "{kid}'s transcript is gone"
+        );
+    }
+    assert!(w.path("work/sub/k").exists());
+}
+
+macro_rules! on_every_engine {
+    ($($engine:ident => $e:expr),* $(,)?) => {
+        $(
+            mod $engine {
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_member_asks_for_helpers() {
+                    super::a_member_asks_for_helpers($e);
+                }
+            }
+        )*
+    };
+}
+
+on_every_engine!(
+    docker => super::Engine::Docker,
+    podman => super::Engine::Podman,
+    rootless_podman => super::Engine::Rootless,
+);
