@@ -421,6 +421,105 @@ fn a_member_asks_for_helpers(engine: Engine) {
     assert!(w.path("work/sub/k").exists());
 }
 
+/// The helper server on its own, without an engine: idle clients do not stop it serving
+/// others, a fifth connection at once is turned away, a huge body is refused from its
+/// length, and a request for a team not applied is refused.
+#[test]
+fn the_helper_server_withstands_hostile_clients() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().canonicalize().unwrap().join("state");
+    let member = state.join("teams/t/members/m");
+    std::fs::create_dir_all(member.join("ctl")).unwrap();
+    std::fs::create_dir_all(member.join("helpers")).unwrap();
+    let bin =
+        std::env::var("ATEAM_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
+    let me = format!("{}:{}", rustix_ids().0, rustix_ids().1);
+    let mut server = Command::new(bin)
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "helper-server",
+            "--team",
+            "t",
+            "--member",
+            "m",
+            "--socket-owner",
+            &me,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let socket = member.join("ctl/helpers.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let ask = |req: &str| {
+        let mut c = UnixStream::connect(&socket).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let _ = c.write_all(req.as_bytes());
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out
+    };
+    // Three clients that say nothing hold three of the four places...
+    let idle: Vec<UnixStream> = (0..3)
+        .map(|_| UnixStream::connect(&socket).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // ...and the fourth is served at once.
+    let got = ask("GET /helpers HTTP/1.1\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
+    assert!(got.contains("\"helpers\": []"), "{got}");
+    // With four held, a fifth is turned away.
+    let fourth = UnixStream::connect(&socket).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let got = ask("GET /helpers HTTP/1.1\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    drop(fourth);
+    drop(idle);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let got = ask("POST /helpers HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    let got = ask("POST /helpers HTTP/1.1\r\nContent-Length: 5\r\n\r\n{nope");
+    assert!(
+        got.starts_with("HTTP/1.1 400") && got.contains("request-shape"),
+        "{got}"
+    );
+    let body = r#"{"name": "k"}"#;
+    let got = ask(&format!(
+        "POST /helpers HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 403") && got.contains("team `t` is no longer applied"),
+        "{got}"
+    );
+    let got = ask("DELETE /other HTTP/1.1\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 404"), "{got}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+fn rustix_ids() -> (u32, u32) {
+    let out = Command::new("id").arg("-u").output().unwrap();
+    let uid = text(&out.stdout).trim().parse().unwrap();
+    let out = Command::new("id").arg("-g").output().unwrap();
+    (uid, text(&out.stdout).trim().parse().unwrap())
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(

@@ -185,9 +185,11 @@ pub struct Dropped {
     pub why: String,
 }
 
-/// `desired` with the requested members of its teams added: those whose requester is in it
-/// (a manifest member or a requested one, added before), whose name no manifest takes, and
-/// that are still no wider than their requester. The others are `Dropped`.
+/// `desired` with the requested members of its teams added: those of a team that still allows
+/// requests, whose requester is in it (a manifest member or a requested one, added before),
+/// whose name no manifest takes, that fit the team's maxMembers and maxDepth as it is now
+/// (the oldest first), and that are still no wider than their requester. The others are
+/// `Dropped`: turning `helperRequests` off leaves a team exactly as its manifests say.
 pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
     let mut out = desired.clone();
     let mut dropped = Vec::new();
@@ -198,10 +200,24 @@ pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
             let Origin::Requested { by, .. } = &m.origin else {
                 continue;
             };
-            let why = if manifest_names.contains(&m.name) {
+            let why = if !team.helper_requests {
+                Some("its team no longer allows helper requests".to_string())
+            } else if manifest_names.contains(&m.name) {
                 Some("a manifest now names a member of this name".to_string())
+            } else if team.members.len() as u32 >= team.max_members {
+                Some(format!(
+                    "the team has maxMembers {} without it",
+                    team.max_members
+                ))
             } else if let Some(parent) = team.members.iter().find(|p| p.name == *by) {
-                still_within(&m, parent).err()
+                if parent.depth + 1 > team.max_depth {
+                    Some(format!(
+                        "it would be deeper than the team's maxDepth {}",
+                        team.max_depth
+                    ))
+                } else {
+                    still_within(&m, parent).err()
+                }
             } else {
                 Some(format!("its requester `{by}` is no longer wanted"))
             };

@@ -377,3 +377,94 @@ fn handle(cfg: &Config, req: &Request) -> (u16, serde_json::Value) {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(bytes: &[u8]) -> Result<HttpRequest, (u16, String)> {
+        read_request(
+            &mut std::io::Cursor::new(bytes.to_vec()),
+            Instant::now() + Duration::from_secs(5),
+        )
+    }
+
+    #[test]
+    fn reads_what_busybox_wget_sends() {
+        let r = read(b"POST /helpers HTTP/1.1\r\nHost: 127.0.0.1:3129\r\nUser-Agent: Wget\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 13\r\n\r\n{\"name\":\"k\"}\n")
+            .unwrap();
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.path, "/helpers");
+        assert_eq!(r.body, b"{\"name\":\"k\"}\n");
+    }
+
+    #[test]
+    fn hostile_requests_are_cut_short() {
+        // A body over the limit is refused from its length, before it is read.
+        let e = read(b"POST /helpers HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n").unwrap_err();
+        assert_eq!(e.0, 413);
+        // An endless head.
+        let mut endless = b"POST /helpers HTTP/1.1\r\nX: ".to_vec();
+        endless.extend(std::iter::repeat_n(b'a', 100_000));
+        assert_eq!(read(&endless).unwrap_err().0, 431);
+        // No length: chunked bodies are not read.
+        let e = read(
+            b"POST /helpers HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.0, 411);
+        // A body shorter than it said, or a connection closed early.
+        assert_eq!(
+            read(b"POST /helpers HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+                .unwrap_err()
+                .0,
+            400
+        );
+        assert_eq!(read(b"POST /hel").unwrap_err().0, 400);
+        assert_eq!(
+            read(b"POST /helpers HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+                .unwrap_err()
+                .0,
+            400
+        );
+    }
+
+    /// A reader that gives one byte at a time, slowly: a request that does not arrive in
+    /// time is given up, however much of it trickles in.
+    struct Trickle(usize);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            std::thread::sleep(Duration::from_millis(20));
+            self.0 += 1;
+            buf[0] = b'a';
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn a_slow_client_is_given_up() {
+        let started = Instant::now();
+        let e =
+            read_request(&mut Trickle(0), Instant::now() + Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.0, 408);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_refusal_says_its_rule_in_the_status_line() {
+        let mut out = Vec::new();
+        respond(
+            &mut out,
+            422,
+            &json!({"refused": "reads `/etc`,\nwhich...", "rule": "narrower-than-requester"}),
+        );
+        let text = String::from_utf8(out).unwrap();
+        let first = text.lines().next().unwrap();
+        assert_eq!(
+            first,
+            "HTTP/1.1 422 Unprocessable Content (narrower-than-requester): reads `/etc`, which..."
+        );
+        assert!(text.contains("\"rule\": \"narrower-than-requester\""));
+    }
+}

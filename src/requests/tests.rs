@@ -273,6 +273,15 @@ fn records_merge_while_their_requester_is_wanted() {
         &f.host.state_dir,
     );
     assert!(dropped[0].why.contains("narrowed"), "{dropped:?}");
+    // Requests turned off, or no room left: dropped.
+    let mut off = team.clone();
+    off.helper_requests = false;
+    let (_, dropped) = merge(&Desired { teams: vec![off] }, &f.host.state_dir);
+    assert!(dropped[0].why.contains("no longer allows"), "{dropped:?}");
+    let mut full = team.clone();
+    full.max_members = 1;
+    let (_, dropped) = merge(&Desired { teams: vec![full] }, &f.host.state_dir);
+    assert!(dropped[0].why.contains("maxMembers 1"), "{dropped:?}");
     forget(&f.host.state_dir, "t", "h1").unwrap();
     assert!(records(&f.host.state_dir, "t").is_empty());
 }
