@@ -90,7 +90,9 @@ impl World {
         p
     }
 
-    /// The team: member `a` writes ./work and reads ./other, no network, 64Mi, 64 pids;
+    /// The team: member `a` writes ./work and reads ./other, may reach example.com (so it
+    /// has the proxy variables, which busybox wget follows even to loopback without `-Y
+    /// off`), 64Mi, 64 pids;
     /// maxMembers 3. With `with_a` false, `a` is left out.
     fn manifests(&self, with_a: bool) -> String {
         let mut yaml = format!(
@@ -107,7 +109,7 @@ spec: {{command: [sleep, "100000"], cwd: ./work}}
 apiVersion: ateam.dev/v1alpha1
 kind: AccessGrant
 metadata: {{name: g}}
-spec: {{write: [./work], read: [./other]}}
+spec: {{write: [./work], read: [./other], network: {{allow: [example.com]}}}}
 "#,
             team = self.team
         );
@@ -222,12 +224,13 @@ spec: {parent: lead, access: g, command: [sleep, "100000"], resources: {memory: 
         )
     }
 
-    /// A helper request from inside `member`, as an agent would make it with busybox.
+    /// A helper request from inside `member`, as an agent would make it with busybox (`-Y
+    /// off`: busybox wget ignores NO_PROXY).
     fn ask(&self, member: &str, json: &str) -> String {
         let json = json.replace('\'', "'\\''");
         self.inside(
             member,
-            &format!("wget -q -O - --post-data '{json}' \"$ATEAM_HELPERS_URL\" 2>&1"),
+            &format!("wget -Y off -q -O - --post-data '{json}' \"$ATEAM_HELPERS_URL\" 2>&1"),
         )
     }
 
@@ -333,9 +336,9 @@ fn a_member_asks_for_helpers(engine: Engine) {
             "more network",
         ),
         (
-            r#"{"name": "k2", "network": {"allow": ["example.com"]}}"#.into(),
+            r#"{"name": "k2", "network": {"allow": ["evil.example.com"]}}"#.into(),
             "narrower-than-requester",
-            "more network",
+            "does not cover",
         ),
         (
             r#"{"name": "kid"}"#.into(),
@@ -369,7 +372,7 @@ fn a_member_asks_for_helpers(engine: Engine) {
         "{engine:?}: {got}"
     );
     // What it asked for, it can list.
-    let got = w.inside("a", "wget -q -O - \"$ATEAM_HELPERS_URL\"");
+    let got = w.inside("a", "wget -Y off -q -O - \"$ATEAM_HELPERS_URL\"");
     assert!(
         got.contains("\"kid\"") && got.contains("\"k3\""),
         "{engine:?}: {got}"
@@ -418,6 +421,16 @@ fn a_member_asks_for_helpers(engine: Engine) {
             "{kid}'s transcript is gone"
         );
     }
+    // Their helper servers, and the requester's, are stopped, their sockets gone.
+    for m in ["a", "kid", "k3"] {
+        let socket = w
+            .path("state/teams")
+            .join(&w.team)
+            .join("members")
+            .join(m)
+            .join("ctl/helpers.sock");
+        assert!(!socket.exists(), "{engine:?}: {} is left", socket.display());
+    }
     assert!(w.path("work/sub/k").exists());
 }
 
@@ -436,23 +449,33 @@ fn the_helper_server_withstands_hostile_clients() {
     let bin =
         std::env::var("ATEAM_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
     let me = format!("{}:{}", rustix_ids().0, rustix_ids().1);
-    let mut server = Command::new(bin)
-        .arg("--state-dir")
-        .arg(&state)
-        .args([
-            "helper-server",
-            "--team",
-            "t",
-            "--member",
-            "m",
-            "--socket-owner",
-            &me,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    /// Kills the server however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Killed(
+        Command::new(bin)
+            .arg("--state-dir")
+            .arg(&state)
+            .args([
+                "helper-server",
+                "--team",
+                "t",
+                "--member",
+                "m",
+                "--socket-owner",
+                &me,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let socket = member.join("ctl/helpers.sock");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while UnixStream::connect(&socket).is_err() {
@@ -509,8 +532,6 @@ fn the_helper_server_withstands_hostile_clients() {
     );
     let got = ask("DELETE /other HTTP/1.1\r\n\r\n");
     assert!(got.starts_with("HTTP/1.1 404"), "{got}");
-    server.kill().unwrap();
-    server.wait().unwrap();
 }
 
 fn rustix_ids() -> (u32, u32) {
