@@ -403,6 +403,24 @@ fn a_member_asks_for_helpers(engine: Engine) {
         text(&diff.stdout)
     );
 
+    // The controller, even pruning, keeps them: they are desired.
+    let once = w.ateam(&[
+        "controller",
+        "-f",
+        team.to_str().unwrap(),
+        "--once",
+        "--prune",
+    ]);
+    assert_eq!(
+        once.status.code(),
+        Some(0),
+        "{engine:?}: {}{}",
+        text(&once.stdout),
+        text(&once.stderr)
+    );
+    assert_eq!(w.row("kid").unwrap()["state"], "running", "{engine:?}");
+    assert_eq!(w.row("k3").unwrap()["state"], "running", "{engine:?}");
+
     // The requester leaves the manifests: its helpers go with it (no --prune needed), their
     // records too; their transcripts stay.
     let without = w.write("team.yaml", &w.manifests(false));

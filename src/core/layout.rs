@@ -13,6 +13,9 @@
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
 //! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file and log
+//! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
+//! <state>/teams/<team>/members/<m>/helpers/         the helper server's pid file and stderr
+//! <state>/teams/<team>/requested/<name>.json        a helper a member asked for (the member)
 //! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
 //! ```
 
