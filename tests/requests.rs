@@ -403,6 +403,22 @@ fn a_member_asks_for_helpers(engine: Engine) {
         text(&diff.stdout)
     );
 
+    // A dead helper server is seen by status, and started again by the controller.
+    let pid_file = w
+        .path("state/teams")
+        .join(&w.team)
+        .join("members/a/helpers/server.pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let killed = Command::new("kill").arg(pid.trim()).status().unwrap();
+    assert!(killed.success());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let a = w.row("a").unwrap();
+    assert!(
+        a["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("helper server does not answer")),
+        "{engine:?}: {a}"
+    );
     // The controller, even pruning, keeps them: they are desired.
     let once = w.ateam(&[
         "controller",
@@ -420,6 +436,8 @@ fn a_member_asks_for_helpers(engine: Engine) {
     );
     assert_eq!(w.row("kid").unwrap()["state"], "running", "{engine:?}");
     assert_eq!(w.row("k3").unwrap()["state"], "running", "{engine:?}");
+    let got = w.inside("a", "wget -Y off -q -O - \"$ATEAM_HELPERS_URL\"");
+    assert!(got.contains("\"kid\""), "{engine:?}: {got}");
 
     // The requester leaves the manifests: its helpers go with it (no --prune needed), their
     // records too; their transcripts stay.
