@@ -161,17 +161,36 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
             },
         )));
     }
-    let mut grants: BTreeMap<&str, &AccessGrant> =
-        team.grants.iter().map(|g| (g.name.as_str(), g)).collect();
+    let mut grants: BTreeMap<String, AccessGrant> = team
+        .grants
+        .iter()
+        .map(|g| (g.name.clone(), g.clone()))
+        .collect();
+    let mut members = Vec::new();
     for m in &team.members {
+        let mut m = m.clone();
         if !m.access.name.is_empty() {
-            grants.entry(&m.access.name).or_insert(&m.access);
+            // A grant no AccessGrant of the team defines (a requested member's) is written
+            // too; should its name be taken by a different grant, under a name of its own.
+            let mut name = m.access.name.clone();
+            let mut n = 1;
+            while grants.get(&name).is_some_and(|g| {
+                g.read != m.access.read
+                    || g.write != m.access.write
+                    || g.network != m.access.network
+            }) {
+                n += 1;
+                name = format!("{}-{n}", m.access.name);
+            }
+            m.access.name = name.clone();
+            grants.entry(name).or_insert_with(|| m.access.clone());
         }
+        members.push(m);
     }
     for g in grants.values() {
         out.push(Manifest::AccessGrant(grant_object(&team.name, g)));
     }
-    for m in &team.members {
+    for m in &members {
         out.push(Manifest::Member(member_object(team, m)));
     }
     out

@@ -70,7 +70,8 @@ pub fn args(state_dir: &Path, team: &str, member: &str, owner: Owner) -> Vec<std
     ]
 }
 
-/// Starts the member's server, detached (its own session, standard error in `server.err`),
+/// Starts the member's server, detached (it makes itself a session of its own, so that a
+/// terminal's hang-up or Ctrl-C to apply does not reach it; standard error in `server.err`),
 /// and waits until it answers. `member` owns the socket (0600): the member, and only it, may
 /// connect. The server runs as the user running ateam: it changes the team.
 pub fn start(
@@ -97,11 +98,6 @@ pub fn start(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(err);
-    {
-        use std::os::unix::process::CommandExt;
-        // Its own session: a terminal's hang-up or Ctrl-C to apply does not reach it.
-        cmd.process_group(0);
-    }
     let mut child = cmd.spawn().map_err(io(&exe))?;
     // Reaped by a thread: the server lives on after this process is done with it.
     std::thread::spawn(move || child.wait());

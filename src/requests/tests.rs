@@ -321,3 +321,25 @@ fn an_export_validates_back_to_the_same_team() {
         .members
     );
 }
+
+#[test]
+fn an_export_keeps_grants_apart_whose_names_clash() {
+    let f = Fixture::new();
+    let mut team = f.team(true);
+    let mut r = request("h1");
+    r.write = vec![f.path("work/sub")];
+    let child = f.judge(&team, &r).unwrap();
+    // A manifest grant that took the requested grant's name since, with other folders.
+    let mut other = team.grants[0].clone();
+    other.name = child.access.name.clone();
+    team.grants.push(other);
+    team.members.push(child.clone());
+    let text = to_yaml(&team_objects(&team)).unwrap();
+    let again = f
+        .validate(&text)
+        .unwrap_or_else(|p| panic!("{p:#?}\n{text}"));
+    let back = &again.teams[0].members[1];
+    assert_eq!(back.access.name, format!("{}-2", child.access.name));
+    assert_eq!(back.access.write, child.access.write);
+    assert_eq!(back.access.read, child.access.read);
+}
