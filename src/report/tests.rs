@@ -112,6 +112,7 @@ fn in_sync(t: &Team) -> Observed {
             .filter(|m| m.egress.is_some())
             .map(|m| (m.team.clone(), m.member.clone()))
             .collect(),
+        promotions: vec![],
     }
 }
 
@@ -131,6 +132,7 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
         transcript_usage: &usage,
         restarts: &restarts,
         last_exit: &last,
+        session: &|_: &str, _: &str| (std::path::PathBuf::from("/run/tmux.sock"), None),
     };
     (team_status(t, "docker", o, &p, &extras), p)
 }
