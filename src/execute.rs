@@ -70,7 +70,7 @@ pub enum ActionError {
     SessionStep {
         session: String,
         #[source]
-        source: sessions::SessionError,
+        source: Box<sessions::SessionError>,
     },
 }
 
@@ -536,7 +536,7 @@ impl Executor<'_> {
                     })?
                     .map_err(|source| ActionError::SessionStep {
                         session: session.name.clone(),
-                        source,
+                        source: Box::new(source),
                     })
             }
             Action::Promote {
@@ -547,12 +547,12 @@ impl Executor<'_> {
                 .await
                 .map_err(|source| ActionError::SessionStep {
                     session: session.name.clone(),
-                    source,
+                    source: Box::new(source),
                 }),
             Action::RollBackPromotion { journal } => {
                 sessions::roll_back(self.rt, journal).map_err(|source| ActionError::SessionStep {
                     session: journal.name.clone(),
-                    source,
+                    source: Box::new(source),
                 })
             }
             Action::StartEgressProxy {

@@ -399,8 +399,16 @@ pub struct Extras<'a> {
     pub restarts: &'a dyn Fn(&str, &str) -> u64,
     /// The last exit ateam recorded for `(team, member)` (`store::Record`).
     pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
-    /// A main session's terminal socket, and when ateam started it (seconds since the epoch).
-    pub session: &'a dyn Fn(&str, &str) -> (PathBuf, Option<i64>),
+    /// A main session's terminal, by team and name.
+    pub session: &'a dyn Fn(&str, &str) -> SessionFacts,
+}
+
+/// What status shows of a main session beyond the plan.
+pub struct SessionFacts {
+    /// Its tmux socket.
+    pub socket: PathBuf,
+    /// When ateam started it, in seconds since the epoch.
+    pub started: Option<i64>,
 }
 
 impl Extras<'_> {
@@ -463,7 +471,7 @@ pub fn team_status(
     let mut rows = Vec::new();
     for s in &team.sessions {
         let running = !plan.actions.iter().any(|a| matches!(a, Action::StartSession { session, .. } | Action::Promote { session, .. } if session.name == s.name && session.team == team.name));
-        let (socket, started) = (extras.session)(&team.name, &s.name);
+        let SessionFacts { socket, started } = (extras.session)(&team.name, &s.name);
         let transcript = if s.transcript_dir.as_os_str().is_empty() {
             crate::core::layout::session_transcript_dir(&team.session_dir, &s.name)
         } else {
@@ -490,11 +498,7 @@ pub fn team_status(
             } else {
                 "not running".into()
             },
-            detail: if running {
-                origin
-            } else {
-                planned(&s.name)
-            },
+            detail: if running { origin } else { planned(&s.name) },
             drifted: drifted(&s.name),
             container: None,
             container_id: None,

@@ -232,7 +232,11 @@ fn move_transcript(j: &Promotion) -> Result<(), SessionError> {
 /// starts them if a manifest wants the member).
 pub fn roll_back(rt: &Runtime, j: &Promotion) -> Result<(), SessionError> {
     let dir = layout::session_dir(&rt.state_dir, &j.team, &j.name);
-    stop(&layout::session_socket_path(&rt.state_dir, &j.team, &j.name));
+    stop(&layout::session_socket_path(
+        &rt.state_dir,
+        &j.team,
+        &j.name,
+    ));
     if j.had_transcript && j.to.is_dir() && !j.from.exists() {
         std::fs::rename(&j.to, &j.from).map_err(io(&j.to))?;
     } else if j.had_transcript && j.to.is_dir() && is_empty_dir(&j.from) {
@@ -403,7 +407,12 @@ fn tail(dir: &Path, rel: &Path) -> Option<String> {
     let from = lines.len().saturating_sub(TAIL_LINES).max(skip);
     let kept: Vec<String> = lines[from..]
         .iter()
-        .map(|l| l.chars().filter(|c| !c.is_control() || *c == '\t').take(400).collect())
+        .map(|l| {
+            l.chars()
+                .filter(|c| !c.is_control() || *c == '\t')
+                .take(400)
+                .collect()
+        })
         .collect();
     Some(kept.join("\n"))
 }

@@ -1354,20 +1354,38 @@ fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: &'static str
     }
     // A member: its command's own environment, and a shell run in it.
     wait_for(&w.root().join("sessions/members/tester/role"), "member");
-    let out = w.ateam(&["exec", "writer", "--", "sh", "-c", "echo $ATEAM_ROLE $ATEAM_TEAM $ATEAM_NAME"]);
-    assert_eq!(text(&out.stdout).trim(), format!("member {} writer", w.team), "{}", text(&out.stderr));
+    let out = w.ateam(&[
+        "exec",
+        "writer",
+        "--",
+        "sh",
+        "-c",
+        "echo $ATEAM_ROLE $ATEAM_TEAM $ATEAM_NAME",
+    ]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("member {} writer", w.team),
+        "{}",
+        text(&out.stderr)
+    );
 
     let s = w.status_json();
     let lead = row(&s, "lead");
     assert_eq!(lead["kind"], "MainSession");
     assert_eq!(lead["state"], "running");
-    assert_eq!(lead["terminal"], w.session_socket("lead").display().to_string());
+    assert_eq!(
+        lead["terminal"],
+        w.session_socket("lead").display().to_string()
+    );
     assert_eq!(lead["transcript"], lead_dir.display().to_string());
     assert!(lead["createdAt"].is_string(), "since when: {lead:#}");
     assert!(lead["lastActivityAt"].is_string(), "{lead:#}");
     let table = text(&w.ateam(&["status"]).stdout);
     assert!(
-        table.contains(&format!("lead: terminal `tmux -S {} attach`", w.session_socket("lead").display())),
+        table.contains(&format!(
+            "lead: terminal `tmux -S {} attach`",
+            w.session_socket("lead").display()
+        )),
         "{table}"
     );
     w.kill_sessions();
@@ -1398,28 +1416,50 @@ fn a_member_is_promoted_by_editing_the_manifest(engine: &'static str) {
     assert_eq!(w.containers(), ids);
 
     w.write_manifest(&sessions_team(&w, "lead", WRITER_PROMOTED));
-    let diff = text(&w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()]).stdout);
-    assert!(diff.contains("~ promote member writer to main session"), "{diff}");
+    let diff = text(
+        &w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()])
+            .stdout,
+    );
+    assert!(
+        diff.contains("~ promote member writer to main session"),
+        "{diff}"
+    );
     w.apply();
     let to = w.root().join("sessions/writer");
-    assert!(!from.exists(), "the member's transcript folder is moved away");
+    assert!(
+        !from.exists(),
+        "the member's transcript folder is moved away"
+    );
     assert_eq!(inode(&to), dir_inode, "moved, not copied");
     wait_for(&to.join("session-env.txt"), "ATEAM_ROLE=main");
     assert_eq!(checksums(&to), before);
     let now = w.containers();
     assert!(!now.contains_key(&w.name("writer")), "{now:?}");
-    assert_eq!(now[&w.name("tester")], tester, "the child keeps its container");
+    assert_eq!(
+        now[&w.name("tester")],
+        tester,
+        "the child keeps its container"
+    );
     assert_eq!(w.engine_state(&tester), "running");
     let s = w.status_json();
     assert_eq!(row(&s, "writer")["kind"], "MainSession");
     assert_eq!(row(&s, "writer")["state"], "running");
     assert_eq!(row(&s, "tester")["parent"], "writer");
     assert!(
-        !ateam::core::layout::promotion_path(&ateam::core::layout::session_dir(&w.state(), &w.team, "writer")).exists(),
+        !ateam::core::layout::promotion_path(&ateam::core::layout::session_dir(
+            &w.state(),
+            &w.team,
+            "writer"
+        ))
+        .exists(),
         "the journal is gone once done"
     );
     let out = w.apply();
-    assert!(text(&out.stdout).contains("no changes"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("no changes"),
+        "{}",
+        text(&out.stdout)
+    );
     w.kill_sessions();
 }
 
@@ -1443,14 +1483,25 @@ fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
     for step in ["begun", "stopped", "moved", "started"] {
         w.write_manifest(&promoted);
         let out = w.apply_with(&[("ATEAM_TEST_PROMOTION", &format!("crash-after:{step}"))]);
-        assert_eq!(out.status.code(), Some(137), "{step}: {}", text(&out.stderr));
-        assert!(journal.exists(), "{step}: the journal records how far it got");
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "{step}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            journal.exists(),
+            "{step}: the journal records how far it got"
+        );
         w.write_manifest(&member);
         w.apply();
         assert!(!journal.exists(), "{step}");
         assert!(!w.session_runs("writer"), "{step}: the session is stopped");
         assert_eq!(checksums(&from), before, "{step}: the transcript is back");
-        assert!(!to.exists() || std::fs::read_dir(&to).unwrap().next().is_none(), "{step}");
+        assert!(
+            !to.exists() || std::fs::read_dir(&to).unwrap().next().is_none(),
+            "{step}"
+        );
         let id = &w.containers()[&w.name("writer")];
         assert_eq!(w.engine_state(id), "running", "{step}");
     }
@@ -1458,7 +1509,11 @@ fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
     w.write_manifest(&promoted);
     let out = w.apply_with(&[("ATEAM_TEST_PROMOTION", "fail-after:moved")]);
     assert_ne!(out.status.code(), Some(0));
-    assert!(text(&out.stderr).contains("failed on purpose after step `moved`"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("failed on purpose after step `moved`"),
+        "{}",
+        text(&out.stderr)
+    );
     assert!(!journal.exists());
     assert_eq!(checksums(&from), before);
     assert!(!w.session_runs("writer"));
@@ -1479,19 +1534,20 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     let w = World::new(engine, "ho");
     w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
     w.apply();
-    wait_for(&w.root().join("sessions/members/writer/transcript.log"), "working");
+    wait_for(
+        &w.root().join("sessions/members/writer/transcript.log"),
+        "working",
+    );
     let ids = w.containers();
     // lead removed, nobody takes over: refused, naming the members that report to it.
-    let orphaned = sessions_team(&w, "lead", WRITER_MEMBER).replacen(
-        "name: lead}",
-        "name: lead2}",
-        1,
-    );
+    let orphaned =
+        sessions_team(&w, "lead", WRITER_MEMBER).replacen("name: lead}", "name: lead2}", 1);
     w.write_manifest(&orphaned);
     let out = w.apply_with(&[]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("MainSession `lead` is removed, and members report to it: writer"),
+        text(&out.stderr)
+            .contains("MainSession `lead` is removed, and members report to it: writer"),
         "{}",
         text(&out.stderr)
     );
@@ -1505,7 +1561,10 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     assert_eq!(w.containers(), ids);
     let resume = w.root().join("sessions/lead2/RESUME.md");
     let text_ = std::fs::read_to_string(&resume).unwrap();
-    assert!(text_.contains("taken over from `lead` by `lead2`"), "{text_}");
+    assert!(
+        text_.contains("taken over from `lead` by `lead2`"),
+        "{text_}"
+    );
     assert!(text_.contains("## writer (running)"), "{text_}");
     assert!(text_.contains("## tester (running)"), "{text_}");
     assert!(
@@ -1515,5 +1574,27 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     let s = w.status_json();
     assert_eq!(row(&s, "writer")["parent"], "lead2");
     assert_eq!(row(&s, "lead2")["state"], "running");
+
+    // Every session and member gone from the manifests while the members still run (kept,
+    // without --prune): refused, naming them; nothing changes.
+    let team_only: String = w
+        .manifest()
+        .to_str()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap()
+        .split("---\n")
+        .filter(|d| d.contains("kind: Team") || d.contains("kind: AccessGrant"))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    w.write_manifest(&team_only);
+    let out = w.apply_with(&[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("would have no MainSession while its members tester, writer still run"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(w.containers(), ids);
     w.kill_sessions();
 }

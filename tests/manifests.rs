@@ -373,7 +373,12 @@ spec: {{parent: {parent}}}
         )
     };
     let before = check(
-        &format!("{head}{}{}{}", session("lead", ""), member("a", "lead"), member("b", "a")),
+        &format!(
+            "{head}{}{}{}",
+            session("lead", ""),
+            member("a", "lead"),
+            member("b", "a")
+        ),
         &host,
         &[],
     )
@@ -389,7 +394,12 @@ spec: {{parent: {parent}}}
         }
     };
     // a becomes a MainSession: refused without promotedFrom...
-    let p = problems(format!("{head}{}{}{}", session("lead", ""), session("a", ""), member("b", "a")));
+    let p = problems(format!(
+        "{head}{}{}{}",
+        session("lead", ""),
+        session("a", ""),
+        member("b", "a")
+    ));
     assert_eq!(p.len(), 1, "{p:#?}");
     assert!(
         p[0].starts_with("metadata.name: `a` was a Member of team `t`")
@@ -408,11 +418,19 @@ spec: {{parent: {parent}}}
         &applied,
     )
     .unwrap();
-    assert_eq!(t.members[0].parent, ateam::model::Parent::MainSession("a".into()));
+    assert_eq!(
+        t.members[0].parent,
+        ateam::model::Parent::MainSession("a".into())
+    );
     assert_eq!(t.sessions[1].transcript_dir, t.session_dir.join("a"));
 
     // lead removed while a and b report to it (a directly): refused, naming them...
-    let p = problems(format!("{head}{}{}{}", session("lead2", ""), member("a", "lead"), member("b", "a")));
+    let p = problems(format!(
+        "{head}{}{}{}",
+        session("lead2", ""),
+        member("a", "lead"),
+        member("b", "a")
+    ));
     assert_eq!(p.len(), 1, "{p:#?}");
     assert!(
         p[0].contains("MainSession `lead` is removed, and members report to it: a;")

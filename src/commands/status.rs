@@ -69,10 +69,10 @@ pub async fn run(
     let dir = state_dir.clone();
     let session = move |team: &str, name: &str| {
         let d = ateam::core::layout::session_dir(&dir, team, name);
-        (
-            ateam::core::layout::session_socket_path(&dir, team, name),
-            ateam::sessions::started_at(&d),
-        )
+        ateam::report::SessionFacts {
+            socket: ateam::core::layout::session_socket_path(&dir, team, name),
+            started: ateam::sessions::started_at(&d),
+        }
     };
     let extras = Extras {
         now,

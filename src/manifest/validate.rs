@@ -866,10 +866,7 @@ fn build(
                 command: s.command.clone(),
                 env: s.env.clone(),
                 labels: o.labels.clone(),
-                transcript_dir: crate::core::layout::session_transcript_dir(
-                    &session_dir,
-                    &o.name,
-                ),
+                transcript_dir: crate::core::layout::session_transcript_dir(&session_dir, &o.name),
                 promoted_from: s.promoted_from.clone(),
                 takes_over: s.takes_over.clone(),
             });

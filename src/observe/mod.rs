@@ -169,8 +169,12 @@ pub async fn observe(
                 };
                 match serde_json::from_slice::<crate::core::session::Promotion>(&bytes) {
                     Ok(p) if p.team == t.name => promotions.push(p),
-                    Ok(_) => warn!(path = %path.display(), "a promotion journal of another team: left alone"),
-                    Err(e) => warn!(path = %path.display(), error = %e, "an unreadable promotion journal: left alone"),
+                    Ok(_) => {
+                        warn!(path = %path.display(), "a promotion journal of another team: left alone")
+                    }
+                    Err(e) => {
+                        warn!(path = %path.display(), error = %e, "an unreadable promotion journal: left alone")
+                    }
                 }
             }
         }

@@ -16,9 +16,9 @@ use serde_json::Value;
 
 pub use crate::core::container::ContainerState;
 use crate::core::container::{self as names, labels};
+pub use crate::core::session::Promotion;
 use crate::model::RestartPolicy;
 use crate::policy::{self, Violation};
-pub use crate::core::session::Promotion;
 pub use observed::{Observed, ObservedContainer};
 pub use sessions::ResumeEntry;
 pub use spec::{DesiredMember, DesiredState};
@@ -125,7 +125,9 @@ pub enum Action {
     },
     /// Undo what an interrupted promotion did, which the manifests no longer ask for: stop
     /// the session if it got that far, move the transcript back to the member's place.
-    RollBackPromotion { journal: Box<Promotion> },
+    RollBackPromotion {
+        journal: Box<Promotion>,
+    },
     Create {
         member: Box<DesiredMember>,
     },

@@ -53,7 +53,9 @@ pub(super) fn plan_sessions(
                 .unwrap_or_default();
             // Something of the member is left (a journal, a container, its transcript):
             // the promotion is still to do. Otherwise it is done, or there was no member.
-            if journal.is_some() || !containers.is_empty() || observed.transcript_dirs.contains(from)
+            if journal.is_some()
+                || !containers.is_empty()
+                || observed.transcript_dirs.contains(from)
             {
                 promoting.insert((s.team.clone(), s.name.clone()));
                 plan.actions.push(Action::Promote {
@@ -74,7 +76,9 @@ pub(super) fn plan_sessions(
                         let c = ours.get(&(m.team.as_str(), m.member.as_str()));
                         ResumeEntry {
                             member: m.member.clone(),
-                            state: state_text(c.and_then(|v| v.iter().map(|c| c.state).max_by_key(|s| s.is_live()))),
+                            state: state_text(c.and_then(|v| {
+                                v.iter().map(|c| c.state).max_by_key(|s| s.is_live())
+                            })),
                             transcript: m.transcript_dir.clone(),
                         }
                     })

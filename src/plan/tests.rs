@@ -1017,9 +1017,13 @@ fn a_promotion_stops_the_member_moves_its_transcript_and_starts_the_session() {
 
     // Only the transcript left (the member had no container): still promoted (moved).
     let mut o2 = in_sync(&after, &["b"]);
-    o2.transcript_dirs.insert("/home/u/sessions/members/a".into());
+    o2.transcript_dirs
+        .insert("/home/u/sessions/members/a".into());
     o2.live_sockets.insert(after.sessions[0].socket.clone());
-    assert_eq!(kinds(&plan(&after, &o2, PlanOptions::default())), ["promote a"]);
+    assert_eq!(
+        kinds(&plan(&after, &o2, PlanOptions::default())),
+        ["promote a"]
+    );
 
     // Done: nothing of the member is left, and the session runs: nothing to do.
     let mut done = in_sync(&after, &["b"]);
@@ -1030,7 +1034,10 @@ fn a_promotion_stops_the_member_moves_its_transcript_and_starts_the_session() {
     assert!(plan(&after, &done, PlanOptions::default()).is_noop());
     // Done, but the session's terminal ended: it is started like any session.
     done.live_sockets.remove(&after.sessions[1].socket);
-    assert_eq!(kinds(&plan(&after, &done, PlanOptions::default())), ["session a"]);
+    assert_eq!(
+        kinds(&plan(&after, &done, PlanOptions::default())),
+        ["session a"]
+    );
 }
 
 #[test]
@@ -1074,7 +1081,10 @@ fn a_session_that_takes_over_is_told_of_every_member() {
     let mut o = in_sync(&d, &["a"]);
     o.containers[0].state = ContainerState::Exited { code: 3 };
     let k = kinds(&plan(&d, &o, PlanOptions::default()));
-    assert_eq!(k[0], "session lead2 resume a=exited 3,b=no container", "{k:?}");
+    assert_eq!(
+        k[0], "session lead2 resume a=exited 3,b=no container",
+        "{k:?}"
+    );
 }
 
 #[test]
@@ -1084,12 +1094,20 @@ fn members_and_sessions_know_their_role() {
     let d = desired_state(&d, &host());
     let env = &d.members[0].spec.env;
     assert_eq!(
-        (env["ATEAM_ROLE"].as_str(), env["ATEAM_TEAM"].as_str(), env["ATEAM_NAME"].as_str()),
+        (
+            env["ATEAM_ROLE"].as_str(),
+            env["ATEAM_TEAM"].as_str(),
+            env["ATEAM_NAME"].as_str()
+        ),
         ("member", "t", "a")
     );
     let env = &d.sessions[0].env;
     assert_eq!(
-        (env["ATEAM_ROLE"].as_str(), env["ATEAM_TEAM"].as_str(), env["ATEAM_NAME"].as_str()),
+        (
+            env["ATEAM_ROLE"].as_str(),
+            env["ATEAM_TEAM"].as_str(),
+            env["ATEAM_NAME"].as_str()
+        ),
         ("main", "t", "lead")
     );
     assert_eq!(env["ATEAM_SESSION_DIR"], "/home/u/sessions/lead");

@@ -132,7 +132,10 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
         transcript_usage: &usage,
         restarts: &restarts,
         last_exit: &last,
-        session: &|_: &str, _: &str| (std::path::PathBuf::from("/run/tmux.sock"), None),
+        session: &|_: &str, _: &str| crate::report::SessionFacts {
+            socket: "/run/tmux.sock".into(),
+            started: None,
+        },
     };
     (team_status(t, "docker", o, &p, &extras), p)
 }
