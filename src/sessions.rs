@@ -191,6 +191,9 @@ async fn steps(
     }
     if j.step < PromotionStep::Moved {
         move_transcript(j)?;
+        // The session runs as the person: its folder becomes theirs (the files in it keep
+        // their owner; a member running as another uid wrote them).
+        files::member_dir(&j.to, rt.owner, rt.owner).map_err(io(&j.to))?;
         advance(j, PromotionStep::Moved, path, rt.owner)?;
     }
     if j.step < PromotionStep::Started {
