@@ -862,11 +862,7 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
                         .as_ref()
                         .map(|e| last_exit_cell(e, now))
                         .unwrap_or_else(|| "-".into()),
-                    if m.kind == RowKind::MainSession {
-                        "-".into()
-                    } else {
-                        human_bytes(m.transcript_bytes)
-                    },
+                    human_bytes(m.transcript_bytes),
                     ago(m.last_activity_secs),
                     match (&m.grants, m.kind) {
                         (Some(g), _) => g.summary(),

@@ -381,8 +381,8 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     );
     assert!(w.containers().is_empty(), "{:?}", w.containers());
     assert!(
-        w.transcript("reviewer").exists(),
-        "delete keeps transcripts"
+        w.transcript("reviewer").exists() && w.root().join("sessions/lead").is_dir(),
+        "delete keeps transcripts, the main session's too"
     );
 
     w.apply();
@@ -400,8 +400,10 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        !w.transcript("reviewer").exists() && !w.transcript("tester").exists(),
-        "--purge removes transcripts"
+        !w.transcript("reviewer").exists()
+            && !w.transcript("tester").exists()
+            && !w.root().join("sessions/lead").exists(),
+        "--purge removes transcripts, the main session's too"
     );
     assert!(
         w.root().join("workspace/repo/README.md").exists(),
@@ -418,8 +420,8 @@ fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
     let out = w.ateam(&["delete", "--team", &w.team]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        w.transcript("reviewer").exists(),
-        "delete keeps transcripts"
+        w.transcript("reviewer").exists() && w.root().join("sessions/lead").is_dir(),
+        "delete keeps transcripts, the main session's too"
     );
     assert!(w.containers().is_empty(), "{:?}", w.containers());
     // Deleted is not applied: status no longer lists the team.
