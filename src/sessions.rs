@@ -464,6 +464,35 @@ mod tests {
     }
 
     #[test]
+    fn a_transcript_moves_once_and_never_onto_another() {
+        let d = tempfile::tempdir().unwrap();
+        let (from, to) = (d.path().join("members/a"), d.path().join("a"));
+        std::fs::create_dir_all(&from).unwrap();
+        std::fs::write(from.join("t.log"), "x").unwrap();
+        let j = Promotion {
+            team: "t".into(),
+            name: "a".into(),
+            step: PromotionStep::Stopped,
+            containers: vec![],
+            from: from.clone(),
+            to: to.clone(),
+            had_transcript: true,
+            begun_at: String::new(),
+        };
+        // The session's folder exists with files of its own: refused, nothing moved.
+        std::fs::create_dir(&to).unwrap();
+        std::fs::write(to.join("mine"), "y").unwrap();
+        assert!(matches!(move_transcript(&j), Err(SessionError::NotEmpty(_))));
+        assert!(from.join("t.log").exists());
+        // Empty: taken. Run again (a step done but not recorded): nothing more happens.
+        std::fs::remove_file(to.join("mine")).unwrap();
+        move_transcript(&j).unwrap();
+        assert!(!from.exists() && to.join("t.log").exists());
+        move_transcript(&j).unwrap();
+        assert!(to.join("t.log").exists());
+    }
+
+    #[test]
     fn the_resume_names_every_member_its_state_and_last_lines() {
         let d = tempfile::tempdir().unwrap();
         let a = d.path().join("a");
