@@ -18,10 +18,11 @@ use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc
 use crate::egress;
 use crate::files;
 use crate::model::PullPolicy;
-use crate::plan::spec::{DesiredMember, DesiredSession};
+use crate::plan::spec::DesiredMember;
 use crate::plan::{Action, ContainerRef, Plan, StartReason};
 use crate::report::{drift_text, start_text};
 use crate::runtime::{RunError, Runtime, image};
+use crate::sessions;
 use crate::store::Record;
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
@@ -65,6 +66,12 @@ pub enum ActionError {
     },
     #[error("main session `{session}`: {message}")]
     Session { session: String, message: String },
+    #[error("main session `{session}`: {source}")]
+    SessionStep {
+        session: String,
+        #[source]
+        source: Box<sessions::SessionError>,
+    },
 }
 
 /// One failure, by member.
@@ -86,7 +93,8 @@ pub struct Executor<'a> {
 fn key(a: &Action) -> (String, String) {
     let (team, subject) = a.subject();
     let subject = match a {
-        Action::StartSession { .. } => format!("session/{subject}"),
+        // A rollback gives the member its transcript back: before the member's own actions.
+        Action::StartSession { .. } | Action::Promote { .. } => format!("session/{subject}"),
         _ => subject.to_string(),
     };
     (team.to_string(), subject)
@@ -119,6 +127,8 @@ fn about(a: &Action) -> About<'_> {
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
             | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
             | Action::Create { .. }
             | Action::RemoveOrphan { .. }
             | Action::RemoveDuplicate { .. }
@@ -200,6 +210,8 @@ impl Executor<'_> {
                 | Action::UpdateEgressPolicy { .. }
                 | Action::StopEgressProxy { .. }
                 | Action::StartSession { .. }
+                | Action::Promote { .. }
+                | Action::RollBackPromotion { .. }
                 | Action::RemoveOrphan { .. }
                 | Action::RemoveDuplicate { .. }
                 | Action::RemoveStranger { .. }
@@ -514,7 +526,35 @@ impl Executor<'_> {
                 self.progress.step(team, member, "ready");
                 Ok(())
             }
-            Action::StartSession { session } => start_session(session),
+            Action::StartSession { session, resume } => {
+                let (s, resume, owner) = (session.clone(), resume.clone(), self.rt.owner);
+                tokio::task::spawn_blocking(move || sessions::start(&s, owner, &resume))
+                    .await
+                    .map_err(|e| ActionError::Session {
+                        session: session.name.clone(),
+                        message: e.to_string(),
+                    })?
+                    .map_err(|source| ActionError::SessionStep {
+                        session: session.name.clone(),
+                        source: Box::new(source),
+                    })
+            }
+            Action::Promote {
+                session,
+                containers,
+                journal,
+            } => sessions::promote(self.rt, session, containers, journal.as_deref())
+                .await
+                .map_err(|source| ActionError::SessionStep {
+                    session: session.name.clone(),
+                    source: Box::new(source),
+                }),
+            Action::RollBackPromotion { journal } => {
+                sessions::roll_back(self.rt, journal).map_err(|source| ActionError::SessionStep {
+                    session: journal.name.clone(),
+                    source: Box::new(source),
+                })
+            }
             Action::StartEgressProxy {
                 team,
                 member,
@@ -601,6 +641,8 @@ impl Executor<'_> {
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
             | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
             | Action::RemoveOrphan { .. }
             | Action::RemoveDuplicate { .. }
             | Action::RemoveStranger { .. }
@@ -703,35 +745,6 @@ impl Executor<'_> {
         self.progress.step(&m.team, &m.member, "ready");
         Ok(())
     }
-}
-
-/// A main session: a detached tmux session on its own socket, with a clean environment.
-fn start_session(s: &DesiredSession) -> Result<(), ActionError> {
-    let err = |message: String| ActionError::Session {
-        session: s.name.clone(),
-        message,
-    };
-    if let Some(dir) = s.socket.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
-    }
-    let mut cmd = std::process::Command::new("tmux");
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-        .env("TERM", "xterm-256color")
-        .envs(&s.env)
-        .arg("-S")
-        .arg(&s.socket)
-        .args(["new-session", "-d", "-s", &s.name, "-c"])
-        .arg(&s.cwd)
-        .args(&s.command);
-    let out = cmd
-        .output()
-        .map_err(|e| err(format!("cannot run tmux ({e}); install tmux")))?;
-    if !out.status.success() {
-        return Err(err(String::from_utf8_lossy(&out.stderr).trim().to_string()));
-    }
-    Ok(())
 }
 
 /// How often ateam restarted a member (by its restart policy), kept in its control folder.

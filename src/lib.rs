@@ -7,6 +7,8 @@
 //!   crash-loop backoff, the driver loop, the watches and the daemon `ateam controller` runs;
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
+//! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
+//!   (a member becoming a main session) step by step with their rollback;
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
 //! - `requests`: helper members a member asks for at run time: judged as manifests, recorded,
@@ -44,4 +46,5 @@ pub mod policy;
 pub mod report;
 pub mod requests;
 pub mod runtime;
+pub mod sessions;
 pub mod store;

@@ -48,6 +48,15 @@ pub struct MainSession {
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
+    /// `<sessionDir>/<name>`. Default: records of 0.2 and before have none (`transcript`).
+    #[serde(default)]
+    pub transcript_dir: PathBuf,
+    /// The Member this session was before (same name): its transcript moves here.
+    #[serde(default)]
+    pub promoted_from: Option<String>,
+    /// The MainSession, gone from the manifests, whose members now report to this one.
+    #[serde(default)]
+    pub takes_over: Option<String>,
 }
 
 /// Network access, ordered from narrowest to widest.

@@ -74,10 +74,33 @@ pub fn action_text(a: &Action) -> String {
             format!("~ egress allow list of {member}: {}", allow.join(","))
         }
         Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
-        Action::StartSession { session } => format!(
-            "+ start main session {} (tmux -S {})",
+        Action::StartSession { session, resume } => format!(
+            "+ start main session {} (tmux -S {}){}",
             session.name,
-            session.socket.display()
+            session.socket.display(),
+            match &session.takes_over {
+                Some(old) => format!(
+                    ", taking over {old}'s members ({}) with a resume file",
+                    resume.len()
+                ),
+                None => String::new(),
+            }
+        ),
+        Action::Promote {
+            session, journal, ..
+        } => format!(
+            "~ promote member {} to main session{}: stop it, move its transcript to {}, start the session",
+            session.name,
+            journal
+                .as_ref()
+                .map(|j| format!(" (interrupted after step `{}`: go on)", j.step.as_str()))
+                .unwrap_or_default(),
+            session.transcript_dir.display()
+        ),
+        Action::RollBackPromotion { journal } => format!(
+            "~ undo the interrupted promotion of {} (after step `{}`): the manifests no longer ask for it",
+            journal.name,
+            journal.step.as_str()
         ),
         Action::Create { member } => {
             format!("+ create {} ({})", member.member, member.spec.name)
@@ -354,6 +377,8 @@ pub struct MemberStatus {
     pub limits_unenforced: bool,
     /// Its egress proxy, for a member whose network is an allow list.
     pub egress: Option<EgressStatus>,
+    /// A main session's terminal: the tmux socket (`tmux -S <it> attach`, or `ateam attach`).
+    pub terminal: Option<PathBuf>,
     /// Why a member exists: a manifest, or another member's request. None for other rows.
     pub origin: Option<OriginStatus>,
 }
@@ -405,6 +430,16 @@ pub struct Extras<'a> {
     pub restarts: &'a dyn Fn(&str, &str) -> u64,
     /// The last exit ateam recorded for `(team, member)` (`store::Record`).
     pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
+    /// A main session's terminal, by team and name.
+    pub session: &'a dyn Fn(&str, &str) -> SessionFacts,
+}
+
+/// What status shows of a main session beyond the plan.
+pub struct SessionFacts {
+    /// Its tmux socket.
+    pub socket: PathBuf,
+    /// When ateam started it, in seconds since the epoch.
+    pub started: Option<i64>,
 }
 
 impl Extras<'_> {
@@ -466,7 +501,25 @@ pub fn team_status(
     let drifted = |subject: &str| plan.subject_drifted(&team.name, subject);
     let mut rows = Vec::new();
     for s in &team.sessions {
-        let running = !plan.actions.iter().any(|a| matches!(a, Action::StartSession { session } if session.name == s.name && session.team == team.name));
+        let running = !plan.actions.iter().any(|a| matches!(a, Action::StartSession { session, .. } | Action::Promote { session, .. } if session.name == s.name && session.team == team.name));
+        let SessionFacts { socket, started } = (extras.session)(&team.name, &s.name);
+        let transcript = if s.transcript_dir.as_os_str().is_empty() {
+            crate::core::layout::session_transcript_dir(&team.session_dir, &s.name)
+        } else {
+            s.transcript_dir.clone()
+        };
+        let (bytes, last) = (extras.transcript_usage)(&transcript);
+        let now_secs = extras
+            .now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let started = started.filter(|_| running);
+        let origin = match (&s.promoted_from, &s.takes_over) {
+            (Some(m), _) => Some(format!("promoted from member {m}")),
+            (None, Some(old)) => Some(format!("took over from {old}")),
+            (None, None) => None,
+        };
         rows.push(MemberStatus {
             name: s.name.clone(),
             kind: RowKind::MainSession,
@@ -476,22 +529,23 @@ pub fn team_status(
             } else {
                 "not running".into()
             },
-            detail: None,
+            detail: if running { origin } else { planned(&s.name) },
             drifted: drifted(&s.name),
             container: None,
             container_id: None,
-            created_at: None,
-            age_secs: None,
+            created_at: started.and_then(rfc3339_epoch),
+            age_secs: started.map(|t| (now_secs - t).max(0) as u64),
             restarts: 0,
             next_restart: None,
             last_exit: None,
-            transcript: Some(team.session_dir.clone()),
-            transcript_bytes: 0,
-            last_activity_at: None,
-            last_activity_secs: None,
+            transcript: Some(transcript),
+            transcript_bytes: bytes,
+            last_activity_at: last.map(rfc3339),
+            last_activity_secs: last.map(|t| extras.secs_since(t)),
             grants: None,
             limits_unenforced: false,
             egress: None,
+            terminal: Some(socket),
             origin: None,
         });
     }
@@ -510,6 +564,8 @@ pub fn team_status(
                     | Action::UpdateEgressPolicy { .. }
                     | Action::StopEgressProxy { .. }
                     | Action::StartSession { .. }
+                    | Action::Promote { .. }
+                    | Action::RollBackPromotion { .. }
                     | Action::RemoveOrphan { .. }
                     | Action::RemoveDuplicate { .. }
                     | Action::Unpause { .. }
@@ -589,6 +645,7 @@ pub fn team_status(
             grants: Some(Grants::of(&m.access)),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
             egress,
+            terminal: None,
             origin: Some(OriginStatus::of(&m.origin)),
         });
     }
@@ -636,6 +693,7 @@ pub fn team_status(
                 grants: None,
                 limits_unenforced: false,
                 egress: None,
+                terminal: None,
                 origin: None,
             }
         };
@@ -693,6 +751,7 @@ pub fn team_status(
                     grants: None,
                     limits_unenforced: false,
                     egress: None,
+                    terminal: None,
                     origin: None,
                 });
             }
@@ -838,11 +897,7 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
                         .as_ref()
                         .map(|e| last_exit_cell(e, now))
                         .unwrap_or_else(|| "-".into()),
-                    if m.kind == RowKind::MainSession {
-                        "-".into()
-                    } else {
-                        human_bytes(m.transcript_bytes)
-                    },
+                    human_bytes(m.transcript_bytes),
                     ago(m.last_activity_secs),
                     match (&m.grants, m.kind) {
                         (Some(g), _) => g.summary(),
@@ -901,13 +956,20 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
                 ));
             }
         }
-        if let Some(dir) = t
-            .members
-            .iter()
-            .find(|m| m.kind == RowKind::MainSession)
-            .and_then(|m| m.transcript.as_ref())
-        {
-            out.push_str(&format!("  transcripts: {}\n", dir.display()));
+        for m in t.members.iter().filter(|m| m.kind == RowKind::MainSession) {
+            if let Some(sock) = &m.terminal
+                && m.state == "running"
+            {
+                out.push_str(&format!(
+                    "  {}: terminal `tmux -S {} attach` (or `ateam attach {}`)\n",
+                    m.name,
+                    sock.display(),
+                    m.name
+                ));
+            }
+            if let Some(dir) = &m.transcript {
+                out.push_str(&format!("  {}: transcript {}\n", m.name, dir.display()));
+            }
         }
         out.push('\n');
     }

@@ -624,6 +624,66 @@ fn an_engine_restart_is_lived_through(engine: &'static str) {
     assert!(w.log().contains("reason=\"restart\""), "{}", w.log());
 }
 
+/// A promotion killed half way by `ateam apply` is finished by the controller: the member's
+/// transcript is at the session's place, the session runs, its child keeps its container.
+fn the_controller_finishes_an_interrupted_promotion(engine: &'static str) {
+    let mut w = World::new(engine, "prom");
+    w.write("a.yaml", &member("a", ""));
+    w.write(
+        "b.yaml",
+        &member("b", "").replace("parent: lead", "parent: a"),
+    );
+    let manifests = w.root().join("manifests");
+    let apply = |env: &[(&str, &str)]| {
+        w.cmd(&["apply", "-f", manifests.to_str().unwrap()])
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let out = apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let from = w.root().join("sessions/members/a");
+    std::fs::write(from.join("notes.txt"), "half done\n").unwrap();
+    let b = w.id("b").unwrap();
+    w.write(
+        "a.yaml",
+        "apiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: a}\nspec: {command: [sleep, \"100000\"], cwd: ../repo, promotedFrom: a}\n",
+    );
+    let out = apply(&[("ATEAM_TEST_PROMOTION", "crash-after:moved")]);
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    let socket = w
+        .root()
+        .join("state/teams")
+        .join(&w.team)
+        .join("sessions/a/tmux.sock");
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_err());
+    w.start(&[]);
+    w.until("finished the promotion", 60, || {
+        w.row("a")["kind"] == "MainSession"
+            && w.row("a")["state"] == "running"
+            && w.id("a").is_none()
+    });
+    assert_eq!(
+        std::fs::read_to_string(w.root().join("sessions/a/notes.txt")).unwrap(),
+        "half done\n"
+    );
+    assert!(!from.exists());
+    assert!(
+        !w.root()
+            .join("state/teams")
+            .join(&w.team)
+            .join("sessions/a/promotion.json")
+            .exists()
+    );
+    assert_eq!(w.id("b").unwrap(), b, "the child keeps its container");
+    assert_eq!(w.row("b")["parent"], "a");
+    let _ = Command::new("tmux")
+        .arg("-S")
+        .arg(&socket)
+        .arg("kill-server")
+        .output();
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -638,6 +698,7 @@ macro_rules! on_engines {
 }
 
 on_engines!(
+    the_controller_finishes_an_interrupted_promotion,
     a_killed_member_comes_back,
     an_edit_replaces_only_that_member,
     a_broken_edit_tears_nothing_down,

@@ -381,8 +381,8 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     );
     assert!(w.containers().is_empty(), "{:?}", w.containers());
     assert!(
-        w.transcript("reviewer").exists(),
-        "delete keeps transcripts"
+        w.transcript("reviewer").exists() && w.root().join("sessions/lead").is_dir(),
+        "delete keeps transcripts, the main session's too"
     );
 
     w.apply();
@@ -400,8 +400,10 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
     let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        !w.transcript("reviewer").exists() && !w.transcript("tester").exists(),
-        "--purge removes transcripts"
+        !w.transcript("reviewer").exists()
+            && !w.transcript("tester").exists()
+            && !w.root().join("sessions/lead").exists(),
+        "--purge removes transcripts, the main session's too"
     );
     assert!(
         w.root().join("workspace/repo/README.md").exists(),
@@ -418,8 +420,8 @@ fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
     let out = w.ateam(&["delete", "--team", &w.team]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        w.transcript("reviewer").exists(),
-        "delete keeps transcripts"
+        w.transcript("reviewer").exists() && w.root().join("sessions/lead").is_dir(),
+        "delete keeps transcripts, the main session's too"
     );
     assert!(w.containers().is_empty(), "{:?}", w.containers());
     // Deleted is not applied: status no longer lists the team.
@@ -1195,4 +1197,406 @@ every_engine!(
     label_selectors_pick_members_and_teams,
     doctor_finds_the_engine_and_the_image,
     purge_after_a_plain_delete_removes_what_was_kept,
+    roles_are_seen_from_inside_and_status_shows_the_sessions,
+    a_member_is_promoted_by_editing_the_manifest,
+    an_interrupted_promotion_is_finished_or_rolled_back,
+    a_handover_writes_the_resume_file_and_reparents,
 );
+
+// ------------------------------------------------- main sessions: roles, promotion, handover
+
+/// The team of the session cases: a lead session that writes its environment into its
+/// transcript folder; `writer` (a Member, or a MainSession promoted from it: `writer_doc`)
+/// with a transcript it writes once; `tester`, which works for writer.
+fn sessions_team(w: &World, lead: &str, writer_doc: &str) -> String {
+    format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, maxDepth: 3}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: {lead}}}
+spec:
+  cwd: ./workspace/repo
+  command: [sh, -c, 'env > \"$ATEAM_SESSION_DIR/env.txt\"; exec sleep 100000']
+{extra}---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: repo}}
+spec: {{write: [./workspace/repo]}}
+---
+{writer_doc}---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: tester}}
+spec:
+  parent: writer
+  access: repo
+  command: [sh, -c, 'echo $ATEAM_ROLE > \"$ATEAM_SESSION_DIR/role\"; exec sleep 100000']
+  restart: Always
+",
+        team = w.team,
+        extra = if lead == "lead" {
+            String::new()
+        } else {
+            "  takesOver: lead\n".to_string()
+        },
+    )
+}
+
+/// writer as a member: its transcript written once (so its checksums hold still).
+const WRITER_MEMBER: &str = "apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: writer}
+spec:
+  parent: lead
+  access: repo
+  command: [sh, -c, 'd=$ATEAM_SESSION_DIR; [ -f $d/transcript.log ] || { echo working > $d/transcript.log; mkdir $d/notes; seq 1 5000 > $d/notes/big.txt; }; exec sleep 100000']
+  restart: Always
+";
+
+const WRITER_PROMOTED: &str = "apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: writer}
+spec:
+  cwd: ./workspace/repo
+  promotedFrom: writer
+  command: [sh, -c, 'env > \"$ATEAM_SESSION_DIR/session-env.txt\"; exec sleep 100000']
+";
+
+impl World {
+    fn write_manifest(&self, yaml: &str) {
+        std::fs::write(self.manifest(), yaml).unwrap();
+    }
+
+    fn apply_with(&self, env: &[(&str, &str)]) -> Output {
+        let mut c = self.cmd(&["apply", "-f", self.manifest().to_str().unwrap()]);
+        c.envs(env.iter().copied());
+        c.output().unwrap()
+    }
+
+    fn session_socket(&self, name: &str) -> PathBuf {
+        ateam::core::layout::session_socket_path(&self.state(), &self.team, name)
+    }
+
+    fn session_runs(&self, name: &str) -> bool {
+        std::os::unix::net::UnixStream::connect(self.session_socket(name)).is_ok()
+    }
+
+    fn kill_sessions(&self) {
+        for s in ["lead", "lead2", "writer"] {
+            let _ = Command::new("tmux")
+                .arg("-S")
+                .arg(self.session_socket(s))
+                .arg("kill-server")
+                .output();
+        }
+    }
+
+    /// The container's state as the engine says it (`running`, `exited`...).
+    fn engine_state(&self, id: &str) -> String {
+        let out = self.engine_cli(&["inspect", "--format", "{{.State.Status}}", id]);
+        text(&out.stdout).trim().to_string()
+    }
+}
+
+/// Every file under `dir`, by its path inside, with its content's checksum; but what the
+/// promoted session itself writes there (`session-env.txt`).
+fn checksums(dir: &Path) -> BTreeMap<PathBuf, String> {
+    use sha2::{Digest, Sha256};
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let sum = Sha256::digest(std::fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    sum.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                );
+            }
+        }
+    }
+    out.remove(Path::new("session-env.txt"));
+    out
+}
+
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().ino()
+}
+
+fn row<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["teams"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in status: {status:#}"))
+}
+
+fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: &'static str) {
+    let w = World::new(engine, "ro");
+    w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
+    w.apply();
+    let lead_dir = w.root().join("sessions/lead");
+    wait_for(&lead_dir.join("env.txt"), "ATEAM_ROLE=main");
+    let env = std::fs::read_to_string(lead_dir.join("env.txt")).unwrap();
+    for want in [
+        format!("ATEAM_TEAM={}", w.team),
+        "ATEAM_NAME=lead".into(),
+        format!("ATEAM_SESSION_DIR={}", lead_dir.display()),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} not in\n{env}");
+    }
+    // A member: its command's own environment, and a shell run in it.
+    wait_for(&w.root().join("sessions/members/tester/role"), "member");
+    let out = w.ateam(&[
+        "exec",
+        "writer",
+        "--",
+        "sh",
+        "-c",
+        "echo $ATEAM_ROLE $ATEAM_TEAM $ATEAM_NAME",
+    ]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("member {} writer", w.team),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let s = w.status_json();
+    let lead = row(&s, "lead");
+    assert_eq!(lead["kind"], "MainSession");
+    assert_eq!(lead["state"], "running");
+    assert_eq!(
+        lead["terminal"],
+        w.session_socket("lead").display().to_string()
+    );
+    assert_eq!(lead["transcript"], lead_dir.display().to_string());
+    assert!(lead["createdAt"].is_string(), "since when: {lead:#}");
+    assert!(lead["lastActivityAt"].is_string(), "{lead:#}");
+    let table = text(&w.ateam(&["status"]).stdout);
+    assert!(
+        table.contains(&format!(
+            "lead: terminal `tmux -S {} attach`",
+            w.session_socket("lead").display()
+        )),
+        "{table}"
+    );
+    w.kill_sessions();
+}
+
+fn a_member_is_promoted_by_editing_the_manifest(engine: &'static str) {
+    let w = World::new(engine, "pr");
+    w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
+    w.apply();
+    let from = w.root().join("sessions/members/writer");
+    wait_for(&from.join("transcript.log"), "working");
+    let before = checksums(&from);
+    let dir_inode = inode(&from);
+    let ids = w.containers();
+    let tester = ids[&w.name("tester")].clone();
+
+    // Without promotedFrom: refused, nothing changes.
+    let bare = WRITER_PROMOTED.replace("  promotedFrom: writer\n", "");
+    w.write_manifest(&sessions_team(&w, "lead", &bare));
+    let out = w.apply_with(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("`writer` was a Member of team")
+            && text(&out.stderr).contains("promotedFrom: writer"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(w.containers(), ids);
+
+    w.write_manifest(&sessions_team(&w, "lead", WRITER_PROMOTED));
+    let diff = text(
+        &w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()])
+            .stdout,
+    );
+    assert!(
+        diff.contains("~ promote member writer to main session"),
+        "{diff}"
+    );
+    w.apply();
+    let to = w.root().join("sessions/writer");
+    assert!(
+        !from.exists(),
+        "the member's transcript folder is moved away"
+    );
+    assert_eq!(inode(&to), dir_inode, "moved, not copied");
+    wait_for(&to.join("session-env.txt"), "ATEAM_ROLE=main");
+    assert_eq!(checksums(&to), before);
+    let now = w.containers();
+    assert!(!now.contains_key(&w.name("writer")), "{now:?}");
+    assert_eq!(
+        now[&w.name("tester")],
+        tester,
+        "the child keeps its container"
+    );
+    assert_eq!(w.engine_state(&tester), "running");
+    let s = w.status_json();
+    assert_eq!(row(&s, "writer")["kind"], "MainSession");
+    assert_eq!(row(&s, "writer")["state"], "running");
+    assert_eq!(row(&s, "tester")["parent"], "writer");
+    assert!(
+        !ateam::core::layout::promotion_path(&ateam::core::layout::session_dir(
+            &w.state(),
+            &w.team,
+            "writer"
+        ))
+        .exists(),
+        "the journal is gone once done"
+    );
+    let out = w.apply();
+    assert!(
+        text(&out.stdout).contains("no changes"),
+        "{}",
+        text(&out.stdout)
+    );
+    w.kill_sessions();
+}
+
+fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
+    let w = World::new(engine, "pi");
+    let member = sessions_team(&w, "lead", WRITER_MEMBER);
+    let promoted = sessions_team(&w, "lead", WRITER_PROMOTED);
+    w.write_manifest(&member);
+    w.apply();
+    let from = w.root().join("sessions/members/writer");
+    let to = w.root().join("sessions/writer");
+    wait_for(&from.join("transcript.log"), "working");
+    let before = checksums(&from);
+    let journal = ateam::core::layout::promotion_path(&ateam::core::layout::session_dir(
+        &w.state(),
+        &w.team,
+        "writer",
+    ));
+    // Killed after each recorded step, then the manifests go back to the member: the next
+    // apply undoes the promotion and the member runs again with its transcript in place.
+    for step in ["begun", "stopped", "moved", "started"] {
+        w.write_manifest(&promoted);
+        let out = w.apply_with(&[("ATEAM_TEST_PROMOTION", &format!("crash-after:{step}"))]);
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "{step}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            journal.exists(),
+            "{step}: the journal records how far it got"
+        );
+        w.write_manifest(&member);
+        w.apply();
+        assert!(!journal.exists(), "{step}");
+        assert!(!w.session_runs("writer"), "{step}: the session is stopped");
+        assert_eq!(checksums(&from), before, "{step}: the transcript is back");
+        assert!(
+            !to.exists() || std::fs::read_dir(&to).unwrap().next().is_none(),
+            "{step}"
+        );
+        let id = &w.containers()[&w.name("writer")];
+        assert_eq!(w.engine_state(id), "running", "{step}");
+    }
+    // A step that fails: rolled back at once, the member left stopped where it was.
+    w.write_manifest(&promoted);
+    let out = w.apply_with(&[("ATEAM_TEST_PROMOTION", "fail-after:moved")]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        text(&out.stderr).contains("failed on purpose after step `moved`"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!journal.exists());
+    assert_eq!(checksums(&from), before);
+    assert!(!w.session_runs("writer"));
+    let id = w.containers()[&w.name("writer")].clone();
+    assert_ne!(w.engine_state(&id), "running", "the member stays stopped");
+    // Killed half way, and the manifests still ask for it: the next apply finishes it.
+    let out = w.apply_with(&[("ATEAM_TEST_PROMOTION", "crash-after:moved")]);
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    w.apply();
+    assert!(!journal.exists());
+    assert!(w.session_runs("writer"));
+    assert_eq!(checksums(&to), before);
+    assert!(!w.containers().contains_key(&w.name("writer")));
+    w.kill_sessions();
+}
+
+fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
+    let w = World::new(engine, "ho");
+    w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
+    w.apply();
+    wait_for(
+        &w.root().join("sessions/members/writer/transcript.log"),
+        "working",
+    );
+    let ids = w.containers();
+    // lead removed, nobody takes over: refused, naming the members that report to it.
+    let orphaned =
+        sessions_team(&w, "lead", WRITER_MEMBER).replacen("name: lead}", "name: lead2}", 1);
+    w.write_manifest(&orphaned);
+    let out = w.apply_with(&[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("MainSession `lead` is removed, and members report to it: writer"),
+        "{}",
+        text(&out.stderr)
+    );
+    // lead2 takes over: the members keep their containers and report to it.
+    w.write_manifest(&sessions_team(&w, "lead2", WRITER_MEMBER).replacen(
+        "name: lead}",
+        "name: lead2}",
+        1,
+    ));
+    w.apply();
+    assert_eq!(w.containers(), ids);
+    let resume = w.root().join("sessions/lead2/RESUME.md");
+    let text_ = std::fs::read_to_string(&resume).unwrap();
+    assert!(
+        text_.contains("taken over from `lead` by `lead2`"),
+        "{text_}"
+    );
+    assert!(text_.contains("## writer (running)"), "{text_}");
+    assert!(text_.contains("## tester (running)"), "{text_}");
+    assert!(
+        text_.contains("(notes/big.txt)") && text_.contains("      5000\n"),
+        "writer's last activity and the last lines of its newest transcript file: {text_}"
+    );
+    let s = w.status_json();
+    assert_eq!(row(&s, "writer")["parent"], "lead2");
+    assert_eq!(row(&s, "lead2")["state"], "running");
+
+    // Every session and member gone from the manifests while the members still run (kept,
+    // without --prune): refused, naming them; nothing changes.
+    let team_only: String = w
+        .manifest()
+        .to_str()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .unwrap()
+        .split("---\n")
+        .filter(|d| d.contains("kind: Team") || d.contains("kind: AccessGrant"))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    w.write_manifest(&team_only);
+    let out = w.apply_with(&[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("would have no MainSession while its members tester, writer still run"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(w.containers(), ids);
+    w.kill_sessions();
+}

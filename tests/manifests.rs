@@ -340,3 +340,116 @@ fn a_file_named_twice_is_read_once() {
     let (sources, _) = read_sources(&[file.clone(), file], &mut std::io::empty());
     assert_eq!(sources.len(), 1);
 }
+
+/// What was applied before decides two refusals: a Member turned into a MainSession without
+/// `promotedFrom`, and a removed MainSession whose members still report to it (a handover
+/// needs `takesOver`, which also lets their `parent` keep the old name).
+#[test]
+fn promotion_and_handover_are_said_in_so_many_words() {
+    let host = test_host();
+    let head = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: ateam-demo:latest}
+";
+    let session = |name: &str, extra: &str| {
+        format!(
+            "---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: {name}}}
+spec: {{command: [claude], cwd: fixtures/repo{extra}}}
+"
+        )
+    };
+    let member = |name: &str, parent: &str| {
+        format!(
+            "---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: {name}}}
+spec: {{parent: {parent}}}
+"
+        )
+    };
+    let before = check(
+        &format!(
+            "{head}{}{}{}",
+            session("lead", ""),
+            member("a", "lead"),
+            member("b", "a")
+        ),
+        &host,
+        &[],
+    )
+    .unwrap();
+    let applied = [before];
+    let problems = |yaml: String| -> Vec<String> {
+        match check(&yaml, &host, &applied) {
+            Ok(_) => vec![],
+            Err(p) => p
+                .iter()
+                .map(|p| format!("{}: {}", p.field.as_deref().unwrap_or("-"), p.message))
+                .collect(),
+        }
+    };
+    // a becomes a MainSession: refused without promotedFrom...
+    let p = problems(format!(
+        "{head}{}{}{}",
+        session("lead", ""),
+        session("a", ""),
+        member("b", "a")
+    ));
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert!(
+        p[0].starts_with("metadata.name: `a` was a Member of team `t`")
+            && p[0].contains("say so with `promotedFrom: a`"),
+        "{p:#?}"
+    );
+    // ...accepted with it; b, whose parent was the member a, now works for the session a.
+    let t = check(
+        &format!(
+            "{head}{}{}{}",
+            session("lead", ""),
+            session("a", ", promotedFrom: a"),
+            member("b", "a")
+        ),
+        &host,
+        &applied,
+    )
+    .unwrap();
+    assert_eq!(
+        t.members[0].parent,
+        ateam::model::Parent::MainSession("a".into())
+    );
+    assert_eq!(t.sessions[1].transcript_dir, t.session_dir.join("a"));
+
+    // lead removed while a and b report to it (a directly): refused, naming them...
+    let p = problems(format!(
+        "{head}{}{}{}",
+        session("lead2", ""),
+        member("a", "lead"),
+        member("b", "a")
+    ));
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert!(
+        p[0].contains("MainSession `lead` is removed, and members report to it: a;")
+            && p[0].contains("`takesOver: lead`"),
+        "{p:#?}"
+    );
+    // ...unless another session takes over: the members' `parent: lead` leads to it.
+    let t = check(
+        &format!(
+            "{head}{}{}{}",
+            session("lead2", ", takesOver: lead"),
+            member("a", "lead"),
+            member("b", "a")
+        ),
+        &host,
+        &applied,
+    )
+    .unwrap();
+    let a = t.members.iter().find(|m| m.name == "a").unwrap();
+    assert_eq!(a.parent, ateam::model::Parent::MainSession("lead2".into()));
+    assert_eq!(t.sessions[0].takes_over.as_deref(), Some("lead"));
+}

@@ -127,6 +127,7 @@ pub async fn converge(
     adjust: &mut (dyn FnMut(&mut Plan) + Send),
 ) -> Result<ApplyReport, AppError> {
     let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
+    leaderless(desired, &look.plan, &look.observed)?;
     adjust(&mut look.plan);
     let mut report = ApplyReport {
         engine: look.info.kind,
@@ -263,4 +264,43 @@ fn helpers_after(app: &App, look: &super::Look, failures: &[Failure]) {
     ) {
         tracing::warn!(team, member, error = %e, "helper server");
     }
+}
+
+/// Refuses a team left without a main session while members it had still run (kept as
+/// orphans: no `--prune`): nobody would be there to report to. (Members still in the
+/// manifests always have a session: validation resolves every parent chain to one.)
+fn leaderless(
+    desired: &Desired,
+    plan: &Plan,
+    observed: &crate::plan::Observed,
+) -> Result<(), AppError> {
+    for t in desired.teams.iter().filter(|t| t.sessions.is_empty()) {
+        let mut members: Vec<String> = plan
+            .findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Orphan {
+                    team,
+                    member,
+                    container,
+                } if *team == t.name
+                    && observed
+                        .containers
+                        .iter()
+                        .any(|c| c.id == container.id && c.state.is_live()) =>
+                {
+                    Some(member.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        members.dedup();
+        if !members.is_empty() {
+            return Err(AppError::NoMainSession {
+                team: t.name.clone(),
+                members,
+            });
+        }
+    }
+    Ok(())
 }

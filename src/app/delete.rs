@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::{App, AppError};
 use crate::core::container::team_network_name;
-use crate::core::layout::{session_socket_path, team_run_dir, transcripts_dir};
+use crate::core::layout::{session_socket_path, team_run_dir};
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
 use crate::model::Desired;
 use crate::plan::{Finding, PlanOptions};
@@ -16,7 +16,7 @@ use crate::plan::{Finding, PlanOptions};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deleted {
     pub team: String,
-    /// Where its members' transcripts are (or were, with `purge`).
+    /// Where its transcripts are (or were, with `purge`): the sessionDir.
     pub transcripts: PathBuf,
     pub purged: bool,
 }
@@ -89,8 +89,17 @@ pub async fn delete(
         if purge {
             // Every transcript folder of the team: its members', and those kept from members
             // removed earlier (which the empty plan reports as retained).
-            let mut dirs: BTreeSet<PathBuf> =
-                t.members.iter().map(|m| m.transcript_dir.clone()).collect();
+            let mut dirs: BTreeSet<PathBuf> = t
+                .members
+                .iter()
+                .map(|m| m.transcript_dir.clone())
+                .chain(
+                    t.sessions
+                        .iter()
+                        .filter(|s| !s.transcript_dir.as_os_str().is_empty())
+                        .map(|s| s.transcript_dir.clone()),
+                )
+                .collect();
             for f in &look.plan.findings {
                 if let Finding::RetainedTranscript { path, team, .. } = f
                     && *team == t.name
@@ -122,7 +131,7 @@ pub async fn delete(
         }
         deleted.push(Deleted {
             team: t.name.clone(),
-            transcripts: transcripts_dir(&t.session_dir),
+            transcripts: t.session_dir.clone(),
             purged: purge,
         });
     }

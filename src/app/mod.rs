@@ -47,6 +47,13 @@ pub enum AppError {
     MixedBackends,
     #[error("team `{team}` has not been applied with this state folder ({})", .state_dir.display())]
     NotApplied { team: String, state_dir: PathBuf },
+    /// The manifests leave a team without a main session while members ateam made for it
+    /// (no longer in the manifests) still run.
+    #[error(
+        "team `{team}` would have no MainSession while its members {} still run: keep a MainSession (a new one can take over with `takesOver: <old>`), or remove them with `apply --prune` or `ateam delete --team {team}`",
+        .members.join(", ")
+    )]
+    NoMainSession { team: String, members: Vec<String> },
     #[error("{}: {source}", .path.display())]
     Io {
         path: PathBuf,

@@ -113,6 +113,7 @@ fn app(e: &AppError) -> Exit {
         // The command line asks for what cannot be: usage errors.
         AppError::MixedBackends | AppError::NotApplied { .. } => Exit::Error,
         AppError::Io { .. } => Exit::Error,
+        AppError::NoMainSession { .. } => Exit::Refused,
         _ => Exit::Error,
     }
 }

@@ -68,11 +68,20 @@ pub async fn run(
     let last_exit = move |team: &str, member: &str| {
         Record::load(&member_record_path(&team_run_dir(&dir, team), member)).last_exit
     };
+    let dir = state_dir.clone();
+    let session = move |team: &str, name: &str| {
+        let d = ateam::core::layout::session_dir(&dir, team, name);
+        ateam::report::SessionFacts {
+            socket: ateam::core::layout::session_socket_path(&dir, team, name),
+            started: ateam::sessions::started_at(&d),
+        }
+    };
     let extras = Extras {
         now,
         transcript_usage: &transcript_usage,
         restarts: &count,
         last_exit: &last_exit,
+        session: &session,
     };
     let engine = info.kind.to_string();
     let mut teams: Vec<_> = desired

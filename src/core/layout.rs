@@ -17,6 +17,8 @@
 //! <state>/teams/<team>/members/<m>/helpers/         the helper server's pid file and stderr
 //! <state>/teams/<team>/requested/<name>.json        a helper a member asked for (the member)
 //! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
+//! <state>/teams/<team>/sessions/<s>/started         when ateam started it (for `status`)
+//! <state>/teams/<team>/sessions/<s>/promotion.json  a promotion's steps, until it is done
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -51,10 +53,12 @@ pub fn team_run_dir(state_dir: &Path, team: &str) -> PathBuf {
 
 /// Where a main session's tmux server listens.
 pub fn session_socket_path(state_dir: &Path, team: &str, session: &str) -> PathBuf {
-    team_run_dir(state_dir, team)
-        .join("sessions")
-        .join(session)
-        .join("tmux.sock")
+    session_dir(state_dir, team, session).join("tmux.sock")
+}
+
+/// A main session's own files: its terminal's socket, when it started, a promotion's journal.
+pub fn session_dir(state_dir: &Path, team: &str, session: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("sessions").join(session)
 }
 
 /// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
@@ -154,6 +158,25 @@ pub fn members_dir(run_dir: &Path) -> PathBuf {
 pub fn transcripts_dir(session_dir: &Path) -> PathBuf {
     session_dir.join("members")
 }
+
+/// A main session's transcript folder: at the top of the sessionDir (so no main session may
+/// be called `members`).
+pub fn session_transcript_dir(session_dir: &Path, session: &str) -> PathBuf {
+    session_dir.join(session)
+}
+
+/// A promotion's journal (`core::session::Promotion`), while one is under way.
+pub fn promotion_path(session_dir: &Path) -> PathBuf {
+    session_dir.join("promotion.json")
+}
+
+/// When ateam started a main session's terminal (seconds since the epoch), for `status`.
+pub fn session_started_path(session_dir: &Path) -> PathBuf {
+    session_dir.join("started")
+}
+
+/// What a session that takes over another finds in its transcript folder.
+pub const RESUME_FILE: &str = "RESUME.md";
 
 /// A member's transcript folder.
 pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {

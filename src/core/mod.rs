@@ -4,9 +4,11 @@
 //!   reports);
 //! - `egress`: what an egress allowlist entry means, and which addresses are never reached
 //!   unless named exactly;
-//! - `layout`: every path under ateam's state folder.
+//! - `layout`: every path under ateam's state folder;
+//! - `session`: a promotion's recorded steps.
 
 pub mod container;
 pub mod egress;
 pub mod layout;
 pub mod selector;
+pub mod session;

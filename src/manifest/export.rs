@@ -158,6 +158,8 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
                 cwd: Some(s.cwd.display().to_string()),
                 command: s.command.clone(),
                 env: s.env.clone(),
+                promoted_from: s.promoted_from.clone(),
+                takes_over: s.takes_over.clone(),
             },
         )));
     }

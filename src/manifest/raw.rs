@@ -88,6 +88,15 @@ pub struct MainSessionSpec {
     /// Extra environment; the session otherwise starts with a clean environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The Member this session was, by its name (the session's own): apply stops that
+    /// member, moves its transcript to the session's place and starts the session with it.
+    /// Required to turn a Member into a MainSession, because the session runs on the host
+    /// with your full access.
+    pub promoted_from: Option<String>,
+    /// A MainSession removed in the same change whose members this session takes over:
+    /// their `parent` may keep naming it, and the session starts with a resume file
+    /// (`RESUME.md` in its transcript folder) summarising each member.
+    pub takes_over: Option<String>,
 }
 
 /// Network access of a grant.

@@ -800,12 +800,76 @@ fn build(
                     problems.push(o.problem(&format!("spec.env.{k}"), e));
                 }
             }
+            if o.name == "members" {
+                problems.push(o.value_problem(
+                    "metadata.name",
+                    "`members` is the folder of the members' transcripts in the sessionDir; name the main session otherwise",
+                ));
+            }
+            let member_named = |n: &str| {
+                objs.iter()
+                    .any(|x| x.name == n && matches!(x.spec, Spec::Member(_)))
+            };
+            let was_member = applied
+                .iter()
+                .find(|a| a.name == t.name)
+                .is_some_and(|a| a.members.iter().any(|m| m.name == o.name));
+            match &s.promoted_from {
+                Some(from) if *from != o.name => problems.push(o.value_problem(
+                    "spec.promotedFrom",
+                    format!(
+                        "a promoted member keeps its name: `promotedFrom` must be `{}` (the session's own name), not `{from}`",
+                        o.name
+                    ),
+                )),
+                Some(from) if member_named(from) => problems.push(o.value_problem(
+                    "spec.promotedFrom",
+                    format!(
+                        "Member `{from}` is still in the manifests: a promoted member becomes this MainSession, so remove its Member"
+                    ),
+                )),
+                Some(_) => {}
+                None if was_member && !member_named(&o.name) => problems.push(o.problem(
+                    "metadata.name",
+                    format!(
+                        "`{}` was a Member of team `{}`: turning it into a MainSession moves its transcript and runs it on the host with your full access; say so with `promotedFrom: {}`",
+                        o.name, t.name, o.name
+                    ),
+                )),
+                None => {}
+            }
+            if let Some(old) = &s.takes_over {
+                let session_named = |n: &str| {
+                    objs.iter()
+                        .any(|x| x.name == n && matches!(x.spec, Spec::MainSession(_)))
+                };
+                if session_named(old) {
+                    problems.push(o.value_problem(
+                        "spec.takesOver",
+                        format!(
+                            "MainSession `{old}` is still in the manifests: a session takes over one that is removed in the same change"
+                        ),
+                    ));
+                } else if let Some(other) = team
+                    .sessions
+                    .iter()
+                    .find(|x| x.takes_over.as_deref() == Some(old.as_str()))
+                {
+                    problems.push(o.value_problem(
+                        "spec.takesOver",
+                        format!("MainSession `{}` takes over `{old}` already", other.name),
+                    ));
+                }
+            }
             team.sessions.push(model::MainSession {
                 name: o.name.clone(),
                 cwd,
                 command: s.command.clone(),
                 env: s.env.clone(),
                 labels: o.labels.clone(),
+                transcript_dir: crate::core::layout::session_transcript_dir(&session_dir, &o.name),
+                promoted_from: s.promoted_from.clone(),
+                takes_over: s.takes_over.clone(),
             });
         }
 
@@ -874,17 +938,44 @@ fn build(
             })
             .collect();
         let session_names: BTreeSet<&str> = team.sessions.iter().map(|s| s.name.as_str()).collect();
+        // A removed session's name still leads to the one that took it over.
+        let taken_over: BTreeMap<&str, &str> = team
+            .sessions
+            .iter()
+            .filter_map(|s| Some((s.takes_over.as_deref()?, s.name.as_str())))
+            .collect();
+        let removed_sessions: BTreeSet<&str> = applied
+            .iter()
+            .filter(|a| a.name == t.name)
+            .flat_map(|a| a.sessions.iter().map(|s| s.name.as_str()))
+            .filter(|n| !session_names.contains(n) && !taken_over.contains_key(n))
+            .collect();
         let mut parents: BTreeMap<&str, Parent> = BTreeMap::new();
         let is_broken = |parent: &str| {
             let name = parent.rsplit('/').next().unwrap_or(parent).to_string();
             broken.contains(&("Member", name.clone())) || broken.contains(&("MainSession", name))
         };
         for (name, (o, m)) in &members {
-            match resolve_parent(&m.parent, &session_names, &members) {
+            match resolve_parent(&m.parent, &session_names, &taken_over, &members) {
                 Ok(p) => {
                     parents.insert(name, p);
                 }
                 Err(_) if is_broken(&m.parent) => {}
+                Err(_) if removed_sessions.contains(m.parent.rsplit('/').next().unwrap_or("")) => {
+                    let gone = m.parent.rsplit('/').next().unwrap_or("");
+                    let reporting: Vec<&str> = members
+                        .iter()
+                        .filter(|(_, (_, x))| x.parent.rsplit('/').next() == Some(gone))
+                        .map(|(n, _)| *n)
+                        .collect();
+                    problems.push(o.value_problem(
+                        "spec.parent",
+                        format!(
+                            "MainSession `{gone}` is removed, and members report to it: {}; a MainSession must take them over (`takesOver: {gone}`) in the same change, or they must go",
+                            reporting.join(", ")
+                        ),
+                    ));
+                }
                 Err(e) => problems.push(o.value_problem("spec.parent", e)),
             }
             if let Some(a) = &m.access
@@ -1159,12 +1250,19 @@ fn quantity_text(q: &Quantity) -> String {
 fn resolve_parent(
     parent: &str,
     sessions: &BTreeSet<&str>,
+    taken_over: &BTreeMap<&str, &str>,
     members: &BTreeMap<&str, (&Parsed, &raw::MemberSpec)>,
 ) -> Result<Parent, String> {
     let (kind, name) = match parent.split_once('/') {
         Some((k, n)) => (Some(k), n),
         None => (None, parent),
     };
+    if let Some(heir) = taken_over.get(name)
+        && kind != Some("Member")
+        && !members.contains_key(name)
+    {
+        return Ok(Parent::MainSession(heir.to_string()));
+    }
     let is_session = sessions.contains(name);
     let is_member = members.contains_key(name);
     match (kind, is_session, is_member) {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected, Summary};
 use crate::core::container::{ContainerState, labels};
@@ -152,6 +152,33 @@ pub async fn observe(
             );
         }
     }
+    transcript_dirs.extend(
+        desired
+            .sessions
+            .iter()
+            .filter(|s| s.transcript_dir.is_dir())
+            .map(|s| s.transcript_dir.clone()),
+    );
+    let mut promotions = Vec::new();
+    for t in &desired.teams {
+        if let Ok(entries) = std::fs::read_dir(t.run_dir.join("sessions")) {
+            for e in entries.flatten() {
+                let path = layout::promotion_path(&e.path());
+                let Ok(bytes) = std::fs::read(&path) else {
+                    continue;
+                };
+                match serde_json::from_slice::<crate::core::session::Promotion>(&bytes) {
+                    Ok(p) if p.team == t.name => promotions.push(p),
+                    Ok(_) => {
+                        warn!(path = %path.display(), "a promotion journal of another team: left alone")
+                    }
+                    Err(e) => {
+                        warn!(path = %path.display(), error = %e, "an unreadable promotion journal: left alone")
+                    }
+                }
+            }
+        }
+    }
     let sockets = desired.sessions.iter().map(|s| &s.socket).chain(
         desired
             .members
@@ -204,6 +231,7 @@ pub async fn observe(
         egress_proxies,
         limits_unenforced: !info.limits_enforced,
         recorded,
+        promotions,
     })
 }
 

@@ -3,6 +3,7 @@
 //! row in the tests.
 
 pub mod observed;
+mod sessions;
 pub mod spec;
 #[cfg(test)]
 mod tests;
@@ -15,9 +16,11 @@ use serde_json::Value;
 
 pub use crate::core::container::ContainerState;
 use crate::core::container::{self as names, labels};
+pub use crate::core::session::Promotion;
 use crate::model::RestartPolicy;
 use crate::policy::{self, Violation};
 pub use observed::{Observed, ObservedContainer};
+pub use sessions::ResumeEntry;
 pub use spec::{DesiredMember, DesiredState};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,9 +106,27 @@ pub enum Action {
         team: String,
         member: String,
     },
-    /// Start a main session's terminal on the host.
+    /// Start a main session's terminal on the host. `resume`: the members of a session it
+    /// takes over, for its resume file (written when the session first starts).
     StartSession {
         session: Box<spec::DesiredSession>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        resume: Vec<ResumeEntry>,
+    },
+    /// Turn the member of the session's name into it (`promotedFrom`): stop the member, move
+    /// its transcript to the session's place, start the session, then remove the member's
+    /// containers; each step recorded before the next. `journal`: where an interrupted
+    /// promotion stopped, to go on from there.
+    Promote {
+        session: Box<spec::DesiredSession>,
+        containers: Vec<ContainerRef>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        journal: Option<Box<Promotion>>,
+    },
+    /// Undo what an interrupted promotion did, which the manifests no longer ask for: stop
+    /// the session if it got that far, move the transcript back to the member's place.
+    RollBackPromotion {
+        journal: Box<Promotion>,
     },
     Create {
         member: Box<DesiredMember>,
@@ -178,7 +199,10 @@ impl Action {
             Action::Create { member } | Action::Recreate { member, .. } => {
                 (&member.team, &member.member)
             }
-            Action::StartSession { session } => (&session.team, &session.name),
+            Action::StartSession { session, .. } | Action::Promote { session, .. } => {
+                (&session.team, &session.name)
+            }
+            Action::RollBackPromotion { journal } => (&journal.team, &journal.name),
         }
     }
 
@@ -190,6 +214,8 @@ impl Action {
             Action::UpdateEgressPolicy { .. } => "updateEgressPolicy",
             Action::StopEgressProxy { .. } => "stopEgressProxy",
             Action::StartSession { .. } => "startSession",
+            Action::Promote { .. } => "promote",
+            Action::RollBackPromotion { .. } => "rollBackPromotion",
             Action::Create { .. } => "create",
             Action::Recreate { .. } => "recreate",
             Action::Start { .. } => "start",
@@ -208,6 +234,8 @@ impl Action {
         match self {
             Action::MakeTranscriptDir { .. } | Action::Create { .. } => "missing",
             Action::StartEgressProxy { .. } | Action::StartSession { .. } => "notRunning",
+            Action::Promote { .. } => "promotedFrom",
+            Action::RollBackPromotion { .. } => "promotionNoLongerWanted",
             Action::UpdateEgressPolicy { .. } => "allowListChanged",
             Action::StopEgressProxy { .. } => "noAllowList",
             Action::Recreate { reason, .. } => reason.kind(),
@@ -229,6 +257,8 @@ impl Action {
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
             | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
             | Action::Create { .. } => None,
             Action::Recreate { old, .. } => Some(old),
             Action::Start { container, .. }
@@ -424,12 +454,10 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         }
     }
 
-    for s in &desired.sessions {
-        if !observed.live_sockets.contains(&s.socket) {
-            plan.actions.push(Action::StartSession {
-                session: Box::new(s.clone()),
-            });
-        }
+    // Main sessions, promotions and handovers; members being promoted are no orphans.
+    let promoting = sessions::plan_sessions(desired, observed, &ours, &mut plan);
+    for key in &promoting {
+        ours.remove(&(key.0.as_str(), key.1.as_str()));
     }
     for m in &desired.members {
         if let Some(e) = &m.egress {
@@ -558,6 +586,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
             continue;
         }
         let container_stays = !opts.prune
+            && !promoting.contains(&(team.clone(), member.clone()))
             && !wanted.contains(&(team.as_str(), member.as_str()))
             && observed.containers.iter().any(|c| {
                 observed.recorded.contains(&c.id)
@@ -578,7 +607,10 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
             let Some(name) = dir.strip_prefix(&members_dir).ok().and_then(|r| r.to_str()) else {
                 continue;
             };
-            if !name.contains('/') && !wanted.contains(&(t.name.as_str(), name)) {
+            if !name.contains('/')
+                && !wanted.contains(&(t.name.as_str(), name))
+                && !promoting.contains(&(t.name.clone(), name.to_string()))
+            {
                 plan.findings.push(Finding::RetainedTranscript {
                     team: t.name.clone(),
                     member: name.to_string(),

@@ -12,7 +12,8 @@ pub struct Observed {
     /// Containers with ateam's labels, plus any container whose name a desired member would
     /// take (so that conflicts are seen).
     pub containers: Vec<ObservedContainer>,
-    /// Member transcript folders that exist: `<sessionDir>/members/<name>`.
+    /// Transcript folders that exist: members' (`<sessionDir>/members/<name>`) and the
+    /// wanted main sessions' (`<sessionDir>/<name>`).
     pub transcript_dirs: BTreeSet<PathBuf>,
     /// Unix sockets that something answers on (a socket file alone does not count).
     pub live_sockets: BTreeSet<PathBuf>,
@@ -29,6 +30,9 @@ pub struct Observed {
     /// scope. A container with ateam's labels whose id is not here is a stranger.
     #[serde(default)]
     pub recorded: BTreeSet<String>,
+    /// Promotions under way (their journals), in the teams in scope.
+    #[serde(default)]
+    pub promotions: Vec<crate::core::session::Promotion>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -15,7 +15,8 @@ use crate::core::container::{
 };
 use crate::core::layout::{
     EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, member_ctl_dir,
-    member_record_path, session_socket_path, store_id, team_run_dir,
+    member_record_path, session_dir, session_socket_path, session_transcript_dir, store_id,
+    team_run_dir, transcript_dir as transcript_dir_of,
 };
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
@@ -79,7 +80,15 @@ pub struct DesiredSession {
     pub socket: PathBuf,
     pub cwd: PathBuf,
     pub command: Vec<String>,
+    /// Its whole environment, ATEAM_ROLE and the rest included (tmux starts it clean).
     pub env: BTreeMap<String, String>,
+    pub transcript_dir: PathBuf,
+    /// `<state>/teams/<t>/sessions/<s>`: its socket, start time, promotion journal.
+    pub dir: PathBuf,
+    /// A member of this name becomes this session: where its transcript is now.
+    pub promoted_from: Option<PathBuf>,
+    /// The removed session this one takes over.
+    pub takes_over: Option<String>,
 }
 
 impl DesiredMember {
@@ -139,7 +148,9 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     mounts.dedup();
     let mut env = m.env.clone();
     env.insert("HOME".into(), MEMBER_HOME.into());
+    env.insert("ATEAM_ROLE".into(), "member".into());
     env.insert("ATEAM_TEAM".into(), team.name.clone());
+    env.insert("ATEAM_NAME".into(), m.name.clone());
     env.insert("ATEAM_MEMBER".into(), m.name.clone());
     env.insert(
         "ATEAM_SESSION_DIR".into(),
@@ -208,13 +219,33 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
     let mut sessions = Vec::new();
     for team in &desired.teams {
         for s in &team.sessions {
+            let transcript_dir = if s.transcript_dir.as_os_str().is_empty() {
+                session_transcript_dir(&team.session_dir, &s.name)
+            } else {
+                s.transcript_dir.clone()
+            };
+            let mut env = s.env.clone();
+            env.insert("ATEAM_ROLE".into(), "main".into());
+            env.insert("ATEAM_TEAM".into(), team.name.clone());
+            env.insert("ATEAM_NAME".into(), s.name.clone());
+            env.insert(
+                "ATEAM_SESSION_DIR".into(),
+                transcript_dir.display().to_string(),
+            );
             sessions.push(DesiredSession {
                 team: team.name.clone(),
                 name: s.name.clone(),
                 socket: session_socket_path(&host.state_dir, &team.name, &s.name),
                 cwd: s.cwd.clone(),
                 command: s.command.clone(),
-                env: s.env.clone(),
+                env,
+                transcript_dir,
+                dir: session_dir(&host.state_dir, &team.name, &s.name),
+                promoted_from: s
+                    .promoted_from
+                    .as_ref()
+                    .map(|m| transcript_dir_of(&team.session_dir, m)),
+                takes_over: s.takes_over.clone(),
             });
         }
         for m in &team.members {

@@ -113,6 +113,7 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         egress_policies: BTreeMap::new(),
         egress_proxies: BTreeSet::new(),
         limits_unenforced: false,
+        promotions: vec![],
     }
 }
 
@@ -130,7 +131,25 @@ fn kinds(p: &Plan) -> Vec<String> {
             Action::StartEgressProxy { member, .. } => format!("proxy {member}"),
             Action::UpdateEgressPolicy { member, .. } => format!("allow {member}"),
             Action::StopEgressProxy { member, .. } => format!("stop-proxy {member}"),
-            Action::StartSession { session } => format!("session {}", session.name),
+            Action::StartSession { session, resume } if resume.is_empty() => {
+                format!("session {}", session.name)
+            }
+            Action::StartSession { session, resume } => format!(
+                "session {} resume {}",
+                session.name,
+                resume
+                    .iter()
+                    .map(|r| format!("{}={}", r.member, r.state))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Action::Promote {
+                session, journal, ..
+            } => match journal {
+                Some(j) => format!("promote {} from {}", session.name, j.step.as_str()),
+                None => format!("promote {}", session.name),
+            },
+            Action::RollBackPromotion { journal } => format!("roll-back {}", journal.name),
             Action::Create { member } => format!("create {}", member.member),
             Action::Recreate { member, .. } => format!("recreate {}", member.member),
             Action::Start { member, .. } => format!("start {member}"),
@@ -688,6 +707,9 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         command: vec!["claude".into()],
         env: BTreeMap::new(),
         labels: BTreeMap::new(),
+        transcript_dir: PathBuf::new(),
+        promoted_from: None,
+        takes_over: None,
     });
     let d = desired_state(&d, &host());
     let proxy = crate::core::layout::egress_socket_path(&host().state_dir, "t", "b");
@@ -938,4 +960,157 @@ fn drift_is_any_action_or_what_apply_leaves_but_the_manifests_do_not_describe() 
         let pruned = plan(&d, &o, PlanOptions { prune: true });
         assert_eq!(pruned.drifted(), drifted, "{case} with --prune: {pruned:?}");
     }
+}
+
+fn session(name: &str) -> crate::model::MainSession {
+    crate::model::MainSession {
+        name: name.into(),
+        cwd: "/src/repo".into(),
+        command: vec!["claude".into()],
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        transcript_dir: format!("/home/u/sessions/{name}").into(),
+        promoted_from: None,
+        takes_over: None,
+    }
+}
+
+/// Before: lead, with members a and b (b works for a); after: a promoted to a main session.
+fn promoting_a() -> (DesiredState, DesiredState) {
+    let mut before = team(vec![member("a"), member("b")]);
+    before.teams[0].members[1].parent = Parent::Member("a".into());
+    before.teams[0].sessions.push(session("lead"));
+    let mut after = team(vec![member("b")]);
+    after.teams[0].members[0].parent = Parent::MainSession("a".into());
+    let mut a = session("a");
+    a.promoted_from = Some("a".into());
+    after.teams[0].sessions = vec![session("lead"), a];
+    (
+        desired_state(&before, &host()),
+        desired_state(&after, &host()),
+    )
+}
+
+#[test]
+fn a_promotion_stops_the_member_moves_its_transcript_and_starts_the_session() {
+    let (before, after) = promoting_a();
+    let mut o = in_sync(&before, &["a", "b"]);
+    o.live_sockets.insert(after.sessions[0].socket.clone());
+    let p = plan(&after, &o, PlanOptions::default());
+    // The member's container is the promotion's: no orphan, no removal of its own; b (whose
+    // parent was a) keeps its container.
+    assert_eq!(kinds(&p), ["promote a"]);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let Action::Promote {
+        session,
+        containers,
+        ..
+    } = &p.actions[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(containers.len(), 1);
+    assert_eq!(
+        session.promoted_from.as_deref(),
+        Some(std::path::Path::new("/home/u/sessions/members/a"))
+    );
+    assert_eq!(session.transcript_dir, PathBuf::from("/home/u/sessions/a"));
+    assert_eq!(session.env["ATEAM_ROLE"], "main");
+
+    // Only the transcript left (the member had no container): still promoted (moved).
+    let mut o2 = in_sync(&after, &["b"]);
+    o2.transcript_dirs
+        .insert("/home/u/sessions/members/a".into());
+    o2.live_sockets.insert(after.sessions[0].socket.clone());
+    assert_eq!(
+        kinds(&plan(&after, &o2, PlanOptions::default())),
+        ["promote a"]
+    );
+
+    // Done: nothing of the member is left, and the session runs: nothing to do.
+    let mut done = in_sync(&after, &["b"]);
+    done.transcript_dirs.insert("/home/u/sessions/a".into());
+    for s in &after.sessions {
+        done.live_sockets.insert(s.socket.clone());
+    }
+    assert!(plan(&after, &done, PlanOptions::default()).is_noop());
+    // Done, but the session's terminal ended: it is started like any session.
+    done.live_sockets.remove(&after.sessions[1].socket);
+    assert_eq!(
+        kinds(&plan(&after, &done, PlanOptions::default())),
+        ["session a"]
+    );
+}
+
+#[test]
+fn an_interrupted_promotion_goes_on_or_is_undone_when_no_longer_wanted() {
+    use crate::core::session::{Promotion, PromotionStep};
+    let (before, after) = promoting_a();
+    let journal = Promotion {
+        team: "t".into(),
+        name: "a".into(),
+        step: PromotionStep::Moved,
+        containers: vec!["id-a".into()],
+        from: "/home/u/sessions/members/a".into(),
+        to: "/home/u/sessions/a".into(),
+        had_transcript: true,
+        begun_at: "2026-11-30T00:00:00Z".into(),
+    };
+    let mut o = in_sync(&after, &["b"]);
+    o.live_sockets.insert(after.sessions[0].socket.clone());
+    o.promotions.push(journal.clone());
+    assert_eq!(
+        kinds(&plan(&after, &o, PlanOptions::default())),
+        ["promote a from moved"]
+    );
+    // The manifests went back to the member: the promotion is undone, before the member's
+    // own actions (its transcript folder is missing until then).
+    let mut o = in_sync(&before, &["b"]);
+    o.live_sockets.insert(before.sessions[0].socket.clone());
+    o.promotions.push(journal);
+    let k = kinds(&plan(&before, &o, PlanOptions::default()));
+    assert_eq!(k[0], "roll-back a");
+    assert!(k.contains(&"create a".to_string()), "{k:?}");
+}
+
+#[test]
+fn a_session_that_takes_over_is_told_of_every_member() {
+    let mut d = team(vec![member("a"), member("b")]);
+    let mut heir = session("lead2");
+    heir.takes_over = Some("lead".into());
+    d.teams[0].sessions.push(heir);
+    let d = desired_state(&d, &host());
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].state = ContainerState::Exited { code: 3 };
+    let k = kinds(&plan(&d, &o, PlanOptions::default()));
+    assert_eq!(
+        k[0], "session lead2 resume a=exited 3,b=no container",
+        "{k:?}"
+    );
+}
+
+#[test]
+fn members_and_sessions_know_their_role() {
+    let mut d = team(vec![member("a")]);
+    d.teams[0].sessions.push(session("lead"));
+    let d = desired_state(&d, &host());
+    let env = &d.members[0].spec.env;
+    assert_eq!(
+        (
+            env["ATEAM_ROLE"].as_str(),
+            env["ATEAM_TEAM"].as_str(),
+            env["ATEAM_NAME"].as_str()
+        ),
+        ("member", "t", "a")
+    );
+    let env = &d.sessions[0].env;
+    assert_eq!(
+        (
+            env["ATEAM_ROLE"].as_str(),
+            env["ATEAM_TEAM"].as_str(),
+            env["ATEAM_NAME"].as_str()
+        ),
+        ("main", "t", "lead")
+    );
+    assert_eq!(env["ATEAM_SESSION_DIR"], "/home/u/sessions/lead");
 }

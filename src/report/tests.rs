@@ -114,6 +114,7 @@ fn in_sync(t: &Team) -> Observed {
             .filter(|m| m.egress.is_some())
             .map(|m| (m.team.clone(), m.member.clone()))
             .collect(),
+        promotions: vec![],
     }
 }
 
@@ -133,6 +134,10 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
         transcript_usage: &usage,
         restarts: &restarts,
         last_exit: &last,
+        session: &|_: &str, _: &str| crate::report::SessionFacts {
+            socket: "/run/tmux.sock".into(),
+            started: None,
+        },
     };
     (team_status(t, "docker", o, &p, &extras), p)
 }

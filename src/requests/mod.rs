@@ -196,7 +196,7 @@ pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
     for team in &mut out.teams {
         let manifest_names: Vec<String> = team.members.iter().map(|m| m.name.clone()).collect();
         for r in records(state_dir, &team.name) {
-            let m = r.member;
+            let mut m = r.member;
             let Origin::Requested { by, .. } = &m.origin else {
                 continue;
             };
@@ -209,6 +209,13 @@ pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
                     "the team has maxMembers {} without it",
                     team.max_members
                 ))
+            } else if team.sessions.iter().any(|s| s.name == *by) {
+                // Its requester was promoted to a main session of the same name: as a
+                // manifest member's children, it now works for the session (which has the
+                // person's own access, so it is no wider).
+                m.parent = Parent::MainSession(by.clone());
+                m.depth = 1;
+                None
             } else if let Some(parent) = team.members.iter().find(|p| p.name == *by) {
                 if parent.depth + 1 > team.max_depth {
                     Some(format!(

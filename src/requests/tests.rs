@@ -273,6 +273,25 @@ fn records_merge_while_their_requester_is_wanted() {
         &f.host.state_dir,
     );
     assert!(dropped[0].why.contains("narrowed"), "{dropped:?}");
+    // Its requester promoted to a main session of the same name: kept, working for it.
+    let mut promoted = team.clone();
+    let a = promoted.members.remove(0);
+    let mut session = promoted.sessions[0].clone();
+    session.name = a.name.clone();
+    session.promoted_from = Some(a.name.clone());
+    promoted.sessions.push(session);
+    let (merged, dropped) = merge(
+        &Desired {
+            teams: vec![promoted],
+        },
+        &f.host.state_dir,
+    );
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(
+        merged.teams[0].members[0].parent,
+        Parent::MainSession("a".into())
+    );
+    assert_eq!(merged.teams[0].members[0].depth, 1);
     // Requests turned off, or no room left: dropped.
     let mut off = team.clone();
     off.helper_requests = false;

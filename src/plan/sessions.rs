@@ -1,0 +1,104 @@
+//! Main sessions in the plan: a terminal to start, a promotion to carry out, finish or undo,
+//! and what a session that takes over another is told of the team's members.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Action, ContainerState, Observed, ObservedContainer, Plan, cref};
+use crate::plan::spec::DesiredState;
+
+/// One member, as a session that takes over is told of it in its resume file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeEntry {
+    pub member: String,
+    /// `running`, `exited 3`, `no container`...
+    pub state: String,
+    pub transcript: PathBuf,
+}
+
+/// Plans the team's main sessions; returns the members being promoted (team, name), whose
+/// containers the promotion takes care of (they are no orphans).
+pub(super) fn plan_sessions(
+    desired: &DesiredState,
+    observed: &Observed,
+    ours: &BTreeMap<(&str, &str), Vec<&ObservedContainer>>,
+    plan: &mut Plan,
+) -> BTreeSet<(String, String)> {
+    let mut promoting = BTreeSet::new();
+    let in_scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
+    // A promotion left half done that the manifests no longer ask for: undone first, so
+    // that the member's own actions (keyed by its name, run after) find its transcript back.
+    for j in &observed.promotions {
+        let asked = desired
+            .sessions
+            .iter()
+            .any(|s| s.team == j.team && s.name == j.name && s.promoted_from.is_some());
+        if !asked && in_scope.contains(j.team.as_str()) {
+            plan.actions.push(Action::RollBackPromotion {
+                journal: Box::new(j.clone()),
+            });
+        }
+    }
+    for s in &desired.sessions {
+        if let Some(from) = &s.promoted_from {
+            let journal = observed
+                .promotions
+                .iter()
+                .find(|j| j.team == s.team && j.name == s.name);
+            let containers: Vec<_> = ours
+                .get(&(s.team.as_str(), s.name.as_str()))
+                .map(|v| v.iter().map(|c| cref(c)).collect())
+                .unwrap_or_default();
+            // Something of the member is left (a journal, a container, its transcript):
+            // the promotion is still to do. Otherwise it is done, or there was no member.
+            if journal.is_some()
+                || !containers.is_empty()
+                || observed.transcript_dirs.contains(from)
+            {
+                promoting.insert((s.team.clone(), s.name.clone()));
+                plan.actions.push(Action::Promote {
+                    session: Box::new(s.clone()),
+                    containers,
+                    journal: journal.map(|j| Box::new(j.clone())),
+                });
+                continue;
+            }
+        }
+        if !observed.live_sockets.contains(&s.socket) {
+            let resume = match &s.takes_over {
+                Some(_) => desired
+                    .members
+                    .iter()
+                    .filter(|m| m.team == s.team)
+                    .map(|m| {
+                        let c = ours.get(&(m.team.as_str(), m.member.as_str()));
+                        ResumeEntry {
+                            member: m.member.clone(),
+                            state: state_text(c.and_then(|v| {
+                                v.iter().map(|c| c.state).max_by_key(|s| s.is_live())
+                            })),
+                            transcript: m.transcript_dir.clone(),
+                        }
+                    })
+                    .collect(),
+                None => vec![],
+            };
+            plan.actions.push(Action::StartSession {
+                session: Box::new(s.clone()),
+                resume,
+            });
+        }
+    }
+    promoting
+}
+
+fn state_text(s: Option<ContainerState>) -> String {
+    match s {
+        None => "no container".into(),
+        Some(ContainerState::Running) => "running".into(),
+        Some(ContainerState::Exited { code }) => format!("exited {code}"),
+        Some(other) => format!("{other:?}").to_lowercase(),
+    }
+}
