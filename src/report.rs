@@ -929,6 +929,22 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
             out.push_str(&line(r.iter().map(String::as_str).collect()));
         }
         for m in &t.members {
+            let asked: Vec<&str> = t
+                .members
+                .iter()
+                .filter(|h| {
+                    h.origin.as_ref().and_then(|o| o.requested_by.as_deref())
+                        == Some(m.name.as_str())
+                })
+                .map(|h| h.name.as_str())
+                .collect();
+            if !asked.is_empty() {
+                out.push_str(&format!(
+                    "  {}: asked for helpers {}\n",
+                    m.name,
+                    asked.join(", ")
+                ));
+            }
             if let Some(o) = &m.origin
                 && let Some(by) = &o.requested_by
             {

@@ -293,6 +293,7 @@ fn a_member_asks_for_helpers(engine: Engine) {
     assert_eq!(w.row("a").unwrap()["origin"]["kind"], "manifest");
     let table = w.ok(&["status", &w.team]);
     assert!(table.contains("kid: requested by a at "), "{table}");
+    assert!(table.contains("a: asked for helpers kid"), "{table}");
     // The child runs with what it asked for, no more: it writes its folder, not the rest.
     let got = w.inside(
         "kid",

@@ -244,3 +244,27 @@ fn documents_are_plain_camel_case_data_with_absolute_times() {
     assert_eq!(empty["teams"], serde_json::json!([]));
     assert_eq!(empty["drifted"], false);
 }
+
+#[test]
+fn a_requested_member_shows_who_asked_for_it() {
+    let mut t = team(&["a", "kid"]);
+    t.members[1].parent = Parent::Member("a".into());
+    t.members[1].origin = crate::model::Origin::Requested {
+        by: "a".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+    };
+    let (s, _) = status(&t, &in_sync(&t), None);
+    let kid = row(&s, "kid").origin.clone().unwrap();
+    assert_eq!(kid.kind, "requested");
+    assert_eq!(kid.requested_by.as_deref(), Some("a"));
+    assert_eq!(row(&s, "a").origin.as_ref().unwrap().kind, "manifest");
+    let table = render_status(
+        std::slice::from_ref(&s),
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
+    );
+    assert!(table.contains("  a: asked for helpers kid\n"), "{table}");
+    assert!(
+        table.contains("  kid: requested by a at 2026-01-01T00:00:00Z\n"),
+        "{table}"
+    );
+}
