@@ -2,7 +2,8 @@
 //! and rootless Podman (ateam then runs as the unprivileged user, through runuser, as in
 //! tests/egress.rs): a member of a team with `helperRequests: true` asks for a child through
 //! `ATEAM_HELPERS_URL` and it runs, shown by `status` with its origin; wider requests (a
-//! folder outside its grant, more memory, more network, a taken name, over maxMembers) are
+//! folder outside its grant, more memory, more network, an image no manifest names, a taken
+//! name, over maxMembers) are
 //! refused naming the rule; `export` round-trips through `validate` and `diff` finds nothing
 //! to do; the child goes (its transcript stays) when its requester leaves the manifests.
 //! Ignored by a plain `cargo test`.
@@ -340,6 +341,11 @@ fn a_member_asks_for_helpers(engine: Engine) {
             r#"{"name": "k2", "network": {"allow": ["evil.example.com"]}}"#.into(),
             "narrower-than-requester",
             "does not cover",
+        ),
+        (
+            r#"{"name": "k2", "image": "registry.example/leak:1"}"#.into(),
+            "image-from-manifests",
+            "not an image",
         ),
         (
             r#"{"name": "kid"}"#.into(),

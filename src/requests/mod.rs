@@ -40,7 +40,8 @@ use crate::plan::{Action, Finding, Plan};
 pub struct Request {
     /// The helper's name (a DNS-1123 label, unique in the team).
     pub name: String,
-    /// Default: the team's image, else the requester's.
+    /// Default: the team's image, else the requester's. Only an image the team's manifests
+    /// name (the Team's or a member's): a free choice would let the host fetch anything.
     pub image: Option<String>,
     /// Default: the image's own.
     pub command: Option<Vec<String>>,
@@ -377,6 +378,23 @@ pub fn judge(
             "absolute-paths",
             Some("cwd"),
             format!("`{c}` is not an absolute path"),
+        ));
+    }
+    // An image is a name the engine may fetch from a registry, on the host's network: a
+    // member choosing any would have a way out that its grant does not give it (an image
+    // name can carry data to a registry of its choosing). So: an image a person named for
+    // this team.
+    if let Some(image) = &req.image
+        && team.image.as_ref() != Some(image)
+        && !team.members.iter().any(|m| m.image == *image)
+    {
+        return Err(Refusal::new(
+            422,
+            "image-from-manifests",
+            Some("image"),
+            format!(
+                "`{image}` is not an image the team's manifests name (its Team's image or a member's); a requested member may only use one of those"
+            ),
         ));
     }
     // The member as a manifest would write it.

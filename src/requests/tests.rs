@@ -183,6 +183,15 @@ fn wider_requests_are_refused_with_the_rule_they_break() {
     r.resources.cpus = Some(crate::manifest::raw::Quantity::Text("1500m".into()));
     refused(&f, &team, &r, "resources-within-requester", "cpus 1.5");
 
+    // An image no manifest names: the host would fetch it for the member.
+    let mut r = request("h");
+    r.image = Some("registry.evil.example/leak-secret:1".into());
+    let e = refused(&f, &team, &r, "image-from-manifests", "not an image");
+    assert_eq!(e.field.as_deref(), Some("image"));
+    let mut r = request("h");
+    r.image = Some("img:1".into());
+    assert!(f.judge(&team, &r).is_ok());
+
     // The manifests' own rules, for free: a bad name, a path that is not a folder.
     refused(&f, &team, &request("Bad_Name"), "name", "not a valid name");
     let mut r = request("h");
