@@ -3,9 +3,9 @@
 //! tests/egress.rs): a member of a team with `helperRequests: true` asks for a child through
 //! `ATEAM_HELPERS_URL` and it runs, shown by `status` with its origin; wider requests (a
 //! folder outside its grant, more memory, more network, an image no manifest names, a taken
-//! name, over maxMembers) are
-//! refused naming the rule; `export` round-trips through `validate` and `diff` finds nothing
-//! to do; the child goes (its transcript stays) when its requester leaves the manifests.
+//! name, over maxMembers) are refused naming the rule; `export` round-trips through
+//! `validate` and `diff` finds nothing to do; the child goes (its transcript stays) when its
+//! requester leaves the manifests.
 //! Ignored by a plain `cargo test`.
 
 use std::path::PathBuf;
