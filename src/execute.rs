@@ -64,6 +64,12 @@ pub enum ActionError {
         #[source]
         source: egress::ProxyError,
     },
+    #[error("member `{member}`: its helper server: {source}")]
+    Helpers {
+        member: String,
+        #[source]
+        source: crate::requests::servers::ServerError,
+    },
     #[error("main session `{session}`: {message}")]
     Session { session: String, message: String },
     #[error("main session `{session}`: {source}")]
@@ -126,6 +132,8 @@ fn about(a: &Action) -> About<'_> {
             | Action::StartEgressProxy { .. }
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
@@ -209,6 +217,8 @@ impl Executor<'_> {
                 | Action::StartEgressProxy { .. }
                 | Action::UpdateEgressPolicy { .. }
                 | Action::StopEgressProxy { .. }
+                | Action::StartHelperServer { .. }
+                | Action::StopHelperServer { .. }
                 | Action::StartSession { .. }
                 | Action::Promote { .. }
                 | Action::RollBackPromotion { .. }
@@ -600,6 +610,38 @@ impl Executor<'_> {
                     source,
                 })
             }
+            Action::StartHelperServer { team, member } => {
+                let owner = self.member_of(wanted, member)?;
+                let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
+                let (t, m) = (team.clone(), member.clone());
+                tokio::task::spawn_blocking(move || {
+                    crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
+                })
+                .await
+                .map_err(|e| ActionError::Session {
+                    session: member.clone(),
+                    message: e.to_string(),
+                })?
+                .map_err(|source| ActionError::Helpers {
+                    member: member.clone(),
+                    source,
+                })
+            }
+            Action::StopHelperServer { team, member } => {
+                let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
+                let pid = paths.pid.clone();
+                tokio::task::spawn_blocking(move || crate::requests::servers::stop(&paths))
+                    .await
+                    .map_err(|e| ActionError::Session {
+                        session: member.clone(),
+                        message: e.to_string(),
+                    })?
+                    .map_err(|source| ActionError::Io {
+                        member: member.clone(),
+                        path: pid,
+                        source,
+                    })
+            }
             Action::StopEgressProxy { team, member } => {
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
                 let pid = paths.pid.clone();
@@ -640,6 +682,8 @@ impl Executor<'_> {
             | Action::StartEgressProxy { .. }
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }

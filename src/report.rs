@@ -74,6 +74,8 @@ pub fn action_text(a: &Action) -> String {
             format!("~ egress allow list of {member}: {}", allow.join(","))
         }
         Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
+        Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),
+        Action::StopHelperServer { member, .. } => format!("- helper server of {member}"),
         Action::StartSession { session, resume } => format!(
             "+ start main session {} (tmux -S {}){}",
             session.name,
@@ -563,6 +565,8 @@ pub fn team_status(
                     | Action::StartEgressProxy { .. }
                     | Action::UpdateEgressPolicy { .. }
                     | Action::StopEgressProxy { .. }
+                    | Action::StartHelperServer { .. }
+                    | Action::StopHelperServer { .. }
                     | Action::StartSession { .. }
                     | Action::Promote { .. }
                     | Action::RollBackPromotion { .. }
@@ -618,6 +622,16 @@ pub fn team_status(
             d => d,
         };
         let (state, detail, drifted, egress) = egress_state(team, m, plan, state, detail, drifted);
+        // A running member whose helper server is silent: its requests fail until apply (or
+        // the controller) starts the server.
+        let helpers_down = plan.actions.iter().any(|a| {
+            matches!(a, Action::StartHelperServer { team: t, member } if *t == team.name && *member == m.name)
+        });
+        let state = if helpers_down && state == "running" {
+            "helpers down".to_string()
+        } else {
+            state
+        };
         let (bytes, last) = (extras.transcript_usage)(&m.transcript_dir);
         rows.push(MemberStatus {
             name: m.name.clone(),

@@ -410,7 +410,7 @@ fn a_member_asks_for_helpers(engine: Engine) {
         text(&diff.stdout)
     );
 
-    // A dead helper server is seen by status, and started again by the controller.
+    // A dead helper server is drift: status and diff see it; the controller starts it again.
     let pid_file = w
         .path("state/teams")
         .join(&w.team)
@@ -420,10 +420,12 @@ fn a_member_asks_for_helpers(engine: Engine) {
     assert!(killed.success());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let a = w.row("a").unwrap();
+    assert_eq!(a["state"], "helpers down", "{engine:?}: {a}");
+    assert_eq!(a["drifted"], true, "{engine:?}: {a}");
     assert!(
         a["detail"]
             .as_str()
-            .is_some_and(|d| d.contains("helper server does not answer")),
+            .is_some_and(|d| d.contains("+ helper server of a")),
         "{engine:?}: {a}"
     );
     // The controller, even pruning, keeps them: they are desired.

@@ -152,7 +152,7 @@ pub async fn converge(
             app.store.save_team(t)?;
         }
         app.remember_engine(&desired.teams, look.backend.as_ref())?;
-        helpers_after(app, &look, &[]);
+        forget_dropped(app, &look, &[]);
         return Ok(report);
     }
     let rt = app.runtime(&look);
@@ -172,7 +172,7 @@ pub async fn converge(
         app.store.save_team(t)?;
     }
     app.remember_engine(&desired.teams, look.backend.as_ref())?;
-    helpers_after(app, &look, &failures);
+    forget_dropped(app, &look, &failures);
 
     // Wait-until-running: one more look, and the reason for every member that is not up.
     // A list call is enough: states only, no inspects.
@@ -227,9 +227,8 @@ pub async fn converge(
 }
 
 /// After a converge: forget the requested members that are no longer wanted (those whose
-/// removal did not fail), and make the helper servers match the members now wanted. A server
-/// that does not start is logged, not fatal: the member runs, and asks again later.
-fn helpers_after(app: &App, look: &super::Look, failures: &[Failure]) {
+/// removal did not fail). (Their helper servers are the plan's: `StopHelperServer`.)
+fn forget_dropped(app: &App, look: &super::Look, failures: &[Failure]) {
     for d in &look.dropped {
         if failures
             .iter()
@@ -243,26 +242,6 @@ fn helpers_after(app: &App, look: &super::Look, failures: &[Failure]) {
             }
             Err(e) => tracing::warn!(error = %e, "forgetting a requested member"),
         }
-    }
-    let member_owner = |team: &str, member: &str| {
-        look.desired
-            .members
-            .iter()
-            .find(|m| m.team == team && m.member == member)
-            .and_then(|m| m.spec.user.parse::<crate::model::UserId>().ok())
-            .map(|u| crate::files::Owner {
-                uid: u.uid,
-                gid: u.gid,
-            })
-            .unwrap_or(app.owner)
-    };
-    for (team, member, e) in crate::requests::servers::reconcile(
-        &app.host.state_dir,
-        &look.model,
-        app.owner,
-        &member_owner,
-    ) {
-        tracing::warn!(team, member, error = %e, "helper server");
     }
 }
 

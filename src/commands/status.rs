@@ -105,7 +105,6 @@ pub async fn run(
         }
     }
     super::egress::add_refusals(&state_dir, &desired, &mut teams);
-    add_helper_servers(&state_dir, &desired, &mut teams);
     if let Some(sel) = selector {
         select(&mut teams, &desired, sel);
     }
@@ -119,33 +118,6 @@ pub async fn run(
         Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
     }
     Ok(Exit::verdict(exit_code && doc.drifted))
-}
-
-/// Says so on the row of a running member of a team with `helperRequests` whose helper server
-/// does not answer (its requests would fail). Not drift: the plan does not see the servers,
-/// and status, diff and apply --dry-run share one verdict.
-fn add_helper_servers(state_dir: &Path, desired: &Desired, teams: &mut [TeamStatus]) {
-    use ateam::requests::servers::{Paths, answers};
-    for t in teams.iter_mut() {
-        let Some(team) = desired.teams.iter().find(|x| x.name == t.team) else {
-            continue;
-        };
-        if !team.helper_requests {
-            continue;
-        }
-        for row in &mut t.members {
-            if row.kind == RowKind::Member
-                && row.state == "running"
-                && row.detail.is_none()
-                && team.members.iter().any(|m| m.name == row.name)
-                && !answers(&Paths::new(state_dir, &t.team, &row.name).socket)
-            {
-                row.detail = Some(
-                    "its helper server does not answer: its requests fail until apply or the controller starts it".into(),
-                );
-            }
-        }
-    }
 }
 
 /// Keeps the rows of main sessions and members whose labels match (rows nothing describes,

@@ -204,3 +204,11 @@ pub fn helpers_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
         .join(member)
         .join("helpers")
 }
+
+/// A member's helper server's pid file, from the team's folder (`team_run_dir`).
+pub fn helpers_pid_path(run_dir: &Path, member: &str) -> PathBuf {
+    members_dir(run_dir)
+        .join(member)
+        .join("helpers")
+        .join("server.pid")
+}

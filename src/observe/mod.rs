@@ -179,18 +179,24 @@ pub async fn observe(
             }
         }
     }
-    let sockets = desired.sessions.iter().map(|s| &s.socket).chain(
-        desired
-            .members
-            .iter()
-            .filter_map(|m| Some(&m.egress.as_ref()?.socket)),
-    );
+    let sockets = desired
+        .sessions
+        .iter()
+        .map(|s| &s.socket)
+        .chain(
+            desired
+                .members
+                .iter()
+                .filter_map(|m| Some(&m.egress.as_ref()?.socket)),
+        )
+        .chain(desired.members.iter().filter_map(|m| m.helpers.as_ref()));
     let live_sockets: BTreeSet<_> = sockets
         .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .cloned()
         .collect();
     let mut egress_policies = BTreeMap::new();
     let mut egress_proxies = BTreeSet::new();
+    let mut helper_servers = BTreeSet::new();
     for t in &desired.teams {
         for m in desired.members.iter().filter(|m| m.team == t.name) {
             if let Some(e) = &m.egress {
@@ -206,7 +212,10 @@ pub async fn observe(
                 let member = e.file_name().to_string_lossy().into_owned();
                 let dir = layout::egress_dir_in(&t.run_dir, &member);
                 if layout::egress_pid_path(&dir).exists() {
-                    egress_proxies.insert((t.name.clone(), member));
+                    egress_proxies.insert((t.name.clone(), member.clone()));
+                }
+                if layout::helpers_pid_path(&t.run_dir, &member).exists() {
+                    helper_servers.insert((t.name.clone(), member));
                 }
             }
         }
@@ -229,6 +238,7 @@ pub async fn observe(
         live_sockets,
         egress_policies,
         egress_proxies,
+        helper_servers,
         limits_unenforced: !info.limits_enforced,
         recorded,
         promotions,

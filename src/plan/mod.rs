@@ -106,6 +106,18 @@ pub enum Action {
         team: String,
         member: String,
     },
+    /// Start the helper server of a member whose team allows helper requests (its socket is
+    /// silent).
+    StartHelperServer {
+        team: String,
+        member: String,
+    },
+    /// Stop the helper server of a member no longer wanted, or whose team turned requests
+    /// off, and remove its socket.
+    StopHelperServer {
+        team: String,
+        member: String,
+    },
     /// Start a main session's terminal on the host. `resume`: the members of a session it
     /// takes over, for its resume file (written when the session first starts).
     StartSession {
@@ -189,6 +201,8 @@ impl Action {
             | Action::StartEgressProxy { team, member, .. }
             | Action::UpdateEgressPolicy { team, member, .. }
             | Action::StopEgressProxy { team, member }
+            | Action::StartHelperServer { team, member }
+            | Action::StopHelperServer { team, member }
             | Action::Start { team, member, .. }
             | Action::RemoveOrphan { team, member, .. }
             | Action::RemoveDuplicate { team, member, .. }
@@ -213,6 +227,8 @@ impl Action {
             Action::StartEgressProxy { .. } => "startEgressProxy",
             Action::UpdateEgressPolicy { .. } => "updateEgressPolicy",
             Action::StopEgressProxy { .. } => "stopEgressProxy",
+            Action::StartHelperServer { .. } => "startHelperServer",
+            Action::StopHelperServer { .. } => "stopHelperServer",
             Action::StartSession { .. } => "startSession",
             Action::Promote { .. } => "promote",
             Action::RollBackPromotion { .. } => "rollBackPromotion",
@@ -233,7 +249,10 @@ impl Action {
     pub fn reason(&self) -> &'static str {
         match self {
             Action::MakeTranscriptDir { .. } | Action::Create { .. } => "missing",
-            Action::StartEgressProxy { .. } | Action::StartSession { .. } => "notRunning",
+            Action::StartEgressProxy { .. }
+            | Action::StartSession { .. }
+            | Action::StartHelperServer { .. } => "notRunning",
+            Action::StopHelperServer { .. } => "noHelperRequests",
             Action::Promote { .. } => "promotedFrom",
             Action::RollBackPromotion { .. } => "promotionNoLongerWanted",
             Action::UpdateEgressPolicy { .. } => "allowListChanged",
@@ -256,6 +275,8 @@ impl Action {
             | Action::StartEgressProxy { .. }
             | Action::UpdateEgressPolicy { .. }
             | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
@@ -476,6 +497,14 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
                 });
             }
         }
+        if let Some(socket) = &m.helpers
+            && !observed.live_sockets.contains(socket)
+        {
+            plan.actions.push(Action::StartHelperServer {
+                team: m.team.clone(),
+                member: m.member.clone(),
+            });
+        }
         if !observed.transcript_dirs.contains(&m.transcript_dir) {
             plan.actions.push(Action::MakeTranscriptDir {
                 team: m.team.clone(),
@@ -594,6 +623,21 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
             });
         if !container_stays {
             plan.actions.push(Action::StopEgressProxy {
+                team: team.clone(),
+                member: member.clone(),
+            });
+        }
+    }
+
+    // Helper servers of members no longer wanted, or whose team turned requests off: at once
+    // (a member no manifest wants has nobody to ask for).
+    for (team, member) in &observed.helper_servers {
+        let wants = desired
+            .members
+            .iter()
+            .any(|m| m.team == *team && m.member == *member && m.helpers.is_some());
+        if in_scope.contains(team.as_str()) && !wants {
+            plan.actions.push(Action::StopHelperServer {
                 team: team.clone(),
                 member: member.clone(),
             });

@@ -30,6 +30,10 @@ pub struct Observed {
     /// scope. A container with ateam's labels whose id is not here is a stranger.
     #[serde(default)]
     pub recorded: BTreeSet<String>,
+    /// Members (team, member) of the teams in scope with a helper server's pid file: a server
+    /// that may run and would have to be stopped.
+    #[serde(default)]
+    pub helper_servers: BTreeSet<(String, String)>,
     /// Promotions under way (their journals), in the teams in scope.
     #[serde(default)]
     pub promotions: Vec<crate::core::session::Promotion>,

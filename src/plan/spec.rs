@@ -14,9 +14,9 @@ use crate::core::container::{
     team_network_name,
 };
 use crate::core::layout::{
-    EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, member_ctl_dir,
-    member_record_path, session_dir, session_socket_path, session_transcript_dir, store_id,
-    team_run_dir, transcript_dir as transcript_dir_of,
+    EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, helpers_socket_path,
+    member_ctl_dir, member_record_path, session_dir, session_socket_path, session_transcript_dir,
+    store_id, team_run_dir, transcript_dir as transcript_dir_of,
 };
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
@@ -63,6 +63,9 @@ pub struct DesiredMember {
     pub allow_unenforced_limits: bool,
     /// Its egress proxy, when the network is an allowlist.
     pub egress: Option<DesiredEgress>,
+    /// Its helper server's socket, when its team allows helper requests.
+    #[serde(default)]
+    pub helpers: Option<PathBuf>,
 }
 
 /// A member's egress proxy as the planner wants it: listening on `socket`, judging by `allow`.
@@ -268,6 +271,9 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                     }),
                     Network::None | Network::Open => None,
                 },
+                helpers: team
+                    .helper_requests
+                    .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
             });
         }
     }

@@ -113,6 +113,7 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         egress_policies: BTreeMap::new(),
         egress_proxies: BTreeSet::new(),
         limits_unenforced: false,
+        helper_servers: BTreeSet::new(),
         promotions: vec![],
     }
 }
@@ -131,6 +132,8 @@ fn kinds(p: &Plan) -> Vec<String> {
             Action::StartEgressProxy { member, .. } => format!("proxy {member}"),
             Action::UpdateEgressPolicy { member, .. } => format!("allow {member}"),
             Action::StopEgressProxy { member, .. } => format!("stop-proxy {member}"),
+            Action::StartHelperServer { member, .. } => format!("helpers {member}"),
+            Action::StopHelperServer { member, .. } => format!("stop-helpers {member}"),
             Action::StartSession { session, resume } if resume.is_empty() => {
                 format!("session {}", session.name)
             }
@@ -1113,4 +1116,35 @@ fn members_and_sessions_know_their_role() {
         ("main", "t", "lead")
     );
     assert_eq!(env["ATEAM_SESSION_DIR"], "/home/u/sessions/lead");
+}
+
+#[test]
+fn helper_servers_are_started_when_silent_and_stopped_when_not_wanted() {
+    let mut d = team(vec![member("a"), member("b")]);
+    d.teams[0].helper_requests = true;
+    let d = desired_state(&d, &host());
+    let mut o = in_sync(&d, &["a", "b"]);
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions::default())),
+        ["helpers a", "helpers b"]
+    );
+    for m in &d.members {
+        o.live_sockets.insert(m.helpers.clone().unwrap());
+        o.helper_servers.insert((m.team.clone(), m.member.clone()));
+    }
+    assert!(plan(&d, &o, PlanOptions::default()).is_noop());
+    // The team turns requests off: both servers stop (and the members are recreated: their
+    // gate no longer starts the helpers bridge).
+    let mut off = team(vec![member("a"), member("b")]);
+    off.teams[0].helper_requests = false;
+    let off = desired_state(&off, &host());
+    assert_eq!(
+        kinds(&plan(&off, &o, PlanOptions::default())),
+        [
+            "recreate a",
+            "recreate b",
+            "stop-helpers a",
+            "stop-helpers b"
+        ]
+    );
 }

@@ -114,6 +114,7 @@ fn in_sync(t: &Team) -> Observed {
             .filter(|m| m.egress.is_some())
             .map(|m| (m.team.clone(), m.member.clone()))
             .collect(),
+        helper_servers: Default::default(),
         promotions: vec![],
     }
 }

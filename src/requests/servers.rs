@@ -1,7 +1,8 @@
 //! Helper servers as objects ateam reconciles, as it does egress proxies: one detached
 //! `ateam helper-server` per member of a team with `helperRequests: true`, seen alive when its
-//! socket answers, started when it does not, stopped (its socket removed) when its member is
-//! no longer wanted or the team turns requests off.
+//! socket answers (observe), started when it does not and stopped (its socket removed) when
+//! its member is no longer wanted or the team turns requests off (the plan's
+//! `StartHelperServer` and `StopHelperServer`, carried out here).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::core::layout;
 use crate::files::{self, Owner};
-use crate::model::Desired;
 
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -43,7 +43,7 @@ impl Paths {
         let dir = layout::helpers_dir(state_dir, team, member);
         Paths {
             socket: layout::helpers_socket_path(state_dir, team, member),
-            pid: dir.join("server.pid"),
+            pid: layout::helpers_pid_path(&layout::team_run_dir(state_dir, team), member),
             err: dir.join("server.err"),
             dir,
         }
@@ -146,67 +146,6 @@ pub fn running_pid(paths: &Paths) -> Option<u32> {
     // The pid file lives in the member's own folder, so a live helper-server with that pid
     // is this member's.
     ours.then_some(pid)
-}
-
-/// Makes the servers of `desired`'s teams match: one for each member of a team that allows
-/// requests (started when its socket does not answer), none for any other member whose folder
-/// is in the team's state. `member_owner` says whom a member's socket belongs to.
-pub fn reconcile(
-    state_dir: &Path,
-    desired: &Desired,
-    store_owner: Owner,
-    member_owner: &dyn Fn(&str, &str) -> Owner,
-) -> Vec<(String, String, ServerError)> {
-    let mut failures = Vec::new();
-    for team in &desired.teams {
-        let wanted: Vec<&str> = if team.helper_requests {
-            team.members.iter().map(|m| m.name.as_str()).collect()
-        } else {
-            vec![]
-        };
-        for m in &wanted {
-            let paths = Paths::new(state_dir, &team.name, m);
-            if answers(&paths.socket) && running_pid(&paths).is_some() {
-                continue;
-            }
-            if let Err(e) = start(
-                state_dir,
-                &team.name,
-                m,
-                store_owner,
-                member_owner(&team.name, m),
-            ) {
-                failures.push((team.name.clone(), m.to_string(), e));
-            }
-        }
-        let members = layout::members_dir(&layout::team_run_dir(state_dir, &team.name));
-        let Ok(rd) = std::fs::read_dir(&members) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Some(name) = e.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            if wanted.contains(&name.as_str()) {
-                continue;
-            }
-            let paths = Paths::new(state_dir, &team.name, &name);
-            if !(paths.socket.exists() || paths.pid.exists()) {
-                continue;
-            }
-            if let Err(err) = stop(&paths) {
-                failures.push((
-                    team.name.clone(),
-                    name,
-                    ServerError::Io {
-                        path: paths.pid.clone(),
-                        source: err,
-                    },
-                ));
-            }
-        }
-    }
-    failures
 }
 
 /// Stops every helper server of `team` (its deletion).
