@@ -20,11 +20,15 @@ use std::os::unix::net::UnixStream;
 use std::process::exit;
 
 /// The pipe capacity asked for per direction: the bytes in flight, held as references to the
-/// sockets' pages, not as copies. Refused (the pipe quota is spent), a pipe keeps the kernel's
-/// default (64 KiB).
+/// sockets' pages, not as copies. It counts against the user's pipe quota (docs/egress.md);
+/// refused, a pipe keeps the kernel's default (64 KiB).
 const PIPE_SIZE: usize = 256 * 1024;
 /// The buffer per direction where splice is not supported (the copying fallback).
 const BUF: usize = 64 * 1024;
+/// The send buffer asked for on the Unix socket to the proxy (the proxy asks the same for its
+/// side): fewer, bigger batches per wake-up than the default 208 KiB; capped by the kernel at
+/// net.core.wmem_max.
+const UNIX_SNDBUF: i32 = 1024 * 1024;
 
 #[repr(C)]
 struct PollFd {
@@ -41,10 +45,13 @@ const F_SETPIPE_SZ: i32 = 1031;
 const SPLICE_F_MOVE: u32 = 1;
 const SPLICE_F_NONBLOCK: u32 = 2;
 const EINVAL: i32 = 22;
+const SOL_SOCKET: i32 = 1;
+const SO_SNDBUF: i32 = 7;
 
 unsafe extern "C" {
     fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
     fn pipe2(fds: *mut i32, flags: i32) -> i32;
+    fn setsockopt(fd: i32, level: i32, name: i32, value: *const i32, len: u32) -> i32;
     fn fcntl(fd: i32, cmd: i32, ...) -> i32;
     fn splice(
         fd_in: i32,
@@ -361,6 +368,9 @@ fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) {
         let _ = tcp.set_nodelay(true);
         match UnixStream::connect(socket) {
             Ok(unix) => {
+                unsafe {
+                    setsockopt(unix.as_raw_fd(), SOL_SOCKET, SO_SNDBUF, &UNIX_SNDBUF, 4);
+                }
                 if tcp.set_nonblocking(true).is_ok() && unix.set_nonblocking(true).is_ok() {
                     let mut c = Conn {
                         tcp,
