@@ -7,17 +7,30 @@
 //!
 //! Built by build.rs as a static, std-only binary so that it runs in any image, mounted
 //! read-only. One thread serves every connection (poll(2) over non-blocking sockets), so the
-//! bridge costs the member one process of its `pids` limit and 128 KiB of buffers per open
-//! connection, however many it opens.
+//! bridge costs the member one process of its `pids` limit however many connections it opens.
+//!
+//! Bytes go from socket to socket through a pipe per direction with splice(2): the pipe holds
+//! references to the sockets' pages, so the bridge copies nothing it carries and a connection
+//! costs two pipes, not two buffers. Where the kernel refuses splice for these sockets
+//! (EINVAL), a direction copies through a 64 KiB buffer instead.
 
+use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
 use std::process::exit;
 
-/// Bytes held per direction of a connection.
+/// The pipe capacity asked for per direction: the bytes in flight, held as references to the
+/// sockets' pages, not as copies. It counts against the user's pipe quota (docs/egress.md);
+/// refused, a pipe keeps the kernel's default (64 KiB).
+const PIPE_SIZE: usize = 256 * 1024;
+/// The buffer per direction where splice is not supported (the copying fallback).
 const BUF: usize = 64 * 1024;
+/// The send buffer asked for on the Unix socket to the proxy (the proxy asks the same for its
+/// side): fewer, bigger batches per wake-up than the default 208 KiB; capped by the kernel at
+/// net.core.wmem_max.
+const UNIX_SNDBUF: i32 = 1024 * 1024;
 
 #[repr(C)]
 struct PollFd {
@@ -28,9 +41,28 @@ struct PollFd {
 
 const POLLIN: i16 = 0x1;
 const POLLOUT: i16 = 0x4;
+const O_NONBLOCK: i32 = 0o4000;
+const O_CLOEXEC: i32 = 0o2000000;
+const F_SETPIPE_SZ: i32 = 1031;
+const SPLICE_F_MOVE: u32 = 1;
+const SPLICE_F_NONBLOCK: u32 = 2;
+const EINVAL: i32 = 22;
+const SOL_SOCKET: i32 = 1;
+const SO_SNDBUF: i32 = 7;
 
 unsafe extern "C" {
     fn poll(fds: *mut PollFd, nfds: u64, timeout: i32) -> i32;
+    fn pipe2(fds: *mut i32, flags: i32) -> i32;
+    fn setsockopt(fd: i32, level: i32, name: i32, value: *const i32, len: u32) -> i32;
+    fn fcntl(fd: i32, cmd: i32, ...) -> i32;
+    fn splice(
+        fd_in: i32,
+        off_in: *mut i64,
+        fd_out: i32,
+        off_out: *mut i64,
+        len: usize,
+        flags: u32,
+    ) -> isize;
 }
 
 fn main() {
@@ -66,11 +98,70 @@ fn main() {
     serve(&listener, &socket);
 }
 
+/// Where one direction's bytes wait between reading and writing.
+enum Way {
+    /// In a pipe (moved with splice(2), not copied through this process): `held` bytes.
+    Spliced {
+        read: File,
+        write: File,
+        held: usize,
+    },
+    /// In memory, `buf[start..end]`: where the kernel refuses splice for these sockets.
+    Copied {
+        buf: Box<[u8]>,
+        start: usize,
+        end: usize,
+    },
+}
+
+impl Way {
+    fn new() -> Way {
+        let mut fds = [-1i32; 2];
+        if unsafe { pipe2(fds.as_mut_ptr(), O_NONBLOCK | O_CLOEXEC) } != 0 {
+            return Way::copied(Vec::new());
+        }
+        let (read, write) = unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+        unsafe { fcntl(write.as_raw_fd(), F_SETPIPE_SZ, PIPE_SIZE as i32) };
+        Way::Spliced {
+            read,
+            write,
+            held: 0,
+        }
+    }
+
+    fn copied(held: Vec<u8>) -> Way {
+        let end = held.len();
+        let mut buf = held;
+        buf.resize(BUF.max(end), 0);
+        Way::Copied {
+            buf: buf.into_boxed_slice(),
+            start: 0,
+            end,
+        }
+    }
+}
+
+fn move_bytes(from: i32, to: i32, len: usize) -> std::io::Result<usize> {
+    let n = unsafe {
+        splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            SPLICE_F_MOVE | SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
 /// One direction of a connection: bytes read from one side, not yet written to the other.
 struct Pipe {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
+    way: Way,
     /// The reading side said end of file.
     eof: bool,
     /// ...and everything was passed on, and the writing side half-closed.
@@ -80,28 +171,51 @@ struct Pipe {
 impl Pipe {
     fn new() -> Pipe {
         Pipe {
-            buf: vec![0u8; BUF].into_boxed_slice(),
-            start: 0,
-            end: 0,
+            way: Way::new(),
             eof: false,
             done: false,
         }
     }
 
     fn wants_read(&self) -> bool {
-        !self.eof && self.end < self.buf.len()
+        !self.eof
+            && match &self.way {
+                // Only into an empty pipe: a pipe counts pages, not bytes, so one with room
+                // for bytes may still refuse more, and the socket would wake poll in vain.
+                Way::Spliced { held, .. } => *held == 0,
+                Way::Copied { buf, end, .. } => *end < buf.len(),
+            }
     }
 
     fn wants_write(&self) -> bool {
-        self.start < self.end
+        match &self.way {
+            Way::Spliced { held, .. } => *held > 0,
+            Way::Copied { start, end, .. } => start < end,
+        }
     }
 
     /// Reads what `from` has into the free space; false on an error (the connection is over).
-    fn fill(&mut self, from: &mut impl Read) -> bool {
+    fn fill<R: Read + AsRawFd>(&mut self, from: &mut R) -> bool {
         while self.wants_read() {
-            match from.read(&mut self.buf[self.end..]) {
+            let got = match &mut self.way {
+                Way::Spliced { write, held, .. } => {
+                    match move_bytes(from.as_raw_fd(), write.as_raw_fd(), PIPE_SIZE) {
+                        Ok(n) => {
+                            *held += n;
+                            Ok(n)
+                        }
+                        Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                            self.way = Way::copied(Vec::new());
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Way::Copied { buf, end, .. } => from.read(&mut buf[*end..]).inspect(|n| *end += n),
+            };
+            match got {
                 Ok(0) => self.eof = true,
-                Ok(n) => self.end += n,
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return false,
@@ -111,18 +225,42 @@ impl Pipe {
     }
 
     /// Writes what it holds to `to`; at end of file with nothing left, half-closes `to`.
-    fn drain<W: Write>(&mut self, to: &mut W, shut: impl Fn(&W)) -> bool {
+    fn drain<W: Write + AsRawFd>(&mut self, to: &mut W, shut: impl Fn(&W)) -> bool {
         while self.wants_write() {
-            match to.write(&self.buf[self.start..self.end]) {
+            let put = match &mut self.way {
+                Way::Spliced { read, held, .. } => {
+                    match move_bytes(read.as_raw_fd(), to.as_raw_fd(), *held) {
+                        Ok(n) => {
+                            *held -= n;
+                            Ok(n)
+                        }
+                        Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                            // Take back what the pipe holds, and copy from now on.
+                            let mut out = vec![0u8; *held];
+                            if read.read_exact(&mut out).is_err() {
+                                return false;
+                            }
+                            self.way = Way::copied(out);
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                Way::Copied { buf, start, end } => {
+                    to.write(&buf[*start..*end]).inspect(|n| *start += n)
+                }
+            };
+            match put {
                 Ok(0) => return false,
-                Ok(n) => self.start += n,
+                Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return false,
             }
         }
-        self.start = 0;
-        self.end = 0;
+        if let Way::Copied { start, end, .. } = &mut self.way {
+            (*start, *end) = (0, 0);
+        }
         if self.eof && !self.done {
             shut(to);
             self.done = true;
@@ -232,6 +370,9 @@ fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) {
         let _ = tcp.set_nodelay(true);
         match UnixStream::connect(socket) {
             Ok(unix) => {
+                unsafe {
+                    setsockopt(unix.as_raw_fd(), SOL_SOCKET, SO_SNDBUF, &UNIX_SNDBUF, 4);
+                }
                 if tcp.set_nonblocking(true).is_ok() && unix.set_nonblocking(true).is_ok() {
                     let mut c = Conn {
                         tcp,

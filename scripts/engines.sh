@@ -112,6 +112,35 @@ host_fixes() {
     fi
 }
 
+# Names for the egress tests (tests/egress.rs). The proxy resolves names on the host with the
+# system resolver, so these resolve there to addresses it must refuse although the allow list
+# names the name: loopback, the metadata address, a private address, an IPv4-mapped loopback.
+# A marked block, replaced on every run (never duplicated), written in place: in a container
+# /etc/hosts is often a bind mount, which a rename cannot replace.
+HOSTS_BEGIN='# >>> ateam-ci: egress test names (scripts/engines.sh)'
+HOSTS_END='# <<< ateam-ci: egress test names'
+egress_test_names() {
+    cat <<EOF
+$HOSTS_BEGIN
+127.0.0.1 loopback.ateam.test
+169.254.169.254 metadata.ateam.test
+10.11.12.13 private.ateam.test
+::ffff:127.0.0.1 mapped.ateam.test
+$HOSTS_END
+EOF
+}
+
+hosts_entries() {
+    local tmp; tmp=$(mktemp)
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" \
+        '$0 == b { skip = 1 } !skip { print } $0 == e { skip = 0 }' /etc/hosts >"$tmp"
+    egress_test_names >>"$tmp"
+    if cmp -s "$tmp" /etc/hosts; then rm -f "$tmp"; return; fi
+    cat "$tmp" >/etc/hosts
+    rm -f "$tmp"
+    log "wrote the egress test names into /etc/hosts"
+}
+
 setup_user() {
     if ! id -u "$ROOTLESS_USER" >/dev/null 2>&1; then
         useradd -m -s /bin/bash "$ROOTLESS_USER"
@@ -385,6 +414,7 @@ main() {
         mkdir -p /etc/containers/registries.conf.d
         podman_registries_conf | write_file /etc/containers/registries.conf.d/50-ateam-ci.conf root
         host_fixes
+        hosts_entries
         setup_user
         start_engines
         start_registry

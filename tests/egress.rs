@@ -3,7 +3,8 @@
 //! through runuser, as in tests/attacks.rs). Each engine runs one story, because every apply
 //! costs seconds on this machine: an allowed endpoint answers; another port or host is
 //! refused with the reason; a name resolving to loopback, the metadata address, a private
-//! address and an IPv4-mapped loopback are refused; without the proxy variables nothing gets
+//! address and an IPv4-mapped loopback are refused (as literals, and as names that
+//! scripts/engines.sh puts into the host's /etc/hosts); without the proxy variables nothing gets
 //! out; one member's socket is not reachable from another, and each is judged by its own
 //! list; a killed proxy is seen by `status` and healed by `apply`; a new list works without a
 //! new container; delete stops the proxy. Ignored by a plain `cargo test`.
@@ -346,6 +347,35 @@ impl Drop for World {
     }
 }
 
+/// Test names, each resolving on the host to an address the proxy refuses (scripts/engines.sh
+/// writes them into /etc/hosts).
+const LOOPBACK_NAME: &str = "loopback.ateam.test";
+const METADATA_NAME: &str = "metadata.ateam.test";
+const PRIVATE_NAME: &str = "private.ateam.test";
+const MAPPED_NAME: &str = "mapped.ateam.test";
+
+/// The test names resolve on the host as the tests expect: otherwise a refusal would be for a
+/// name that does not resolve, and prove nothing.
+fn hosts_file_has_the_test_names() {
+    use std::net::ToSocketAddrs;
+    for (name, want) in [
+        (LOOPBACK_NAME, "127.0.0.1"),
+        (METADATA_NAME, "169.254.169.254"),
+        (PRIVATE_NAME, "10.11.12.13"),
+        (MAPPED_NAME, "::ffff:127.0.0.1"),
+    ] {
+        let got: Vec<String> = (name, 80)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip().to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            got,
+            [want],
+            "{name} must resolve to {want} alone on the host: run scripts/engines.sh"
+        );
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|c| !c.is_empty())
@@ -363,6 +393,12 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
         "169.254.169.254".to_string(),
         "10.0.0.1".to_string(),
         "[::ffff:127.0.0.1]".to_string(),
+        // Names that the host's resolver (scripts/engines.sh puts them into /etc/hosts) turns
+        // into addresses the proxy must refuse: listed, so that a refusal is about the address.
+        format!("{LOOPBACK_NAME}:{other}"),
+        METADATA_NAME.to_string(),
+        PRIVATE_NAME.to_string(),
+        MAPPED_NAME.to_string(),
     ];
     w.write(&a_list, &[format!("127.0.0.1:{other}")]);
     w.apply();
@@ -399,6 +435,45 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
         got.contains("403") && got.contains("example.com:80 is not in"),
         "{engine:?}: {got}"
     );
+    // Listed names that resolve to what is refused (loopback, the metadata address, a private
+    // address, an IPv4-mapped loopback): the proxy judges the address a name resolves to,
+    // whatever the list says of the name, and the reason names the address and its rule. All
+    // four are tried before the verdict, so that a failure shows each one.
+    hosts_file_has_the_test_names();
+    let names = [
+        (
+            "get",
+            format!("http://{LOOPBACK_NAME}:{other}/"),
+            format!("{LOOPBACK_NAME} resolves to 127.0.0.1, a loopback address"),
+        ),
+        (
+            "get",
+            format!("http://{METADATA_NAME}/latest/meta-data/"),
+            format!("{METADATA_NAME} resolves to 169.254.169.254, a link-local address"),
+        ),
+        (
+            "get",
+            format!("http://{PRIVATE_NAME}/"),
+            format!("{PRIVATE_NAME} resolves to 10.11.12.13, a private address"),
+        ),
+        (
+            "connect",
+            format!("{MAPPED_NAME}:443"),
+            format!("{MAPPED_NAME} resolves to [::ffff:127.0.0.1], a loopback address"),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (how, url, reason) in names {
+        let got = if how == "get" {
+            w.get("a", &url)
+        } else {
+            w.connect("a", &url)
+        };
+        if !(got.contains("403") && got.contains(&reason)) {
+            wrong.push(format!("{url}: wanted 403 and `{reason}`, got: {got}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{engine:?}:\n{}", wrong.join("\n"));
     // Listed, but what they reach is refused: a name resolving to loopback, the metadata
     // address, a private address, an IPv4-mapped loopback.
     let got = w.connect("a", &format!("localhost:{other}"));

@@ -5,6 +5,7 @@
 //!
 //! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
+//! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying).
 //!
 //! Inside the member, the bridge (`bridge/main.rs`, started by the gate) listens on
 //! `plan::spec::BRIDGE_LISTEN` and forwards each connection to the socket, mounted at
@@ -12,6 +13,7 @@
 
 pub mod log;
 pub mod proxy;
+mod relay;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -364,9 +364,7 @@ async fn handle(mut conn: UnixStream, state: &State) {
     if sent.is_err() || (!rest.is_empty() && upstream.write_all(rest).await.is_err()) {
         return;
     }
-    let _ =
-        tokio::io::copy_bidirectional_with_sizes(&mut conn, &mut upstream, 64 * 1024, 64 * 1024)
-            .await;
+    let _ = super::relay::relay(&conn, &upstream).await;
 }
 
 /// Reads until the end of the head (`\r\n\r\n`); `None` when the peer sent nothing at all.
