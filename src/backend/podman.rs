@@ -15,6 +15,11 @@
 //! - Rootless on cgroup v1: memory, swap, pids and cpu limits are accepted but ignored and
 //!   inspect reports them as 0 (`ping` says `limits_enforced: false`).
 //! - `userns=keep-id` (rootless only) is reported as `UsernsMode: "private"`.
+//! - Rootless, several creates or starts at once sometimes fail while Podman 4.3.1 reads the
+//!   user's subordinate ids (`cannot read subids`, seen in its log as `no subuid ranges found`
+//!   with /etc/subuid unchanged; on create `keep-id requires additional UIDs or GIDs`, on start
+//!   runc's `can't get final child's PID from pipe`): about one apply in five of a few members.
+//!   Those two errors are retried (`transient`) a few times after a short pause.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -744,29 +749,29 @@ impl Backend for PodmanBackend {
 
     async fn create(&self, req: &CreateRequest) -> Result<String> {
         let body = create_body(req).to_string();
-        let text = self
-            .raw
-            .post_string(
+        let text = transient(|| {
+            self.raw.post_string(
                 format!("{LIBPOD}/containers/create"),
-                Payload::Json(body),
+                Payload::Json(body.clone()),
                 None,
             )
-            .await
-            .map_err(|e| {
-                let message = message_of(&e);
-                if message.contains("image not known") {
-                    BackendError::ImageMissing {
-                        engine: ENGINE.into(),
-                        image: req.image.clone(),
-                    }
-                } else if message.contains("already in use") {
-                    BackendError::NameConflict {
-                        name: req.name.clone(),
-                    }
-                } else {
-                    engine_err("create", &e)
+        })
+        .await
+        .map_err(|e| {
+            let message = message_of(&e);
+            if message.contains("image not known") {
+                BackendError::ImageMissing {
+                    engine: ENGINE.into(),
+                    image: req.image.clone(),
                 }
-            })?;
+            } else if message.contains("already in use") {
+                BackendError::NameConflict {
+                    name: req.name.clone(),
+                }
+            } else {
+                engine_err("create", &e)
+            }
+        })?;
         let answer: Value = serde_json::from_str(&text).map_err(|e| BackendError::Engine {
             engine: ENGINE.into(),
             op: "create".into(),
@@ -793,7 +798,7 @@ impl Backend for PodmanBackend {
     }
 
     async fn start(&self, id: &str) -> Result<()> {
-        match self.podman.containers().get(id).start(None).await {
+        match transient(|| async { self.podman.containers().get(id).start(None).await }).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_modified(&e) => Ok(()),
             Err(e) => Err(container_err("start", id, &e)),
@@ -1041,6 +1046,34 @@ impl Backend for PodmanBackend {
     }
 }
 
+/// Runs `op` again (up to 4 tries in all, 50, 100 and 200 ms apart) while it fails with one of
+/// the errors rootless Podman gives when reading subordinate ids races (see the module's
+/// notes); any other outcome is returned as it is.
+async fn transient<T, F, Fut>(mut op: F) -> std::result::Result<T, podman_api::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, podman_api::Error>>,
+{
+    let mut pause = Duration::from_millis(50);
+    for _ in 0..3 {
+        match op().await {
+            Err(e) if is_subid_race(&message_of(&e)) => {
+                tracing::debug!(error = %message_of(&e), "podman: subordinate ids race, trying again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    op().await
+}
+
+fn is_subid_race(message: &str) -> bool {
+    message.contains("cannot read subids")
+        || message.contains("keep-id requires additional UIDs or GIDs")
+        || message.contains("can't get final child's PID from pipe")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1051,6 +1084,46 @@ mod tests {
     use std::path::Path;
 
     const MIB64: u64 = 64 * 1024 * 1024;
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_subid_race_is_tried_again() {
+        let fault = |m: &str| podman_api::Error::Fault {
+            code: StatusCode::INTERNAL_SERVER_ERROR,
+            message: m.into(),
+        };
+        let tries = std::cell::Cell::new(0);
+        let got = transient(|| {
+            tries.set(tries.get() + 1);
+            let n = tries.get();
+            async move {
+                if n < 3 {
+                    Err(fault("keep-id requires additional UIDs or GIDs defined in /etc/subuid and /etc/subgid"))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got.unwrap(), 3);
+        // Any other error: at once, once.
+        tries.set(0);
+        let got: std::result::Result<(), _> = transient(|| {
+            tries.set(tries.get() + 1);
+            async { Err(fault("image not known")) }
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(tries.get(), 1);
+        // The race for good: four tries, then its error.
+        tries.set(0);
+        let got: std::result::Result<(), _> = transient(|| {
+            tries.set(tries.get() + 1);
+            async { Err(fault("cannot read subids")) }
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(tries.get(), 4);
+    }
 
     fn request(
         name: &str,
