@@ -182,18 +182,33 @@ alive() {
     [ -f "$pf" ] && grep -qaF "$RUN/" "/proc/$(cat "$pf")/cmdline" 2>/dev/null
 }
 
+# cwd_gone NAME: the daemon runs in a folder that was deleted since (it was
+# started from a checkout that is gone). It still answers, but what it spawns
+# cannot (Podman's conmon: "Failed to get working directory"): it is stopped so
+# that it starts again from /.
+cwd_gone() {
+    alive "$1" && readlink "/proc/$(cat "$RUN/$1.pid")/cwd" | grep -q ' (deleted)$'
+}
+
 # start_daemon NAME SOCK PINGPATH CMD...: reuse if answering, else start CMD
-# in the background (own session, so it outlives this script) with a pid file.
+# from / in the background (own session, so it outlives this script) with a pid
+# file.
 start_daemon() {
     local name=$1 sock=$2 path=$3; shift 3
+    if cwd_gone "$name"; then
+        log "$name: its working folder was deleted; restarting it"
+        kill "$(cat "$RUN/$name.pid")" 2>/dev/null || true
+        local i
+        for ((i = 0; i < 40; i++)); do alive "$name" || break; sleep 0.25; done
+    fi
     if ping "$sock" "$path"; then log "$name: already answering on $sock"; return; fi
     if alive "$name"; then
         log "$name: running but not answering yet, waiting for it"; return
     fi
     # A stale socket or pid file from a dead daemon blocks the new one.
     rm -f "$sock" "$RUN/$name.pid"
-    nohup setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null &
-    LAUNCHED[$name]=$!   # nohup and setsid exec, so this is the daemon's pid
+    (cd / && exec nohup setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null) &
+    LAUNCHED[$name]=$!   # the subshell, nohup and setsid exec, so this is the daemon's pid
     # dockerd writes its own pid file (a bit later); the podman services do not.
     [ "$name" = docker ] || echo $! >"$RUN/$name.pid"
     log "$name: started (log: $STATE/$name.log)"
@@ -355,10 +370,16 @@ podman_registries_conf() {
 start_registry() {
     mkdir -p "$STATE/registry"
     registry_conf | write_file "$RUN/registry.yml" root
+    local pf=$RUN/registry.pid
+    if [ -f "$pf" ] && readlink "/proc/$(cat "$pf")/cwd" 2>/dev/null | grep -q ' (deleted)$'; then
+        log "registry: its working folder was deleted; restarting it"
+        kill "$(cat "$pf")" 2>/dev/null || true
+        sleep 0.5
+    fi
     if curl -sf --max-time 3 "http://$REGISTRY/v2/" >/dev/null 2>&1; then
         log "registry: already answering on $REGISTRY"; return
     fi
-    nohup setsid docker-registry serve "$RUN/registry.yml" >"$STATE/registry.log" 2>&1 </dev/null &
+    (cd / && exec nohup setsid docker-registry serve "$RUN/registry.yml" >"$STATE/registry.log" 2>&1 </dev/null) &
     echo $! >"$RUN/registry.pid"
     local i
     for ((i = 0; i < WAIT_SECS * 4; i++)); do
