@@ -476,6 +476,7 @@ impl Executor<'_> {
                 team,
                 member,
                 container,
+                ..
             }
             | Action::RemoveDuplicate {
                 team,
@@ -901,6 +902,7 @@ mod tests {
                 team: team.clone(),
                 member: member.clone(),
                 container: c(),
+                why: None,
             },
             Action::RemoveDuplicate {
                 team: team.clone(),

@@ -114,10 +114,14 @@ pub fn action_text(a: &Action) -> String {
             format!("> start {member}: {}", start_text(reason))
         }
         Action::RemoveOrphan {
-            member, container, ..
+            member,
+            container,
+            why,
+            ..
         } => format!(
-            "- remove {member} ({}): no manifest wants it",
-            container.name
+            "- remove {member} ({}): {}",
+            container.name,
+            why.as_deref().unwrap_or("no manifest wants it")
         ),
         Action::RemoveDuplicate {
             member, container, ..

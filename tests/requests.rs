@@ -451,6 +451,11 @@ fn a_member_asks_for_helpers(engine: Engine) {
     // The requester leaves the manifests: its helpers go with it (no --prune needed), their
     // records too; their transcripts stay.
     let without = w.write("team.yaml", &w.manifests(false));
+    let diff = text(&w.ateam(&["diff", "-f", without.to_str().unwrap()]).stdout);
+    assert!(
+        diff.contains("a helper no longer wanted: its requester `a` is no longer wanted"),
+        "{engine:?}: diff names why the helpers go: {diff}"
+    );
     let _ = w.ateam(&["apply", "-f", without.to_str().unwrap()]);
     let names = w.cli(&["ps", "-a", "--format", "{{.Names}}"]);
     for kid in ["kid", "k3"] {

@@ -158,6 +158,10 @@ pub enum Action {
         team: String,
         member: String,
         container: ContainerRef,
+        /// Why it goes, when more is known than that no manifest wants it (a helper whose
+        /// requester is gone).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
     },
     RemoveDuplicate {
         team: String,
@@ -673,6 +677,7 @@ impl Plan {
                 team,
                 member,
                 container,
+                why: None,
             });
         } else {
             self.findings.push(Finding::Orphan {

@@ -533,6 +533,24 @@ fn narrower_field(message: &str) -> Option<String> {
 /// Turns the orphans of dropped requested members into removals (no `--prune` needed: ateam
 /// made them for a requester that is gone).
 pub fn remove_dropped(plan: &mut Plan, dropped: &[Dropped]) {
+    let why = |team: &str, member: &str| {
+        dropped
+            .iter()
+            .find(|d| d.team == team && d.member == member)
+            .map(|d| format!("a helper no longer wanted: {}", d.why))
+    };
+    // With --prune the planner removes it already: it says why.
+    for a in &mut plan.actions {
+        if let Action::RemoveOrphan {
+            team,
+            member,
+            why: w,
+            ..
+        } = a
+        {
+            *w = why(team, member).or(w.take());
+        }
+    }
     let mut kept = Vec::new();
     for f in std::mem::take(&mut plan.findings) {
         match f {
@@ -540,11 +558,13 @@ pub fn remove_dropped(plan: &mut Plan, dropped: &[Dropped]) {
                 team,
                 member,
                 container,
-            } if dropped.iter().any(|d| d.team == team && d.member == member) => {
+            } if why(&team, &member).is_some() => {
+                let why = why(&team, &member);
                 plan.actions.push(Action::RemoveOrphan {
                     team,
                     member,
                     container,
+                    why,
                 });
             }
             other => kept.push(other),
