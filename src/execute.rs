@@ -100,7 +100,9 @@ fn key(a: &Action) -> (String, String) {
     let (team, subject) = a.subject();
     let subject = match a {
         // A rollback gives the member its transcript back: before the member's own actions.
-        Action::StartSession { .. } | Action::Promote { .. } => format!("session/{subject}"),
+        Action::StartSession { .. } | Action::Promote { .. } | Action::StopSession { .. } => {
+            format!("session/{subject}")
+        }
         _ => subject.to_string(),
     };
     (team.to_string(), subject)
@@ -137,6 +139,7 @@ fn about(a: &Action) -> About<'_> {
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. }
             | Action::Create { .. }
             | Action::RemoveOrphan { .. }
             | Action::RemoveDuplicate { .. }
@@ -222,6 +225,7 @@ impl Executor<'_> {
                 | Action::StartSession { .. }
                 | Action::Promote { .. }
                 | Action::RollBackPromotion { .. }
+                | Action::StopSession { .. }
                 | Action::RemoveOrphan { .. }
                 | Action::RemoveDuplicate { .. }
                 | Action::RemoveStranger { .. }
@@ -560,6 +564,15 @@ impl Executor<'_> {
                     session: session.name.clone(),
                     source: Box::new(source),
                 }),
+            Action::StopSession { socket, .. } => {
+                let socket = socket.clone();
+                tokio::task::spawn_blocking(move || sessions::stop(&socket))
+                    .await
+                    .map_err(|e| ActionError::Session {
+                        session: a.subject().1.to_string(),
+                        message: e.to_string(),
+                    })
+            }
             Action::RollBackPromotion { journal } => {
                 sessions::roll_back(self.rt, journal).map_err(|source| ActionError::SessionStep {
                     session: journal.name.clone(),
@@ -688,6 +701,7 @@ impl Executor<'_> {
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. }
             | Action::RemoveOrphan { .. }
             | Action::RemoveDuplicate { .. }
             | Action::RemoveStranger { .. }

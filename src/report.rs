@@ -99,6 +99,14 @@ pub fn action_text(a: &Action) -> String {
                 .unwrap_or_default(),
             session.transcript_dir.display()
         ),
+        Action::StopSession {
+            session,
+            taken_over_by,
+            ..
+        } => match taken_over_by {
+            Some(heir) => format!("- stop main session {session}: {heir} takes it over"),
+            None => format!("- stop main session {session}: no manifest wants it"),
+        },
         Action::RollBackPromotion { journal } => format!(
             "~ undo the interrupted promotion of {} (after step `{}`): the manifests no longer ask for it",
             journal.name,
@@ -168,6 +176,9 @@ pub fn finding_text(f: &Finding) -> Option<String> {
         } => format!(
             "! conflict: {} exists and ateam did not make it; {member} cannot be created",
             container.name
+        ),
+        Finding::OrphanSession { session, .. } => format!(
+            "? main session {session}: its terminal runs, no manifest wants it; --prune stops it"
         ),
         Finding::RetainedTranscript { member, path, .. } => format!(
             "= transcript of removed member {member} kept: {}",
@@ -574,6 +585,7 @@ pub fn team_status(
                     | Action::StartSession { .. }
                     | Action::Promote { .. }
                     | Action::RollBackPromotion { .. }
+                    | Action::StopSession { .. }
                     | Action::RemoveOrphan { .. }
                     | Action::RemoveDuplicate { .. }
                     | Action::Unpause { .. }
@@ -770,6 +782,35 @@ pub fn team_status(
                     limits_unenforced: false,
                     egress: None,
                     terminal: None,
+                    origin: None,
+                });
+            }
+            Finding::OrphanSession { team: t, session } if *t == team.name => {
+                let SessionFacts { socket, started } = (extras.session)(&team.name, session);
+                rows.push(MemberStatus {
+                    name: session.clone(),
+                    kind: RowKind::MainSession,
+                    parent: None,
+                    state: "orphan".into(),
+                    detail: Some(
+                        "its terminal runs but no manifest wants it; apply --prune stops it".into(),
+                    ),
+                    drifted: true,
+                    container: None,
+                    container_id: None,
+                    created_at: started.and_then(rfc3339_epoch),
+                    age_secs: None,
+                    restarts: 0,
+                    next_restart: None,
+                    last_exit: None,
+                    transcript: None,
+                    transcript_bytes: 0,
+                    last_activity_at: None,
+                    last_activity_secs: None,
+                    grants: None,
+                    limits_unenforced: false,
+                    egress: None,
+                    terminal: Some(socket),
                     origin: None,
                 });
             }

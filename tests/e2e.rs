@@ -1181,7 +1181,57 @@ macro_rules! every_engine {
     };
 }
 
+/// A main session gone from the manifests while its terminal runs: drift (`orphan`), kept
+/// until `apply --prune` ends it.
+fn a_session_no_manifest_wants_is_drift_until_pruned(engine: &'static str) {
+    let w = World::new(engine, "os");
+    let two = sessions_team(&w, "lead", WRITER_MEMBER).replacen(
+        "---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant",
+        "---\napiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: spare}\nspec: {command: [sleep, \"100000\"], cwd: ./workspace/repo}\n---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant",
+        1,
+    );
+    w.write_manifest(&two);
+    w.apply();
+    assert!(w.session_runs("spare"));
+    w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
+    let m = w.manifest();
+    let out = w.ateam(&[
+        "status",
+        "--exit-code",
+        "-o",
+        "json",
+        "-f",
+        m.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(row(&s, "spare")["state"], "orphan");
+    let out = w.apply_with(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "drift is left: {}",
+        text(&out.stderr)
+    );
+    let said = text(&out.stdout) + &text(&out.stderr);
+    assert!(
+        said.contains("? main session spare: its terminal runs, no manifest wants it"),
+        "{said}"
+    );
+    assert!(w.session_runs("spare"), "kept without --prune");
+    assert_eq!(row(&w.status_json(), "spare")["state"], "orphan");
+    let out = w.ateam(&["apply", "--prune", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!w.session_runs("spare"));
+    assert!(
+        w.root().join("sessions/spare").is_dir(),
+        "its transcript stays"
+    );
+    w.kill_sessions();
+}
+
 every_engine!(
+    a_session_no_manifest_wants_is_drift_until_pruned,
     apply_is_idempotent_and_recreates_only_what_changed,
     status_names_every_drift_and_apply_converges,
     delete_keeps_transcripts_and_purge_removes_them,
@@ -1398,7 +1448,7 @@ fn a_member_is_promoted_by_editing_the_manifest(engine: &'static str) {
     w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
     w.apply();
     let from = w.root().join("sessions/members/writer");
-    wait_for(&from.join("transcript.log"), "working");
+    wait_for(&from.join("notes/big.txt"), "5000");
     let before = checksums(&from);
     let dir_inode = inode(&from);
     let ids = w.containers();
@@ -1473,7 +1523,7 @@ fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
     w.apply();
     let from = w.root().join("sessions/members/writer");
     let to = w.root().join("sessions/writer");
-    wait_for(&from.join("transcript.log"), "working");
+    wait_for(&from.join("notes/big.txt"), "5000");
     let before = checksums(&from);
     let journal = ateam::core::layout::promotion_path(&ateam::core::layout::session_dir(
         &w.state(),
@@ -1561,6 +1611,8 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     ));
     w.apply();
     assert_eq!(w.containers(), ids);
+    assert!(w.session_runs("lead2"));
+    assert!(!w.session_runs("lead"), "lead2 resumes where lead stopped");
     let resume = w.root().join("sessions/lead2/RESUME.md");
     let text_ = std::fs::read_to_string(&resume).unwrap();
     assert!(

@@ -138,6 +138,7 @@ pub async fn converge(
             .iter()
             .filter(|f| match f {
                 Finding::Orphan { .. }
+                | Finding::OrphanSession { .. }
                 | Finding::Stranger { .. }
                 | Finding::Conflict { .. }
                 | Finding::RetainedTranscript { .. } => true,

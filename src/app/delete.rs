@@ -75,16 +75,20 @@ pub async fn delete(
         // The team's own network, if its members had one (`network: open`).
         let net = team_network_name(&look.desired.store, &t.name);
         look.backend.remove_network(&net).await?;
-        // Main sessions ateam started for the team end with it (their transcripts stay).
-        for sess in &t.sessions {
-            let socket = session_socket_path(&app.host.state_dir, &t.name, &sess.name);
-            if socket.exists() {
-                let _ = std::process::Command::new("tmux")
-                    .arg("-S")
-                    .arg(&socket)
-                    .arg("kill-server")
-                    .output();
-            }
+        // Main sessions ateam started for the team end with it (their transcripts stay):
+        // the manifests' and any left running that they no longer name.
+        let mut sockets: BTreeSet<PathBuf> = t
+            .sessions
+            .iter()
+            .map(|s| session_socket_path(&app.host.state_dir, &t.name, &s.name))
+            .collect();
+        if let Ok(entries) =
+            std::fs::read_dir(team_run_dir(&app.host.state_dir, &t.name).join("sessions"))
+        {
+            sockets.extend(entries.flatten().map(|e| e.path().join("tmux.sock")));
+        }
+        for socket in &sockets {
+            crate::sessions::stop(socket);
         }
         if purge {
             // Every transcript folder of the team: its members', and those kept from members

@@ -82,9 +82,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         }
     };
     if drift_left > 0 && !matches!(report.outcome, Outcome::Refused(_)) {
-        eprintln!(
-            "{drift_left} container(s) left as they are differ from the manifests (see above)"
-        );
+        eprintln!("{drift_left} left as they are differ from the manifests (see above)");
     }
     Ok(exit)
 }

@@ -160,9 +160,14 @@ pub async fn observe(
             .map(|s| s.transcript_dir.clone()),
     );
     let mut promotions = Vec::new();
+    let mut live_sessions = BTreeSet::new();
     for t in &desired.teams {
         if let Ok(entries) = std::fs::read_dir(t.run_dir.join("sessions")) {
             for e in entries.flatten() {
+                if std::os::unix::net::UnixStream::connect(e.path().join("tmux.sock")).is_ok() {
+                    live_sessions
+                        .insert((t.name.clone(), e.file_name().to_string_lossy().into_owned()));
+                }
                 let path = layout::promotion_path(&e.path());
                 let Ok(bytes) = std::fs::read(&path) else {
                     continue;
@@ -241,6 +246,7 @@ pub async fn observe(
         helper_servers,
         limits_unenforced: !info.limits_enforced,
         recorded,
+        live_sessions,
         promotions,
     })
 }

@@ -125,6 +125,15 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         resume: Vec<ResumeEntry>,
     },
+    /// End a main session's terminal that no manifest wants: one a session `takesOver` (its
+    /// heir's name here), or any with `--prune`.
+    StopSession {
+        team: String,
+        session: String,
+        socket: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        taken_over_by: Option<String>,
+    },
     /// Turn the member of the session's name into it (`promotedFrom`): stop the member, move
     /// its transcript to the session's place, start the session, then remove the member's
     /// containers; each step recorded before the next. `journal`: where an interrupted
@@ -221,6 +230,7 @@ impl Action {
                 (&session.team, &session.name)
             }
             Action::RollBackPromotion { journal } => (&journal.team, &journal.name),
+            Action::StopSession { team, session, .. } => (team, session),
         }
     }
 
@@ -236,6 +246,7 @@ impl Action {
             Action::StartSession { .. } => "startSession",
             Action::Promote { .. } => "promote",
             Action::RollBackPromotion { .. } => "rollBackPromotion",
+            Action::StopSession { .. } => "stopSession",
             Action::Create { .. } => "create",
             Action::Recreate { .. } => "recreate",
             Action::Start { .. } => "start",
@@ -259,6 +270,11 @@ impl Action {
             Action::StopHelperServer { .. } => "noHelperRequests",
             Action::Promote { .. } => "promotedFrom",
             Action::RollBackPromotion { .. } => "promotionNoLongerWanted",
+            Action::StopSession {
+                taken_over_by: Some(_),
+                ..
+            } => "takenOver",
+            Action::StopSession { .. } => "noManifestWantsIt",
             Action::UpdateEgressPolicy { .. } => "allowListChanged",
             Action::StopEgressProxy { .. } => "noAllowList",
             Action::Recreate { reason, .. } => reason.kind(),
@@ -284,6 +300,7 @@ impl Action {
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. }
             | Action::Create { .. } => None,
             Action::Recreate { old, .. } => Some(old),
             Action::Start { container, .. }
@@ -384,6 +401,8 @@ pub enum Finding {
         member: String,
         container: ContainerRef,
     },
+    /// A main session's terminal runs that no manifest wants (`--prune` ends it).
+    OrphanSession { team: String, session: String },
     /// The transcript of a member that no manifest wants any more; kept until `--purge`.
     RetainedTranscript {
         team: String,
@@ -399,7 +418,10 @@ impl Finding {
     /// manifests asked for.
     pub fn is_drift(&self) -> bool {
         match self {
-            Finding::Orphan { .. } | Finding::Conflict { .. } | Finding::Stranger { .. } => true,
+            Finding::Orphan { .. }
+            | Finding::Conflict { .. }
+            | Finding::Stranger { .. }
+            | Finding::OrphanSession { .. } => true,
             Finding::Finished { .. } | Finding::RetainedTranscript { .. } => false,
         }
     }
@@ -412,6 +434,7 @@ impl Finding {
             | Finding::Finished { team, member, .. }
             | Finding::Stranger { team, member, .. }
             | Finding::RetainedTranscript { team, member, .. } => (team, member),
+            Finding::OrphanSession { team, session } => (team, session),
         }
     }
 
@@ -423,6 +446,7 @@ impl Finding {
             Finding::Finished { .. } => "finished",
             Finding::Stranger { .. } => "stranger",
             Finding::RetainedTranscript { .. } => "retainedTranscript",
+            Finding::OrphanSession { .. } => "orphanSession",
         }
     }
 }
@@ -480,7 +504,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
     }
 
     // Main sessions, promotions and handovers; members being promoted are no orphans.
-    let promoting = sessions::plan_sessions(desired, observed, &ours, &mut plan);
+    let promoting = sessions::plan_sessions(desired, observed, &ours, opts.prune, &mut plan);
     for key in &promoting {
         ours.remove(&(key.0.as_str(), key.1.as_str()));
     }

@@ -34,6 +34,10 @@ pub struct Observed {
     /// that may run and would have to be stopped.
     #[serde(default)]
     pub helper_servers: BTreeSet<(String, String)>,
+    /// Main sessions (team, name) of the teams in scope whose terminal answers, wanted or not
+    /// (`<state>/teams/<t>/sessions/<name>/tmux.sock`).
+    #[serde(default)]
+    pub live_sessions: BTreeSet<(String, String)>,
     /// Promotions under way (their journals), in the teams in scope.
     #[serde(default)]
     pub promotions: Vec<crate::core::session::Promotion>,

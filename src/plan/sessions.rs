@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, ContainerState, Observed, ObservedContainer, Plan, cref};
+use super::{Action, ContainerState, Finding, Observed, ObservedContainer, Plan, cref};
 use crate::plan::spec::DesiredState;
 
 /// One member, as a session that takes over is told of it in its resume file.
@@ -24,10 +24,51 @@ pub(super) fn plan_sessions(
     desired: &DesiredState,
     observed: &Observed,
     ours: &BTreeMap<(&str, &str), Vec<&ObservedContainer>>,
+    prune: bool,
     plan: &mut Plan,
 ) -> BTreeSet<(String, String)> {
     let mut promoting = BTreeSet::new();
     let in_scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
+    // Terminals no manifest wants: ended when a session takes over (its members now report
+    // to the heir, which resumes where this one stopped) or with --prune; else reported.
+    for (team, name) in &observed.live_sessions {
+        // (A promotion being undone stops its own session.)
+        if !in_scope.contains(team.as_str())
+            || desired
+                .sessions
+                .iter()
+                .any(|s| s.team == *team && s.name == *name)
+            || observed
+                .promotions
+                .iter()
+                .any(|j| j.team == *team && j.name == *name)
+        {
+            continue;
+        }
+        let heir = desired
+            .sessions
+            .iter()
+            .find(|s| s.team == *team && s.takes_over.as_deref() == Some(name.as_str()));
+        if heir.is_some() || prune {
+            let socket = desired
+                .teams
+                .iter()
+                .find(|t| t.name == *team)
+                .map(|t| t.run_dir.join("sessions").join(name).join("tmux.sock"))
+                .unwrap_or_default();
+            plan.actions.push(Action::StopSession {
+                team: team.clone(),
+                session: name.clone(),
+                socket,
+                taken_over_by: heir.map(|h| h.name.clone()),
+            });
+        } else {
+            plan.findings.push(Finding::OrphanSession {
+                team: team.clone(),
+                session: name.clone(),
+            });
+        }
+    }
     // A promotion left half done that the manifests no longer ask for: undone first, so
     // that the member's own actions (keyed by its name, run after) find its transcript back.
     for j in &observed.promotions {

@@ -114,6 +114,7 @@ fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         egress_proxies: BTreeSet::new(),
         limits_unenforced: false,
         helper_servers: BTreeSet::new(),
+        live_sessions: BTreeSet::new(),
         promotions: vec![],
     }
 }
@@ -153,6 +154,14 @@ fn kinds(p: &Plan) -> Vec<String> {
                 None => format!("promote {}", session.name),
             },
             Action::RollBackPromotion { journal } => format!("roll-back {}", journal.name),
+            Action::StopSession {
+                session,
+                taken_over_by,
+                ..
+            } => match taken_over_by {
+                Some(heir) => format!("stop-session {session} for {heir}"),
+                None => format!("stop-session {session}"),
+            },
             Action::Create { member } => format!("create {}", member.member),
             Action::Recreate { member, .. } => format!("recreate {}", member.member),
             Action::Start { member, .. } => format!("start {member}"),
@@ -1146,5 +1155,38 @@ fn helper_servers_are_started_when_silent_and_stopped_when_not_wanted() {
             "stop-helpers a",
             "stop-helpers b"
         ]
+    );
+}
+
+#[test]
+fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
+    let mut d = team(vec![member("a")]);
+    d.teams[0].sessions.push(session("lead"));
+    let d = desired_state(&d, &host());
+    let mut o = in_sync(&d, &["a"]);
+    o.live_sockets.insert(d.sessions[0].socket.clone());
+    o.live_sessions.insert(("t".into(), "lead".into()));
+    o.live_sessions.insert(("t".into(), "old".into()));
+    // Left alone, reported (drift).
+    let p = plan(&d, &o, PlanOptions::default());
+    assert!(p.is_noop());
+    assert!(
+        matches!(&p.findings[..], [Finding::OrphanSession { session, .. }] if session == "old")
+    );
+    assert!(p.drifted());
+    // --prune ends it.
+    assert_eq!(
+        kinds(&plan(&d, &o, PlanOptions { prune: true })),
+        ["stop-session old"]
+    );
+    // A session that takes it over ends it (and starts, told of the members).
+    let mut d2 = team(vec![member("a")]);
+    let mut heir = session("lead");
+    heir.takes_over = Some("old".into());
+    d2.teams[0].sessions.push(heir);
+    let d2 = desired_state(&d2, &host());
+    assert_eq!(
+        kinds(&plan(&d2, &o, PlanOptions::default())),
+        ["stop-session old for lead"]
     );
 }

@@ -115,6 +115,7 @@ fn in_sync(t: &Team) -> Observed {
             .map(|m| (m.team.clone(), m.member.clone()))
             .collect(),
         helper_servers: Default::default(),
+        live_sessions: Default::default(),
         promotions: vec![],
     }
 }
