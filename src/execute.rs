@@ -292,7 +292,13 @@ impl Executor<'_> {
                     continue;
                 }
             };
-            let mut probe = image::Probe::new(self.rt.backend.as_ref(), image, &self.rt.store);
+            let mut probe = image::Probe::new(
+                self.rt.backend.as_ref(),
+                image,
+                &config,
+                &self.rt.store,
+                Some((&self.rt.state_dir, self.rt.owner)),
+            );
             for m in members {
                 let command = m.spec.command.as_ref().unwrap_or(&config.command);
                 let Some(program) = command.first() else {

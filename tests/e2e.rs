@@ -1230,7 +1230,42 @@ fn a_session_no_manifest_wants_is_drift_until_pruned(engine: &'static str) {
     w.kill_sessions();
 }
 
+/// What the image probe found is kept by the image's id and read by the next apply: shown
+/// by poisoning it (the next create is refused as if the command were missing), then by
+/// removing it (looked up afresh, and kept again).
+fn image_probe_findings_are_kept_by_image_id(engine: &'static str) {
+    let w = World::new(engine, "ip");
+    w.apply();
+    let dir = w.state().join("images");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "one image, one file: {files:?}");
+    let kept: BTreeMap<String, bool> =
+        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    assert_eq!(kept.get("/bin/agent.sh"), Some(&true), "{kept:?}");
+    // Poisoned: the tester's next container (a changed memory cap recreates it) is refused
+    // before any change, without a probe that would have found the command.
+    let poisoned: BTreeMap<&String, bool> = kept.keys().map(|k| (k, false)).collect();
+    std::fs::write(&files[0], serde_json::to_vec(&poisoned).unwrap()).unwrap();
+    w.edit(|t| t.replace("memory: 256Mi", "memory: 200Mi"));
+    let before = w.containers();
+    let out = w.apply_with(&[]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("its command `/bin/agent.sh` is not an executable file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(w.containers(), before);
+    std::fs::remove_file(&files[0]).unwrap();
+    w.apply();
+    assert!(files[0].exists(), "found afresh and kept");
+}
+
 every_engine!(
+    image_probe_findings_are_kept_by_image_id,
     a_session_no_manifest_wants_is_drift_until_pruned,
     apply_is_idempotent_and_recreates_only_what_changed,
     status_names_every_drift_and_apply_converges,

@@ -279,6 +279,7 @@ impl Backend for DockerBackend {
         let mut command = config.entrypoint.unwrap_or_default();
         command.extend(config.cmd.unwrap_or_default());
         Ok(ImageConfig {
+            id: img.id.unwrap_or_default(),
             command,
             env: config.env.unwrap_or_default(),
         })

@@ -88,6 +88,9 @@ pub struct ContainerEvent {
 /// What an image says about how a container of it runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageConfig {
+    /// The engine's id of the image (a digest of its content): what a probe's findings are
+    /// kept under. Empty when the engine did not say.
+    pub id: String,
     /// Its entrypoint followed by its cmd.
     pub command: Vec<String>,
     /// Its environment, `NAME=value` (PATH among it, usually).

@@ -667,11 +667,13 @@ impl Backend for PodmanBackend {
                     engine_err("image inspect", &e)
                 }
             })?;
+        let id = data.id.clone().unwrap_or_default();
         let (entrypoint, cmd, env) = data
             .config
             .map(|c| (c.entrypoint, c.cmd, c.env))
             .unwrap_or_default();
         Ok(ImageConfig {
+            id,
             command: entrypoint
                 .unwrap_or_default()
                 .into_iter()

@@ -5,6 +5,7 @@
 //! <state>/lock                                      flock'ed by apply and delete
 //! <state>/controller.lock, controller.json          the running controller, its record
 //! <state>/gate/                                     the start gate, shared by hard links
+//! <state>/images/<id>.json                          what a probe found in an image (by id)
 //! <state>/teams/<team>/applied.json                 the validated model last applied
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
 //! <state>/teams/<team>/deleted.json                 after a delete without --purge: the team
@@ -30,6 +31,14 @@ use sha2::{Digest, Sha256};
 pub fn store_id(state_dir: &Path) -> String {
     let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
     digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What probes found in the image of this id (`runtime::image::Probe`); none for an id that
+/// is not a plain digest.
+pub fn image_probe_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
+    let id = image_id.strip_prefix("sha256:").unwrap_or(image_id);
+    (!id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| state_dir.join("images").join(format!("{id}.json")))
 }
 
 /// A member's private folder under the state folder.

@@ -10,12 +10,19 @@
 //! or unpacked. A command below one of the member's mounts is looked for on the host instead
 //! (that folder hides the image's there), and one below a tmpfs (`/tmp`, HOME) is never
 //! there at start.
+//!
+//! What a probe finds is kept by the image's id (`<state>/images/<id>.json`): an id names
+//! the image's content, which never changes, so the next apply, controller reconcile or
+//! helper request that creates a member of the same image and command needs no probe (on
+//! Podman a probe is about half of bringing one member up). The probe is made from the id,
+//! not the name, so that a tag moved meanwhile cannot put another image's findings there.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::backend::{Backend, BackendError, ImageConfig, PROBE_LABEL, PathStat};
 use crate::core::container::Mount;
+use crate::files::{self, Owner};
 use crate::plan::spec::DesiredMember;
 
 /// The PATH a container gets when neither the image nor the member sets one (Docker's and
@@ -103,16 +110,47 @@ pub struct Probe<'a> {
     store: String,
     id: Option<String>,
     seen: BTreeMap<PathBuf, bool>,
+    /// Where the findings for this image's id are kept, and whose the file is; none when the
+    /// engine gave no id.
+    kept: Option<(PathBuf, Owner)>,
+    /// Found something the kept file does not have yet.
+    fresh: bool,
 }
 
 impl<'a> Probe<'a> {
-    pub fn new(backend: &'a dyn Backend, image: &str, store: &str) -> Probe<'a> {
+    /// A probe of `config`'s image; with `state` (the state folder and its owner), findings
+    /// are read from and kept in the image id's file.
+    pub fn new(
+        backend: &'a dyn Backend,
+        image: &str,
+        config: &ImageConfig,
+        store: &str,
+        state: Option<(&Path, Owner)>,
+    ) -> Probe<'a> {
+        let kept = state.and_then(|(dir, owner)| {
+            Some((
+                crate::core::layout::image_probe_path(dir, &config.id)?,
+                owner,
+            ))
+        });
+        let seen = kept
+            .as_ref()
+            .and_then(|(p, _)| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
         Probe {
             backend,
-            image: image.to_string(),
+            // The id, when known: the very image the findings are kept for.
+            image: if config.id.is_empty() {
+                image.to_string()
+            } else {
+                config.id.clone()
+            },
             store: store.to_string(),
             id: None,
-            seen: BTreeMap::new(),
+            seen,
+            kept,
+            fresh: false,
         }
     }
 
@@ -154,11 +192,24 @@ impl<'a> Probe<'a> {
             break;
         }
         self.seen.insert(path.to_path_buf(), found);
+        self.fresh = true;
         Ok(found)
     }
 
-    /// Removes the probe, if one was made.
+    /// Keeps what was found (for the image's id) and removes the probe, if one was made.
     pub async fn remove(self) -> Result<(), BackendError> {
+        if let Some((path, owner)) = &self.kept
+            && self.fresh
+        {
+            let bytes = serde_json::to_vec(&self.seen).expect("findings always serialize");
+            let kept = path
+                .parent()
+                .map_or(Ok(()), |d| files::private_dir(d, *owner))
+                .and_then(|()| files::write_atomic(path, &bytes, 0o600, *owner));
+            if let Err(e) = kept {
+                tracing::warn!(path = %path.display(), error = %e, "cannot keep what the image probe found");
+            }
+        }
         match &self.id {
             Some(id) => self.backend.remove(id).await,
             None => Ok(()),
