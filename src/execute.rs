@@ -130,23 +130,7 @@ fn about(a: &Action) -> About<'_> {
         detail: match a {
             Action::Recreate { reason, .. } => Some(drift_text(reason)),
             Action::Start { reason, .. } => Some(start_text(reason)),
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. }
-            | Action::Create { .. }
-            | Action::RemoveOrphan { .. }
-            | Action::RemoveDuplicate { .. }
-            | Action::RemoveStranger { .. }
-            | Action::FinishReplacement { .. }
-            | Action::RestoreName { .. }
-            | Action::Unpause { .. } => None,
+            _ => None,
         },
     }
 }
@@ -216,22 +200,7 @@ impl Executor<'_> {
                         .find(|m| m.team == *team && m.member == *member),
                     false,
                 ),
-                Action::MakeTranscriptDir { .. }
-                | Action::StartEgressProxy { .. }
-                | Action::UpdateEgressPolicy { .. }
-                | Action::StopEgressProxy { .. }
-                | Action::StartHelperServer { .. }
-                | Action::StopHelperServer { .. }
-                | Action::StartSession { .. }
-                | Action::Promote { .. }
-                | Action::RollBackPromotion { .. }
-                | Action::StopSession { .. }
-                | Action::RemoveOrphan { .. }
-                | Action::RemoveDuplicate { .. }
-                | Action::RemoveStranger { .. }
-                | Action::FinishReplacement { .. }
-                | Action::RestoreName { .. }
-                | Action::Unpause { .. } => (None, false),
+                _ => continue,
             };
             let Some(m) = m else { continue };
             if let Err(e) = self
@@ -696,26 +665,7 @@ impl Executor<'_> {
     /// Keeps why a member could not be brought up (for `status`), when the action was one
     /// that starts it.
     fn record_failed_start(&self, a: &Action, m: &DesiredMember, error: &ActionError) {
-        let starts = match a {
-            Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => true,
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. }
-            | Action::RemoveOrphan { .. }
-            | Action::RemoveDuplicate { .. }
-            | Action::RemoveStranger { .. }
-            | Action::FinishReplacement { .. }
-            | Action::RestoreName { .. }
-            | Action::Unpause { .. } => false,
-        };
-        if !starts {
+        if !a.brings_up_member() {
             return;
         }
         let last = LastExit {

@@ -570,27 +570,14 @@ pub fn team_status(
         let c = mine(&m.name);
         let action = plan.actions.iter().find(|a| {
             a.subject() == (team.name.as_str(), m.name.as_str())
-                && match a {
+                && matches!(
+                    a,
                     Action::Create { .. }
-                    | Action::Recreate { .. }
-                    | Action::Start { .. }
-                    | Action::FinishReplacement { .. }
-                    | Action::RestoreName { .. } => true,
-                    Action::MakeTranscriptDir { .. }
-                    | Action::StartEgressProxy { .. }
-                    | Action::UpdateEgressPolicy { .. }
-                    | Action::StopEgressProxy { .. }
-                    | Action::StartHelperServer { .. }
-                    | Action::StopHelperServer { .. }
-                    | Action::StartSession { .. }
-                    | Action::Promote { .. }
-                    | Action::RollBackPromotion { .. }
-                    | Action::StopSession { .. }
-                    | Action::RemoveOrphan { .. }
-                    | Action::RemoveDuplicate { .. }
-                    | Action::Unpause { .. }
-                    | Action::RemoveStranger { .. } => false,
-                }
+                        | Action::Recreate { .. }
+                        | Action::Start { .. }
+                        | Action::FinishReplacement { .. }
+                        | Action::RestoreName { .. }
+                )
         });
         let conflict = plan.findings.iter().any(|f| matches!(f, Finding::Conflict { team: t, member, .. } if *t == team.name && *member == m.name));
         let (state, detail) = match (c, action) {

@@ -288,6 +288,30 @@ impl Action {
         }
     }
 
+    /// Whether it brings a member's container up (creates, recreates or starts it): what
+    /// preflight checks before any change, and what a failure is kept as a failed start for.
+    pub fn brings_up_member(&self) -> bool {
+        match self {
+            Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => true,
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::RemoveStranger { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. } => false,
+        }
+    }
+
     /// The container it acts on, when one exists before it runs.
     pub fn container(&self) -> Option<&ContainerRef> {
         match self {
