@@ -12,33 +12,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Engine {
-    Docker,
-    Podman,
-    /// ateam runs as the unprivileged user against that user's Podman.
-    Rootless,
-}
-
-fn var(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| {
-        panic!("{k} is not set: run scripts/engines.sh, then source /run/ateam-ci/env")
-    })
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The unprivileged user of the rootless engine: (name, uid, gid).
-fn rootless_user() -> (String, u32, u32) {
-    let name = var("ATEAM_TEST_ROOTLESS_USER");
-    let id = |flag: &str| -> u32 {
-        let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
-        text(&out.stdout).trim().parse().unwrap()
-    };
-    (name.clone(), id("-u"), id("-g"))
-}
+mod common;
+use common::{Engine, rootless_user, text};
 
 const TEAM: &str = r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -131,42 +106,7 @@ impl World {
 
     /// The ateam binary as this engine's user runs it.
     fn ateam(&self, args: &[&str]) -> Output {
-        let bin = std::env::var("ATEAM_TEST_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
-        let state = self.root().join("state");
-        let mut c = match self.engine {
-            Engine::Rootless => {
-                let (name, uid, _) = rootless_user();
-                let mut c = Command::new("runuser");
-                c.args(["-u", &name, "--", "env", "-i"])
-                    .arg(format!("PATH={}", var("PATH")))
-                    .arg(format!("HOME=/home/{name}"))
-                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
-                    .arg(format!(
-                        "CONTAINER_HOST={}",
-                        var("ATEAM_TEST_PODMAN_ROOTLESS")
-                    ))
-                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
-                    .arg(&bin)
-                    .args(["--backend", "podman"]);
-                c
-            }
-            engine => {
-                let mut c = Command::new(&bin);
-                c.env("ATEAM_STATE_DIR", &state)
-                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
-                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
-                    .env_remove("SUDO_UID")
-                    .env_remove("SUDO_GID")
-                    .arg("--backend")
-                    .arg(if engine == Engine::Docker {
-                        "docker"
-                    } else {
-                        "podman"
-                    });
-                c
-            }
-        };
+        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
         c.args(args)
             .current_dir(self.root())
             .stdin(Stdio::null())
@@ -189,14 +129,7 @@ impl World {
 
     /// The engine's own CLI, as a person would use it behind ateam's back.
     fn cli(&self, args: &[&str]) -> Output {
-        let (bin, flag, uri) = match self.engine {
-            Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-            Engine::Podman => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
-            Engine::Rootless => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTLESS")),
-        };
-        Command::new(bin)
-            .arg(flag)
-            .arg(uri)
+        common::engine_command(self.engine, false)
             .args(args)
             .output()
             .unwrap()

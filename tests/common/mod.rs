@@ -1,0 +1,104 @@
+//! What the engine test binaries that run on all three engines share: which engine, the
+//! environment `scripts/engines.sh` leaves, and the commands that run ateam and the engine's
+//! own CLI as that engine's user (root, or the rootless user through runuser).
+
+// Each test binary uses its own part of this.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Engine {
+    Docker,
+    Podman,
+    /// ateam runs as the unprivileged user against that user's Podman.
+    Rootless,
+}
+
+pub fn var(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| {
+        panic!("{k} is not set: run scripts/engines.sh, then source /run/ateam-ci/env")
+    })
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The unprivileged user of the rootless engine: (name, uid, gid).
+pub fn rootless_user() -> (String, u32, u32) {
+    let name = var("ATEAM_TEST_ROOTLESS_USER");
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").arg(flag).arg(&name).output().unwrap();
+        text(&out.stdout).trim().parse().unwrap()
+    };
+    (name.clone(), id("-u"), id("-g"))
+}
+
+/// The ateam binary under test (`ATEAM_TEST_BIN`: a copy the rootless user can reach).
+pub fn ateam_bin() -> String {
+    std::env::var("ATEAM_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string())
+}
+
+/// `ateam --backend ...` as `engine`'s user runs it, with `state` as its state folder; the
+/// caller adds the arguments.
+pub fn ateam_command(engine: Engine, state: &Path) -> Command {
+    let bin = ateam_bin();
+    match engine {
+        Engine::Rootless => {
+            let (name, uid, _) = rootless_user();
+            let mut c = Command::new("runuser");
+            c.args(["-u", &name, "--", "env", "-i"])
+                .arg(format!("PATH={}", var("PATH")))
+                .arg(format!("HOME=/home/{name}"))
+                .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                .arg(format!(
+                    "CONTAINER_HOST={}",
+                    var("ATEAM_TEST_PODMAN_ROOTLESS")
+                ))
+                .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                .arg(&bin)
+                .args(["--backend", "podman"]);
+            c
+        }
+        engine => {
+            let mut c = Command::new(&bin);
+            c.env("ATEAM_STATE_DIR", state)
+                .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+                .env_remove("SUDO_UID")
+                .env_remove("SUDO_GID")
+                .arg("--backend")
+                .arg(if engine == Engine::Docker {
+                    "docker"
+                } else {
+                    "podman"
+                });
+            c
+        }
+    }
+}
+
+/// The engine's own CLI pointed at `engine` (`docker -H` / `podman --url`); for rootless
+/// Podman run as its user when `as_user`, else as root against that user's socket.
+pub fn engine_command(engine: Engine, as_user: bool) -> Command {
+    let (bin, flag, uri) = match engine {
+        Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
+        Engine::Podman => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
+        Engine::Rootless => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTLESS")),
+    };
+    let mut c = if engine == Engine::Rootless && as_user {
+        let (name, uid, _) = rootless_user();
+        let mut c = Command::new("runuser");
+        c.args(["-u", &name, "--", "env"])
+            .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+            .arg(format!("HOME=/home/{name}"))
+            .arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    };
+    c.arg(flag).arg(uri);
+    c
+}
