@@ -24,6 +24,8 @@
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
 //!   container engines' folders, the mount table);
 //! - `core`: the container types every layer shares, and every path of the state folder;
+//! - `detached`: finding and stopping the per-member processes ateam detaches (egress
+//!   proxies, helper servers);
 //! - `model`: what the manifests ask for, after validation; `files`: private folders and
 //!   atomic writes.
 //!
@@ -34,6 +36,7 @@ pub mod app;
 pub mod backend;
 pub mod controller;
 pub mod core;
+pub mod detached;
 pub mod egress;
 pub mod execute;
 pub mod files;

@@ -261,37 +261,17 @@ fn drop_privileges(id: crate::model::UserId) -> Result<(), ProxyError> {
 /// this very socket: a pid reused by another program is never signalled), and removes its
 /// socket and pid file. Its log and allowlist stay.
 pub fn stop(paths: &Paths) -> std::io::Result<()> {
-    if let Some(pid) = running_pid(paths) {
-        let p = rustix::process::Pid::from_raw(pid as i32);
-        if let Some(p) = p {
-            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while running_pid(paths) == Some(pid) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if running_pid(paths) == Some(pid) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-        }
-    }
-    files::remove_if_present(&paths.socket)?;
-    files::remove_if_present(&paths.pid)
+    crate::detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
 }
 
 /// The pid of this member's proxy, when it runs.
 pub fn running_pid(paths: &Paths) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(&paths.pid)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let ours = args.iter().any(|a| *a == b"egress-proxy")
-        && args
-            .iter()
-            .any(|a| *a == paths.socket.as_os_str().as_encoded_bytes());
-    ours.then_some(pid)
+    crate::detached::running_pid(&paths.pid, |args| {
+        args.iter().any(|a| *a == b"egress-proxy")
+            && args
+                .iter()
+                .any(|a| *a == paths.socket.as_os_str().as_encoded_bytes())
+    })
 }
 
 /// When the refusals `status` shows begin: the last apply (which touches the policy file;

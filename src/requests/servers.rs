@@ -118,34 +118,15 @@ pub fn start(
 /// Stops the member's server, if one runs (its pid file names a live `ateam helper-server`
 /// of this very socket's member: a reused pid is never signalled), and removes its socket.
 pub fn stop(paths: &Paths) -> std::io::Result<()> {
-    if let Some(pid) = running_pid(paths)
-        && let Some(p) = rustix::process::Pid::from_raw(pid as i32)
-    {
-        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while running_pid(paths) == Some(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        if running_pid(paths) == Some(pid) {
-            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-        }
-    }
-    files::remove_if_present(&paths.socket)?;
-    files::remove_if_present(&paths.pid)
+    crate::detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
 }
 
-/// The pid of this member's server, when it runs.
+/// The pid of this member's server, when it runs. (The pid file lives in the member's own
+/// folder, so a live helper-server with that pid is this member's.)
 pub fn running_pid(paths: &Paths) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(&paths.pid)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let ours = cmdline.split(|b| *b == 0).any(|a| a == b"helper-server");
-    // The pid file lives in the member's own folder, so a live helper-server with that pid
-    // is this member's.
-    ours.then_some(pid)
+    crate::detached::running_pid(&paths.pid, |args| {
+        args.iter().any(|a| *a == b"helper-server")
+    })
 }
 
 /// Stops every helper server of `team` (its deletion).
