@@ -8,6 +8,11 @@
 //! person, the init is a new process with a new start time, so the old file no longer counts
 //! and the gate waits for ateam to check the container again.
 //!
+//! `ateam exec` runs its command through the gate too (`/.ateam/gate --exec -- CMD...`): it is
+//! checked inside the container, at the moment it runs, that this start was released, so a
+//! restart between ateam's look from outside and the exec cannot put a command into a start
+//! nobody checked.
+//!
 //! Built by build.rs as a static, std-only binary so that it runs in any image.
 
 use std::ffi::OsString;
@@ -27,6 +32,10 @@ unsafe extern "C" {
 
 fn main() {
     let mut args = std::env::args_os().skip(1).peekable();
+    let exec_mode = args.peek().map(|a| a == "--exec").unwrap_or(false);
+    if exec_mode {
+        args.next();
+    }
     if args.peek().map(|a| a == "--").unwrap_or(false) {
         args.next();
     }
@@ -53,6 +62,9 @@ fn main() {
     let me = me.trim().to_string();
     let this_start = start_token();
     let go = Path::new(CTL).join("go");
+    if exec_mode {
+        exec_if_released(&go, &me, this_start.as_deref(), &cmd);
+    }
     let deadline = Instant::now() + WAIT;
     loop {
         if let (Ok(release), Some(start)) = (std::fs::read_to_string(&go), &this_start)
@@ -98,6 +110,24 @@ fn main() {
         }
     }
     let err = command.exec();
+    eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
+    exit(127);
+}
+
+/// `--exec`: runs `cmd` in place of this process only if this start of the container was
+/// released; never waits (a person's `exec` into a held member is refused at once, 125).
+fn exec_if_released(go: &Path, me: &str, this_start: Option<&str>, cmd: &[OsString]) -> ! {
+    let ok = match (std::fs::read_to_string(go), this_start) {
+        (Ok(release), Some(start)) => released(&release, me, start),
+        _ => false,
+    };
+    if !ok {
+        eprintln!(
+            "ateam-gate: this start of the member was not checked and released by ateam (held at its gate); not running the command. Run ateam apply"
+        );
+        exit(125);
+    }
+    let err = Command::new(&cmd[0]).args(&cmd[1..]).exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);
 }

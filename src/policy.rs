@@ -428,6 +428,10 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
 /// ateam has checked the started container (see gate/main.rs).
 pub const GATE_ENTRYPOINT: [&str; 2] = ["/.ateam/gate", "--"];
 
+/// What `ateam exec` puts before a command: the gate, which runs it only in a start ateam
+/// released (see gate/main.rs).
+pub const GATE_EXEC: [&str; 3] = ["/.ateam/gate", "--exec", "--"];
+
 /// The create request for a member: the hardening is all here, so that both backends make the
 /// same container. `cmd` is the member's command (or the image's own, resolved by the caller).
 pub fn create_request(

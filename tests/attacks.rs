@@ -114,6 +114,30 @@ impl World {
             .unwrap()
     }
 
+    /// `ateam ARGS` that may not end by itself (a console follows): its output, or none when
+    /// it still ran after `limit` (then it is killed).
+    fn ateam_for(&self, args: &[&str], limit: Duration) -> Option<Output> {
+        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
+        let mut child = c
+            .args(args)
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(child.wait_with_output().unwrap())
+    }
+
     fn apply(&self) -> Output {
         let out = self.ateam(&["apply", "-f", self.manifest().to_str().unwrap()]);
         assert_eq!(
@@ -650,6 +674,129 @@ fn names_never_collide(engine: Engine) {
     let _ = x.ateam(&["delete", "--team", &tb, "--purge"]);
 }
 
+// ------------------------------------------------ 9. only a verified start is reachable
+
+/// `exec`, `logs` and `attach` (a member's console) into a member restarted by hand, held at
+/// its gate: each is refused, naming the gate, until apply has checked and released it.
+fn exec_logs_and_attach_refuse_a_member_held_at_its_gate(engine: Engine) {
+    let w = World::new(engine, "heldexec", &["worker"]);
+    w.apply();
+    w.wait_starts("worker", 1);
+    let id = w.id("worker");
+    w.cli_ok(&["restart", "-t", "1", &id]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(w.state("worker"), "held at gate", "{engine:?}");
+    let exec = w.inside("worker", "echo ran-inside");
+    assert!(
+        !exec.status.success() && !text(&exec.stdout).contains("ran-inside"),
+        "{engine:?}: exec ran in a start nobody checked: {}",
+        text(&exec.stdout)
+    );
+    assert!(
+        text(&exec.stderr).contains("held at its gate"),
+        "{engine:?}: {}",
+        text(&exec.stderr)
+    );
+    let logs = w.ateam(&["logs", "worker", "--team", &w.team]);
+    assert!(
+        !logs.status.success() && text(&logs.stderr).contains("held at its gate"),
+        "{engine:?}: logs: {}{}",
+        text(&logs.stdout),
+        text(&logs.stderr)
+    );
+    let attach = w.ateam_for(
+        &["attach", "worker", "--team", &w.team],
+        Duration::from_secs(5),
+    );
+    assert!(
+        matches!(&attach, Some(o) if !o.status.success() && text(&o.stderr).contains("held at its gate")),
+        "{engine:?}: attach was not refused: {attach:?}"
+    );
+    w.apply();
+    w.wait_starts("worker", 2);
+    let exec = w.inside("worker", "echo ran-inside");
+    assert_eq!(
+        text(&exec.stdout).trim(),
+        "ran-inside",
+        "{engine:?}: {}",
+        text(&exec.stderr)
+    );
+    let logs = w.ateam(&["logs", "worker", "--team", &w.team]);
+    assert!(logs.status.success(), "{engine:?}: {}", text(&logs.stderr));
+}
+
+/// A grant swapped for a symlink to a secret folder, then a restart by hand: the engine
+/// mounts the secret, and `ateam exec` must not be the way to read it.
+fn exec_never_shows_a_symlink_swapped_in_before_a_restart(engine: Engine) {
+    let w = World::new(engine, "swapexec", &["worker"]);
+    let secret = w.root().join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("the-secret-file"), "s3cret\n").unwrap();
+    if engine == Engine::Rootless {
+        let (_, uid, gid) = rootless_user();
+        std::os::unix::fs::chown(&secret, Some(uid), Some(gid)).unwrap();
+    }
+    w.apply();
+    w.wait_starts("worker", 1);
+    let docs = w.root().join("docs");
+    std::fs::rename(&docs, w.root().join("docs-real")).unwrap();
+    std::os::unix::fs::symlink(&secret, &docs).unwrap();
+    let id = w.id("worker");
+    w.cli_ok(&["restart", "-t", "1", &id]);
+    std::thread::sleep(Duration::from_secs(1));
+    let out = w.inside(
+        "worker",
+        &format!("ls {}; cat {}/*", docs.display(), docs.display()),
+    );
+    assert!(
+        !text(&out.stdout).contains("the-secret-file") && !text(&out.stdout).contains("s3cret"),
+        "{engine:?}: exec showed the symlink's target: {}",
+        text(&out.stdout)
+    );
+    assert!(!out.status.success(), "{engine:?}: exec was not refused");
+}
+
+/// The check from outside and the exec are two steps; the gate closes the gap between them:
+/// an exec through it (as `ateam exec` makes every exec) into an unreleased start never runs
+/// its command, whoever asks, while one into a released start does.
+fn the_gate_runs_an_exec_only_in_a_released_start(engine: Engine) {
+    let w = World::new(engine, "gateexec", &["worker"]);
+    w.apply();
+    w.wait_starts("worker", 1);
+    let id = w.id("worker");
+    let through_gate = |w: &World| {
+        w.cli(&[
+            "exec",
+            &id,
+            "/.ateam/gate",
+            "--exec",
+            "--",
+            "echo",
+            "ran-inside",
+        ])
+    };
+    let ok = through_gate(&w);
+    assert_eq!(
+        text(&ok.stdout).trim(),
+        "ran-inside",
+        "{engine:?}: {}",
+        text(&ok.stderr)
+    );
+    w.cli_ok(&["restart", "-t", "1", &id]);
+    std::thread::sleep(Duration::from_secs(1));
+    let held = through_gate(&w);
+    assert_eq!(
+        held.status.code(),
+        Some(125),
+        "{engine:?}: {}",
+        text(&held.stderr)
+    );
+    assert!(
+        !text(&held.stdout).contains("ran-inside"),
+        "{engine:?}: the command ran in an unreleased start"
+    );
+}
+
 macro_rules! on_every_engine {
     ($engine:ident: $($case:ident),* $(,)?) => {
         mod $engine {
@@ -685,6 +832,9 @@ macro_rules! cases {
                 a_stranger_beside_the_member_is_reported_and_pruned,
                 a_renamed_member_is_named_back,
                 names_never_collide,
+                exec_logs_and_attach_refuse_a_member_held_at_its_gate,
+                exec_never_shows_a_symlink_swapped_in_before_a_restart,
+                the_gate_runs_an_exec_only_in_a_released_start,
             );
         )*
     };

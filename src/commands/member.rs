@@ -7,9 +7,14 @@ use anyhow::{Context, bail};
 
 use crate::cli::Global;
 use ateam::backend::LogOptions;
+use ateam::core::container::ContainerState;
 use ateam::core::container::{EngineKind, container_name, is_replacement, labels};
-use ateam::core::layout::{member_record_path, session_socket_path, store_id, team_run_dir};
+use ateam::core::layout::{
+    member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
+};
 use ateam::core::selector::Selector;
+use ateam::policy::GATE_EXEC;
+use ateam::runtime::gate::is_released;
 use ateam::store::Record;
 
 use super::common::app;
@@ -33,10 +38,23 @@ pub fn member_of<'a>(
     }
 }
 
+/// What a command wants of a member's container: whatever the engine keeps of it (its output),
+/// or a process in it (which needs a start ateam checked and released).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Output,
+    Process,
+}
+
+/// The member's recorded container, if what `reach` wants of it is safe now: a running start
+/// that ateam did not release (restarted by hand or by the engine, its folders unchecked) is
+/// refused for both. An exited container's output is let through: on a start that was never
+/// released, only the gate ran, and its output is the gate's own line.
 async fn find(
     ctx: &ateam::app::App,
     team: Option<&str>,
     member: &str,
+    reach: Reach,
 ) -> anyhow::Result<(std::sync::Arc<dyn ateam::backend::Backend>, String)> {
     let applied = ctx.applied_with_requests(team)?;
     let (t, _) = member_of(&applied, member)?;
@@ -63,6 +81,24 @@ async fn find(
         );
     };
     let id = c.id.clone();
+    let seen = backend.inspect(&id).await?;
+    let state = seen.summary.state;
+    let ctl = member_ctl_dir(&ctx.host.state_dir, &t.name, member);
+    if state.is_live() && !is_released(&ctl, &id, seen.pid) {
+        bail!(
+            "member `{member}` of team `{}` is held at its gate: this start of its container was not checked by ateam (restarted behind its back?); run ateam apply, which checks and releases it",
+            t.name
+        );
+    }
+    match reach {
+        Reach::Output => {}
+        Reach::Process if state == ContainerState::Running => {}
+        Reach::Process => bail!(
+            "member `{member}` of team `{}` is not running ({}); run ateam apply to start it, or see its output with ateam logs {member}",
+            t.name,
+            describe(state)
+        ),
+    }
     Ok((backend, id))
 }
 
@@ -73,7 +109,7 @@ pub async fn logs(
     opts: LogOptions,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let (backend, id) = find(&ctx, team, member).await?;
+    let (backend, id) = find(&ctx, team, member, Reach::Output).await?;
     backend
         .logs(&id, opts, &mut |chunk| {
             // Written as it comes, so that -f shows lines as the member prints them.
@@ -81,6 +117,19 @@ pub async fn logs(
         })
         .await?;
     Ok(Exit::Ok)
+}
+
+/// A container's state in words, for a refusal.
+fn describe(state: ContainerState) -> String {
+    match state {
+        ContainerState::Created => "created, never started".into(),
+        ContainerState::Running => "running".into(),
+        ContainerState::Paused => "paused".into(),
+        ContainerState::Restarting => "restarting".into(),
+        ContainerState::Exited { code } => format!("exited {code}"),
+        ContainerState::Removing => "being removed".into(),
+        ContainerState::Dead => "dead".into(),
+    }
 }
 
 /// `exec -i`/`-t`.
@@ -98,7 +147,15 @@ pub async fn exec(
     command: &[String],
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let (backend, id) = find(&ctx, team, member).await?;
+    let (backend, id) = find(&ctx, team, member, Reach::Process).await?;
+    // Through the gate, which checks inside the container, as the command starts, that this
+    // start was released: a restart after the look above cannot slip a command into it.
+    let command: Vec<String> = GATE_EXEC
+        .iter()
+        .map(|s| s.to_string())
+        .chain(command.iter().cloned())
+        .collect();
+    let command = &command[..];
     if how.interactive || how.tty {
         // A terminal and stdin through the engine's own CLI, which does that well; the
         // container is the one ateam found in its record, never a look-alike. No `--user`,
@@ -222,7 +279,7 @@ pub async fn logs_selected(
             } else {
                 format!("[{}]", m.name)
             };
-            let (backend, id) = match find(&ctx, Some(&t.name), &m.name).await {
+            let (backend, id) = match find(&ctx, Some(&t.name), &m.name, Reach::Output).await {
                 Ok(found) => found,
                 Err(e) => {
                     eprintln!("{prefix} {e:#}");
