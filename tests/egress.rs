@@ -571,6 +571,33 @@ fn an_open_member_gets_its_teams_own_network(engine: Engine) {
     );
 }
 
+/// A member asks its proxy for a "host" with a right-to-left override and a line separator
+/// (the HTTP parser already refuses C0 escapes): what `logs --egress` and `status` print of
+/// it is escaped, so it can neither reorder the line nor start one of ateam's own.
+fn what_a_member_asks_for_reaches_no_terminal_unescaped(engine: Engine) {
+    let w = World::new(engine, "escapes");
+    w.write(&["example.com".into()], &["example.com".into()]);
+    w.apply();
+    let answer = w.connect("a", "pwned\\342\\200\\250\\342\\200\\256moc.live:443");
+    assert!(answer.contains("40"), "{engine:?}: not refused: {answer}");
+    for args in [
+        vec!["logs", "a", "--egress", "--team", &w.team],
+        vec!["status", &w.team],
+    ] {
+        let out = w.ateam(&args);
+        let shown = text(&out.stdout);
+        assert!(
+            shown.contains("pwned"),
+            "{engine:?}: {args:?} does not show the refusal: {shown}{}",
+            text(&out.stderr)
+        );
+        assert!(
+            !shown.contains('\u{2028}') && !shown.contains('\u{202e}'),
+            "{engine:?}: {args:?} printed the member's escapes as they are: {shown:?}"
+        );
+    }
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -579,6 +606,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_member_reaches_exactly_its_allowed_hosts() {
                     super::a_member_reaches_exactly_its_allowed_hosts($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn what_a_member_asks_for_reaches_no_terminal_unescaped() {
+                    super::what_a_member_asks_for_reaches_no_terminal_unescaped($e);
                 }
 
                 #[test]

@@ -5,10 +5,12 @@
 //! - `egress`: what an egress allowlist entry means, and which addresses are never reached
 //!   unless named exactly;
 //! - `layout`: every path under ateam's state folder;
-//! - `session`: a promotion's recorded steps.
+//! - `session`: a promotion's recorded steps;
+//! - `untrusted`: text a member chose, made safe to show a person.
 
 pub mod container;
 pub mod egress;
 pub mod layout;
 pub mod selector;
 pub mod session;
+pub mod untrusted;

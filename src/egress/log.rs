@@ -11,6 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::untrusted::shown;
+
 /// Size at which the log is rotated: two files of this size at most.
 pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
@@ -51,6 +53,18 @@ impl Event {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)
+    }
+
+    /// This event with every text a member chose escaped (`core::untrusted::shown`).
+    fn shown(self) -> Event {
+        let safe = |s: String| shown(&s).into_owned();
+        Event {
+            method: safe(self.method),
+            host: safe(self.host),
+            addr: self.addr.map(safe),
+            reason: self.reason.map(safe),
+            ..self
+        }
     }
 
     /// The line `logs --egress` prints.
@@ -146,14 +160,16 @@ fn rotated(path: &Path) -> PathBuf {
 }
 
 /// Every event still in the log (the rotated file first), oldest first. Lines that do not
-/// parse (a line cut by a crash) are skipped.
+/// parse (a line cut by a crash) are skipped. What the member chose (the method, the host it
+/// asked for, a reason that quotes them) comes back made safe to show: a `CONNECT` of a "host"
+/// made of terminal escapes must not reach the person's terminal through `status` or `logs`.
 pub fn read(path: &Path) -> Vec<Event> {
     let mut out = Vec::new();
     for p in [rotated(path), path.to_path_buf()] {
         let Ok(f) = File::open(&p) else { continue };
         for line in BufReader::new(f).lines().map_while(Result::ok) {
             if let Ok(e) = serde_json::from_str::<Event>(&line) {
-                out.push(e);
+                out.push(e.shown());
             }
         }
     }
@@ -263,6 +279,36 @@ mod tests {
             status: 403,
             reason: Some("not in the allow list".into()),
         }
+    }
+
+    #[test]
+    fn what_a_member_asked_for_is_read_back_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let fd = rustix::fs::open(
+            dir.path(),
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut e = ev(Verdict::Refused, "\u{1b}]2;pwned\u{7}\u{202e}", 443, 1.0);
+        e.reason = Some("`\u{1b}[2J` is not a host name".into());
+        Log::open(fd, "log.jsonl").write(&e);
+        let back = read(&path);
+        let line = back[0].line();
+        assert!(
+            !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{line:?}"
+        );
+        assert!(
+            line.contains("\\u{1b}]2;pwned\\u{7}\\u{202e}:443"),
+            "{line}"
+        );
+        let r = refusals(&back, 0.0);
+        assert!(
+            !r[0].host.contains('\u{1b}') && !r[0].reason.contains('\u{1b}'),
+            "{r:?}"
+        );
     }
 
     #[test]
