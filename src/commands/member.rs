@@ -10,7 +10,7 @@ use ateam::backend::LogOptions;
 use ateam::core::container::ContainerState;
 use ateam::core::container::{EngineKind, container_name, is_replacement, labels};
 use ateam::core::layout::{
-    member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
+    gate_dir, member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
 };
 use ateam::core::selector::Selector;
 use ateam::policy::GATE_EXEC;
@@ -38,6 +38,13 @@ pub fn member_of<'a>(
     }
 }
 
+/// A member's container, found: its engine, its id, its team.
+struct Found {
+    backend: std::sync::Arc<dyn ateam::backend::Backend>,
+    id: String,
+    team: String,
+}
+
 /// What a command wants of a member's container: whatever the engine keeps of it (its output),
 /// or a process in it (which needs a start ateam checked and released).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +62,7 @@ async fn find(
     team: Option<&str>,
     member: &str,
     reach: Reach,
-) -> anyhow::Result<(std::sync::Arc<dyn ateam::backend::Backend>, String)> {
+) -> anyhow::Result<Found> {
     let applied = ctx.applied_with_requests(team)?;
     let (t, _) = member_of(&applied, member)?;
     let t = t.clone();
@@ -99,7 +106,11 @@ async fn find(
             describe(state)
         ),
     }
-    Ok((backend, id))
+    Ok(Found {
+        backend,
+        id,
+        team: t.name,
+    })
 }
 
 pub async fn logs(
@@ -109,7 +120,7 @@ pub async fn logs(
     opts: LogOptions,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let (backend, id) = find(&ctx, team, member, Reach::Output).await?;
+    let Found { backend, id, .. } = find(&ctx, team, member, Reach::Output).await?;
     backend
         .logs(&id, opts, &mut |chunk| {
             // Written as it comes, so that -f shows lines as the member prints them.
@@ -147,7 +158,13 @@ pub async fn exec(
     command: &[String],
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let (backend, id) = find(&ctx, team, member, Reach::Process).await?;
+    let found = find(&ctx, team, member, Reach::Process).await?;
+    let (backend, id) = (found.backend, found.id);
+    // A member created by an older ateam may hold a gate without `--exec`: give it this one's
+    // (its command already runs; the file is only read by the next exec or start).
+    let ctl = member_ctl_dir(&ctx.host.state_dir, &found.team, member);
+    ateam::runtime::gate::install(&ctl, &gate_dir(&ctx.host.state_dir), ctx.owner)
+        .with_context(|| format!("cannot refresh the gate in {}", ctl.display()))?;
     // Through the gate, which checks inside the container, as the command starts, that this
     // start was released: a restart after the look above cannot slip a command into it.
     let command: Vec<String> = GATE_EXEC
@@ -279,13 +296,14 @@ pub async fn logs_selected(
             } else {
                 format!("[{}]", m.name)
             };
-            let (backend, id) = match find(&ctx, Some(&t.name), &m.name, Reach::Output).await {
-                Ok(found) => found,
-                Err(e) => {
-                    eprintln!("{prefix} {e:#}");
-                    continue;
-                }
-            };
+            let Found { backend, id, .. } =
+                match find(&ctx, Some(&t.name), &m.name, Reach::Output).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        eprintln!("{prefix} {e:#}");
+                        continue;
+                    }
+                };
             let mut bytes = Vec::new();
             backend
                 .logs(&id, opts, &mut |chunk| bytes.extend_from_slice(chunk))
