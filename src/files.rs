@@ -390,6 +390,13 @@ pub fn member_dir(dir: &Path, parent: Owner, owner: Owner) -> std::io::Result<()
     Ok(())
 }
 
+/// Opens a file in a folder whose last component may belong to a member's uid (its egress
+/// folder, its control folder) as `Dir::open_regular` does: no link, no FIFO.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let (dir, name) = split(path)?;
+    Dir::open(dir)?.open_regular(Path::new(name))
+}
+
 /// Reads a small file of a member's control folder (`restarts`, `go`): no symlink, no FIFO,
 /// at most `max` bytes. Whatever is wrong reads as nothing.
 pub fn read_small(path: &Path, max: u64) -> Option<String> {

@@ -167,7 +167,7 @@ pub fn start(
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut why = String::new();
-    if let Ok(mut f) = std::fs::File::open(&paths.err) {
+    if let Ok(mut f) = files::open_regular(&paths.err) {
         let _ = f.read_to_string(&mut why);
     }
     Err(ProxyError::NotAnswering {
