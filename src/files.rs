@@ -670,4 +670,22 @@ mod tests {
         ));
         assert_eq!(n, 3);
     }
+
+    /// A socket is 0600 from the start; a link planted at its name is removed, not followed.
+    #[test]
+    fn a_private_socket_is_made_without_a_path_chmod() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::write(&victim, "x").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        let sock = t.path().join("egress.sock");
+        symlink(&victim, &sock).unwrap();
+        let (_l, ino) = bind_private_socket(&sock, Some(me())).unwrap();
+        let m = fs::symlink_metadata(&sock).unwrap();
+        assert_eq!(m.ino(), ino);
+        assert_eq!(m.mode() & 0o777, 0o600);
+        assert!(std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "x");
+    }
 }
