@@ -538,7 +538,8 @@ impl Executor<'_> {
                 session,
                 containers,
                 journal,
-            } => sessions::promote(self.rt, session, containers, journal.as_deref())
+                resume,
+            } => sessions::promote(self.rt, session, containers, journal.as_deref(), resume)
                 .await
                 .map_err(|source| ActionError::SessionStep {
                     session: session.name.clone(),

@@ -130,6 +130,7 @@ pub async fn promote(
     s: &DesiredSession,
     containers: &[ContainerRef],
     journal: Option<&Promotion>,
+    resume: &[ResumeEntry],
 ) -> Result<(), SessionError> {
     let path = layout::promotion_path(&s.dir);
     let mut j = match journal {
@@ -166,7 +167,7 @@ pub async fn promote(
             j.containers.push(c.id.clone());
         }
     }
-    match steps(rt, s, &mut j, &path).await {
+    match steps(rt, s, &mut j, &path, resume).await {
         Ok(()) => Ok(()),
         Err(e) => {
             warn!(session = %s.name, error = %e, step = j.step.as_str(), "promotion failed: rolling back");
@@ -183,6 +184,7 @@ async fn steps(
     s: &DesiredSession,
     j: &mut Promotion,
     path: &Path,
+    resume: &[ResumeEntry],
 ) -> Result<(), SessionError> {
     if j.step < PromotionStep::Stopped {
         for id in &j.containers {
@@ -205,7 +207,7 @@ async fn steps(
             if s.takes_over.is_some() {
                 set_aside_planted_resume(&j.to)?;
             }
-            start(s, rt.owner, &[])?;
+            start(s, rt.owner, resume)?;
         }
         advance(j, PromotionStep::Started, path, rt.owner)?;
     }
