@@ -245,13 +245,34 @@ fn move_transcript(j: &Promotion) -> Result<(), SessionError> {
 fn set_aside_planted_resume(dir: &Path) -> Result<(), SessionError> {
     let d = Dir::open(dir).map_err(io(dir))?;
     let name = std::ffi::OsStr::new(layout::RESUME_FILE);
-    if d.exists(name).map_err(io(dir))? {
-        let aside = format!("{}.member", layout::RESUME_FILE);
-        rustix::fs::renameat(d.fd(), name, d.fd(), aside.as_str())
-            .map_err(|e| io(dir)(e.into()))?;
-        warn!(folder = %dir.display(), "the member left a {} of its own: kept as {aside}", layout::RESUME_FILE);
+    if !d.exists(name).map_err(io(dir))? {
+        return Ok(());
     }
-    Ok(())
+    // Never over another of the member's names (which it may have made a folder).
+    let mut last = rustix::io::Errno::EXIST;
+    for n in 0..10 {
+        let aside = match n {
+            0 => format!("{}.member", layout::RESUME_FILE),
+            n => format!("{}.member-{n}", layout::RESUME_FILE),
+        };
+        match rustix::fs::renameat_with(
+            d.fd(),
+            name,
+            d.fd(),
+            aside.as_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => {
+                warn!(folder = %dir.display(), "the member left a {} of its own: kept as {aside}", layout::RESUME_FILE);
+                return Ok(());
+            }
+            Err(e) => last = e,
+        }
+        if last != rustix::io::Errno::EXIST {
+            break;
+        }
+    }
+    Err(io(dir)(last.into()))
 }
 
 /// Undoes a promotion as far as it went: the session's terminal stopped, the transcript back
@@ -588,5 +609,22 @@ mod tests {
             .filter(|l| !l.starts_with("      ") && l.starts_with("## "))
             .collect();
         assert_eq!(own, ["## a (running)"], "{text}");
+    }
+
+    /// The member's own RESUME.md (even a folder, beside a taken `.member` name) is set
+    /// aside under a free name; none at all: nothing happens.
+    #[test]
+    fn a_planted_resume_is_set_aside_under_a_free_name() {
+        let d = tempfile::tempdir().unwrap();
+        set_aside_planted_resume(d.path()).unwrap();
+        std::fs::create_dir(d.path().join("RESUME.md")).unwrap();
+        std::fs::write(d.path().join("RESUME.md.member"), "taken").unwrap();
+        set_aside_planted_resume(d.path()).unwrap();
+        assert!(!d.path().join("RESUME.md").exists());
+        assert!(d.path().join("RESUME.md.member-1").is_dir());
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("RESUME.md.member")).unwrap(),
+            "taken"
+        );
     }
 }
