@@ -9,11 +9,8 @@ use crate::files;
 /// The pid in `pid_file`, when that process lives and its arguments are `ours` (a pid reused
 /// by another program since is never taken for ours).
 pub fn running_pid(pid_file: &Path, ours: impl Fn(&[&[u8]]) -> bool) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(pid_file)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    // (Never through a link or from a FIFO: an egress folder belongs to the member's uid.)
+    let pid: u32 = files::read_small(pid_file, 64)?.trim().parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     ours(&args).then_some(pid)

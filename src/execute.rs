@@ -441,12 +441,17 @@ impl Executor<'_> {
                 if let StartReason::Restart { .. } = reason {
                     let count = restarts(&m.ctl_dir) + 1;
                     let path = m.ctl_dir.join("restarts");
-                    files::write_atomic(&path, count.to_string().as_bytes(), 0o600, self.rt.owner)
-                        .map_err(|source| ActionError::Io {
-                            member: member.clone(),
-                            path,
-                            source,
-                        })?;
+                    files::write_atomic_in_member_dir(
+                        &path,
+                        count.to_string().as_bytes(),
+                        0o600,
+                        self.rt.owner,
+                    )
+                    .map_err(|source| ActionError::Io {
+                        member: member.clone(),
+                        path,
+                        source,
+                    })?;
                 }
                 self.progress.step(team, member, "ready");
                 Ok(())
@@ -533,7 +538,8 @@ impl Executor<'_> {
                 session,
                 containers,
                 journal,
-            } => sessions::promote(self.rt, session, containers, journal.as_deref())
+                resume,
+            } => sessions::promote(self.rt, session, containers, journal.as_deref(), resume)
                 .await
                 .map_err(|source| ActionError::SessionStep {
                     session: session.name.clone(),
@@ -762,35 +768,36 @@ impl Executor<'_> {
     }
 }
 
-/// How often ateam restarted a member (by its restart policy), kept in its control folder.
+/// How often ateam restarted a member (by its restart policy), kept in its control folder
+/// (read without following a link or opening a FIFO there).
 pub fn restarts(ctl_dir: &Path) -> u64 {
-    std::fs::read_to_string(ctl_dir.join("restarts"))
-        .ok()
+    files::read_small(&ctl_dir.join("restarts"), 64)
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
 }
 
-/// For `status`: the size of a transcript folder and when it last changed.
+/// How much of a transcript folder `status` looks at: a member owns the folder and can make
+/// it as deep or as wide as it likes; what lies past these bounds is not counted.
+pub const TRANSCRIPT_WALK: files::Bounds = files::Bounds {
+    depth: 32,
+    entries: 100_000,
+};
+
+/// For `status`: the size of a transcript folder and when it last changed. Symlinks are
+/// counted as themselves (never their targets), FIFOs are never opened, and the walk is
+/// bounded (`TRANSCRIPT_WALK`).
 pub fn transcript_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
     let mut size = 0;
     let mut newest = None;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else {
-                size += meta.len();
-            }
-            if let Ok(t) = meta.modified() {
-                newest = newest.max(Some(t));
-            }
+    let Ok(d) = files::Dir::open(dir) else {
+        return (0, None);
+    };
+    d.walk(TRANSCRIPT_WALK, |e| {
+        if e.kind != rustix::fs::FileType::Directory {
+            size += e.len;
         }
-    }
+        newest = newest.max(e.modified);
+    });
     (size, newest)
 }
 

@@ -1657,7 +1657,7 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     assert!(text_.contains("## writer (running)"), "{text_}");
     assert!(text_.contains("## tester (running)"), "{text_}");
     assert!(
-        text_.contains("(notes/big.txt)") && text_.contains("      5000\n"),
+        text_.contains("(`notes/big.txt`)") && text_.contains("      5000\n"),
         "writer's last activity and the last lines of its newest transcript file: {text_}"
     );
     let s = w.status_json();

@@ -166,7 +166,10 @@ fn rotated(path: &Path) -> PathBuf {
 pub fn read(path: &Path) -> Vec<Event> {
     let mut out = Vec::new();
     for p in [rotated(path), path.to_path_buf()] {
-        let Ok(f) = File::open(&p) else { continue };
+        // The folder is the member uid's: a link or a FIFO there is not read.
+        let Ok(f) = crate::files::open_regular(&p) else {
+            continue;
+        };
         for line in BufReader::new(f).lines().map_while(Result::ok) {
             if let Ok(e) = serde_json::from_str::<Event>(&line) {
                 out.push(e.shown());

@@ -167,7 +167,7 @@ pub fn start(
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut why = String::new();
-    if let Ok(mut f) = std::fs::File::open(&paths.err) {
+    if let Ok(mut f) = files::open_regular(&paths.err) {
         let _ = f.read_to_string(&mut why);
     }
     Err(ProxyError::NotAnswering {
@@ -201,7 +201,7 @@ fn proxy_args(paths: &Paths, user: Option<Owner>) -> Vec<std::ffi::OsString> {
 pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), ProxyError> {
     let dir = cfg.pid_file.parent().unwrap_or(Path::new("/"));
     let err_path = dir.join("proxy.err");
-    let err = std::fs::File::create(&err_path).map_err(|source| ProxyError::Io {
+    let err = files::create_log(&err_path).map_err(|source| ProxyError::Io {
         path: err_path.clone(),
         source,
     })?;

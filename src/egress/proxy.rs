@@ -72,7 +72,7 @@ impl Dir {
 
     /// Modification time, inode and size of `name`: what tells that it changed.
     fn stamp(&self, name: &str) -> Option<(i64, u64, u64, u64)> {
-        let st = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::empty()).ok()?;
+        let st = rustix::fs::statat(&self.fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
         Some((
             st.st_mtime,
             st.st_mtime_nsec as u64,
@@ -157,7 +157,6 @@ impl State {
 /// member is gone). One thread, a single-threaded runtime: one member's traffic needs no
 /// more, and the ids can only be changed safely while there is one thread.
 pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ProxyError::Io { path, source }
@@ -167,22 +166,13 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     let socket_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
     let policy_dir = Dir::open(cfg.policy.parent().unwrap_or(Path::new("/")))?;
     let log_dir = Dir::open(cfg.log.parent().unwrap_or(Path::new("/")))?;
-    let _ = std::fs::remove_file(&cfg.socket);
-    let listener = std::os::unix::net::UnixListener::bind(&cfg.socket).map_err(io(&cfg.socket))?;
-    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(io(&cfg.socket))?;
     let owner = user.map(|u| crate::files::Owner {
         uid: u.uid,
         gid: u.gid,
     });
-    if let Some(o) = owner
-        && rustix::process::geteuid().is_root()
-    {
-        std::os::unix::fs::chown(&cfg.socket, Some(o.uid), Some(o.gid)).map_err(io(&cfg.socket))?;
-    }
-    let ino = std::fs::metadata(&cfg.socket)
-        .map_err(io(&cfg.socket))?
-        .ino();
+    // The control folder is the member's uid's: never chmod or chown through a name there.
+    let (listener, ino) =
+        crate::files::bind_private_socket(&cfg.socket, owner).map_err(io(&cfg.socket))?;
     let me = crate::files::Owner {
         uid: rustix::process::geteuid().as_raw(),
         gid: rustix::process::getegid().as_raw(),

@@ -137,12 +137,15 @@ pub enum Action {
     /// Turn the member of the session's name into it (`promotedFrom`): stop the member, move
     /// its transcript to the session's place, start the session, then remove the member's
     /// containers; each step recorded before the next. `journal`: where an interrupted
-    /// promotion stopped, to go on from there.
+    /// promotion stopped, to go on from there. `resume`: as for `StartSession`, when the
+    /// promoted session also takes over another.
     Promote {
         session: Box<spec::DesiredSession>,
         containers: Vec<ContainerRef>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         journal: Option<Box<Promotion>>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        resume: Vec<ResumeEntry>,
     },
     /// Undo what an interrupted promotion did, which the manifests no longer ask for: stop
     /// the session if it got that far, move the transcript back to the member's place.

@@ -83,6 +83,25 @@ pub(super) fn plan_sessions(
         }
     }
     for s in &desired.sessions {
+        // What a session that takes over is told of the team: each member, as it stands.
+        let resume: Vec<ResumeEntry> = match &s.takes_over {
+            Some(_) => desired
+                .members
+                .iter()
+                .filter(|m| m.team == s.team)
+                .map(|m| {
+                    let c = ours.get(&(m.team.as_str(), m.member.as_str()));
+                    ResumeEntry {
+                        member: m.member.clone(),
+                        state: state_text(
+                            c.and_then(|v| v.iter().map(|c| c.state).max_by_key(|s| s.is_live())),
+                        ),
+                        transcript: m.transcript_dir.clone(),
+                    }
+                })
+                .collect(),
+            None => vec![],
+        };
         if let Some(from) = &s.promoted_from {
             let journal = observed
                 .promotions
@@ -103,29 +122,12 @@ pub(super) fn plan_sessions(
                     session: Box::new(s.clone()),
                     containers,
                     journal: journal.map(|j| Box::new(j.clone())),
+                    resume,
                 });
                 continue;
             }
         }
         if !observed.live_sockets.contains(&s.socket) {
-            let resume = match &s.takes_over {
-                Some(_) => desired
-                    .members
-                    .iter()
-                    .filter(|m| m.team == s.team)
-                    .map(|m| {
-                        let c = ours.get(&(m.team.as_str(), m.member.as_str()));
-                        ResumeEntry {
-                            member: m.member.clone(),
-                            state: state_text(c.and_then(|v| {
-                                v.iter().map(|c| c.state).max_by_key(|s| s.is_live())
-                            })),
-                            transcript: m.transcript_dir.clone(),
-                        }
-                    })
-                    .collect(),
-                None => vec![],
-            };
             plan.actions.push(Action::StartSession {
                 session: Box::new(s.clone()),
                 resume,

@@ -1101,6 +1101,35 @@ fn a_session_that_takes_over_is_told_of_every_member() {
     );
 }
 
+/// A promoted session that also takes over is told of the team, as a plain heir is (before,
+/// its resume file said the team had no members).
+#[test]
+fn a_promoted_session_that_takes_over_is_told_of_every_member() {
+    let (before, _) = promoting_a();
+    let mut after = team(vec![member("b")]);
+    after.teams[0].members[0].parent = Parent::MainSession("lead".into());
+    let mut a = session("a");
+    a.promoted_from = Some("a".into());
+    a.takes_over = Some("lead".into());
+    after.teams[0].sessions = vec![a];
+    let after = desired_state(&after, &host());
+    let o = in_sync(&before, &["a", "b"]);
+    let p = plan(&after, &o, PlanOptions::default());
+    let resume = p.actions.iter().find_map(|a| {
+        if let Action::Promote { resume, .. } = a {
+            Some(resume)
+        } else {
+            None
+        }
+    });
+    let names: Vec<(&str, &str)> = resume
+        .expect("a promotion")
+        .iter()
+        .map(|r| (r.member.as_str(), r.state.as_str()))
+        .collect();
+    assert_eq!(names, [("b", "running")], "{:?}", kinds(&p));
+}
+
 #[test]
 fn members_and_sessions_know_their_role() {
     let mut d = team(vec![member("a")]);

@@ -14,7 +14,7 @@
 //! to the rest), and requests are judged one at a time.
 
 use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,26 +57,21 @@ pub enum ServeError {
 
 /// Listens until killed.
 pub fn run(cfg: Config) -> Result<(), ServeError> {
-    use std::os::unix::fs::PermissionsExt;
     let _ = rustix::process::setsid();
     let paths = super::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ServeError::Io { path, source }
     };
-    let _ = std::fs::remove_file(&paths.socket);
-    let listener = UnixListener::bind(&paths.socket).map_err(io(&paths.socket))?;
-    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))
+    // The control folder is the member's uid's: never chmod or chown through a name there.
+    let (listener, _) = crate::files::bind_private_socket(&paths.socket, Some(cfg.socket_owner))
         .map_err(io(&paths.socket))?;
-    if rustix::process::geteuid().is_root() {
-        std::os::unix::fs::chown(
-            &paths.socket,
-            Some(cfg.socket_owner.uid),
-            Some(cfg.socket_owner.gid),
-        )
-        .map_err(io(&paths.socket))?;
-    }
-    std::fs::write(&paths.pid, format!("{}\n", std::process::id())).map_err(io(&paths.pid))?;
+    let pid = format!("{}\n", std::process::id());
+    let me = Owner {
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
+    crate::files::write_atomic(&paths.pid, pid.as_bytes(), 0o600, me).map_err(io(&paths.pid))?;
     let busy = Arc::new(AtomicUsize::new(0));
     let one_at_a_time = Arc::new(Mutex::new(()));
     let cfg = Arc::new(cfg);

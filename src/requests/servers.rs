@@ -91,7 +91,7 @@ pub fn start(
         files::member_dir(ctl, store_owner, member_owner).map_err(io(ctl))?;
     }
     stop(&paths).map_err(io(&paths.pid))?;
-    let err = std::fs::File::create(&paths.err).map_err(io(&paths.err))?;
+    let err = files::create_log(&paths.err).map_err(io(&paths.err))?;
     let exe = crate::egress::exe().map_err(io(Path::new("ateam")))?;
     let mut cmd = Command::new(&exe);
     cmd.args(args(state_dir, team, member, member_owner))

@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::files::{Owner, remove_if_present, write_atomic};
+use crate::files::{
+    Owner, read_small, remove_if_present, write_atomic, write_atomic_in_member_dir,
+};
 
 /// The static gate binary, embedded so that one `ateam` binary is all a user installs.
 pub const GATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-gate"));
@@ -65,7 +67,9 @@ fn install_binary(
         write_atomic(&source, bytes, 0o755, owner)?;
     }
     let path = ctl.join(file);
-    let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+    // The control folder's entry as itself: a link the member's uid planted there is not
+    // the gate, whatever it points at.
+    let same = |a: &Path, b: &Path| match (std::fs::symlink_metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
         _ => false,
     };
@@ -76,7 +80,7 @@ fn install_binary(
     match std::fs::hard_link(&source, &path) {
         Ok(()) => Ok(()),
         // Another file system (a state folder spread over mounts): copy instead.
-        Err(_) => write_atomic(&path, bytes, 0o755, owner),
+        Err(_) => write_atomic_in_member_dir(&path, bytes, 0o755, owner),
     }
 }
 
@@ -89,13 +93,13 @@ pub fn close(ctl: &Path) -> std::io::Result<()> {
 /// `procfs::start_token` of its init, which a restart changes.
 pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std::io::Result<()> {
     let text = format!("{container_id} {start}");
-    write_atomic(&ctl.join("go"), text.as_bytes(), 0o600, owner)
+    write_atomic_in_member_dir(&ctl.join("go"), text.as_bytes(), 0o600, owner)
 }
 
 /// Whether the gate of the container `id`, whose init is `pid`, was released for the start
 /// now running. A release of an earlier start does not count: the gate still holds.
 pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
-    let (Ok(text), Some(pid)) = (std::fs::read_to_string(ctl.join("go")), pid) else {
+    let (Some(text), Some(pid)) = (read_small(&ctl.join("go"), 4096), pid) else {
         return false;
     };
     let Ok(now) = super::procfs::start_token(pid) else {

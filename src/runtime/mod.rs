@@ -246,7 +246,7 @@ impl Runtime {
             secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
         }
         let secrets_path = m.ctl_dir.join("secrets");
-        files::write_atomic(&secrets_path, &secrets, 0o600, member_owner)
+        files::write_atomic_in_member_dir(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
 
         if let Some(net) = m.spec.network.name() {
