@@ -5,7 +5,9 @@
 //! folder outside its grant, more memory, more network, an image no manifest names, a taken
 //! name, over maxMembers) are refused naming the rule; `export` round-trips through
 //! `validate` and `diff` finds nothing to do; the child goes (its transcript stays) when its
-//! requester leaves the manifests.
+//! requester leaves the manifests. Attacks of invariant 9b (docs/security.md): names that
+//! are not the helper's own (a main session, a removed member's kept transcript, a kept
+//! container), the requester chain and maxDepth, loops of requests.
 //! Ignored by a plain `cargo test`.
 
 use std::path::PathBuf;

@@ -11,7 +11,10 @@
 //! (apply, the controller, status, diff). It lasts as long as its requester is desired: when
 //! the manifests no longer name the requester (or a manifest now names a member of the same
 //! name), the record is dropped and its container removed by the next apply or reconcile,
-//! without `--prune`. Its transcript stays, as every member's does. A requester whose
+//! without `--prune`, and so is every helper below it (its requester chain is followed
+//! through the records). Its transcript stays, as every member's does. A request may not
+//! take a name anything else has or had: a main session's, a member's, one the store or the
+//! sessionDir remembers (`remembered`), a container's (checked by the server). A requester whose
 //! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
 //!
 //! - `server`: `ateam helper-server`, the per-member process behind `/.ateam/helpers.sock`;
@@ -67,8 +70,8 @@ pub struct Request {
 /// Why a request was refused: which rule it breaks, and in what words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
-    /// An HTTP status: 400 malformed, 403 not allowed at all, 409 the name is taken, 422 a
-    /// rule is broken.
+    /// An HTTP status: 400 malformed, 403 not allowed at all, 409 the name is taken (by a
+    /// member, a main session, something remembered, a container), 422 a rule is broken.
     pub status: u16,
     /// A short name of the rule: `narrower-than-requester`, `resources-within-requester`,
     /// `maxMembers`, `maxDepth`, `name`, `absolute-paths`, `manifest-rules`...

@@ -11,7 +11,9 @@
 //!
 //! A hostile member must not hurt it: heads are capped at 8 KiB and bodies at 64 KiB (413),
 //! a request must arrive within 10 s (408), at most 4 connections are served at once (503
-//! to the rest), and requests are judged one at a time.
+//! to the rest), requests beyond a burst and a pace are answered 429 after a pause
+//! (`Bucket`), and requests are judged one at a time, without the store's lock until one is
+//! accepted (a refusal must not hold up an apply).
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -479,11 +481,12 @@ fn judged(
     Ok((team, member))
 }
 
-/// Refuses a name that a container on the engine holds already: `ateam_<team>_<name>`, or
-/// one labelled as this team's member of that name (any store's). A new helper has no
+/// Refuses a name that a container on the engine holds already: `ateam_<team>_<name>` (or
+/// its replacement's `_next`), or one labelled as this team's member of that name (any
+/// store's). A new helper has no
 /// container yet, so any such is someone else's.
 async fn on_engine(app: &App, team: &crate::model::Team, name: &str) -> Result<(), Refusal> {
-    use crate::core::container::{container_name, labels};
+    use crate::core::container::{container_name, labels, replacement_name};
     let engine = |e: &dyn std::fmt::Display| {
         Refusal::new(
             503,
@@ -497,10 +500,12 @@ async fn on_engine(app: &App, team: &crate::model::Team, name: &str) -> Result<(
         .await
         .map_err(|e| engine(&e))?;
     let container = container_name(&team.name, name);
-    let by_name = backend
-        .find_by_name(&container)
-        .await
-        .map_err(|e| engine(&e))?;
+    let mut by_name = None;
+    for n in [replacement_name(&container), container] {
+        if let Some(c) = backend.find_by_name(&n).await.map_err(|e| engine(&e))? {
+            by_name = Some(c);
+        }
+    }
     let wanted = [
         (labels::TEAM.to_string(), team.name.clone()),
         (labels::MEMBER.to_string(), name.to_string()),
