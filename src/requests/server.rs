@@ -362,14 +362,16 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
         Ok(rt) => rt,
         Err(e) => return (500, json!({"refused": e.to_string()})),
     };
-    if let Err(answer) = judged(&app, &rt, cfg, req) {
+    if let Err(answer) = judged(&app, &rt, cfg, req, true) {
         return answer;
     }
     let _lock = match app.store.lock(false, |_| {}) {
         Ok(l) => l,
         Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
     };
-    let (team, member) = match judged(&app, &rt, cfg, req) {
+    // The engine was asked a moment ago: what an apply may have changed since is in the
+    // store (a member of the name it made is in its team now).
+    let (team, member) = match judged(&app, &rt, cfg, req, false) {
         Ok(x) => x,
         Err(answer) => return answer,
     };
@@ -449,13 +451,15 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
 
 /// The team as stored and the member `req` would make, or the answer refusing it: the
 /// rules of manifests (`super::judge`), then the names the store remembers
-/// (`super::remembered`), then the engine: a container of the helper's name that ateam did
-/// not make for it (an orphan a person kept, a stranger) would be replaced by its converge.
+/// (`super::remembered`), then, with `engine`, the engine: a container of the helper's name
+/// that ateam did not make for it (an orphan a person kept, a stranger) would be replaced by
+/// its converge.
 fn judged(
     app: &App,
     rt: &tokio::runtime::Runtime,
     cfg: &Config,
     req: &Request,
+    engine: bool,
 ) -> Result<(crate::model::Team, crate::model::Member), Answer> {
     let state =
         |e: &dyn std::fmt::Display| (503, json!({"refused": format!("the state folder: {e}")}));
@@ -476,8 +480,10 @@ fn judged(
     let member = super::judge(req, &cfg.member, this, &merged, &app.host, &at)
         .and_then(|m| super::remembered(&cfg.state_dir, this, &m.name).map(|()| m))
         .map_err(|r| (r.status, refused(&r)))?;
-    rt.block_on(on_engine(app, &team, &member.name))
-        .map_err(|r| (r.status, refused(&r)))?;
+    if engine {
+        rt.block_on(on_engine(app, &team, &member.name))
+            .map_err(|r| (r.status, refused(&r)))?;
+    }
     Ok((team, member))
 }
 
