@@ -45,6 +45,10 @@ const PER_SECOND: u32 = 2;
 /// again at once is slowed to a few requests a second, not spun.
 const TARPIT: Duration = Duration::from_millis(250);
 
+/// What `read_request` says of a connection closed before its first byte: the liveness
+/// check of `status`, apply and the controller (`servers::answers`).
+const CLOSED_EMPTY: &str = "the connection closed without a request";
+
 /// A token bucket: `burst` requests at once, then `per_second`.
 #[derive(Debug, Clone)]
 pub struct Bucket {
@@ -62,6 +66,12 @@ impl Bucket {
             burst: f64::from(burst),
             per_second: f64::from(per_second),
         }
+    }
+
+    /// Whether there is no token now (none is taken).
+    pub fn is_empty(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens + elapsed * self.per_second < 1.0
     }
 
     /// Takes one request's token, or says how long until there is one.
@@ -177,6 +187,7 @@ pub fn read_request(r: &mut impl Read, deadline: Instant) -> Result<HttpRequest,
             return Err((408, "the request did not arrive in time".into()));
         }
         match r.read(&mut chunk) {
+            Ok(0) if buf.is_empty() => return Err((400, CLOSED_EMPTY.into())),
             Ok(0) => return Err((400, "the connection closed before a whole request".into())),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -296,11 +307,19 @@ fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>, bucket: &Mutex<B
     let _ = conn.set_read_timeout(Some(READ_WITHIN));
     let _ = conn.set_write_timeout(Some(READ_WITHIN));
     let read = read_request(conn, deadline);
+    let mut bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
+    if matches!(&read, Err((_, why)) if why == CLOSED_EMPTY) {
+        // A liveness check takes no token (status must not use up the member's); a loop of
+        // them is slowed like any other once the member has none left.
+        if bucket.is_empty(Instant::now()) {
+            drop(bucket);
+            std::thread::sleep(TARPIT);
+        }
+        return;
+    }
     // Every request read counts, whatever it is: a loop of malformed ones costs too.
-    let token = bucket
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take(Instant::now());
+    let token = bucket.take(Instant::now());
+    drop(bucket);
     if let Err(wait) = token {
         std::thread::sleep(TARPIT);
         return respond(conn, 429, &rate_limited(wait));
@@ -626,6 +645,8 @@ mod tests {
             assert!(b.take(later).is_ok());
         }
         assert!(b.take(later).is_err());
+        assert!(b.is_empty(later));
+        assert!(!b.is_empty(later + Duration::from_millis(500)));
     }
 
     #[test]
