@@ -5,7 +5,9 @@
 //! folder outside its grant, more memory, more network, an image no manifest names, a taken
 //! name, over maxMembers) are refused naming the rule; `export` round-trips through
 //! `validate` and `diff` finds nothing to do; the child goes (its transcript stays) when its
-//! requester leaves the manifests.
+//! requester leaves the manifests. Attacks of invariant 9b (docs/security.md): names that
+//! are not the helper's own (a main session, a removed member's kept transcript, a kept
+//! container), the requester chain and maxDepth, loops of requests.
 //! Ignored by a plain `cargo test`.
 
 use std::path::PathBuf;
@@ -102,6 +104,64 @@ spec: {parent: lead, access: g, command: [sleep, "100000"], resources: {memory: 
             );
         }
         yaml
+    }
+
+    /// The team with the members `members` (name, parent), each as `a` is in `manifests`,
+    /// and `limits` in the Team's spec (`maxMembers: 6, maxDepth: 3`).
+    fn manifests_with(&self, limits: &str, members: &[(&str, &str)]) -> String {
+        let mut yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, allowUnenforcedLimits: true, helperRequests: true, {limits}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{write: [./work], read: [./other], network: {{allow: [example.com]}}}}
+"#,
+            team = self.team
+        );
+        for (name, parent) in members {
+            yaml.push_str(&format!(
+                r#"---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: {name}}}
+spec: {{parent: {parent}, access: g, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#
+            ));
+        }
+        yaml
+    }
+
+    /// The names of the containers on the engine.
+    fn containers(&self) -> Vec<String> {
+        self.cli(&["ps", "-a", "--format", "{{.Names}}"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect()
+    }
+
+    fn container(&self, member: &str) -> String {
+        format!("ateam_{}_{member}", self.team)
+    }
+
+    /// A command as the user ateam runs as (the rootless user for rootless Podman).
+    fn as_ateams_user(&self, program: &str) -> Command {
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let mut c = Command::new("runuser");
+            c.args(["-u", &name, "--", program]);
+            c
+        } else {
+            Command::new(program)
+        }
     }
 
     /// The engine's own CLI.
@@ -408,6 +468,283 @@ fn a_member_asks_for_helpers(engine: Engine) {
     assert!(w.path("work/sub/k").exists());
 }
 
+/// Removes a container the test made by hand, however the test ends.
+struct HandMade<'a>(&'a World, String);
+
+impl Drop for HandMade<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.cli(&["rm", "-f", &self.1]);
+    }
+}
+
+/// The team with members `a` and `old`, applied (maxMembers 6, maxDepth 3).
+fn names_world(engine: Engine, tag: &str) -> (World, &'static str) {
+    let w = World::new(engine, tag);
+    let limits = "maxMembers: 6, maxDepth: 3";
+    let team = w.write(
+        "team.yaml",
+        &w.manifests_with(limits, &[("a", "lead"), ("old", "lead")]),
+    );
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    (w, limits)
+}
+
+/// Attack (c) of invariant 2 (docs/security.md, 9b): a member asks for a helper named like
+/// the team's main session, stopped by its person: the root helper server must not start
+/// it, nor record a helper of that name.
+fn a_helper_may_not_take_a_main_sessions_name(engine: Engine) {
+    let (w, _) = names_world(engine, "nms");
+    let socket = w
+        .path("state/teams")
+        .join(&w.team)
+        .join("sessions/lead/tmux.sock");
+    let killed = w
+        .as_ateams_user("tmux")
+        .arg("-S")
+        .arg(&socket)
+        .arg("kill-server")
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{}", text(&killed.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_ne!(w.row("lead").unwrap()["state"], "running", "{engine:?}");
+    let got = w.ask("a", r#"{"name": "lead", "command": ["sleep", "100000"]}"#);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let lead = w.row("lead").unwrap();
+    assert_ne!(
+        lead["state"], "running",
+        "{engine:?}: a helper request started the person's main session: {lead}"
+    );
+    assert!(
+        got.contains("409") && got.contains("(session-name)"),
+        "{engine:?}: a helper took the main session's name: {got}"
+    );
+    assert!(!w.requested("lead").exists());
+}
+
+/// Attack (a) of invariant 2: a helper named like a member that was removed but whose
+/// transcript was kept would mount that transcript, and copy its secret where its asker
+/// reads.
+fn a_helper_may_not_take_a_removed_members_name(engine: Engine) {
+    let (w, limits) = names_world(engine, "nmr");
+    let transcript = w.path("sessions/members/old");
+    let got = w.inside(
+        "old",
+        &format!("echo s3cret-of-old > {}/notes", transcript.display()),
+    );
+    assert!(got.contains("[exit Some(0)]"), "{engine:?}: {got}");
+    let team = w.write("team.yaml", &w.manifests_with(limits, &[("a", "lead")]));
+    w.ok(&["apply", "--prune", "-f", team.to_str().unwrap()]);
+    assert!(!w.containers().contains(&w.container("old")), "{engine:?}");
+    assert!(transcript.join("notes").exists(), "the transcript is kept");
+    let sub = w.path("work/sub");
+    let leak = sub.join("leak");
+    let steal = format!(
+        r#"{{"name": "old", "write": ["{sub}"], "command": ["sh", "-c", "cat {notes} > {leak}; sleep 100000"]}}"#,
+        sub = sub.display(),
+        notes = transcript.join("notes").display(),
+        leak = leak.display()
+    );
+    let got = w.ask("a", &steal);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let leaked = std::fs::read_to_string(&leak).unwrap_or_default();
+    assert!(
+        !leaked.contains("s3cret"),
+        "{engine:?}: the asker read a removed member's transcript: {leaked}"
+    );
+    assert!(
+        got.contains("409") && got.contains("(remembered-name)"),
+        "{engine:?}: a helper took a removed member's name: {got}"
+    );
+    assert!(!w.containers().contains(&w.container("old")), "{engine:?}");
+    assert!(!w.requested("old").exists());
+}
+
+/// Attack (b) of invariant 2: containers a person kept with the name ateam would give the
+/// helper (a removed member's orphan, left by an apply without `--prune`; one made by hand)
+/// must be neither replaced nor adopted, by the request or by the applies after it.
+fn a_helper_may_not_take_a_kept_containers_name(engine: Engine) {
+    let (w, limits) = names_world(engine, "nmc");
+    let team = w.write("team.yaml", &w.manifests_with(limits, &[("a", "lead")]));
+    // Exit 1: it leaves the orphan, as asked.
+    let _ = w.ateam(&["apply", "-f", team.to_str().unwrap()]);
+    let id_of = |name: &str| w.cli(&["inspect", "--format", "{{.Id}}", name]);
+    let orphan = w.container("old");
+    let orphan_id = id_of(&orphan);
+    assert!(w.containers().contains(&orphan), "{engine:?}: {orphan_id}");
+    let kept = w.container("kept");
+    let made = w.cli(&[
+        "create",
+        "--name",
+        &kept,
+        "ateam-demo:latest",
+        "sleep",
+        "100000",
+    ]);
+    let _guard = HandMade(&w, kept.clone());
+    let kept_id = id_of(&kept);
+    assert!(!kept_id.trim().is_empty(), "{engine:?}: {made}");
+    let sleep = r#""command": ["sleep", "100000"]"#;
+    let asked_old = w.ask("a", &format!(r#"{{"name": "old", {sleep}}}"#));
+    let asked_kept = w.ask("a", &format!(r#"{{"name": "kept", {sleep}}}"#));
+    // The person's next apply, as before: nothing of theirs is touched.
+    let _ = w.ateam(&["apply", "-f", team.to_str().unwrap()]);
+    assert_eq!(
+        id_of(&orphan),
+        orphan_id,
+        "{engine:?}: the kept orphan was replaced: {asked_old}"
+    );
+    assert_eq!(
+        id_of(&kept),
+        kept_id,
+        "{engine:?}: the person's container was replaced: {asked_kept}"
+    );
+    assert!(
+        asked_old.contains("409")
+            && (asked_old.contains("(remembered-name)") || asked_old.contains("(container-name)")),
+        "{engine:?}: a helper took the name of a kept orphan: {asked_old}"
+    );
+    assert!(
+        asked_kept.contains("409") && asked_kept.contains("(container-name)"),
+        "{engine:?}: a helper took the name of a container a person kept: {asked_kept}"
+    );
+    assert!(!w.requested("old").exists() && !w.requested("kept").exists());
+    // A name nobody holds is still given.
+    let got = w.ask("a", &format!(r#"{{"name": "fresh", {sleep}}}"#));
+    assert!(got.contains("\"created\": \"fresh\""), "{engine:?}: {got}");
+}
+
+/// Attacks (d) of invariant 2: a helper's chain of requesters is the real one, maxDepth
+/// counts all of it as it is now, and every helper goes when a link of its chain goes.
+fn helper_chains_are_real(engine: Engine) {
+    let w = World::new(engine, "chn");
+    let limits = "maxMembers: 6, maxDepth: 3";
+    let team = w.write(
+        "team.yaml",
+        &w.manifests_with(limits, &[("a", "lead"), ("b", "lead")]),
+    );
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    // a (depth 1) -> kid (2) -> k2 (3) -> k3 (4) is refused.
+    let sleep = r#""command": ["sleep", "100000"]"#;
+    let got = w.ask("a", &format!(r#"{{"name": "kid", {sleep}}}"#));
+    assert!(got.contains("\"created\": \"kid\""), "{engine:?}: {got}");
+    let got = w.ask("kid", &format!(r#"{{"name": "k2", {sleep}}}"#));
+    assert!(got.contains("\"created\": \"k2\""), "{engine:?}: {got}");
+    let got = w.ask("k2", &format!(r#"{{"name": "k3", {sleep}}}"#));
+    assert!(got.contains("(maxDepth)"), "{engine:?}: {got}");
+    assert_eq!(w.row("k2").unwrap()["parent"], "kid");
+
+    // a moves under b: kid is at depth 3 now, and k2 would be at 4. It goes.
+    let team = w.write(
+        "team.yaml",
+        &w.manifests_with(limits, &[("b", "lead"), ("a", "b")]),
+    );
+    let _ = w.ateam(&["apply", "-f", team.to_str().unwrap()]);
+    let names = w.containers();
+    assert!(
+        !names.contains(&w.container("k2")),
+        "{engine:?}: a helper outlived maxDepth once its chain grew: {names:?}"
+    );
+    assert!(names.contains(&w.container("kid")), "{names:?}");
+    assert!(!w.requested("k2").exists());
+
+    // kid asks again (depth 4 now: refused). b (depth 1) asks kb, kb asks kb2.
+    let got = w.ask("kid", &format!(r#"{{"name": "k4", {sleep}}}"#));
+    assert!(got.contains("(maxDepth)"), "{engine:?}: {got}");
+    let got = w.ask("b", &format!(r#"{{"name": "kb", {sleep}}}"#));
+    assert!(got.contains("\"created\": \"kb\""), "{engine:?}: {got}");
+    let got = w.ask("kb", &format!(r#"{{"name": "kb2", {sleep}}}"#));
+    assert!(got.contains("\"created\": \"kb2\""), "{engine:?}: {got}");
+    // The first requesters leave the manifests: every helper below them goes in the same
+    // apply, their records too; transcripts stay.
+    let team = w.write("team.yaml", &w.manifests_with(limits, &[("c", "lead")]));
+    let _ = w.ateam(&["apply", "-f", team.to_str().unwrap()]);
+    let names = w.containers();
+    for gone in ["kid", "k2", "kb", "kb2"] {
+        assert!(
+            !names.contains(&w.container(gone)),
+            "{engine:?}: {gone} outlived its chain: {names:?}"
+        );
+        assert!(!w.requested(gone).exists());
+        assert!(w.path("sessions/members").join(gone).is_dir());
+    }
+}
+
+/// CPU time (user + system) of process `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // utime and stime are fields 14 and 15 of stat(5); `after` starts at field 3.
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
+    ticks / text(&out.stdout).trim().parse::<f64>().unwrap()
+}
+
+/// Attack (e) of invariant 2 and 5: four loops of refused requests from inside a member for
+/// 10 s. The root helper server's CPU stays bounded, the loops get 429, and `apply
+/// --no-wait` works meanwhile (refusals never hold the store's lock).
+fn request_loops_are_slowed_and_cheap(engine: Engine) {
+    let w = World::new(engine, "lop");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let pid_file = w
+        .path("state/teams")
+        .join(&w.team)
+        .join("members/a/helpers/server.pid");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let loops = r#"ask() { while :; do wget -Y off -q -O /dev/null --post-data '{"name": "k2", "read": ["/etc"]}' "$ATEAM_HELPERS_URL" 2>>/tmp/asked-$1; done; }
+for i in 1 2 3 4; do ask $i & done
+sleep 10; kill $(jobs -p); wait
+echo "refused: $(cat /tmp/asked-* | grep -c '(narrower-than-requester)')"
+echo "429: $(cat /tmp/asked-* | grep -c ' 429 ')"
+echo "all: $(cat /tmp/asked-* | wc -l)""#;
+    let before = cpu_seconds(pid);
+    let started = std::time::Instant::now();
+    let mut c = common::ateam_command(engine, &w.root().join("state"));
+    c.args(["exec", "a", "--team", &w.team, "--", "sh", "-c", loops])
+        .current_dir(w.root())
+        .stdin(Stdio::null());
+    let inside = std::thread::spawn(move || c.output().unwrap());
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut applies = Vec::new();
+    for _ in 0..3 {
+        let out = w.ateam(&["apply", "--no-wait", "-f", team.to_str().unwrap()]);
+        applies.push((out.status.code(), text(&out.stderr)));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let out = inside.join().unwrap();
+    let cpu = cpu_seconds(pid) - before;
+    let secs = started.elapsed().as_secs_f64();
+    let said = text(&out.stdout);
+    eprintln!(
+        "{engine:?}: helper server CPU {cpu:.2} s in {secs:.1} s ({:.0} % of a core); {said}",
+        100.0 * cpu / secs
+    );
+    for (code, err) in &applies {
+        assert_eq!(
+            *code,
+            Some(0),
+            "{engine:?}: apply --no-wait failed while a member asked in a loop: {err}"
+        );
+    }
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("429: ") && l != "429: 0"),
+        "{engine:?}: no request was rate-limited: {said}{}",
+        text(&out.stderr)
+    );
+    assert!(
+        cpu / secs < 0.2,
+        "{engine:?}: the helper server used {:.0} % of a core under a loop of requests",
+        100.0 * cpu / secs
+    );
+}
+
 /// The helper server on its own, without an engine: idle clients do not stop it serving
 /// others, a fifth connection at once is turned away, a huge body is refused from its
 /// length, and a request for a team not applied is refused.
@@ -522,6 +859,36 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_member_asks_for_helpers() {
                     super::a_member_asks_for_helpers($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_helper_may_not_take_a_main_sessions_name() {
+                    super::a_helper_may_not_take_a_main_sessions_name($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_helper_may_not_take_a_removed_members_name() {
+                    super::a_helper_may_not_take_a_removed_members_name($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_helper_may_not_take_a_kept_containers_name() {
+                    super::a_helper_may_not_take_a_kept_containers_name($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn helper_chains_are_real() {
+                    super::helper_chains_are_real($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn request_loops_are_slowed_and_cheap() {
+                    super::request_loops_are_slowed_and_cheap($e);
                 }
             }
         )*

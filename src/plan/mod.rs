@@ -237,6 +237,32 @@ impl Action {
         }
     }
 
+    /// Whether it acts on a main session (a person's, on the host) rather than a member: a
+    /// helper request brings up one member and may never touch these.
+    pub fn is_session(&self) -> bool {
+        match self {
+            Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. } => true,
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::Create { .. }
+            | Action::Recreate { .. }
+            | Action::Start { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. }
+            | Action::RemoveStranger { .. } => false,
+        }
+    }
+
     /// Its name, as the `action` tag of its JSON (the log and `diff -o json` say the same).
     pub fn name(&self) -> &'static str {
         match self {

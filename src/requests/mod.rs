@@ -11,7 +11,10 @@
 //! (apply, the controller, status, diff). It lasts as long as its requester is desired: when
 //! the manifests no longer name the requester (or a manifest now names a member of the same
 //! name), the record is dropped and its container removed by the next apply or reconcile,
-//! without `--prune`. Its transcript stays, as every member's does. A requester whose
+//! without `--prune`, and so is every helper below it (its requester chain is followed
+//! through the records). Its transcript stays, as every member's does. A request may not
+//! take a name anything else has or had: a main session's, a member's, one the store or the
+//! sessionDir remembers (`remembered`), a container's (checked by the server). A requester whose
 //! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
 //!
 //! - `server`: `ateam helper-server`, the per-member process behind `/.ateam/helpers.sock`;
@@ -67,8 +70,8 @@ pub struct Request {
 /// Why a request was refused: which rule it breaks, and in what words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
-    /// An HTTP status: 400 malformed, 403 not allowed at all, 409 the name is taken, 422 a
-    /// rule is broken.
+    /// An HTTP status: 400 malformed, 403 not allowed at all, 409 the name is taken (by a
+    /// member, a main session, something remembered, a container), 422 a rule is broken.
     pub status: u16,
     /// A short name of the rule: `narrower-than-requester`, `resources-within-requester`,
     /// `maxMembers`, `maxDepth`, `name`, `absolute-paths`, `manifest-rules`...
@@ -187,59 +190,148 @@ pub struct Dropped {
 }
 
 /// `desired` with the requested members of its teams added: those of a team that still allows
-/// requests, whose requester is in it (a manifest member or a requested one, added before),
-/// whose name no manifest takes, that fit the team's maxMembers and maxDepth as it is now
-/// (the oldest first), and that are still no wider than their requester. The others are
-/// `Dropped`: turning `helperRequests` off leaves a team exactly as its manifests say.
+/// requests, whose requester is in it (a manifest member, or a requested one kept itself),
+/// whose name no manifest member or main session takes, that fit the team's maxMembers and
+/// maxDepth as it is now (the oldest first), and that are still no wider than their requester.
+/// The others are `Dropped`, and with them, in the same plan, every helper below them: a
+/// helper's chain of requesters is followed link by link through the records, so it lives
+/// only while every link does. Turning `helperRequests` off leaves a team exactly as its
+/// manifests say.
 pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
     let mut out = desired.clone();
     let mut dropped = Vec::new();
     for team in &mut out.teams {
         let manifest_names: Vec<String> = team.members.iter().map(|m| m.name.clone()).collect();
-        for r in records(state_dir, &team.name) {
-            let mut m = r.member;
-            let Origin::Requested { by, .. } = &m.origin else {
-                continue;
-            };
-            let why = if !team.helper_requests {
-                Some("its team no longer allows helper requests".to_string())
-            } else if manifest_names.contains(&m.name) {
-                Some("a manifest now names a member of this name".to_string())
-            } else if team.members.len() as u32 >= team.max_members {
-                Some(format!(
-                    "the team has maxMembers {} without it",
-                    team.max_members
-                ))
-            } else if team.sessions.iter().any(|s| s.name == *by) {
-                // Its requester was promoted to a main session of the same name: as a
-                // manifest member's children, it now works for the session (which has the
-                // person's own access, so it is no wider).
-                m.parent = Parent::MainSession(by.clone());
-                m.depth = 1;
-                None
-            } else if let Some(parent) = team.members.iter().find(|p| p.name == *by) {
-                if parent.depth + 1 > team.max_depth {
-                    Some(format!(
-                        "it would be deeper than the team's maxDepth {}",
-                        team.max_depth
-                    ))
-                } else {
-                    still_within(&m, parent).err()
+        let mut pending: Vec<Member> = records(state_dir, &team.name)
+            .into_iter()
+            .map(|r| r.member)
+            .collect();
+        // Pass after pass, each record whose requester is in the team by now: a helper's
+        // helper may be recorded in the same second as it, so the order of the records
+        // alone does not say who comes first.
+        loop {
+            let mut waiting = Vec::new();
+            let before = pending.len();
+            for m in pending {
+                match admit(team, &manifest_names, m) {
+                    Admit::Keep(m) => team.members.push(*m),
+                    Admit::Wait(m) => waiting.push(*m),
+                    Admit::Drop { member, why } => dropped.push(Dropped {
+                        team: team.name.clone(),
+                        member,
+                        why,
+                    }),
                 }
-            } else {
-                Some(format!("its requester `{by}` is no longer wanted"))
-            };
-            match why {
-                None => team.members.push(m),
-                Some(why) => dropped.push(Dropped {
-                    team: team.name.clone(),
-                    member: m.name.clone(),
-                    why,
-                }),
             }
+            let stuck = waiting.len() == before;
+            pending = waiting;
+            if stuck || pending.is_empty() {
+                break;
+            }
+        }
+        // Whose requester never came: it went, or was itself dropped (and so, its chain).
+        let pending_names: Vec<String> = pending
+            .iter()
+            .map(|m| m.name.clone())
+            .chain(
+                dropped
+                    .iter()
+                    .filter(|d| d.team == team.name)
+                    .map(|d| d.member.clone()),
+            )
+            .collect();
+        for m in pending {
+            let by = match &m.origin {
+                Origin::Requested { by, .. } => by.clone(),
+                Origin::Manifest => String::new(),
+            };
+            let why = if pending_names.contains(&by) {
+                format!("its requester `{by}` is no longer wanted (a link of its chain went)")
+            } else {
+                format!("its requester `{by}` is no longer wanted")
+            };
+            dropped.push(Dropped {
+                team: team.name.clone(),
+                member: m.name,
+                why,
+            });
         }
     }
     (out, dropped)
+}
+
+/// What `merge` does with one record, given the team as merged so far.
+enum Admit {
+    Keep(Box<Member>),
+    /// Its requester is not (yet) in the team.
+    Wait(Box<Member>),
+    Drop {
+        member: String,
+        why: String,
+    },
+}
+
+fn admit(team: &Team, manifest_names: &[String], mut m: Member) -> Admit {
+    let by = match &m.origin {
+        Origin::Requested { by, .. } => by.clone(),
+        Origin::Manifest => {
+            return Admit::Drop {
+                member: m.name,
+                why: "its record says no member asked for it".into(),
+            };
+        }
+    };
+    let why = if !team.helper_requests {
+        Some("its team no longer allows helper requests".to_string())
+    } else if manifest_names.contains(&m.name) {
+        Some("a manifest now names a member of this name".to_string())
+    } else if team.sessions.iter().any(|s| s.name == m.name) {
+        // A helper may never be a main session's namesake: plans act on the session by
+        // that name, and the helper's own helpers would seem to be the session's.
+        Some("a main session has this name".to_string())
+    } else if team.members.iter().any(|p| p.name == m.name) {
+        Some("another member has this name".to_string())
+    } else if team.members.len() as u32 >= team.max_members {
+        Some(format!(
+            "the team has maxMembers {} without it",
+            team.max_members
+        ))
+    } else if let Some(parent) = team.members.iter().find(|p| p.name == by) {
+        // The depth is the chain's as it is now, not as it was when it asked: its
+        // requester may have been moved deeper since.
+        if parent.depth + 1 > team.max_depth {
+            Some(format!(
+                "it would be at depth {}, deeper than the team's maxDepth {}",
+                parent.depth + 1,
+                team.max_depth
+            ))
+        } else {
+            m.parent = Parent::Member(by.clone());
+            m.depth = parent.depth + 1;
+            still_within(&m, parent).err()
+        }
+    } else if team
+        .sessions
+        .iter()
+        .any(|s| s.name == by && s.promoted_from.as_deref() == Some(by.as_str()))
+    {
+        // Its requester was promoted to a main session of the same name: as a manifest
+        // member's children, it now works for the session (which has the person's own
+        // access, so it is no wider). Only a promotion: a session that merely shares the
+        // requester's name is not its requester.
+        m.parent = Parent::MainSession(by.clone());
+        m.depth = 1;
+        None
+    } else {
+        return Admit::Wait(Box::new(m));
+    };
+    match why {
+        None => Admit::Keep(Box::new(m)),
+        Some(why) => Admit::Drop {
+            member: m.name,
+            why,
+        },
+    }
 }
 
 /// A requested member is kept only while it is no wider than its requester now (a manifest
@@ -353,6 +445,17 @@ pub fn judge(
             format!(
                 "team `{}` already has a member `{}`; choose another name",
                 team.name, req.name
+            ),
+        ));
+    }
+    if team.sessions.iter().any(|s| s.name == req.name) {
+        return Err(Refusal::new(
+            409,
+            "session-name",
+            Some("name"),
+            format!(
+                "`{}` is a main session of team `{}`; a helper may not take its name",
+                req.name, team.name
             ),
         ));
     }
@@ -478,6 +581,44 @@ pub fn judge(
     made.origin = child.origin;
     resources_within(&made, parent)?;
     Ok(made)
+}
+
+/// Whether the store or the machine remembers something by `name` in `team`, which a new
+/// helper of that name would take over: the folder of a member ateam ran (its container
+/// record, gate and sockets), a request record not yet forgotten, or a transcript folder (a
+/// removed member's, kept: the helper would mount it, and its asker read what it could
+/// never read). Looked at with `lstat`: a symlink or a FIFO a member planted there counts.
+/// `name` must be a valid name (`judge` said so): it is a path component here.
+pub fn remembered(state_dir: &Path, team: &Team, name: &str) -> Result<(), Refusal> {
+    let run_dir = layout::team_run_dir(state_dir, &team.name);
+    let places = [
+        (
+            layout::members_dir(&run_dir).join(name),
+            "the store remembers a member of this name: its folder",
+        ),
+        (
+            record_path(state_dir, &team.name, name),
+            "a helper of this name is still recorded",
+        ),
+        (
+            layout::transcript_dir(&team.session_dir, name),
+            "a transcript folder of this name is kept",
+        ),
+    ];
+    for (path, what) in places {
+        if std::fs::symlink_metadata(&path).is_ok() {
+            return Err(Refusal::new(
+                409,
+                "remembered-name",
+                Some("name"),
+                format!(
+                    "`{name}`: {what} ({}), and a new helper may not take over what another member left; choose another name",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The first problem that concerns the request, as the rule it breaks; else the first.

@@ -11,7 +11,9 @@
 //!
 //! A hostile member must not hurt it: heads are capped at 8 KiB and bodies at 64 KiB (413),
 //! a request must arrive within 10 s (408), at most 4 connections are served at once (503
-//! to the rest), and requests are judged one at a time.
+//! to the rest), requests beyond a burst and a pace are answered 429 after a pause
+//! (`Bucket`), and requests are judged one at a time, without the store's lock until one is
+//! accepted (a refusal must not hold up an apply).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -34,6 +36,59 @@ const MAX_HEAD: usize = 8 * 1024;
 const MAX_BODY: usize = 64 * 1024;
 const READ_WITHIN: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS: usize = 4;
+/// Requests a server judges: a burst, then a steady pace. A member asking in a loop is
+/// answered 429 beyond it, so what it costs the host (a judgement reads the store and
+/// validates the whole team) is bounded whatever the member does.
+const BURST: u32 = 20;
+const PER_SECOND: u32 = 2;
+/// How long a 429 waits before it is sent, holding one of the few places: a loop that asks
+/// again at once is slowed to a few requests a second, not spun.
+const TARPIT: Duration = Duration::from_millis(250);
+
+/// What `read_request` says of a connection closed before its first byte: the liveness
+/// check of `status`, apply and the controller (`servers::answers`).
+const CLOSED_EMPTY: &str = "the connection closed without a request";
+
+/// A token bucket: `burst` requests at once, then `per_second`.
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    tokens: f64,
+    last: Instant,
+    burst: f64,
+    per_second: f64,
+}
+
+impl Bucket {
+    pub fn new(burst: u32, per_second: u32, now: Instant) -> Bucket {
+        Bucket {
+            tokens: f64::from(burst),
+            last: now,
+            burst: f64::from(burst),
+            per_second: f64::from(per_second),
+        }
+    }
+
+    /// Whether there is no token now (none is taken).
+    pub fn is_empty(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens + elapsed * self.per_second < 1.0
+    }
+
+    /// Takes one request's token, or says how long until there is one.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (1.0 - self.tokens) / self.per_second,
+            ))
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -74,6 +129,7 @@ pub fn run(cfg: Config) -> Result<(), ServeError> {
     crate::files::write_atomic(&paths.pid, pid.as_bytes(), 0o600, me).map_err(io(&paths.pid))?;
     let busy = Arc::new(AtomicUsize::new(0));
     let one_at_a_time = Arc::new(Mutex::new(()));
+    let bucket = Arc::new(Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())));
     let cfg = Arc::new(cfg);
     for conn in listener.incoming() {
         let Ok(mut conn) = conn else { continue };
@@ -87,11 +143,16 @@ pub fn run(cfg: Config) -> Result<(), ServeError> {
             );
             continue;
         }
-        let (busy, lock, cfg) = (busy.clone(), one_at_a_time.clone(), cfg.clone());
+        let (busy, lock, cfg, bucket) = (
+            busy.clone(),
+            one_at_a_time.clone(),
+            cfg.clone(),
+            bucket.clone(),
+        );
         // Each connection is bounded in time (READ_WITHIN, then one judgement), and the
         // count above bounds how many threads exist at once.
         std::thread::spawn(move || {
-            serve(&mut conn, &cfg, &lock);
+            serve(&mut conn, &cfg, &lock, &bucket);
             busy.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -121,6 +182,7 @@ pub fn read_request(r: &mut impl Read, deadline: Instant) -> Result<HttpRequest,
             return Err((408, "the request did not arrive in time".into()));
         }
         match r.read(&mut chunk) {
+            Ok(0) if buf.is_empty() => return Err((400, CLOSED_EMPTY.into())),
             Ok(0) => return Err((400, "the connection closed before a whole request".into())),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -183,7 +245,10 @@ fn respond(w: &mut impl Write, status: u16, body: &serde_json::Value) {
         411 => "Length Required",
         413 => "Content Too Large",
         422 => "Unprocessable Content",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Error",
     };
@@ -217,15 +282,44 @@ fn phrase(s: &str) -> String {
     out
 }
 
+/// The answer to a request over the rate (`Bucket`).
+fn rate_limited(wait: Duration) -> serde_json::Value {
+    json!({
+        "refused": format!(
+            "more than {PER_SECOND} requests a second (after a burst of {BURST}); try again in {} ms",
+            wait.as_millis().max(1)
+        ),
+        "rule": "rate-limit",
+    })
+}
+
 fn refused(r: &Refusal) -> serde_json::Value {
     json!({"refused": r.message, "rule": r.rule, "field": r.field})
 }
 
-fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>) {
+fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>, bucket: &Mutex<Bucket>) {
     let deadline = Instant::now() + READ_WITHIN;
     let _ = conn.set_read_timeout(Some(READ_WITHIN));
     let _ = conn.set_write_timeout(Some(READ_WITHIN));
-    let req = match read_request(conn, deadline) {
+    let read = read_request(conn, deadline);
+    let mut bucket = bucket.lock().unwrap_or_else(|p| p.into_inner());
+    if matches!(&read, Err((_, why)) if why == CLOSED_EMPTY) {
+        // A liveness check takes no token (status must not use up the member's); a loop of
+        // them is slowed like any other once the member has none left.
+        if bucket.is_empty(Instant::now()) {
+            drop(bucket);
+            std::thread::sleep(TARPIT);
+        }
+        return;
+    }
+    // Every request read counts, whatever it is: a loop of malformed ones costs too.
+    let token = bucket.take(Instant::now());
+    drop(bucket);
+    if let Err(wait) = token {
+        std::thread::sleep(TARPIT);
+        return respond(conn, 429, &rate_limited(wait));
+    }
+    let req = match read {
         Ok(r) => r,
         Err((status, why)) => return respond(conn, status, &json!({"refused": why})),
     };
@@ -266,38 +360,15 @@ impl Progress for Quiet {
     fn step(&self, _: &str, _: &str, _: &str) {}
 }
 
-/// Judges `req` under the store's lock, records it and brings its member up.
-fn handle(cfg: &Config, req: &Request) -> (u16, serde_json::Value) {
+/// An answer: a status and its JSON body.
+type Answer = (u16, serde_json::Value);
+
+/// Judges `req` once without the store's lock, so that a refusal (the common case for a
+/// hostile member, in a loop) never holds up an apply (`apply --no-wait` fails while the
+/// lock is held); then, accepted, judges it again under the lock (another apply may have
+/// changed the team meanwhile), records it and brings its member up.
+fn handle(cfg: &Config, req: &Request) -> Answer {
     let app = App::new(Some(cfg.state_dir.clone()), None);
-    let _lock = match app.store.lock(false, |_| {}) {
-        Ok(l) => l,
-        Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
-    };
-    let stored = match app.store.teams() {
-        Ok(t) => t,
-        Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
-    };
-    let Some(team) = stored.iter().find(|t| t.name == cfg.team).cloned() else {
-        return (
-            403,
-            json!({"refused": format!("team `{}` is no longer applied", cfg.team)}),
-        );
-    };
-    let merged: Vec<_> = super::merge(&Desired { teams: stored }, &cfg.state_dir)
-        .0
-        .teams;
-    let Some(this) = merged.iter().find(|t| t.name == cfg.team) else {
-        return (500, json!({"refused": "the team went away"}));
-    };
-    let at = rfc3339(std::time::SystemTime::now());
-    let member = match super::judge(req, &cfg.member, this, &merged, &app.host, &at) {
-        Ok(m) => m,
-        Err(r) => return (r.status, refused(&r)),
-    };
-    if let Err(e) = super::save(&cfg.state_dir, &cfg.team, &member, app.owner) {
-        return (500, json!({"refused": e.to_string()}));
-    }
-    tracing::info!(team = %cfg.team, by = %cfg.member, member = %member.name, "helper requested");
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -305,13 +376,32 @@ fn handle(cfg: &Config, req: &Request) -> (u16, serde_json::Value) {
         Ok(rt) => rt,
         Err(e) => return (500, json!({"refused": e.to_string()})),
     };
+    if let Err(answer) = judged(&app, &rt, cfg, req, true) {
+        return answer;
+    }
+    let _lock = match app.store.lock(false, |_| {}) {
+        Ok(l) => l,
+        Err(e) => return (503, json!({"refused": format!("the state folder: {e}")})),
+    };
+    // The engine was asked a moment ago: what an apply may have changed since is in the
+    // store (a member of the name it made is in its team now).
+    let (team, member) = match judged(&app, &rt, cfg, req, false) {
+        Ok(x) => x,
+        Err(answer) => return answer,
+    };
+    if let Err(e) = super::save(&cfg.state_dir, &cfg.team, &member, app.owner) {
+        return (500, json!({"refused": e.to_string()}));
+    }
+    tracing::info!(team = %cfg.team, by = %cfg.member, member = %member.name, "helper requested");
     let name = member.name.clone();
     let desired = Desired { teams: vec![team] };
     let report = rt.block_on(async {
         let none = |_: &str| None;
-        // Only the new member is touched: a request is no occasion to change the others.
+        // Only the new member is touched: a request is no occasion to change the others,
+        // and never a main session (the person's, on the host).
         let mut only = |plan: &mut crate::plan::Plan| {
-            plan.actions.retain(|a| a.subject().1 == name);
+            plan.actions
+                .retain(|a| a.subject().1 == name && !a.is_session());
         };
         converge(
             &app,
@@ -370,6 +460,93 @@ fn handle(cfg: &Config, req: &Request) -> (u16, serde_json::Value) {
                 json!({"created": name, "team": cfg.team, "requestedBy": cfg.member, "image": member.image, "state": "running"}),
             ),
         },
+    }
+}
+
+/// The team as stored and the member `req` would make, or the answer refusing it: the
+/// rules of manifests (`super::judge`), then the names the store remembers
+/// (`super::remembered`), then, with `engine`, the engine: a container of the helper's name
+/// that ateam did not make for it (an orphan a person kept, a stranger) would be replaced by
+/// its converge.
+fn judged(
+    app: &App,
+    rt: &tokio::runtime::Runtime,
+    cfg: &Config,
+    req: &Request,
+    engine: bool,
+) -> Result<(crate::model::Team, crate::model::Member), Answer> {
+    let state =
+        |e: &dyn std::fmt::Display| (503, json!({"refused": format!("the state folder: {e}")}));
+    let stored = app.store.teams().map_err(|e| state(&e))?;
+    let Some(team) = stored.iter().find(|t| t.name == cfg.team).cloned() else {
+        return Err((
+            403,
+            json!({"refused": format!("team `{}` is no longer applied", cfg.team)}),
+        ));
+    };
+    let merged: Vec<_> = super::merge(&Desired { teams: stored }, &cfg.state_dir)
+        .0
+        .teams;
+    let Some(this) = merged.iter().find(|t| t.name == cfg.team) else {
+        return Err((500, json!({"refused": "the team went away"})));
+    };
+    let at = rfc3339(std::time::SystemTime::now());
+    let member = super::judge(req, &cfg.member, this, &merged, &app.host, &at)
+        .and_then(|m| super::remembered(&cfg.state_dir, this, &m.name).map(|()| m))
+        .map_err(|r| (r.status, refused(&r)))?;
+    if engine {
+        rt.block_on(on_engine(app, &team, &member.name))
+            .map_err(|r| (r.status, refused(&r)))?;
+    }
+    Ok((team, member))
+}
+
+/// Refuses a name that a container on the engine holds already: `ateam_<team>_<name>` (or
+/// its replacement's `_next`), or one labelled as this team's member of that name (any
+/// store's). A new helper has no
+/// container yet, so any such is someone else's.
+async fn on_engine(app: &App, team: &crate::model::Team, name: &str) -> Result<(), Refusal> {
+    use crate::core::container::{container_name, labels, replacement_name};
+    let engine = |e: &dyn std::fmt::Display| {
+        Refusal::new(
+            503,
+            "engine",
+            None,
+            format!("the engine could not be asked about `{name}`: {e}"),
+        )
+    };
+    let (backend, _) = app
+        .connect(std::slice::from_ref(team))
+        .await
+        .map_err(|e| engine(&e))?;
+    let container = container_name(&team.name, name);
+    let mut by_name = None;
+    for n in [replacement_name(&container), container] {
+        if let Some(c) = backend.find_by_name(&n).await.map_err(|e| engine(&e))? {
+            by_name = Some(c);
+        }
+    }
+    let wanted = [
+        (labels::TEAM.to_string(), team.name.clone()),
+        (labels::MEMBER.to_string(), name.to_string()),
+    ];
+    let by_labels = backend
+        .list(&wanted.into_iter().collect())
+        .await
+        .map_err(|e| engine(&e))?;
+    match by_name.or(by_labels.into_iter().next()) {
+        None => Ok(()),
+        Some(c) => Err(Refusal::new(
+            409,
+            "container-name",
+            Some("name"),
+            format!(
+                "container `{}` ({}) holds the name `{name}` in team `{}` already; ateam did not make it for this helper and will not replace it; choose another name",
+                c.name,
+                &c.id[..c.id.len().min(12)],
+                team.name
+            ),
+        )),
     }
 }
 
@@ -444,6 +621,27 @@ mod tests {
             read_request(&mut Trickle(0), Instant::now() + Duration::from_millis(200)).unwrap_err();
         assert_eq!(e.0, 408);
         assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_bucket_allows_a_burst_then_a_pace() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(3, 2, t0);
+        for _ in 0..3 {
+            assert!(b.take(t0).is_ok());
+        }
+        let wait = b.take(t0).unwrap_err();
+        assert!(wait > Duration::from_millis(400) && wait <= Duration::from_millis(500));
+        assert!(b.take(t0 + Duration::from_millis(500)).is_ok());
+        assert!(b.take(t0 + Duration::from_millis(600)).is_err());
+        // Idle for long, it holds no more than its burst.
+        let later = t0 + Duration::from_secs(60);
+        for _ in 0..3 {
+            assert!(b.take(later).is_ok());
+        }
+        assert!(b.take(later).is_err());
+        assert!(b.is_empty(later));
+        assert!(!b.is_empty(later + Duration::from_millis(500)));
     }
 
     #[test]

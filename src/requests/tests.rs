@@ -371,3 +371,101 @@ fn an_export_keeps_grants_apart_whose_names_clash() {
     assert_eq!(back.access.write, child.access.write);
     assert_eq!(back.access.read, child.access.read);
 }
+
+#[test]
+fn a_helper_may_not_take_a_name_the_store_or_a_session_holds() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    // A main session's name: the helper's plan would start the person's session.
+    let e = refused(&f, &team, &request("lead"), "session-name", "main session");
+    assert_eq!(e.status, 409);
+    // What the store or the session folder remembers.
+    assert!(remembered(&f.host.state_dir, &team, "fresh").is_ok());
+    std::fs::create_dir_all(f.root.join("sessions/members/old")).unwrap();
+    std::fs::create_dir_all(f.root.join("state/teams/t/members/gone/ctl")).unwrap();
+    std::os::unix::fs::symlink("/etc", f.root.join("sessions/members/planted")).unwrap();
+    std::fs::create_dir_all(f.root.join("state/teams/t/requested")).unwrap();
+    std::fs::write(f.root.join("state/teams/t/requested/late.json"), "{}").unwrap();
+    for (name, words) in [
+        ("old", "transcript folder"),
+        ("gone", "remembers a member"),
+        ("planted", "transcript folder"),
+        ("late", "still recorded"),
+    ] {
+        let e = remembered(&f.host.state_dir, &team, name).unwrap_err();
+        assert_eq!(
+            (e.status, e.rule.as_str()),
+            (409, "remembered-name"),
+            "{e:?}"
+        );
+        assert!(e.message.contains(words), "{name}: {e:?}");
+    }
+}
+
+#[test]
+fn a_helpers_chain_is_followed_link_by_link() {
+    let f = Fixture::new();
+    let mut team = f.team(true);
+    team.max_depth = 3;
+    team.max_members = 6;
+    let owner = Owner {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+    };
+    let at = "2026-01-01T00:00:00Z";
+    let h1 = f.judge(&team, &request("h1")).unwrap();
+    // Its own helper, asked in the same second, with a name that sorts before it.
+    let mut with_h1 = team.clone();
+    with_h1.members.push(h1.clone());
+    let h0 = judge(&request("h0"), "h1", &with_h1, &[], &f.host, at).unwrap();
+    assert_eq!(h0.depth, 3);
+    save(&f.host.state_dir, "t", &h1, owner).unwrap();
+    save(&f.host.state_dir, "t", &h0, owner).unwrap();
+    let names = |d: &Desired| -> Vec<String> {
+        d.teams[0].members.iter().map(|m| m.name.clone()).collect()
+    };
+    let desired = |t: &Team| Desired {
+        teams: vec![t.clone()],
+    };
+    let (merged, dropped) = merge(&desired(&team), &f.host.state_dir);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(names(&merged), ["a", "h1", "h0"]);
+    // The first requester goes: every helper below it goes in the same merge.
+    let mut without = team.clone();
+    without.members.clear();
+    let (merged, dropped) = merge(&desired(&without), &f.host.state_dir);
+    assert!(merged.teams[0].members.is_empty());
+    let mut gone: Vec<&str> = dropped.iter().map(|d| d.member.as_str()).collect();
+    gone.sort();
+    assert_eq!(gone, ["h0", "h1"], "{dropped:?}");
+    // The requester moved deeper since: depths are the chain's now, not as recorded.
+    let mut deeper = team.clone();
+    deeper.members[0].depth = 2;
+    let (merged, dropped) = merge(&desired(&deeper), &f.host.state_dir);
+    assert_eq!(names(&merged), ["a", "h1"]);
+    assert_eq!(merged.teams[0].members[1].depth, 3);
+    assert!(
+        dropped[0].member == "h0" && dropped[0].why.contains("depth 4"),
+        "{dropped:?}"
+    );
+    // A record named like a main session (an older ateam accepted those) is dropped, and
+    // its helpers are not taken for the session's.
+    let mut lead = h1.clone();
+    lead.name = "lead".into();
+    save(&f.host.state_dir, "t", &lead, owner).unwrap();
+    let mut under = h0.clone();
+    under.name = "under".into();
+    under.origin = Origin::Requested {
+        by: "lead".into(),
+        at: at.into(),
+    };
+    save(&f.host.state_dir, "t", &under, owner).unwrap();
+    let (merged, dropped) = merge(&desired(&team), &f.host.state_dir);
+    assert_eq!(names(&merged), ["a", "h1", "h0"]);
+    let why = |n: &str| dropped.iter().find(|d| d.member == n).unwrap().why.clone();
+    assert!(
+        why("lead").contains("main session has this name"),
+        "{dropped:?}"
+    );
+    assert!(why("under").contains("requester `lead`"), "{dropped:?}");
+}
