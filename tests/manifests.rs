@@ -137,7 +137,7 @@ fn each_broken_manifest_fails_with_its_own_message() {
 
 #[test]
 fn the_example_team_is_valid() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team/team.yaml");
     let mut host = test_host();
     host.home = "/nonexistent-home".into();
     host.state_dir = "/nonexistent-home/.local/state/ateam".into();
@@ -219,6 +219,7 @@ fn check(yaml: &str, host: &Host, applied: &[Team]) -> Result<Team, Vec<Problem>
         path: broken_dir().join("team.yaml"),
         dir: broken_dir(),
         text: yaml.to_string(),
+        given: None,
     };
     validate(&[src], host, applied).map(|mut d| d.teams.remove(0))
 }

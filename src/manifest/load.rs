@@ -27,6 +27,10 @@ pub struct Source {
     /// Absolute folder that relative paths in it resolve against.
     pub dir: PathBuf,
     pub text: String,
+    /// The `-f` path (file or folder, absolute) it was found through; `None` for standard
+    /// input and for a helper's request. What apply and the controller read from there is the
+    /// person's intent, so no member may be granted to write it (`validate`).
+    pub given: Option<PathBuf>,
 }
 
 /// Why one manifest file could not be read.
@@ -53,6 +57,13 @@ pub enum ReadError {
         "not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8"
     )]
     Utf16,
+    /// A symlink whose target lies outside the folder it was found in (the folder given with
+    /// `-f`, or the folder holding a file given with `-f`): it is not read, so that no error
+    /// shows a line of a file the manifests' author could not read themselves.
+    #[error(
+        "a symlink to {target:?}, outside {root}: not read (name the file itself with -f if you mean it)"
+    )]
+    LinkLeaves { target: PathBuf, root: String },
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -78,20 +89,51 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                         path: "<stdin>".into(),
                         dir: cwd.clone(),
                         text,
+                        given: None,
                     })
                 }
                 Err(e) => problems.push(file_problem(Path::new("<stdin>"), e)),
             }
             continue;
         }
+        let given = absolute(&cwd, arg);
+        // A link named with -f may point anywhere inside the folder holding it; what a walk
+        // finds, anywhere inside the folder walked.
+        let holder = given.parent().unwrap_or(Path::new("/"));
+        let root = match std::fs::canonicalize(holder) {
+            Ok(real) => real,
+            Err(e) => {
+                problems.push(file_problem(arg, e.into()));
+                continue;
+            }
+        };
+        if let Err(e) = stays_inside(&given, &root, "the folder holding it") {
+            problems.push(file_problem(arg, e));
+            continue;
+        }
         let mut files = Vec::new();
-        if arg.is_dir() {
+        let root = if arg.is_dir() {
             collect(arg, &mut files, &mut problems);
             files.sort();
+            match std::fs::canonicalize(&given) {
+                Ok(real) => real,
+                Err(e) => {
+                    problems.push(file_problem(arg, e.into()));
+                    continue;
+                }
+            }
         } else {
             files.push(arg.clone());
-        }
+            root
+        };
+        let within = "the folder given with -f";
         for file in files {
+            if file != *arg
+                && let Err(e) = stays_inside(&file, &root, within)
+            {
+                problems.push(file_problem(&file, e));
+                continue;
+            }
             // The same file named twice (`-f team.yaml -f team.yaml`, or a folder and a file
             // in it) is one set of objects, not two that collide: read it once.
             if let Ok(meta) = std::fs::metadata(&file)
@@ -112,6 +154,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                         path: file,
                         dir,
                         text,
+                        given: Some(given.clone()),
                     });
                 }
                 Err(e) => problems.push(file_problem(&file, e)),
@@ -119,6 +162,42 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
         }
     }
     (sources, problems)
+}
+
+/// `path` made absolute and its `.` and `..` resolved by name (not following symlinks).
+fn absolute(cwd: &Path, path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for c in cwd.join(path).components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A symlink at `path` must lead inside `root` (a real path); anything else is read as found.
+/// The target is named in the refusal, never read.
+fn stays_inside(path: &Path, root: &Path, what: &str) -> Result<(), ReadError> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(());
+    }
+    let target = std::fs::canonicalize(path)
+        .or_else(|_| std::fs::read_link(path))
+        .map_err(ReadError::Io)?;
+    if target.starts_with(root) {
+        Ok(())
+    } else {
+        Err(ReadError::LinkLeaves {
+            target,
+            root: format!("{what} ({})", root.display()),
+        })
+    }
 }
 
 /// Reads one manifest file, following a symlink to it. It is checked to be a regular file

@@ -123,7 +123,13 @@ pub fn validate(
             }),
         }
     }
-    let desired = build(&objects, &broken, host, applied, &mut problems);
+    let mut given: Vec<PathBuf> = Vec::new();
+    for g in sources.iter().filter_map(|s| s.given.as_ref()) {
+        if !given.contains(g) {
+            given.push(g.clone());
+        }
+    }
+    let desired = build(&objects, &broken, host, applied, &given, &mut problems);
     // Report in reading order: by file as given, then by place in the file.
     let order: BTreeMap<&Path, usize> = sources
         .iter()
@@ -603,6 +609,7 @@ fn build(
     broken: &Broken,
     host: &Host,
     applied: &[model::Team],
+    given: &[PathBuf],
     problems: &mut Vec<Problem>,
 ) -> Desired {
     // Teams and their membership. A Team defined twice counts once here (the second is
@@ -681,7 +688,7 @@ fn build(
         .into_iter()
         .chain(host.engine_dirs.get().iter().cloned())
         .collect();
-    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
+    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given);
     // Admission counts the members of every team in the store that stays as it is.
     let earlier: Vec<&model::Team> = applied
         .iter()
@@ -726,6 +733,7 @@ fn build(
     for (t, _, session_dir) in &team_models {
         match check_session_dir(session_dir, host)
             .and_then(|()| fence.check_session_dir(&t.name, session_dir, &session_dirs))
+            .and_then(|()| fence.check_writable(&crate::core::layout::transcripts_dir(session_dir)))
         {
             Ok(()) => fence.add_session_dir(&t.name, session_dir),
             Err(e) => problems.push(t.value_problem("spec.sessionDir", e)),
@@ -762,6 +770,7 @@ fn build(
             session_dir: session_dir.clone(),
             allow_unenforced_limits: spec.allow_unenforced_limits,
             helper_requests: spec.helper_requests,
+            manifests: given.to_vec(),
             sessions: vec![],
             grants: vec![],
             members: vec![],
@@ -884,7 +893,13 @@ fn build(
                 for (i, raw) in list.iter().enumerate() {
                     let p = resolve(raw, &o.src.dir, &host.home);
                     let f = format!("spec.{field}[{i}]");
-                    if let Err(e) = check_grant(&p, host).and_then(|()| fence.check_grant(&p)) {
+                    let judged = check_grant(&p, host)
+                        .and_then(|()| fence.check_grant(&p))
+                        .and_then(|()| match field {
+                            "write" => fence.check_writable(&p),
+                            _ => Ok(()),
+                        });
+                    if let Err(e) = judged {
                         problems.push(o.value_problem(&f, e));
                     }
                     out.push(p);

@@ -60,6 +60,7 @@ fn team(members: &[&str]) -> Team {
         session_dir: "/home/u/sessions".into(),
         allow_unenforced_limits: false,
         helper_requests: false,
+        manifests: vec![],
         sessions: vec![],
         grants: vec![],
         members: members.iter().map(|m| member(m)).collect(),

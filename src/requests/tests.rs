@@ -41,6 +41,7 @@ impl Fixture {
             path: "team.yaml".into(),
             dir: self.root.clone(),
             text: text.into(),
+            given: None,
         };
         crate::manifest::validate(&[src], &self.host, &[])
     }
