@@ -164,6 +164,12 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
     (sources, problems)
 }
 
+/// The path a `-f` argument protects (absolute, by name); `None` for `-` (standard input).
+pub fn given_path(arg: &Path) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    (arg.as_os_str() != "-").then(|| absolute(&cwd, arg))
+}
+
 /// `path` made absolute and its `.` and `..` resolved by name (not following symlinks).
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
     use std::path::Component;

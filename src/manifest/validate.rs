@@ -99,6 +99,23 @@ pub fn validate(
     host: &Host,
     applied: &[model::Team],
 ) -> Result<Desired, Vec<Problem>> {
+    let mut given: Vec<PathBuf> = Vec::new();
+    for g in sources.iter().filter_map(|s| s.given.as_ref()) {
+        if !given.contains(g) {
+            given.push(g.clone());
+        }
+    }
+    validate_given(sources, &given, host, applied)
+}
+
+/// `validate`, with every `-f` path (`load::given_path`) protected, also those where no
+/// manifest is yet: a member must not be able to add one there.
+pub fn validate_given(
+    sources: &[Source],
+    given: &[PathBuf],
+    host: &Host,
+    applied: &[model::Team],
+) -> Result<Desired, Vec<Problem>> {
     let started = Instant::now();
     let mut problems = Vec::new();
     let mut objects = Vec::new();
@@ -123,13 +140,7 @@ pub fn validate(
             }),
         }
     }
-    let mut given: Vec<PathBuf> = Vec::new();
-    for g in sources.iter().filter_map(|s| s.given.as_ref()) {
-        if !given.contains(g) {
-            given.push(g.clone());
-        }
-    }
-    let desired = build(&objects, &broken, host, applied, &given, &mut problems);
+    let desired = build(&objects, &broken, host, applied, given, &mut problems);
     // Report in reading order: by file as given, then by place in the file.
     let order: BTreeMap<&Path, usize> = sources
         .iter()
