@@ -454,3 +454,30 @@ spec: {{parent: {parent}}}
     assert_eq!(a.parent, ateam::model::Parent::MainSession("lead2".into()));
     assert_eq!(t.sessions[0].takes_over.as_deref(), Some("lead"));
 }
+
+/// A folder a team was applied from stays out of every write grant, also of another team
+/// applied later from elsewhere: that team's member would write the first team's intent.
+#[test]
+fn a_write_grant_over_where_a_stored_team_was_applied_from_is_refused() {
+    let host = test_host();
+    let dir = broken_dir();
+    let a = team_yaml("a", "fixtures/docs", "fixtures/repo", "64Mi");
+    let mut stored = check(&a, &host, &[]).unwrap();
+    stored.manifests = vec![dir.join("fixtures/repo/deploy/team.yaml")];
+    let b = |list: &str| {
+        team_yaml("b", "fixtures/b-sessions", "fixtures/docs", "64Mi").replace(
+            "spec: {read: [fixtures/docs]}",
+            &format!("spec: {{{list}: [fixtures/repo]}}"),
+        )
+    };
+    let problems = check(&b("write"), &host, std::slice::from_ref(&stored)).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field.as_deref() == Some("spec.write[0]")
+                && p.message.contains("where team `a` was applied from")),
+        "{problems:#?}"
+    );
+    // Reading them is no one's intent but the person's.
+    check(&b("read"), &host, &[stored]).unwrap();
+}
