@@ -481,3 +481,32 @@ fn a_write_grant_over_where_a_stored_team_was_applied_from_is_refused() {
     // Reading them is no one's intent but the person's.
     check(&b("read"), &host, &[stored]).unwrap();
 }
+
+/// A team applied again from other -f paths is read from those: the folder it was applied
+/// from before may now be granted (its manifests moved), while a run without -f paths
+/// (standard input, a helper's request) keeps it forbidden.
+#[test]
+fn a_team_applied_again_from_elsewhere_may_grant_where_it_was() {
+    let host = test_host();
+    let dir = broken_dir();
+    let yaml = team_yaml("a", "fixtures/docs", "fixtures/docs", "64Mi").replace(
+        "spec: {read: [fixtures/docs]}",
+        "spec: {write: [fixtures/repo]}",
+    );
+    let mut stored = check(&yaml, &host, &[]).unwrap();
+    stored.manifests = vec![dir.join("fixtures/repo/team.yaml")];
+    let applied = std::slice::from_ref(&stored);
+    let src = |given: Option<PathBuf>| Source {
+        path: dir.join("team.yaml"),
+        dir: dir.clone(),
+        text: yaml.clone(),
+        given,
+    };
+    let err = validate(&[src(None)], &host, applied).unwrap_err();
+    assert!(
+        err.iter()
+            .any(|p| p.message.contains("where team `a` was applied from")),
+        "{err:#?}"
+    );
+    validate(&[src(Some(dir.join("team.yaml")))], &host, applied).unwrap();
+}

@@ -166,9 +166,14 @@ impl<'a> Fence<'a> {
         for g in given {
             fence.forbid_manifest(g, || "a manifest path given with -f".into());
         }
-        // A team keeps its former -f paths forbidden even when applied again from elsewhere:
-        // its running controller, or a helper's request, may still read them.
+        // Where the store's teams were applied from stays forbidden; a team these -f paths
+        // define again is now read from them instead (else a team once applied from a folder
+        // could never be granted it after its manifests moved). A helper's request or
+        // standard input brings no paths: there, the team's own stay forbidden.
         for t in applied {
+            if !given.is_empty() && redefined.contains(&t.name.as_str()) {
+                continue;
+            }
             for m in &t.manifests {
                 fence.forbid_manifest(m, || format!("where team `{}` was applied from", t.name));
             }
