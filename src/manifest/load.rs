@@ -61,7 +61,7 @@ pub enum ReadError {
     /// `-f`, or the folder holding a file given with `-f`): it is not read, so that no error
     /// shows a line of a file the manifests' author could not read themselves.
     #[error(
-        "a symlink to {target:?}, outside {root}: not read (name the file itself with -f if you mean it)"
+        "a symlink to {target:?}, outside {root}: not read (name its target itself with -f if you mean it)"
     )]
     LinkLeaves { target: PathBuf, root: String },
     #[error("cannot read: {0}")]
@@ -97,34 +97,8 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
             continue;
         }
         let given = absolute(&cwd, arg);
-        // A link named with -f may point anywhere inside the folder holding it; what a walk
-        // finds, anywhere inside the folder walked.
-        let holder = given.parent().unwrap_or(Path::new("/"));
-        let root = match std::fs::canonicalize(holder) {
-            Ok(real) => real,
-            Err(e) => {
-                problems.push(file_problem(arg, e.into()));
-                continue;
-            }
-        };
-        if let Err(e) = stays_inside(&given, &root, "the folder holding it") {
-            problems.push(file_problem(arg, e));
+        let Some((files, root)) = files_of(arg, &given, &mut problems) else {
             continue;
-        }
-        let mut files = Vec::new();
-        let root = if arg.is_dir() {
-            collect(arg, &mut files, &mut problems);
-            files.sort();
-            match std::fs::canonicalize(&given) {
-                Ok(real) => real,
-                Err(e) => {
-                    problems.push(file_problem(arg, e.into()));
-                    continue;
-                }
-            }
-        } else {
-            files.push(arg.clone());
-            root
         };
         let within = "the folder given with -f";
         for file in files {
@@ -162,6 +136,40 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
         }
     }
     (sources, problems)
+}
+
+/// The files `arg` (absolute: `given`) names, and the real folder their symlinks must stay
+/// in: a link named with -f may point anywhere inside the folder holding it; what a walk
+/// finds, anywhere inside the folder walked. `None` when `arg` itself is refused.
+fn files_of(
+    arg: &Path,
+    given: &Path,
+    problems: &mut Vec<Problem>,
+) -> Option<(Vec<PathBuf>, PathBuf)> {
+    let holder = given.parent().unwrap_or(Path::new("/"));
+    let checked = std::fs::canonicalize(holder)
+        .map_err(ReadError::from)
+        .and_then(|root| stays_inside(given, &root, "the folder holding it").map(|()| root));
+    let holder = match checked {
+        Ok(root) => root,
+        Err(e) => {
+            problems.push(file_problem(arg, e));
+            return None;
+        }
+    };
+    if !arg.is_dir() {
+        return Some((vec![arg.to_path_buf()], holder));
+    }
+    let mut files = Vec::new();
+    collect(arg, &mut files, problems);
+    files.sort();
+    match std::fs::canonicalize(given) {
+        Ok(root) => Some((files, root)),
+        Err(e) => {
+            problems.push(file_problem(arg, e.into()));
+            None
+        }
+    }
 }
 
 /// The path a `-f` argument protects (absolute, by name); `None` for `-` (standard input).
