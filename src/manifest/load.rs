@@ -97,17 +97,17 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
             continue;
         }
         let given = absolute(&cwd, arg);
-        let Some((files, root)) = files_of(arg, &given, &mut problems) else {
+        let Some((files, root, within)) = files_of(arg, &given, &mut problems) else {
             continue;
         };
-        let within = "the folder given with -f";
         for file in files {
-            if file != *arg
-                && let Err(e) = stays_inside(&file, &root, within)
-            {
-                problems.push(file_problem(&file, e));
-                continue;
-            }
+            let real = match stays_inside(&file, &root, within) {
+                Ok(real) => real,
+                Err(e) => {
+                    problems.push(file_problem(&file, e));
+                    continue;
+                }
+            };
             // The same file named twice (`-f team.yaml -f team.yaml`, or a folder and a file
             // in it) is one set of objects, not two that collide: read it once.
             if let Ok(meta) = std::fs::metadata(&file)
@@ -116,7 +116,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                 debug!(path = %file.display(), "manifest named again; read once");
                 continue;
             }
-            match read_file(&file) {
+            match read_file(&real) {
                 Ok(text) => {
                     debug!(path = %file.display(), bytes = text.len(), "manifest read");
                     let abs = cwd.join(&file);
@@ -145,11 +145,12 @@ fn files_of(
     arg: &Path,
     given: &Path,
     problems: &mut Vec<Problem>,
-) -> Option<(Vec<PathBuf>, PathBuf)> {
+) -> Option<(Vec<PathBuf>, PathBuf, &'static str)> {
+    const HOLDING: &str = "the folder holding it";
     let holder = given.parent().unwrap_or(Path::new("/"));
     let checked = std::fs::canonicalize(holder)
         .map_err(ReadError::from)
-        .and_then(|root| stays_inside(given, &root, "the folder holding it").map(|()| root));
+        .and_then(|root| stays_inside(given, &root, HOLDING).map(|_| root));
     let holder = match checked {
         Ok(root) => root,
         Err(e) => {
@@ -158,13 +159,13 @@ fn files_of(
         }
     };
     if !arg.is_dir() {
-        return Some((vec![arg.to_path_buf()], holder));
+        return Some((vec![arg.to_path_buf()], holder, HOLDING));
     }
     let mut files = Vec::new();
     collect(arg, &mut files, problems);
     files.sort();
     match std::fs::canonicalize(given) {
-        Ok(root) => Some((files, root)),
+        Ok(root) => Some((files, root, "the folder given with -f")),
         Err(e) => {
             problems.push(file_problem(arg, e.into()));
             None
@@ -195,17 +196,16 @@ fn absolute(cwd: &Path, path: &Path) -> PathBuf {
 }
 
 /// A symlink at `path` must lead inside `root` (a real path); anything else is read as found.
-/// The target is named in the refusal, never read.
-fn stays_inside(path: &Path, root: &Path, what: &str) -> Result<(), ReadError> {
+/// The target is named in the refusal, never read. The path to open: `path`, or the link's
+/// real target (opened without following a link, so a swap after this check is refused).
+fn stays_inside(path: &Path, root: &Path, what: &str) -> Result<PathBuf, ReadError> {
     let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     if !is_link {
-        return Ok(());
+        return Ok(path.to_path_buf());
     }
-    let target = std::fs::canonicalize(path)
-        .or_else(|_| std::fs::read_link(path))
-        .map_err(ReadError::Io)?;
+    let target = std::fs::canonicalize(path)?;
     if target.starts_with(root) {
-        Ok(())
+        Ok(target)
     } else {
         Err(ReadError::LinkLeaves {
             target,
@@ -214,10 +214,11 @@ fn stays_inside(path: &Path, root: &Path, what: &str) -> Result<(), ReadError> {
     }
 }
 
-/// Reads one manifest file, following a symlink to it. It is checked to be a regular file
-/// before opening (for a clear error), opened without blocking (opening a FIFO for reading
-/// would wait for a writer), and checked again on the opened descriptor, so that swapping the
-/// file for a FIFO or device between the check and the open gains nothing.
+/// Reads one manifest file (not a symlink: `stays_inside` resolved it). It is checked to be a
+/// regular file before opening (for a clear error), opened without blocking (opening a FIFO
+/// for reading would wait for a writer) nor following a symlink, and checked again on the
+/// opened descriptor, so that swapping the file for a FIFO, device or link between the check
+/// and the open gains nothing.
 fn read_file(path: &Path) -> Result<String, ReadError> {
     let meta = std::fs::metadata(path)?;
     regular(&meta)?;
@@ -226,7 +227,7 @@ fn read_file(path: &Path) -> Result<String, ReadError> {
     }
     let fd = rustix::fs::open(
         path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
     )
     .map_err(std::io::Error::from)?;
