@@ -18,7 +18,7 @@ if ! curl -sf --max-time 2 http://127.0.0.1:8765/ >/dev/null 2>&1; then
         --directory examples/demo-team/workspace/docs >/dev/null 2>&1 </dev/null &
     sleep 0.5
 fi
-./target/release/ateam apply -f examples/demo-team/
+./target/release/ateam apply -f examples/demo-team/team.yaml
 echo
 echo "== egress: the reviewer reaches its allowed endpoint through its proxy, and nothing else"
 ./target/release/ateam exec reviewer -- wget -q -O - http://127.0.0.1:8765/ | head -n 5
@@ -29,4 +29,4 @@ echo
 echo
 echo "Transcripts: examples/demo-team/sessions/members/*/transcript.log"
 echo "Try: ./target/release/ateam exec reviewer -- ls /sys/class/net     (only lo)"
-echo "     ./target/release/ateam delete -f examples/demo-team/                  (keeps transcripts)"
+echo "     ./target/release/ateam delete -f examples/demo-team/team.yaml        (keeps transcripts)"

@@ -36,6 +36,11 @@ pub struct Team {
     /// a person should opt into.
     #[serde(default)]
     pub helper_requests: bool,
+    /// The `-f` paths it was applied from (files and folders, absolute). No later write grant,
+    /// of any team or helper, may reach them: what is there is read as the person's intent.
+    /// Default: records before 0.4 and teams applied from standard input have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifests: Vec<PathBuf>,
     pub sessions: Vec<MainSession>,
     pub grants: Vec<AccessGrant>,
     pub members: Vec<Member>,

@@ -248,9 +248,48 @@ pub enum RowKind {
 pub struct EgressStatus {
     /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
     pub proxy: String,
+    /// The most refused destinations (at most `egress::log::SHOWN`), most frequent first.
     pub refused: Vec<crate::egress::log::Refusal>,
-    /// The AccessGrant that would allow what was refused, ready to paste.
+    /// The refused destinations not in `refused`, and how many refusals they had.
+    pub refused_left_out: LeftOut,
+    /// The AccessGrant that would allow the most refused, ready to paste: never with a
+    /// local, metadata or private address or a port that serves more than the web.
     pub suggested_grant: Option<String>,
+    /// Entries left out of `suggested_grant` on purpose, each saying what it would open.
+    pub not_suggested: Vec<String>,
+    /// Entries left out of `suggested_grant` to keep it short.
+    pub not_suggested_more: usize,
+}
+
+/// Refusals beyond those listed: `status` stays short however much a member knocks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeftOut {
+    pub destinations: usize,
+    pub refusals: u64,
+}
+
+impl EgressStatus {
+    /// Takes in the refusals since the last apply (`refused`: most frequent first) of a
+    /// member of `team` with `grant`: the top ones, a count of the rest, and the grant to paste.
+    pub fn add_refusals(
+        &mut self,
+        team: &str,
+        grant: &AccessGrant,
+        mut refused: Vec<crate::egress::log::Refusal>,
+    ) {
+        use crate::egress::log::{SHOWN, suggest};
+        let s = suggest(team, grant, &refused);
+        self.suggested_grant = s.grant;
+        self.not_suggested = s.withheld;
+        self.not_suggested_more = s.more;
+        let rest = refused.split_off(refused.len().min(SHOWN));
+        self.refused_left_out = LeftOut {
+            destinations: rest.len(),
+            refusals: rest.iter().map(|r| r.count).sum(),
+        };
+        self.refused = refused;
+    }
 }
 
 impl RowKind {
@@ -845,7 +884,10 @@ fn egress_state(
     let egress = Some(EgressStatus {
         proxy: proxy.into(),
         refused: vec![],
+        refused_left_out: LeftOut::default(),
         suggested_grant: None,
+        not_suggested: vec![],
+        not_suggested_more: 0,
     });
     let Some(note) = note else {
         return (state, detail, drifted, egress);
@@ -903,6 +945,62 @@ fn last_exit_cell(e: &LastExit, now: SystemTime) -> String {
 }
 
 /// The table people read.
+/// The refusals and the grants to paste, below the status table: a bounded number of lines
+/// per member (`egress::log::SHOWN` destinations, as many new entries, as many warnings).
+pub fn render_refusals(teams: &[TeamStatus]) -> String {
+    let mut out = String::new();
+    for t in teams {
+        for m in &t.members {
+            let Some(e) = m.egress.as_ref().filter(|e| !e.refused.is_empty()) else {
+                continue;
+            };
+            let logs = format!("ateam logs {} --egress", m.name);
+            out.push_str(&format!(
+                "egress refused for {}/{} since the last apply ({logs}):\n",
+                t.team, m.name
+            ));
+            for r in &e.refused {
+                out.push_str(&format!(
+                    "  {}:{} ({}x): {}\n",
+                    r.host, r.port, r.count, r.reason
+                ));
+            }
+            let left = &e.refused_left_out;
+            if left.destinations > 0 {
+                out.push_str(&format!(
+                    "  and {} more destinations ({} refusals): see {logs}\n",
+                    left.destinations, left.refusals
+                ));
+            }
+            if let Some(g) = &e.suggested_grant {
+                let some = if e.not_suggested.is_empty() && e.not_suggested_more == 0 {
+                    "them"
+                } else {
+                    "the most refused"
+                };
+                out.push_str(&format!("  to allow {some}, change the grant to:\n"));
+                for l in g.lines() {
+                    out.push_str(&format!("    {l}\n"));
+                }
+            }
+            if !e.not_suggested.is_empty() {
+                out.push_str("  not offered, allow only if you mean it:\n");
+                for w in &e.not_suggested {
+                    out.push_str(&format!("    {w}\n"));
+                }
+            }
+            if e.not_suggested_more > 0 {
+                out.push_str(&format!(
+                    "  and {} more entries not offered: see {logs}\n",
+                    e.not_suggested_more
+                ));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
 pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
     let mut out = String::new();
     for t in teams {

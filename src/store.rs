@@ -430,6 +430,7 @@ mod tests {
             session_dir: "/x".into(),
             allow_unenforced_limits: false,
             helper_requests: false,
+            manifests: vec![],
             sessions: vec![],
             grants: vec![],
             members: vec![],

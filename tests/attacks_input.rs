@@ -170,7 +170,9 @@ fn symlink_loop_in_folder() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("manifests");
     std::fs::create_dir(&folder).unwrap();
-    std::fs::write(folder.join("team.yaml"), TEAM).unwrap();
+    // Transcripts beside the folder given with -f, not in it (members write there).
+    let team = TEAM.replace("./sessions", "../sessions");
+    std::fs::write(folder.join("team.yaml"), team).unwrap();
     std::os::unix::fs::symlink(&folder, folder.join("loop")).unwrap();
     std::os::unix::fs::symlink(&folder, folder.join("loop.yaml")).unwrap();
     let run = ateam(
@@ -365,7 +367,11 @@ fn overlong_socket_path() {
     // its NUL. With a long state folder, the example team's socket paths do not.
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("s".repeat(80));
-    let run = ateam(&["validate", "-f", "examples/demo-team/"], &state, vec![]);
+    let run = ateam(
+        &["validate", "-f", "examples/demo-team/team.yaml"],
+        &state,
+        vec![],
+    );
     assert_refused(
         &run,
         &format!(
@@ -383,12 +389,16 @@ fn overlong_socket_path() {
         "{}",
         run.describe()
     );
-    let run = ateam(&["apply", "-f", "examples/demo-team/"], &state, vec![]);
+    let run = ateam(
+        &["apply", "-f", "examples/demo-team/team.yaml"],
+        &state,
+        vec![],
+    );
     assert_eq!(run.code, Some(3), "{}", run.describe());
     assert!(!state.exists(), "apply created the state folder");
     // A state folder that leaves room is fine.
     let run = ateam(
-        &["validate", "-f", "examples/demo-team/"],
+        &["validate", "-f", "examples/demo-team/team.yaml"],
         &dir.path().join("st"),
         vec![],
     );

@@ -44,7 +44,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn validate_examples_passes() {
-    let out = ateam(&["validate", "-f", "examples/demo-team/"], None);
+    let out = ateam(&["validate", "-f", "examples/demo-team/team.yaml"], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout).trim(),
@@ -263,7 +263,7 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
             "-v",
             "validate",
             "-f",
-            "examples/demo-team/",
+            "examples/demo-team/team.yaml",
         ],
         None,
     );
@@ -288,7 +288,7 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
             "validate",
             "--show",
             "-f",
-            "examples/demo-team/",
+            "examples/demo-team/team.yaml",
             "-vv",
             "--log-format=json",
         ],
@@ -306,15 +306,15 @@ fn json_logs_are_json_lines_on_stderr_and_leave_stdout_alone() {
 #[test]
 fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
     for args in [
-        &["validate", "-f", "examples/demo-team/"][..],
-        &["-q", "validate", "-f", "examples/demo-team/"],
+        &["validate", "-f", "examples/demo-team/team.yaml"][..],
+        &["-q", "validate", "-f", "examples/demo-team/team.yaml"],
         &[
             "--quiet",
             "--log-format",
             "json",
             "validate",
             "-f",
-            "examples/demo-team/",
+            "examples/demo-team/team.yaml",
         ],
     ] {
         let out = ateam(args, None);
@@ -340,7 +340,7 @@ fn by_default_and_with_quiet_a_valid_run_logs_nothing() {
 fn rust_log_overrides_the_level_flags() {
     // Debug lines although -q asks for errors only.
     let out = ateam_with(
-        &["-q", "validate", "-f", "examples/demo-team/"],
+        &["-q", "validate", "-f", "examples/demo-team/team.yaml"],
         None,
         Some("debug"),
     );
@@ -355,13 +355,17 @@ fn rust_log_overrides_the_level_flags() {
     );
     // A directive for another target only: nothing of ateam's.
     let out = ateam_with(
-        &["-vvv", "validate", "-f", "examples/demo-team/"],
+        &["-vvv", "validate", "-f", "examples/demo-team/team.yaml"],
         None,
         Some("bollard=trace"),
     );
     assert_eq!(text(&out.stderr), "");
     // Empty counts as unset.
-    let out = ateam_with(&["validate", "-f", "examples/demo-team/"], None, Some(""));
+    let out = ateam_with(
+        &["validate", "-f", "examples/demo-team/team.yaml"],
+        None,
+        Some(""),
+    );
     assert_eq!(text(&out.stderr), "");
 }
 
@@ -373,7 +377,7 @@ fn bad_log_settings_are_usage_errors_exit_2() {
             "xml",
             "validate",
             "-f",
-            "examples/demo-team/",
+            "examples/demo-team/team.yaml",
         ],
         None,
     );
@@ -386,7 +390,10 @@ fn bad_log_settings_are_usage_errors_exit_2() {
         "{err}"
     );
 
-    let out = ateam(&["-q", "-v", "validate", "-f", "examples/demo-team/"], None);
+    let out = ateam(
+        &["-q", "-v", "validate", "-f", "examples/demo-team/team.yaml"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("cannot be used with"),
@@ -395,7 +402,7 @@ fn bad_log_settings_are_usage_errors_exit_2() {
     );
 
     let out = ateam_with(
-        &["validate", "-f", "examples/demo-team/"],
+        &["validate", "-f", "examples/demo-team/team.yaml"],
         None,
         Some("ateam=loud"),
     );
@@ -484,14 +491,16 @@ fn validate_show_yaml_reads_back_as_the_model() {
          spec:\n  parent: lead\n  env: {MULTI: \"two\\nlines\", HASH: '# not a comment', COLON: 'a: b'}\n",
     )
     .unwrap();
-    let out = ateam(&["validate", "--show", "-f", dir.to_str().unwrap()], None);
+    // The file, not its folder: the transcripts folder is in it.
+    let file = dir.join("team.yaml");
+    let out = ateam(&["validate", "--show", "-f", file.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let docs = yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
     assert_eq!(docs.len(), 1);
     let shown: ateam::model::Desired = serde_json::from_value(yaml_to_json(&docs[0])).unwrap();
     let state = tempfile::tempdir().unwrap();
     let host = ateam::host::Host::detect(Some(state.path().to_path_buf()));
-    let built = ateam::app::Manifests::read(&[dir])
+    let built = ateam::app::Manifests::read(&[file])
         .unwrap()
         .validate(&host, &[])
         .unwrap();

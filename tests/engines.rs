@@ -174,6 +174,7 @@ impl Team {
             path: root.join("team.yaml"),
             dir: root.clone(),
             text,
+            given: None,
         };
         let model = validate(&[src], &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
         let desired = desired_state(&model, &host);

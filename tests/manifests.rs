@@ -137,7 +137,7 @@ fn each_broken_manifest_fails_with_its_own_message() {
 
 #[test]
 fn the_example_team_is_valid() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team/team.yaml");
     let mut host = test_host();
     host.home = "/nonexistent-home".into();
     host.state_dir = "/nonexistent-home/.local/state/ateam".into();
@@ -219,6 +219,7 @@ fn check(yaml: &str, host: &Host, applied: &[Team]) -> Result<Team, Vec<Problem>
         path: broken_dir().join("team.yaml"),
         dir: broken_dir(),
         text: yaml.to_string(),
+        given: None,
     };
     validate(&[src], host, applied).map(|mut d| d.teams.remove(0))
 }
@@ -452,4 +453,60 @@ spec: {{parent: {parent}}}
     let a = t.members.iter().find(|m| m.name == "a").unwrap();
     assert_eq!(a.parent, ateam::model::Parent::MainSession("lead2".into()));
     assert_eq!(t.sessions[0].takes_over.as_deref(), Some("lead"));
+}
+
+/// A folder a team was applied from stays out of every write grant, also of another team
+/// applied later from elsewhere: that team's member would write the first team's intent.
+#[test]
+fn a_write_grant_over_where_a_stored_team_was_applied_from_is_refused() {
+    let host = test_host();
+    let dir = broken_dir();
+    let a = team_yaml("a", "fixtures/docs", "fixtures/repo", "64Mi");
+    let mut stored = check(&a, &host, &[]).unwrap();
+    stored.manifests = vec![dir.join("fixtures/repo/deploy/team.yaml")];
+    let b = |list: &str| {
+        team_yaml("b", "fixtures/b-sessions", "fixtures/docs", "64Mi").replace(
+            "spec: {read: [fixtures/docs]}",
+            &format!("spec: {{{list}: [fixtures/repo]}}"),
+        )
+    };
+    let problems = check(&b("write"), &host, std::slice::from_ref(&stored)).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field.as_deref() == Some("spec.write[0]")
+                && p.message.contains("where team `a` was applied from")),
+        "{problems:#?}"
+    );
+    // Reading them is no one's intent but the person's.
+    check(&b("read"), &host, &[stored]).unwrap();
+}
+
+/// A team applied again from other -f paths is read from those: the folder it was applied
+/// from before may now be granted (its manifests moved), while a run without -f paths
+/// (standard input, a helper's request) keeps it forbidden.
+#[test]
+fn a_team_applied_again_from_elsewhere_may_grant_where_it_was() {
+    let host = test_host();
+    let dir = broken_dir();
+    let yaml = team_yaml("a", "fixtures/docs", "fixtures/docs", "64Mi").replace(
+        "spec: {read: [fixtures/docs]}",
+        "spec: {write: [fixtures/repo]}",
+    );
+    let mut stored = check(&yaml, &host, &[]).unwrap();
+    stored.manifests = vec![dir.join("fixtures/repo/team.yaml")];
+    let applied = std::slice::from_ref(&stored);
+    let src = |given: Option<PathBuf>| Source {
+        path: dir.join("team.yaml"),
+        dir: dir.clone(),
+        text: yaml.clone(),
+        given,
+    };
+    let err = validate(&[src(None)], &host, applied).unwrap_err();
+    assert!(
+        err.iter()
+            .any(|p| p.message.contains("where team `a` was applied from")),
+        "{err:#?}"
+    );
+    validate(&[src(Some(dir.join("team.yaml")))], &host, applied).unwrap();
 }

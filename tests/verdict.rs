@@ -59,7 +59,7 @@ fn an_unknown_team_is_a_usage_error_2() {
     // Named beside manifests that do not hold it: the same.
     let out = offline(
         state.path(),
-        &["status", "nosuch", "-f", "examples/demo-team/"],
+        &["status", "nosuch", "-f", "examples/demo-team/team.yaml"],
     );
     assert_eq!(out.status.code(), Some(2), "{}", both(&out));
     assert!(
@@ -108,8 +108,8 @@ fn an_unreadable_state_folder_is_6() {
     for args in [
         &["status"][..],
         &["status", "--exit-code", "-o", "json"],
-        &["validate", "-f", "examples/demo-team/"],
-        &["diff", "-f", "examples/demo-team/"],
+        &["validate", "-f", "examples/demo-team/team.yaml"],
+        &["diff", "-f", "examples/demo-team/team.yaml"],
     ] {
         let out = offline(state.path(), args);
         assert_eq!(out.status.code(), Some(6), "{args:?}: {}", both(&out));
@@ -134,7 +134,7 @@ fn an_unreadable_state_folder_is_6() {
     let _held = store.lock(true, |_| {}).unwrap();
     let out = offline(
         state.path(),
-        &["apply", "--no-wait", "-f", "examples/demo-team/"],
+        &["apply", "--no-wait", "-f", "examples/demo-team/team.yaml"],
     );
     assert_eq!(out.status.code(), Some(6), "{}", both(&out));
 }
@@ -143,17 +143,29 @@ fn an_unreadable_state_folder_is_6() {
 fn an_engine_out_of_reach_is_5() {
     let state = tempfile::tempdir().unwrap();
     for args in [
-        &["--backend", "docker", "diff", "-f", "examples/demo-team/"][..],
+        &[
+            "--backend",
+            "docker",
+            "diff",
+            "-f",
+            "examples/demo-team/team.yaml",
+        ][..],
         &[
             "--backend",
             "docker",
             "apply",
             "--dry-run",
             "-f",
-            "examples/demo-team/",
+            "examples/demo-team/team.yaml",
         ],
-        &["--backend", "podman", "status", "-f", "examples/demo-team/"],
-        &["diff", "-f", "examples/demo-team/"],
+        &[
+            "--backend",
+            "podman",
+            "status",
+            "-f",
+            "examples/demo-team/team.yaml",
+        ],
+        &["diff", "-f", "examples/demo-team/team.yaml"],
     ] {
         let out = offline(state.path(), args);
         assert_eq!(out.status.code(), Some(5), "{args:?}: {}", both(&out));

@@ -66,6 +66,8 @@ pub enum AppError {
 pub struct Manifests {
     sources: Vec<Source>,
     unreadable: Vec<Problem>,
+    /// Every `-f` path but `-`: no member may write there.
+    given: Vec<PathBuf>,
 }
 
 impl Manifests {
@@ -75,16 +77,23 @@ impl Manifests {
         if sources.is_empty() && unreadable.is_empty() {
             return Err(ManifestError::Empty(paths.to_vec()));
         }
+        let mut given: Vec<PathBuf> = Vec::new();
+        for g in paths.iter().filter_map(|p| manifest::load::given_path(p)) {
+            if !given.contains(&g) {
+                given.push(g);
+            }
+        }
         Ok(Manifests {
             sources,
             unreadable,
+            given,
         })
     }
 
     /// Every rule, judged on this host and against the teams `applied` before.
     pub fn validate(&self, host: &Host, applied: &[Team]) -> Result<Desired, ManifestError> {
         let mut problems = self.unreadable.clone();
-        match manifest::validate(&self.sources, host, applied) {
+        match manifest::validate::validate_given(&self.sources, &self.given, host, applied) {
             Ok(d) if problems.is_empty() => Ok(d),
             Ok(_) => Err(ManifestError::Invalid(problems)),
             Err(mut more) => {

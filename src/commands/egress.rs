@@ -58,38 +58,8 @@ pub fn add_refusals(
             };
             let paths = Paths::new(state_dir, &team.name, &m.name);
             let events = egress::log::read(&paths.log);
-            e.refused = egress::log::refusals(&events, egress::since_last_apply(&paths));
-            e.suggested_grant = egress::log::suggested_grant(&team.name, &m.access, &e.refused);
+            let refused = egress::log::refusals(&events, egress::since_last_apply(&paths));
+            e.add_refusals(&team.name, &m.access, refused);
         }
     }
-}
-
-/// The refusals, and the grants to paste, below the status table.
-pub fn render_refusals(teams: &[ateam::report::TeamStatus]) -> String {
-    let mut out = String::new();
-    for t in teams {
-        for m in &t.members {
-            let Some(e) = m.egress.as_ref().filter(|e| !e.refused.is_empty()) else {
-                continue;
-            };
-            out.push_str(&format!(
-                "egress refused for {}/{} since the last apply (ateam logs {} --egress):\n",
-                t.team, m.name, m.name
-            ));
-            for r in &e.refused {
-                out.push_str(&format!(
-                    "  {}:{} ({}x): {}\n",
-                    r.host, r.port, r.count, r.reason
-                ));
-            }
-            if let Some(g) = &e.suggested_grant {
-                out.push_str("  to allow them, change the grant to:\n");
-                for l in g.lines() {
-                    out.push_str(&format!("    {l}\n"));
-                }
-            }
-            out.push('\n');
-        }
-    }
-    out
 }

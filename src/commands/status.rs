@@ -112,7 +112,7 @@ pub async fn run(
     match output {
         Output::Text => {
             out!("{}", render_status(&doc.teams, now));
-            out!("{}", super::egress::render_refusals(&doc.teams));
+            out!("{}", ateam::report::render_refusals(&doc.teams));
             out!("{}", controller_line(&state_dir));
         }
         Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,

@@ -225,25 +225,105 @@ pub fn entry_for(r: &Refusal) -> String {
     }
 }
 
-/// The AccessGrant with the refused hosts added, ready to paste into the manifest: what
-/// `status` offers a person who sees refusals. `None` when nothing would be added.
-pub fn suggested_grant(
-    team: &str,
-    grant: &crate::model::AccessGrant,
-    refused: &[Refusal],
-) -> Option<String> {
-    let crate::model::Network::Allow(list) = &grant.network else {
-        return None;
+/// How many refused destinations `status` lists, and how many entries its grant to paste
+/// adds: a member that knocks on thousands of hosts must not bury the status table.
+pub const SHOWN: usize = 10;
+
+/// What a port serves, when opening it to a member gives away more than a web service.
+fn port_opens(port: u16) -> Option<&'static str> {
+    Some(match port {
+        22 => "ssh: a shell on that host for whoever holds a key or password",
+        23 => "telnet: a shell on that host",
+        2375 => "the Docker API without TLS: allowing it gives the member that host",
+        2376 => "the Docker API: allowing it gives the member that host",
+        2379 | 2380 => "etcd: a Kubernetes cluster's whole state, its secrets included",
+        3306 => "MySQL: a database",
+        3389 => "remote desktop: a session on that host",
+        5432 => "PostgreSQL: a database",
+        5900 => "VNC: a remote desktop",
+        6379 => "Redis, which asks for no password by default",
+        6443 => "the Kubernetes API",
+        9200 => "Elasticsearch: a database",
+        10250 => "the kubelet's API: it runs commands in every pod of that node",
+        11211 => "memcached, which asks for no password",
+        27017 => "MongoDB: a database",
+        _ => return None,
+    })
+}
+
+/// What a non-public address opens to a member.
+fn address_opens(ip: std::net::IpAddr) -> &'static str {
+    use std::net::IpAddr;
+    match crate::core::egress::canonical(ip) {
+        IpAddr::V4(a) if a.is_loopback() => "services listening on this machine itself",
+        IpAddr::V6(a) if a.is_loopback() => "services listening on this machine itself",
+        IpAddr::V4(a) if a.is_link_local() => {
+            "the cloud metadata service, which hands out this machine's cloud credentials"
+        }
+        IpAddr::V6(a) if a.segments()[..2] == [0xfd00, 0xec2] => {
+            "the cloud metadata service, which hands out this machine's cloud credentials"
+        }
+        _ => "machines of this host's own networks, out of the internet's reach",
+    }
+}
+
+/// Why the entry for `r` is not offered to paste, if it is not: a loopback, link-local,
+/// metadata or private address, or a port that serves more than the web. The reason says
+/// what allowing it would open.
+pub fn withheld(r: &Refusal) -> Option<String> {
+    use crate::core::egress::{Host, special};
+    let addr = match Host::parse(&r.host) {
+        Some(Host::Ip(ip)) => special(ip).map(|what| (what, address_opens(ip))),
+        _ => None,
     };
+    let entry = entry_for(r);
+    match (addr, port_opens(r.port)) {
+        (None, None) => None,
+        (Some((what, opens)), None) => Some(format!("`{entry}` is {what}: it opens {opens}")),
+        (None, Some(p)) => Some(format!("`{entry}`: port {} is {p}", r.port)),
+        (Some((what, opens)), Some(p)) => Some(format!(
+            "`{entry}` is {what}: it opens {opens}; port {} is {p}",
+            r.port
+        )),
+    }
+}
+
+/// What `status` offers a person who sees refusals: the grant to paste, and what it leaves
+/// out and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Suggestion {
+    /// The AccessGrant with at most `SHOWN` new entries (the most refused first), ready to
+    /// paste into the manifest; `None` when nothing would be added.
+    pub grant: Option<String>,
+    /// Entries left out of it on purpose (at most `SHOWN`), each saying what it would open.
+    pub withheld: Vec<String>,
+    /// Further entries left out to keep the suggestion short.
+    pub more: usize,
+}
+
+/// The grant with the refused hosts added (`refused`: most frequent first).
+pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal]) -> Suggestion {
+    let crate::model::Network::Allow(list) = &grant.network else {
+        return Suggestion::default();
+    };
+    let mut out = Suggestion::default();
+    if grant.name.is_empty() {
+        return out;
+    }
     let mut allow = list.clone();
     for r in refused {
         let e = entry_for(r);
-        if !allow.contains(&e) {
-            allow.push(e);
+        if allow.contains(&e) {
+            continue;
+        }
+        match withheld(r) {
+            Some(why) if out.withheld.len() < SHOWN => out.withheld.push(why),
+            None if allow.len() - list.len() < SHOWN => allow.push(e),
+            Some(_) | None => out.more += 1,
         }
     }
-    if allow.len() == list.len() || grant.name.is_empty() {
-        return None;
+    if allow.len() == list.len() {
+        return out;
     }
     let mut s = format!(
         "apiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {{name: {}}}\nspec:\n  team: {team}\n",
@@ -264,7 +344,8 @@ pub fn suggested_grant(
     for a in allow {
         s.push_str(&format!("      - \"{a}\"\n"));
     }
-    Some(s)
+    out.grant = Some(s);
+    out
 }
 
 #[cfg(test)]
@@ -365,13 +446,22 @@ mod tests {
             write: vec![],
             network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
         };
-        let yaml = suggested_grant("t", &grant, &r).unwrap();
+        let s = suggest("t", &grant, &r);
+        let yaml = s.grant.unwrap();
         assert!(yaml.contains("metadata: {name: web}"), "{yaml}");
-        assert!(yaml.contains("- \"ok.example.com\"\n      - \"api.example.com\"\n      - \"127.0.0.1:5432\"\n      - \"git.example.com:8443\""), "{yaml}");
+        assert!(yaml.contains("- \"ok.example.com\"\n      - \"api.example.com\"\n      - \"git.example.com:8443\""), "{yaml}");
+        // A loopback address is not in it: it is named, with what it would open.
+        assert!(!yaml.contains("127.0.0.1"), "{yaml}");
+        assert_eq!(
+            s.withheld,
+            [
+                "`127.0.0.1:5432` is a loopback address: it opens services listening on this machine itself; port 5432 is PostgreSQL: a database"
+            ]
+        );
         // It is a grant ateam accepts as it is.
         let value = &yaml_rust2::YamlLoader::load_from_str(&yaml).unwrap()[0];
         let allow = &value["spec"]["network"]["allow"];
-        assert_eq!(allow[3].as_str(), Some("git.example.com:8443"));
+        assert_eq!(allow[2].as_str(), Some("git.example.com:8443"));
         for e in allow.as_vec().unwrap() {
             crate::core::egress::Entry::parse(e.as_str().unwrap()).unwrap();
         }

@@ -27,6 +27,10 @@ pub struct Source {
     /// Absolute folder that relative paths in it resolve against.
     pub dir: PathBuf,
     pub text: String,
+    /// The `-f` path (file or folder, absolute) it was found through; `None` for standard
+    /// input and for a helper's request. What apply and the controller read from there is the
+    /// person's intent, so no member may be granted to write it (`validate`).
+    pub given: Option<PathBuf>,
 }
 
 /// Why one manifest file could not be read.
@@ -53,6 +57,13 @@ pub enum ReadError {
         "not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8"
     )]
     Utf16,
+    /// A symlink whose target lies outside the folder it was found in (the folder given with
+    /// `-f`, or the folder holding a file given with `-f`): it is not read, so that no error
+    /// shows a line of a file the manifests' author could not read themselves.
+    #[error(
+        "a symlink to {target:?}, outside {root}: not read (name its target itself with -f if you mean it)"
+    )]
+    LinkLeaves { target: PathBuf, root: String },
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -78,20 +89,25 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                         path: "<stdin>".into(),
                         dir: cwd.clone(),
                         text,
+                        given: None,
                     })
                 }
                 Err(e) => problems.push(file_problem(Path::new("<stdin>"), e)),
             }
             continue;
         }
-        let mut files = Vec::new();
-        if arg.is_dir() {
-            collect(arg, &mut files, &mut problems);
-            files.sort();
-        } else {
-            files.push(arg.clone());
-        }
+        let given = absolute(&cwd, arg);
+        let Some((files, root, within)) = files_of(arg, &given, &mut problems) else {
+            continue;
+        };
         for file in files {
+            let real = match stays_inside(&file, &root, within) {
+                Ok(real) => real,
+                Err(e) => {
+                    problems.push(file_problem(&file, e));
+                    continue;
+                }
+            };
             // The same file named twice (`-f team.yaml -f team.yaml`, or a folder and a file
             // in it) is one set of objects, not two that collide: read it once.
             if let Ok(meta) = std::fs::metadata(&file)
@@ -100,7 +116,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                 debug!(path = %file.display(), "manifest named again; read once");
                 continue;
             }
-            match read_file(&file) {
+            match read_file(&real) {
                 Ok(text) => {
                     debug!(path = %file.display(), bytes = text.len(), "manifest read");
                     let abs = cwd.join(&file);
@@ -112,6 +128,7 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
                         path: file,
                         dir,
                         text,
+                        given: Some(given.clone()),
                     });
                 }
                 Err(e) => problems.push(file_problem(&file, e)),
@@ -121,10 +138,87 @@ pub fn read_sources(args: &[PathBuf], stdin: &mut dyn Read) -> (Vec<Source>, Vec
     (sources, problems)
 }
 
-/// Reads one manifest file, following a symlink to it. It is checked to be a regular file
-/// before opening (for a clear error), opened without blocking (opening a FIFO for reading
-/// would wait for a writer), and checked again on the opened descriptor, so that swapping the
-/// file for a FIFO or device between the check and the open gains nothing.
+/// The files `arg` (absolute: `given`) names, and the real folder their symlinks must stay
+/// in: a link named with -f may point anywhere inside the folder holding it; what a walk
+/// finds, anywhere inside the folder walked. `None` when `arg` itself is refused.
+fn files_of(
+    arg: &Path,
+    given: &Path,
+    problems: &mut Vec<Problem>,
+) -> Option<(Vec<PathBuf>, PathBuf, &'static str)> {
+    const HOLDING: &str = "the folder holding it";
+    let holder = given.parent().unwrap_or(Path::new("/"));
+    let checked = std::fs::canonicalize(holder)
+        .map_err(ReadError::from)
+        .and_then(|root| stays_inside(given, &root, HOLDING).map(|_| root));
+    let holder = match checked {
+        Ok(root) => root,
+        Err(e) => {
+            problems.push(file_problem(arg, e));
+            return None;
+        }
+    };
+    if !arg.is_dir() {
+        return Some((vec![arg.to_path_buf()], holder, HOLDING));
+    }
+    let mut files = Vec::new();
+    collect(arg, &mut files, problems);
+    files.sort();
+    match std::fs::canonicalize(given) {
+        Ok(root) => Some((files, root, "the folder given with -f")),
+        Err(e) => {
+            problems.push(file_problem(arg, e.into()));
+            None
+        }
+    }
+}
+
+/// The path a `-f` argument protects (absolute, by name); `None` for `-` (standard input).
+pub fn given_path(arg: &Path) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    (arg.as_os_str() != "-").then(|| absolute(&cwd, arg))
+}
+
+/// `path` made absolute and its `.` and `..` resolved by name (not following symlinks).
+fn absolute(cwd: &Path, path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for c in cwd.join(path).components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// A symlink at `path` must lead inside `root` (a real path); anything else is read as found.
+/// The target is named in the refusal, never read. The path to open: `path`, or the link's
+/// real target (opened without following a link, so a swap after this check is refused).
+fn stays_inside(path: &Path, root: &Path, what: &str) -> Result<PathBuf, ReadError> {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(path.to_path_buf());
+    }
+    let target = std::fs::canonicalize(path)?;
+    if target.starts_with(root) {
+        Ok(target)
+    } else {
+        Err(ReadError::LinkLeaves {
+            target,
+            root: format!("{what} ({})", root.display()),
+        })
+    }
+}
+
+/// Reads one manifest file (not a symlink: `stays_inside` resolved it). It is checked to be a
+/// regular file before opening (for a clear error), opened without blocking (opening a FIFO
+/// for reading would wait for a writer) nor following a symlink, and checked again on the
+/// opened descriptor, so that swapping the file for a FIFO, device or link between the check
+/// and the open gains nothing.
 fn read_file(path: &Path) -> Result<String, ReadError> {
     let meta = std::fs::metadata(path)?;
     regular(&meta)?;
@@ -133,7 +227,7 @@ fn read_file(path: &Path) -> Result<String, ReadError> {
     }
     let fd = rustix::fs::open(
         path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
         Mode::empty(),
     )
     .map_err(std::io::Error::from)?;

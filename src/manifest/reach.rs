@@ -114,6 +114,7 @@ pub fn real_path(path: &Path) -> PathBuf {
 const TRANSCRIPTS: &str = "members must not see each other's transcripts";
 const ENGINES: &str =
     "a member that reaches a container engine's data or socket controls the engine";
+const MANIFESTS: &str = "what a member writes there would be read as your intent by apply and the controller (a MainSession it writes runs on the host as you)";
 
 /// What grants and transcripts folders are judged against beyond the manifests themselves:
 /// the machine (engines' folders, ateam's state folder, the mount table) and every team in the
@@ -132,15 +133,20 @@ pub struct Fence<'a> {
     sessions: Vec<Forbidden>,
     /// The teams in the store that these manifests do not define again: they stay as they are.
     others: Vec<&'a Team>,
+    /// What apply and the controller read: the `-f` paths of this run and those every team in
+    /// the store was applied from. No member may write there.
+    manifests: Vec<Forbidden>,
 }
 
 impl<'a> Fence<'a> {
-    /// `applied`: the store's teams; `redefined`: names of the teams being validated.
+    /// `applied`: the store's teams; `redefined`: names of the teams being validated; `given`:
+    /// the `-f` paths the manifests were read from.
     pub fn new(
         state_dir: &Path,
         engine_dirs: &[EngineDir],
         applied: &'a [Team],
         redefined: &[&str],
+        given: &[PathBuf],
     ) -> Fence<'a> {
         let mut fence = Fence {
             mounts: Mounts::read().map_err(|e| e.to_string()),
@@ -155,7 +161,23 @@ impl<'a> Fence<'a> {
                 .iter()
                 .filter(|t| !redefined.contains(&t.name.as_str()))
                 .collect(),
+            manifests: Vec::new(),
         };
+        for g in given {
+            fence.forbid_manifest(g, || "a manifest path given with -f".into());
+        }
+        // Where the store's teams were applied from stays forbidden; a team these -f paths
+        // define again is now read from them instead (else a team once applied from a folder
+        // could never be granted it after its manifests moved). A helper's request or
+        // standard input brings no paths: there, the team's own stay forbidden.
+        for t in applied {
+            if !given.is_empty() && redefined.contains(&t.name.as_str()) {
+                continue;
+            }
+            for m in &t.manifests {
+                fence.forbid_manifest(m, || format!("where team `{}` was applied from", t.name));
+            }
+        }
         for d in engine_dirs {
             let path = real_path(&d.path);
             if !fence.engines.iter().any(|e| e.path == path) {
@@ -175,6 +197,32 @@ impl<'a> Fence<'a> {
             fence.forbid_session_dir(&t.name, &t.session_dir, former);
         }
         fence
+    }
+
+    /// Forbids `path` both as named and as the kernel resolves it (a symlink named with -f:
+    /// its folder holds the link, its target the text).
+    fn forbid_manifest(&mut self, path: &Path, what: impl Fn() -> String) {
+        for p in [path.to_path_buf(), real_path(path)] {
+            if !self.manifests.iter().any(|f| f.path == p) {
+                self.manifests.push(Forbidden {
+                    path: p,
+                    what: what(),
+                    why: MANIFESTS,
+                });
+            }
+        }
+    }
+
+    /// A folder members may write (a write grant, or the team's transcripts folder, where each
+    /// member owns its own) must not reach a manifest path: the refusal names the first.
+    pub fn check_writable(&self, dir: &Path) -> Result<(), String> {
+        let mounts = self.mounts()?;
+        for f in &self.manifests {
+            if let Some(r) = reach(dir, &f.path, mounts) {
+                return Err(f.refusal(dir, &r));
+            }
+        }
+        Ok(())
     }
 
     fn forbid_session_dir(&mut self, team: &str, dir: &Path, what: &str) {

@@ -99,6 +99,23 @@ pub fn validate(
     host: &Host,
     applied: &[model::Team],
 ) -> Result<Desired, Vec<Problem>> {
+    let mut given: Vec<PathBuf> = Vec::new();
+    for g in sources.iter().filter_map(|s| s.given.as_ref()) {
+        if !given.contains(g) {
+            given.push(g.clone());
+        }
+    }
+    validate_given(sources, &given, host, applied)
+}
+
+/// `validate`, with every `-f` path (`load::given_path`) protected, also those where no
+/// manifest is yet: a member must not be able to add one there.
+pub fn validate_given(
+    sources: &[Source],
+    given: &[PathBuf],
+    host: &Host,
+    applied: &[model::Team],
+) -> Result<Desired, Vec<Problem>> {
     let started = Instant::now();
     let mut problems = Vec::new();
     let mut objects = Vec::new();
@@ -123,7 +140,7 @@ pub fn validate(
             }),
         }
     }
-    let desired = build(&objects, &broken, host, applied, &mut problems);
+    let desired = build(&objects, &broken, host, applied, given, &mut problems);
     // Report in reading order: by file as given, then by place in the file.
     let order: BTreeMap<&Path, usize> = sources
         .iter()
@@ -603,6 +620,7 @@ fn build(
     broken: &Broken,
     host: &Host,
     applied: &[model::Team],
+    given: &[PathBuf],
     problems: &mut Vec<Problem>,
 ) -> Desired {
     // Teams and their membership. A Team defined twice counts once here (the second is
@@ -681,7 +699,7 @@ fn build(
         .into_iter()
         .chain(host.engine_dirs.get().iter().cloned())
         .collect();
-    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined);
+    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given);
     // Admission counts the members of every team in the store that stays as it is.
     let earlier: Vec<&model::Team> = applied
         .iter()
@@ -726,6 +744,7 @@ fn build(
     for (t, _, session_dir) in &team_models {
         match check_session_dir(session_dir, host)
             .and_then(|()| fence.check_session_dir(&t.name, session_dir, &session_dirs))
+            .and_then(|()| fence.check_writable(&crate::core::layout::transcripts_dir(session_dir)))
         {
             Ok(()) => fence.add_session_dir(&t.name, session_dir),
             Err(e) => problems.push(t.value_problem("spec.sessionDir", e)),
@@ -762,6 +781,7 @@ fn build(
             session_dir: session_dir.clone(),
             allow_unenforced_limits: spec.allow_unenforced_limits,
             helper_requests: spec.helper_requests,
+            manifests: given.to_vec(),
             sessions: vec![],
             grants: vec![],
             members: vec![],
@@ -884,7 +904,13 @@ fn build(
                 for (i, raw) in list.iter().enumerate() {
                     let p = resolve(raw, &o.src.dir, &host.home);
                     let f = format!("spec.{field}[{i}]");
-                    if let Err(e) = check_grant(&p, host).and_then(|()| fence.check_grant(&p)) {
+                    let judged = check_grant(&p, host)
+                        .and_then(|()| fence.check_grant(&p))
+                        .and_then(|()| match field {
+                            "write" => fence.check_writable(&p),
+                            _ => Ok(()),
+                        });
+                    if let Err(e) = judged {
                         problems.push(o.value_problem(&f, e));
                     }
                     out.push(p);

@@ -60,6 +60,7 @@ fn team(members: &[&str]) -> Team {
         session_dir: "/home/u/sessions".into(),
         allow_unenforced_limits: false,
         helper_requests: false,
+        manifests: vec![],
         sessions: vec![],
         grants: vec![],
         members: members.iter().map(|m| member(m)).collect(),
@@ -268,5 +269,75 @@ fn a_requested_member_shows_who_asked_for_it() {
     assert!(
         table.contains("  kid: requested by a at 2026-01-01T00:00:00Z\n"),
         "{table}"
+    );
+}
+
+/// 30,000 refused destinations (the attack of issue 16: a member knocking everywhere, plus
+/// the engine's API on loopback and the metadata service) print a bounded number of lines,
+/// and the grant to paste never holds a local or metadata address or a dangerous port.
+#[test]
+fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
+    use crate::egress::log::{Event, SHOWN, Verdict, refusals};
+    let t = team(&["a"]);
+    let (mut s, _) = status(&t, &in_sync(&t), None);
+    let ev = |host: String, port: u16| Event {
+        ts: 10.0,
+        verdict: Verdict::Refused,
+        method: "CONNECT".into(),
+        host,
+        port,
+        addr: None,
+        status: 403,
+        reason: Some("not in the allow list".into()),
+    };
+    let mut events: Vec<Event> = (0..30_000)
+        .map(|i| ev(format!("h{i}.example.net"), 443))
+        .collect();
+    // The most refused of all: the Docker API on loopback, the metadata service, ssh.
+    for _ in 0..5 {
+        events.push(ev("127.0.0.1".into(), 2375));
+        events.push(ev("169.254.169.254".into(), 80));
+        events.push(ev("git.example.org".into(), 22));
+        events.push(ev("[::ffff:127.0.0.1]".into(), 6379));
+    }
+    let refused = refusals(&events, 0.0);
+    let m = s.members.iter_mut().find(|m| m.name == "a").unwrap();
+    let e = m.egress.as_mut().expect("an allowlist member has egress");
+    e.add_refusals("t", &t.members[0].access, refused);
+    assert_eq!(e.refused.len(), SHOWN);
+    assert_eq!(e.refused_left_out.destinations, 30_004 - SHOWN);
+    let grant = e.suggested_grant.clone().expect("a grant to paste");
+    for bad in ["127.0.0.1", "169.254.169.254", ":22", "6379"] {
+        assert!(!grant.contains(bad), "{bad} offered:\n{grant}");
+    }
+    let added = grant.matches(".example.net\"").count();
+    assert_eq!(added, SHOWN, "{grant}");
+    let warned = e.not_suggested.join("\n");
+    for says in [
+        "`127.0.0.1:2375` is a loopback address: it opens services listening on this machine itself; port 2375 is the Docker API without TLS: allowing it gives the member that host",
+        "`169.254.169.254:80` is a link-local address (the cloud metadata service lives there): it opens the cloud metadata service",
+        "`git.example.org:22`: port 22 is ssh",
+        "`[::ffff:127.0.0.1]:6379` is a loopback address",
+    ] {
+        assert!(warned.contains(says), "{says:?} not in:\n{warned}");
+    }
+    let text = render_refusals(std::slice::from_ref(&s));
+    let lines = text.lines().count();
+    assert!(lines < 60, "{lines} lines:\n{text}");
+    assert!(
+        text.contains(&format!(
+            "and {} more destinations ({} refusals)",
+            30_004 - SHOWN,
+            30_004 - SHOWN
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("not offered, allow only if you mean it:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("to allow the most refused, change the grant to:"),
+        "{text}"
     );
 }

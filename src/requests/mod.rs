@@ -562,6 +562,7 @@ pub fn judge(
         path: REQUEST_FILE.into(),
         dir: "/".into(),
         text,
+        given: None,
     };
     let desired = crate::manifest::validate(std::slice::from_ref(&source), host, applied)
         .map_err(|problems| refusal_of(&problems, &req.name))?;

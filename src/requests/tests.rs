@@ -41,6 +41,7 @@ impl Fixture {
             path: "team.yaml".into(),
             dir: self.root.clone(),
             text: text.into(),
+            given: None,
         };
         crate::manifest::validate(&[src], &self.host, &[])
     }
@@ -468,4 +469,41 @@ fn a_helpers_chain_is_followed_link_by_link() {
         "{dropped:?}"
     );
     assert!(why("under").contains("requester `lead`"), "{dropped:?}");
+}
+
+/// A helper's request is judged against the folders its team was applied from (kept in the
+/// stored team): a member whose own grant holds them (applied before 9c, or the manifests
+/// moved there since) cannot get a helper that writes them.
+#[test]
+fn a_request_to_write_where_the_team_was_applied_from_is_refused() {
+    let f = Fixture::new();
+    let mut team = f.team(true);
+    team.manifests = vec![f.root.join("work/sub/team.yaml")];
+    let mut r = request("helper");
+    r.write = vec![f.path("work/sub")];
+    let e = judge(
+        &r,
+        "a",
+        &team,
+        &[team.clone()],
+        &f.host,
+        "2026-01-01T00:00:00Z",
+    )
+    .unwrap_err();
+    assert_eq!(e.rule, "grant-paths", "{e:?}");
+    assert!(
+        e.message.contains("where team `t` was applied from"),
+        "{e:?}"
+    );
+    // Beside them, the same request is granted.
+    team.manifests = vec![f.root.join("other/team.yaml")];
+    judge(
+        &r,
+        "a",
+        &team,
+        &[team.clone()],
+        &f.host,
+        "2026-01-01T00:00:00Z",
+    )
+    .unwrap();
 }
