@@ -1,7 +1,8 @@
 //! Attacks on what ateam's own per-member processes cost the host and what they hold
 //! (docs/security.md, 9d): a member floods its egress proxy and its helper server with idle
-//! connections (each socket is mounted into it, so it can open as many as it likes), and
-//! ateam's environment, `secretEnv` values included, must not reach either process. On
+//! connections (each socket is mounted into it, so it can open as many as it likes), runs its
+//! bridge out of descriptors, and ateam's environment, `secretEnv` values included, must not
+//! reach either process. On
 //! Docker, rootful Podman and rootless Podman (ateam then runs as the unprivileged user,
 //! through runuser). ateam runs with a soft descriptor limit of 1024, systemd's default for
 //! services and sessions (the rootless user's login here has that already). Ignored by a
@@ -371,6 +372,37 @@ fn secrets_never_reach_the_proxy_or_the_helper_server(engine: Engine) {
     assert!(wrong.is_empty(), "{engine:?}:\n{}", wrong.join("\n"));
 }
 
+/// The member's own bridge, out of descriptors (a member may lower its limit, or open that
+/// many): accepting is paused and retried later, not retried at once in a loop that burns the
+/// member's CPU. A second bridge, started by hand under `ulimit -n 24`, fills its table with
+/// idle connections (each holds up to six descriptors) until accept fails with EMFILE.
+fn the_bridge_does_not_spin_out_of_descriptors(engine: Engine) {
+    let w = World::applied(engine, "bridge", serve("unused"), "-");
+    let got = w.inside(
+        "ulimit -n 24; /.ateam/bridge --listen 127.0.0.1:4000 --socket /.ateam/egress.sock >/dev/null 2>&1 & b=$!; \
+         sleep 0.3; mkfifo /tmp/f; exec 3<>/tmp/f; \
+         for i in $(seq 1 12); do nc 127.0.0.1 4000 <&3 >/dev/null 2>&1 & done; sleep 1; \
+         echo fds $(ls /proc/$b/fd | wc -l); \
+         echo ticks $(cut -d' ' -f14,15 /proc/$b/stat); sleep 3; echo ticks $(cut -d' ' -f14,15 /proc/$b/stat); kill $b",
+    );
+    let ticks: Vec<u64> = got
+        .lines()
+        .filter_map(|l| l.strip_prefix("ticks "))
+        .flat_map(|l| l.split_whitespace().map(|t| t.parse::<u64>().unwrap()))
+        .collect();
+    assert_eq!(ticks.len(), 4, "{engine:?}: {got}");
+    let share = (ticks[2] + ticks[3] - ticks[0] - ticks[1]) as f64 / ticks_per_second() / 3.0;
+    assert!(
+        got.contains("fds 24"),
+        "{engine:?}: the bridge's table never filled: {got}"
+    );
+    assert!(
+        share < MAX_CPU,
+        "{engine:?}: the bridge used {:.0} % of a core out of descriptors: {got}",
+        share * 100.0
+    );
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -385,6 +417,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn secrets_never_reach_the_proxy_or_the_helper_server() {
                     super::secrets_never_reach_the_proxy_or_the_helper_server($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn the_bridge_does_not_spin_out_of_descriptors() {
+                    super::the_bridge_does_not_spin_out_of_descriptors($e);
                 }
             }
         )*
