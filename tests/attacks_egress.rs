@@ -301,6 +301,14 @@ fn a_flood_of_idle_connections_costs_the_host_no_cpu(engine: Engine) {
         wrong.push(format!("a connection over the bound got `{last}`"));
     }
     drop(conns);
+    let out = w.ateam(&["logs", "a", "--team", &w.team, "--egress"], "-");
+    if !text(&out.stdout).contains("connections at once") {
+        wrong.push(format!(
+            "the refusals are not in the log: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        ));
+    }
     let conns = flood(&w.member_dir().join("ctl/helpers.sock"), FLOOD);
     std::thread::sleep(Duration::from_secs(1));
     let share = cpu_share(server);

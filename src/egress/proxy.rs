@@ -336,8 +336,9 @@ impl Overload {
         state.record(Event {
             ts: Event::now(),
             verdict: Verdict::Failed,
-            method: String::new(),
-            host: String::new(),
+            // Not read: nothing of a request to name.
+            method: "-".into(),
+            host: "-".into(),
             port: 0,
             addr: None,
             status: 503,
