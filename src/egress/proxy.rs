@@ -249,6 +249,7 @@ async fn serve(
     let slots = Arc::new(tokio::sync::Semaphore::new(bound));
     let mut backoff = crate::detached::Backoff::default();
     let mut over = Overload::default();
+    let mut pausing = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(io(&cfg.socket))?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -262,13 +263,18 @@ async fn serve(
                     Ok((conn, _)) => conn,
                     Err(e) => {
                         if let Some(pause) = backoff.after(&e) {
-                            tracing::warn!(error = %e, pause_ms = pause.as_millis() as u64, "accept failed; pausing");
+                            // Once per run of failures: proxy.err stays small.
+                            if !pausing {
+                                tracing::warn!(error = %e, "accept failed; pausing 10 ms..1 s until it works");
+                                pausing = true;
+                            }
                             tokio::time::sleep(pause).await;
                         }
                         continue;
                     }
                 };
                 backoff.reset();
+                pausing = false;
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     over.refuse(&conn, bound, &state);
                     continue;
