@@ -311,13 +311,40 @@ impl Conn {
     }
 }
 
+/// Errors of accept that mean "out of descriptors or memory for now" (EMFILE, ENFILE,
+/// ENOBUFS, ENOMEM): the pending connection stays, so the listener stays readable.
+const EXHAUSTED: [i32; 4] = [24, 23, 105, 12];
+/// The first pause of accepting after such an error, and the longest (it doubles).
+const PAUSE_FIRST_MS: i32 = 10;
+const PAUSE_MAX_MS: i32 = 1000;
+
 fn serve(listener: &TcpListener, socket: &str) {
     let mut conns: Vec<Conn> = Vec::new();
     let mut fds: Vec<PollFd> = Vec::new();
+    // While out of descriptors, the listener is left out of poll until this deadline, so
+    // that its pending connection does not wake the loop again and again.
+    let mut paused: Option<std::time::Instant> = None;
+    let mut pause_ms = PAUSE_FIRST_MS;
     loop {
+        let timeout = match paused {
+            Some(until) => {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    paused = None;
+                    -1
+                } else {
+                    left.as_millis().max(1) as i32
+                }
+            }
+            None => -1,
+        };
         fds.clear();
         fds.push(PollFd {
-            fd: listener.as_raw_fd(),
+            fd: if paused.is_some() {
+                -1
+            } else {
+                listener.as_raw_fd()
+            },
             events: POLLIN,
             revents: 0,
         });
@@ -336,7 +363,7 @@ fn serve(listener: &TcpListener, socket: &str) {
                 revents: 0,
             });
         }
-        let n = unsafe { poll(fds.as_mut_ptr(), fds.len() as u64, -1) };
+        let n = unsafe { poll(fds.as_mut_ptr(), fds.len() as u64, timeout) };
         if n < 0 {
             if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
                 continue;
@@ -353,19 +380,38 @@ fn serve(listener: &TcpListener, socket: &str) {
             }
         }
         if fds[0].revents != 0 {
-            accept(listener, socket, &mut conns);
+            match accept(listener, socket, &mut conns) {
+                Accepted::AllThereWas => pause_ms = PAUSE_FIRST_MS,
+                Accepted::Exhausted => {
+                    paused = Some(
+                        std::time::Instant::now()
+                            + std::time::Duration::from_millis(pause_ms as u64),
+                    );
+                    pause_ms = (pause_ms * 2).min(PAUSE_MAX_MS);
+                }
+            }
         }
     }
 }
 
-fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) {
+/// How an accept round ended.
+enum Accepted {
+    /// Nothing more is pending (or one connection failed on its own).
+    AllThereWas,
+    /// Out of descriptors or memory: accept again after a pause.
+    Exhausted,
+}
+
+fn accept(listener: &TcpListener, socket: &str, conns: &mut Vec<Conn>) -> Accepted {
     loop {
         let tcp = match listener.accept() {
             Ok((t, _)) => t,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Accepted::AllThereWas,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            // Out of descriptors or memory for now: try again at the next round.
-            Err(_) => return,
+            Err(e) if e.raw_os_error().is_some_and(|c| EXHAUSTED.contains(&c)) => {
+                return Accepted::Exhausted;
+            }
+            Err(_) => return Accepted::AllThereWas,
         };
         let _ = tcp.set_nodelay(true);
         match UnixStream::connect(socket) {

@@ -34,6 +34,7 @@ pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Re
         egress::launch_detached(&cfg, user).context("starting the egress proxy")?;
         return Ok(Exit::Ok);
     }
+    ateam::detached::limit_self(proxy::MAX_DATA);
     proxy::run(cfg, user).context("egress proxy")?;
     Ok(Exit::Ok)
 }

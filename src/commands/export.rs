@@ -47,6 +47,7 @@ pub fn helper_server(
         .parse()
         .map_err(|e: String| anyhow::anyhow!(e))
         .context("--socket-owner")?;
+    ateam::detached::limit_self(ateam::requests::servers::MAX_DATA);
     server::run(server::Config {
         state_dir: ctx.host.state_dir.clone(),
         team,

@@ -23,7 +23,8 @@ pub enum Verdict {
     Allowed,
     /// Refused by the member's list or the address rules: what `status` reports.
     Refused,
-    /// Allowed by the list, but the name did not resolve or the connection failed.
+    /// Allowed by the list, but the name did not resolve or the connection failed; or not
+    /// judged, the proxy being over its bound of connections at once.
     Failed,
 }
 

@@ -141,7 +141,10 @@ pub fn start(
         exe: "ateam".into(),
         source,
     })?;
-    let status = Command::new(&exe)
+    let mut cmd = Command::new(&exe);
+    // Nothing of apply's environment (its `secretEnv` values) reaches the proxy.
+    crate::detached::clear_env(&mut cmd, crate::detached::PROXY_ENV);
+    let status = cmd
         .args(proxy_args(paths, Some(member)))
         .arg("--detach")
         .stdin(Stdio::null())
@@ -218,6 +221,7 @@ pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), Pr
         err: err_path,
     };
     let mut cmd = Command::new(&exe);
+    crate::detached::clear_env(&mut cmd, crate::detached::PROXY_ENV);
     cmd.args(proxy_args(&paths, None));
     if let Some(u) = user {
         cmd.args(["--user", u]);

@@ -21,12 +21,26 @@ use crate::core::egress::{Allowlist, Host};
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
-/// How long a member has to send its request head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a member has to send its request head: a connection that sends nothing holds a
+/// slot this long at most.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long resolving a name, and then connecting, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait.
-const MAX_CONNECTIONS: usize = 1024;
+/// Connections served at once, at most; more are answered 503 and closed at once, so that
+/// a member holding thousands open costs the host a bounded number of descriptors and no
+/// spinning. An agent uses a handful.
+const MAX_CONNECTIONS: usize = 256;
+/// Descriptors one relayed connection holds: both sockets and a pipe per direction.
+const FDS_PER_CONNECTION: u64 = 6;
+/// Descriptors kept for everything else (the listener, the log, the runtime, resolving).
+const FDS_SPARE: u64 = 64;
+/// Threads that may resolve names at once (tokio's blocking pool; its default is 512).
+const RESOLVER_THREADS: usize = 8;
+/// The proxy's data (heap and thread stacks): with the bounds above it needs tens of MiB;
+/// this is the backstop (`detached::limit_self`).
+pub const MAX_DATA: u64 = 256 << 20;
+/// How often a refusal for being over the bound is written to the member's log, at most.
+const OVERLOAD_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How often the proxy looks at its socket and the host's addresses.
 const HOUSEKEEPING: Duration = Duration::from_secs(5);
 
@@ -197,6 +211,7 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(RESOLVER_THREADS)
         .build()
         .map_err(io(&cfg.socket))?;
     let socket_name = file_name(&cfg.socket);
@@ -219,7 +234,12 @@ async fn serve(
         let path = path.to_path_buf();
         move |source| ProxyError::Io { path, source }
     };
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let bound =
+        connection_bound(rustix::process::getrlimit(rustix::process::Resource::Nofile).current);
+    let slots = Arc::new(tokio::sync::Semaphore::new(bound));
+    let mut backoff = crate::detached::Backoff::default();
+    let mut over = Overload::default();
+    let mut pausing = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(io(&cfg.socket))?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
@@ -229,8 +249,26 @@ async fn serve(
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((conn, _)) = accepted else { continue };
-                let Ok(permit) = slots.clone().acquire_owned().await else { break };
+                let conn = match accepted {
+                    Ok((conn, _)) => conn,
+                    Err(e) => {
+                        if let Some(pause) = backoff.after(&e) {
+                            // Once per run of failures: proxy.err stays small.
+                            if !pausing {
+                                tracing::warn!(error = %e, "accept failed; pausing 10 ms..1 s until it works");
+                                pausing = true;
+                            }
+                            tokio::time::sleep(pause).await;
+                        }
+                        continue;
+                    }
+                };
+                backoff.reset();
+                pausing = false;
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    over.refuse(&conn, bound, &state);
+                    continue;
+                };
                 let state = state.clone();
                 tasks.spawn(async move {
                     handle(conn, &state).await;
@@ -251,6 +289,59 @@ async fn serve(
     }
     // Removed by the one who stops it (ateam, which may enter the private folders).
     Ok(())
+}
+
+/// How many connections this proxy serves at once: `MAX_CONNECTIONS`, or fewer when its
+/// descriptor limit (`files`) would run out first.
+fn connection_bound(files: Option<u64>) -> usize {
+    let fit = files.map_or(u64::MAX, |f| {
+        f.saturating_sub(FDS_SPARE) / FDS_PER_CONNECTION
+    });
+    (fit.min(MAX_CONNECTIONS as u64) as usize).max(1)
+}
+
+/// Connections refused for being over the bound, and when that was last logged.
+#[derive(Default)]
+struct Overload {
+    refused: u64,
+    logged: Option<Instant>,
+}
+
+impl Overload {
+    /// Answers 503 without waiting (the answer fits in a new socket's buffer; if not, the
+    /// member gets a bare close) and drops the connection; logs it at most once a minute.
+    fn refuse(&mut self, conn: &UnixStream, bound: usize, state: &State) {
+        let reason = format!("over {bound} connections at once");
+        let head = format!(
+            "HTTP/1.1 503 ateam egress: {reason}\r\nContent-Length: 0\r\nConnection: close\r\nX-Ateam-Egress: refused\r\n\r\n"
+        );
+        let flags = rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL;
+        let _ = rustix::net::send(conn, head.as_bytes(), flags);
+        self.refused += 1;
+        if self
+            .logged
+            .is_some_and(|t| t.elapsed() < OVERLOAD_LOG_EVERY)
+        {
+            return;
+        }
+        tracing::warn!(
+            bound,
+            refused = self.refused,
+            "connections over the bound refused"
+        );
+        state.record(Event {
+            ts: Event::now(),
+            verdict: Verdict::Failed,
+            // Not read: nothing of a request to name.
+            method: "-".into(),
+            host: "-".into(),
+            port: 0,
+            addr: None,
+            status: 503,
+            reason: Some(format!("{reason}: {} refused so far", self.refused)),
+        });
+        self.logged = Some(Instant::now());
+    }
 }
 
 /// A request as far as the proxy needs it.
@@ -283,7 +374,8 @@ async fn handle(mut conn: UnixStream, state: &State) {
         // A probe (liveness check) or a client that went away: nothing to record.
         Ok(Ok(None)) | Ok(Err(_)) => return,
         Err(_) => {
-            let _ = answer(&mut conn, &refuse(408, "no request within 30s")).await;
+            let why = format!("no request within {}s", HEAD_TIMEOUT.as_secs());
+            let _ = answer(&mut conn, &refuse(408, why)).await;
             return;
         }
     };
@@ -557,6 +649,15 @@ async fn answer(conn: &mut UnixStream, r: &Refused) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_bound_fits_the_descriptor_limit() {
+        assert_eq!(connection_bound(Some(1_048_576)), MAX_CONNECTIONS);
+        assert_eq!(connection_bound(None), MAX_CONNECTIONS);
+        // A soft limit of 1024: 160 relayed connections, 960 descriptors, and room to spare.
+        assert_eq!(connection_bound(Some(1024)), 160);
+        assert_eq!(connection_bound(Some(10)), 1);
+    }
 
     #[test]
     fn requests_parse_into_what_is_judged() {

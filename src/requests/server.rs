@@ -131,8 +131,19 @@ pub fn run(cfg: Config) -> Result<(), ServeError> {
     let one_at_a_time = Arc::new(Mutex::new(()));
     let bucket = Arc::new(Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())));
     let cfg = Arc::new(cfg);
+    let mut backoff = crate::detached::Backoff::default();
     for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
+        let mut conn = match conn {
+            Ok(c) => c,
+            // Out of descriptors: the connection stays pending; retrying at once would spin.
+            Err(e) => {
+                if let Some(pause) = backoff.after(&e) {
+                    std::thread::sleep(pause);
+                }
+                continue;
+            }
+        };
+        backoff.reset();
         if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             busy.fetch_sub(1, Ordering::SeqCst);
             let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));

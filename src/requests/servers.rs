@@ -13,6 +13,11 @@ use crate::files::{self, Owner};
 
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A helper server's data (heap and thread stacks): it judges one request at a time and
+/// serves four connections at most, in well under 100 MiB; this is the backstop
+/// (`detached::limit_self`).
+pub const MAX_DATA: u64 = 1 << 30;
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
@@ -94,6 +99,8 @@ pub fn start(
     let err = files::create_log(&paths.err).map_err(io(&paths.err))?;
     let exe = crate::egress::exe().map_err(io(Path::new("ateam")))?;
     let mut cmd = Command::new(&exe);
+    // Only what finds the engine and judges grants: never apply's `secretEnv` values.
+    crate::detached::clear_env(&mut cmd, crate::detached::SERVER_ENV);
     cmd.args(args(state_dir, team, member, member_owner))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
