@@ -88,6 +88,7 @@ fn invalid_manifests_are_3_for_every_command_that_reads_them() {
         &["diff", "-f", broken],
         &["status", "-f", broken],
         &["status", "--exit-code", "-f", broken],
+        &["controller", "--once", "-f", broken],
     ] {
         let out = offline(state.path(), args);
         assert_eq!(out.status.code(), Some(3), "{args:?}: {}", both(&out));

@@ -382,7 +382,12 @@ pub async fn run(
 
     if once {
         r.reconcile(Key::Manifests).await?;
-        let mut ok = r.state().record.manifest_errors.is_empty();
+        let problems = r.state().record.manifest_errors.clone();
+        if !problems.is_empty() {
+            // Once, there is no last good state to keep: as `apply`, refuse (exit 3).
+            return Err(ControllerError::Invalid(problems));
+        }
+        let mut ok = true;
         for team in r.all_teams() {
             if let Err(e) = r.reconcile(Key::Team(team.clone())).await {
                 warn!(team, error = %e, "reconcile failed");
@@ -436,6 +441,9 @@ pub enum ControllerError {
     App(#[from] AppError),
     #[error("watching the manifests: {0}")]
     Watch(#[source] notify::Error),
+    /// `--once` read manifests it refused (one line per problem); nothing was changed.
+    #[error("the manifests are invalid; nothing was changed:\n{}", .0.join("\n"))]
+    Invalid(Vec<String>),
 }
 
 /// Every team, and the manifests, again and again: what events missed is caught here.
