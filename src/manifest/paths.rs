@@ -84,8 +84,11 @@ pub fn check_dir(path: &Path) -> Result<(), String> {
             Err(e) => return Err(format!("cannot check `{}`: {e}", so_far.display())),
         };
         if meta.file_type().is_symlink() {
-            let hint = std::fs::canonicalize(path)
-                .map(|c| format!("; write the real path `{}`", c.display()))
+            // The link's own text, not where it leads: resolving it would look further as
+            // ateam's user (often root), and a helper request's refusal goes to a member, which
+            // may have planted the link to learn what exists where it cannot see.
+            let hint = std::fs::read_link(&so_far)
+                .map(|t| format!(" (to `{}`); write the real path", t.display()))
                 .unwrap_or_default();
             return Err(format!(
                 "`{}` goes through the symlink `{}`{hint}",

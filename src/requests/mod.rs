@@ -397,6 +397,48 @@ fn resources_within(m: &Member, parent: &Member) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Refuses a requested folder that is not, by name, inside the requester's own grants,
+/// before anything looks at the file system: the checks of a grant path (exists, is a folder,
+/// no symlink) run as the helper server's user, often root, and their answers differ, so a
+/// member could otherwise learn what exists anywhere on the host, outside what it may see.
+fn outside_requester(req: &Request, parent: &Member) -> Result<(), Refusal> {
+    let lists: [(&str, &[String], Vec<&PathBuf>); 2] = [
+        (
+            "read",
+            &req.read,
+            parent
+                .access
+                .read
+                .iter()
+                .chain(&parent.access.write)
+                .collect(),
+        ),
+        ("write", &req.write, parent.access.write.iter().collect()),
+    ];
+    for (field, asked, may) in lists {
+        for (i, p) in asked.iter().enumerate() {
+            let named = crate::manifest::paths::resolve(p, Path::new("/"), Path::new("/"));
+            if !may
+                .iter()
+                .any(|g| crate::manifest::paths::within(&named, g))
+            {
+                return Err(Refusal::new(
+                    422,
+                    "narrower-than-requester",
+                    Some(&format!("{field}[{i}]")),
+                    format!(
+                        "grant `{}` {field}s `{}`, which its parent may not {field} (`{}`); a member's access must be the same as or narrower than its parent's",
+                        grant_name(&req.name),
+                        named.display(),
+                        parent.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The name of the AccessGrant a request makes for its member.
 pub fn grant_name(member: &str) -> String {
     let mut n = format!("requested-{member}");
@@ -473,6 +515,7 @@ pub fn judge(
             }
         }
     }
+    outside_requester(req, parent)?;
     if let Some(c) = &req.cwd
         && !c.starts_with('/')
     {
