@@ -728,6 +728,37 @@ fn a_refusal_never_says_what_exists_on_the_host(engine: Engine) {
     assert!(!w.requested("h").exists());
 }
 
+/// A helper's grant names folders its member chose, and `status` shows their names: a folder
+/// named with a terminal's escape (a title, a colour) and a bidi override was printed as it
+/// is. Such a folder is now refused, and `status` shows any folder name escaped.
+fn a_folder_a_member_names_never_steers_status(engine: Engine) {
+    let w = World::new(engine, "esc");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let sub = w.path("work/sub").display().to_string();
+    let made = w.inside(
+        "a",
+        &format!(r#"mkdir "{sub}/x$(printf '\033]0;PWNED\007\342\200\256')y" && echo made"#),
+    );
+    assert!(made.contains("made"), "{engine:?}: {made}");
+    let got = w.ask(
+        "a",
+        &format!(
+            r#"{{"name": "h", "command": ["sleep", "100000"], "write": ["{sub}/x\u001b]0;PWNED\u0007\u202ey"]}}"#
+        ),
+    );
+    let shown = w.ok(&["status", &w.team]);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{202e}'),
+        "{engine:?}: status prints what the member named as it is: {shown:?}"
+    );
+    assert!(
+        got.contains(" 422 ") && got.contains("bidirectional"),
+        "{engine:?}: {got}"
+    );
+    assert!(!w.requested("h").exists());
+}
+
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -946,6 +977,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_refusal_never_says_what_exists_on_the_host() {
                     super::a_refusal_never_says_what_exists_on_the_host($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_folder_a_member_names_never_steers_status() {
+                    super::a_folder_a_member_names_never_steers_status($e);
                 }
 
                 #[test]

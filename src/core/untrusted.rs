@@ -15,10 +15,15 @@ fn steers(c: char) -> bool {
             | '\u{FEFF}')
 }
 
+/// Whether any character of `s` could steer how it is shown (`shown` would escape it).
+pub fn steering(s: &str) -> bool {
+    s.chars().any(steers)
+}
+
 /// `s` with every character that `steers` written as a visible escape (`\u{1b}`), the rest as
 /// it is: what a member wrote is shown, never obeyed.
 pub fn shown(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(steers) {
+    if !steering(s) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);

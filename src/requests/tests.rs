@@ -552,7 +552,7 @@ fn a_refusal_never_says_what_exists_outside_the_requesters_grants() {
     let there = link("work/to-there");
     let absent = link("work/to-absent");
     assert!(
-        there.contains(&format!("(to `{}`)", f.path("outside/there"))),
+        there.contains(&format!("points to `{}`;", f.path("outside/there"))),
         "{there}"
     );
     assert_eq!(
