@@ -370,6 +370,61 @@ fn status_sizes_a_hostile_transcript_without_following_it(engine: Engine) {
     assert!(bytes < 1 << 20, "{engine:?}: counted {bytes} bytes: {row}");
 }
 
+/// Unmounts what a test mounted, after the world that used it is gone.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
+}
+
+/// On a file system that allows files of 8 EiB (tmpfs here; xfs and btrfs too), a member's
+/// sparse files cost nothing, but their sizes add up past what 64 bits hold: `status`
+/// panicked (an overflow) or, built without overflow checks, showed a wrapped, small size.
+fn status_sizes_sparse_files_past_64_bits(engine: Engine) {
+    let mut mounted = None;
+    let w = World::new(engine, "sparse", &["worker"]);
+    let sessions = w.root().join("sessions");
+    let mut opts = "size=16m,mode=0755".to_string();
+    if engine == Engine::Rootless {
+        let (_, uid, gid) = rootless_user();
+        opts.push_str(&format!(",uid={uid},gid={gid}"));
+    }
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+        .arg(&sessions)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount: {}", text(&out.stderr));
+    mounted = mounted.or(Some(Unmount(sessions)));
+    w.apply();
+    w.wait_started("worker");
+    w.inside(
+        "worker",
+        "cd \"$ATEAM_SESSION_DIR\" && for i in 1 2 3; do truncate -s 9223372036854775807 sparse-$i; done",
+    );
+    let out = w.ateam(&["status", &w.team, "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: status failed: {}",
+        text(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v["teams"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "worker")
+        .cloned()
+        .unwrap();
+    let bytes = row["transcriptBytes"].as_u64().unwrap();
+    assert_eq!(bytes, u64::MAX, "{engine:?}: the size wrapped: {row}");
+    drop(w);
+    drop(mounted);
+}
+
 /// A member names a file so that, shown raw in RESUME.md, its name would end ateam's bullet
 /// line (U+2028) and start a forged heading, or read backwards (U+202E). After a handover
 /// the resume shows the name as data: escaped, in a code span.
@@ -430,6 +485,7 @@ macro_rules! cases {
                 a_promotion_never_creates_a_file_through_planted_links,
                 a_resume_the_member_wrote_is_not_taken_for_ateams,
                 status_sizes_a_hostile_transcript_without_following_it,
+                status_sizes_sparse_files_past_64_bits,
                 resume_quotes_the_names_a_member_chose,
             );
         )*
