@@ -382,7 +382,9 @@ impl Drop for Unmount {
 /// On a file system that allows files of 8 EiB (tmpfs here; xfs and btrfs too), a member's
 /// sparse files cost nothing, but their sizes add up past what 64 bits hold: `status`
 /// panicked (an overflow) or, built without overflow checks, showed a wrapped, small size.
-fn status_sizes_sparse_files_past_64_bits(engine: Engine) {
+/// Such a file system also keeps any time a member gives a file: one after year 9999 made
+/// `status` panic as it wrote the last activity.
+fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
     let mut mounted = None;
     let w = World::new(engine, "sparse", &["worker"]);
     let sessions = w.root().join("sessions");
@@ -402,7 +404,8 @@ fn status_sizes_sparse_files_past_64_bits(engine: Engine) {
     w.wait_started("worker");
     w.inside(
         "worker",
-        "cd \"$ATEAM_SESSION_DIR\" && for i in 1 2 3; do truncate -s 9223372036854775807 sparse-$i; done",
+        "cd \"$ATEAM_SESSION_DIR\" && for i in 1 2 3; do truncate -s 9223372036854775807 sparse-$i; done \
+         && touch -d @300000000000 sparse-1",
     );
     let out = w.ateam(&["status", &w.team, "-o", "json"]);
     assert_eq!(
@@ -421,6 +424,12 @@ fn status_sizes_sparse_files_past_64_bits(engine: Engine) {
         .unwrap();
     let bytes = row["transcriptBytes"].as_u64().unwrap();
     assert_eq!(bytes, u64::MAX, "{engine:?}: the size wrapped: {row}");
+    assert_eq!(
+        row["lastActivityAt"], "9999-12-31T23:59:59Z",
+        "{engine:?}: {row}"
+    );
+    let table = w.ateam(&["status", &w.team]);
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
     drop(w);
     drop(mounted);
 }
@@ -485,7 +494,7 @@ macro_rules! cases {
                 a_promotion_never_creates_a_file_through_planted_links,
                 a_resume_the_member_wrote_is_not_taken_for_ateams,
                 status_sizes_a_hostile_transcript_without_following_it,
-                status_sizes_sparse_files_past_64_bits,
+                status_survives_sparse_sizes_and_far_times,
                 resume_quotes_the_names_a_member_chose,
             );
         )*
