@@ -379,17 +379,12 @@ impl Drop for Unmount {
     }
 }
 
-/// On a file system that allows files of 8 EiB (tmpfs here; xfs and btrfs too), a member's
-/// sparse files cost nothing, but their sizes add up past what 64 bits hold: `status`
-/// panicked (an overflow) or, built without overflow checks, showed a wrapped, small size.
-/// Such a file system also keeps any time a member gives a file: one after year 9999 made
-/// `status` panic as it wrote the last activity.
-fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
-    let mut mounted = None;
-    let w = World::new(engine, "sparse", &["worker"]);
+/// A tmpfs (which keeps any size and time a file is given) as the world's sessionDir, the
+/// person's; unmounted when the returned guard goes, after the world.
+fn sessions_on_tmpfs(w: &World) -> Unmount {
     let sessions = w.root().join("sessions");
     let mut opts = "size=16m,mode=0755".to_string();
-    if engine == Engine::Rootless {
+    if w.engine == Engine::Rootless {
         let (_, uid, gid) = rootless_user();
         opts.push_str(&format!(",uid={uid},gid={gid}"));
     }
@@ -399,7 +394,46 @@ fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
         .output()
         .unwrap();
     assert!(out.status.success(), "mount: {}", text(&out.stderr));
-    mounted = mounted.or(Some(Unmount(sessions)));
+    Unmount(sessions)
+}
+
+/// A member dates its newest file after year 9999: the handover that writes RESUME.md (with
+/// its last activity) panicked in the middle of `apply`, so a member could stop the person's
+/// session from taking over. Now the time is shown clamped and the session starts.
+fn a_handover_survives_a_far_time(engine: Engine) {
+    let mut mounted = None;
+    let w = World::new(engine, "far", &["worker"]);
+    mounted = mounted.or(Some(sessions_on_tmpfs(&w)));
+    w.apply();
+    w.wait_started("worker");
+    w.inside(
+        "worker",
+        "cd \"$ATEAM_SESSION_DIR\" && echo late > late.log && touch -d @300000000000 late.log",
+    );
+    w.write_manifest(&team_yaml(
+        &w.team,
+        &session("lead2", ", takesOver: lead"),
+        &["worker"],
+    ));
+    w.apply();
+    let resume = std::fs::read_to_string(w.root().join("sessions/lead2/RESUME.md")).unwrap();
+    assert!(
+        resume.contains("- last activity: 9999-12-31T23:59:59Z (`late.log`)"),
+        "{engine:?}:\n{resume}"
+    );
+    drop(w);
+    drop(mounted);
+}
+
+/// On a file system that allows files of 8 EiB (tmpfs here; xfs and btrfs too), a member's
+/// sparse files cost nothing, but their sizes add up past what 64 bits hold: `status`
+/// panicked (an overflow) or, built without overflow checks, showed a wrapped, small size.
+/// Such a file system also keeps any time a member gives a file: one after year 9999 made
+/// `status` panic as it wrote the last activity.
+fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
+    let mut mounted = None;
+    let w = World::new(engine, "sparse", &["worker"]);
+    mounted = mounted.or(Some(sessions_on_tmpfs(&w)));
     w.apply();
     w.wait_started("worker");
     w.inside(
@@ -495,6 +529,7 @@ macro_rules! cases {
                 a_resume_the_member_wrote_is_not_taken_for_ateams,
                 status_sizes_a_hostile_transcript_without_following_it,
                 status_survives_sparse_sizes_and_far_times,
+                a_handover_survives_a_far_time,
                 resume_quotes_the_names_a_member_chose,
             );
         )*
