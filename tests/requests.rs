@@ -759,6 +759,32 @@ fn a_folder_a_member_names_never_steers_status(engine: Engine) {
     assert!(!w.requested("h").exists());
 }
 
+/// `ateam export` writes a requested helper's command and environment back as YAML for a
+/// person to read and commit; YAML escapes control characters but leaves a bidi override
+/// as it is, so a command could read as another than the one that runs (Trojan Source).
+/// Such a request is now refused, and nothing of it reaches the export.
+fn a_helpers_command_reads_as_it_runs(engine: Engine) {
+    let w = World::new(engine, "bidi");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let got = w.ask(
+        "a",
+        r#"{"name": "h", "command": ["sh", "-c", "sleep 100000 #\u202e; rm -rf ~ \u2066"], "env": {"NOTE": "a\u2067b"}}"#,
+    );
+    let export = w.ok(&["export", "--team", &w.team]);
+    for c in ['\u{202e}', '\u{2066}', '\u{2067}'] {
+        assert!(
+            !export.contains(c),
+            "{engine:?}: {c:?} in the export:\n{export}"
+        );
+    }
+    assert!(
+        got.contains(" 422 ") && got.contains("(plain-text)"),
+        "{engine:?}: {got}"
+    );
+    assert!(!w.requested("h").exists());
+}
+
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -983,6 +1009,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_folder_a_member_names_never_steers_status() {
                     super::a_folder_a_member_names_never_steers_status($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_helpers_command_reads_as_it_runs() {
+                    super::a_helpers_command_reads_as_it_runs($e);
                 }
 
                 #[test]

@@ -20,6 +20,14 @@ pub fn steering(s: &str) -> bool {
     s.chars().any(steers)
 }
 
+/// Whether `s` holds a character that could steer how it is shown other than a tab or a line
+/// end: what a member may put in a command or an environment value, which ateam writes back
+/// as YAML (`export`), escaping controls but not bidi overrides.
+pub fn hidden_steering(s: &str) -> bool {
+    s.chars()
+        .any(|c| steers(c) && !matches!(c, '\t' | '\n' | '\r'))
+}
+
 /// `s` with every character that `steers` written as a visible escape (`\u{1b}`), the rest as
 /// it is: what a member wrote is shown, never obeyed.
 pub fn shown(s: &str) -> Cow<'_, str> {

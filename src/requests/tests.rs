@@ -561,3 +561,31 @@ fn a_refusal_never_says_what_exists_outside_the_requesters_grants() {
         "the answers differ by more than the names"
     );
 }
+
+#[test]
+fn a_requests_text_reads_as_it_runs() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    let mut r = request("h");
+    r.command = Some(vec!["sh".into(), "-c".into(), "echo a\n\techo b".into()]);
+    assert!(f.judge(&team, &r).is_ok(), "tabs and line ends are fine");
+    for (field, text) in [
+        ("command[1]", "\u{202e}c- hs"),
+        ("command[1]", "x\u{1b}[2Jy"),
+        ("command[1]", "a\u{feff}b"),
+        ("env.X", "v\u{2028}w"),
+        ("cwd", "/w\u{2066}"),
+    ] {
+        let mut r = request("h");
+        match field {
+            "env.X" => {
+                r.env.insert("X".into(), text.into());
+            }
+            "cwd" => r.cwd = Some(text.into()),
+            _ => r.command = Some(vec!["sh".into(), text.into()]),
+        }
+        let e = refused(&f, &team, &r, "plain-text", "shown escaped");
+        assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+        assert!(!crate::core::untrusted::steering(&e.message), "{e:?}");
+    }
+}
