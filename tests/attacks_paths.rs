@@ -468,6 +468,52 @@ fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
     drop(mounted);
 }
 
+/// ateam finds engine daemons (and their data roots, sockets and, for a rootless one, its
+/// user's runtime folder) in every process's command line and environment, so that no grant
+/// reaches them. A member's processes are on the machine's process list too: one named
+/// `dockerd` (any program will do: bash's `exec -a dockerd sleep`; busybox, the image's only
+/// one, picks what to run by that name, so here ateam's bridge, linked under it) with
+/// `XDG_RUNTIME_DIR` set to the
+/// team's write grant made that grant an engine's folder, and every apply of the team
+/// (of any team granting it) was refused. A process in a container's pid namespace is no
+/// daemon of the machine's; the next apply goes through.
+fn a_member_named_like_an_engine_stops_no_apply(engine: Engine) {
+    let w = World::new(engine, "daemon", &["worker"]);
+    // An allow list, so that the member has the bridge (`/.ateam/bridge`).
+    let yaml = team_yaml(&w.team, &session("lead", ""), &["worker"]).replace(
+        "write: [./repo]}",
+        "write: [./repo], network: {allow: [example.com]}}",
+    );
+    w.write_manifest(&yaml);
+    w.apply();
+    w.wait_started("worker");
+    let repo = w.root().join("repo");
+    let said = w.inside(
+        "worker",
+        &format!(
+            "ln -s /.ateam/bridge {repo}/dockerd && cd / && \
+             env XDG_RUNTIME_DIR={repo} HOME={repo} {repo}/dockerd --listen 127.0.0.1:4999 \
+             >/tmp/dockerd.out 2>&1 </dev/null & sleep 0.5; cat /tmp/dockerd.out",
+            repo = repo.display()
+        ),
+    );
+    let seen = Command::new("pgrep")
+        .args(["-f", &format!("{}/dockerd", repo.display())])
+        .output()
+        .unwrap();
+    assert!(
+        seen.status.success(),
+        "{engine:?}: the member's dockerd is not running: {said}"
+    );
+    let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: a member's process stopped the apply:\n{}",
+        text(&out.stderr)
+    );
+}
+
 /// A member names a file so that, shown raw in RESUME.md, its name would end ateam's bullet
 /// line (U+2028) and start a forged heading, or read backwards (U+202E). After a handover
 /// the resume shows the name as data: escaped, in a code span.
@@ -530,6 +576,7 @@ macro_rules! cases {
                 status_sizes_a_hostile_transcript_without_following_it,
                 status_survives_sparse_sizes_and_far_times,
                 a_handover_survives_a_far_time,
+                a_member_named_like_an_engine_stops_no_apply,
                 resume_quotes_the_names_a_member_chose,
             );
         )*
