@@ -784,17 +784,19 @@ pub const TRANSCRIPT_WALK: files::Bounds = files::Bounds {
 };
 
 /// For `status`: the size of a transcript folder and when it last changed. Symlinks are
-/// counted as themselves (never their targets), FIFOs are never opened, and the walk is
-/// bounded (`TRANSCRIPT_WALK`).
+/// counted as themselves (never their targets), FIFOs are never opened, the walk is
+/// bounded (`TRANSCRIPT_WALK`), and the sum stops at `u64::MAX`.
 pub fn transcript_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
-    let mut size = 0;
+    let mut size: u64 = 0;
     let mut newest = None;
     let Ok(d) = files::Dir::open(dir) else {
         return (0, None);
     };
     d.walk(TRANSCRIPT_WALK, |e| {
+        // Saturating: sparse files on a file system that allows 8 EiB each (tmpfs, xfs,
+        // btrfs) cost the member nothing but add up past 64 bits.
         if e.kind != rustix::fs::FileType::Directory {
-            size += e.len;
+            size = size.saturating_add(e.len);
         }
         newest = newest.max(e.modified);
     });
@@ -942,5 +944,20 @@ mod tests {
                 .unwrap();
             assert_eq!(name, r.name(), "{json}");
         }
+    }
+
+    #[test]
+    fn sparse_transcript_sizes_stop_at_the_top() {
+        // tmpfs allows files of 8 EiB; where /dev/shm is missing or smaller, nothing to prove.
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        for i in 0..3 {
+            let f = std::fs::File::create(dir.path().join(format!("sparse-{i}"))).unwrap();
+            if f.set_len(i64::MAX as u64).is_err() {
+                return;
+            }
+        }
+        assert_eq!(transcript_usage(dir.path()).0, u64::MAX);
     }
 }

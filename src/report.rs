@@ -355,8 +355,10 @@ impl Grants {
         let names = |v: &[PathBuf]| {
             v.iter()
                 .map(|p| {
+                    // Shown escaped: a folder a member named (a helper's grant) never
+                    // steers the terminal.
                     p.file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
+                        .map(|n| crate::core::untrusted::shown(&n.to_string_lossy()).into_owned())
                         .unwrap_or_else(|| "/".into())
                 })
                 .collect::<Vec<_>>()

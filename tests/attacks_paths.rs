@@ -370,6 +370,150 @@ fn status_sizes_a_hostile_transcript_without_following_it(engine: Engine) {
     assert!(bytes < 1 << 20, "{engine:?}: counted {bytes} bytes: {row}");
 }
 
+/// Unmounts what a test mounted, after the world that used it is gone.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+    }
+}
+
+/// A tmpfs (which keeps any size and time a file is given) as the world's sessionDir, the
+/// person's; unmounted when the returned guard goes, after the world.
+fn sessions_on_tmpfs(w: &World) -> Unmount {
+    let sessions = w.root().join("sessions");
+    let mut opts = "size=16m,mode=0755".to_string();
+    if w.engine == Engine::Rootless {
+        let (_, uid, gid) = rootless_user();
+        opts.push_str(&format!(",uid={uid},gid={gid}"));
+    }
+    let out = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &opts, "tmpfs"])
+        .arg(&sessions)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount: {}", text(&out.stderr));
+    Unmount(sessions)
+}
+
+/// A member dates its newest file after year 9999: the handover that writes RESUME.md (with
+/// its last activity) panicked in the middle of `apply`, so a member could stop the person's
+/// session from taking over. Now the time is shown clamped and the session starts.
+fn a_handover_survives_a_far_time(engine: Engine) {
+    let mut mounted = None;
+    let w = World::new(engine, "far", &["worker"]);
+    mounted = mounted.or(Some(sessions_on_tmpfs(&w)));
+    w.apply();
+    w.wait_started("worker");
+    w.inside(
+        "worker",
+        "cd \"$ATEAM_SESSION_DIR\" && echo late > late.log && touch -d @300000000000 late.log",
+    );
+    w.write_manifest(&team_yaml(
+        &w.team,
+        &session("lead2", ", takesOver: lead"),
+        &["worker"],
+    ));
+    w.apply();
+    let resume = std::fs::read_to_string(w.root().join("sessions/lead2/RESUME.md")).unwrap();
+    assert!(
+        resume.contains("- last activity: 9999-12-31T23:59:59Z (`late.log`)"),
+        "{engine:?}:\n{resume}"
+    );
+    drop(w);
+    drop(mounted);
+}
+
+/// On a file system that allows files of 8 EiB (tmpfs here; xfs and btrfs too), a member's
+/// sparse files cost nothing, but their sizes add up past what 64 bits hold: `status`
+/// panicked (an overflow) or, built without overflow checks, showed a wrapped, small size.
+/// Such a file system also keeps any time a member gives a file: one after year 9999 made
+/// `status` panic as it wrote the last activity.
+fn status_survives_sparse_sizes_and_far_times(engine: Engine) {
+    let mut mounted = None;
+    let w = World::new(engine, "sparse", &["worker"]);
+    mounted = mounted.or(Some(sessions_on_tmpfs(&w)));
+    w.apply();
+    w.wait_started("worker");
+    w.inside(
+        "worker",
+        "cd \"$ATEAM_SESSION_DIR\" && for i in 1 2 3; do truncate -s 9223372036854775807 sparse-$i; done \
+         && touch -d @300000000000 sparse-1",
+    );
+    let out = w.ateam(&["status", &w.team, "-o", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: status failed: {}",
+        text(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = v["teams"][0]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "worker")
+        .cloned()
+        .unwrap();
+    let bytes = row["transcriptBytes"].as_u64().unwrap();
+    assert_eq!(bytes, u64::MAX, "{engine:?}: the size wrapped: {row}");
+    assert_eq!(
+        row["lastActivityAt"], "9999-12-31T23:59:59Z",
+        "{engine:?}: {row}"
+    );
+    let table = w.ateam(&["status", &w.team]);
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
+    drop(w);
+    drop(mounted);
+}
+
+/// ateam finds engine daemons (and their data roots, sockets and, for a rootless one, its
+/// user's runtime folder) in every process's command line and environment, so that no grant
+/// reaches them. A member's processes are on the machine's process list too: one named
+/// `dockerd` (any program will do: bash's `exec -a dockerd sleep`; busybox, the image's only
+/// one, picks what to run by that name, so here ateam's bridge, linked under it) with
+/// `XDG_RUNTIME_DIR` set to the
+/// team's write grant made that grant an engine's folder, and every apply of the team
+/// (of any team granting it) was refused. A process in a container's pid namespace is no
+/// daemon of the machine's; the next apply goes through.
+fn a_member_named_like_an_engine_stops_no_apply(engine: Engine) {
+    let w = World::new(engine, "daemon", &["worker"]);
+    // An allow list, so that the member has the bridge (`/.ateam/bridge`).
+    let yaml = team_yaml(&w.team, &session("lead", ""), &["worker"]).replace(
+        "write: [./repo]}",
+        "write: [./repo], network: {allow: [example.com]}}",
+    );
+    w.write_manifest(&yaml);
+    w.apply();
+    w.wait_started("worker");
+    let repo = w.root().join("repo");
+    let said = w.inside(
+        "worker",
+        &format!(
+            "ln -s /.ateam/bridge {repo}/dockerd && cd / && \
+             env XDG_RUNTIME_DIR={repo} HOME={repo} {repo}/dockerd --listen 127.0.0.1:4999 \
+             >/tmp/dockerd.out 2>&1 </dev/null & sleep 0.5; cat /tmp/dockerd.out",
+            repo = repo.display()
+        ),
+    );
+    let seen = Command::new("pgrep")
+        .args(["-f", &format!("{}/dockerd", repo.display())])
+        .output()
+        .unwrap();
+    assert!(
+        seen.status.success(),
+        "{engine:?}: the member's dockerd is not running: {said}"
+    );
+    let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: a member's process stopped the apply:\n{}",
+        text(&out.stderr)
+    );
+}
+
 /// A member names a file so that, shown raw in RESUME.md, its name would end ateam's bullet
 /// line (U+2028) and start a forged heading, or read backwards (U+202E). After a handover
 /// the resume shows the name as data: escaped, in a code span.
@@ -430,6 +574,9 @@ macro_rules! cases {
                 a_promotion_never_creates_a_file_through_planted_links,
                 a_resume_the_member_wrote_is_not_taken_for_ateams,
                 status_sizes_a_hostile_transcript_without_following_it,
+                status_survives_sparse_sizes_and_far_times,
+                a_handover_survives_a_far_time,
+                a_member_named_like_an_engine_stops_no_apply,
                 resume_quotes_the_names_a_member_chose,
             );
         )*

@@ -671,6 +671,120 @@ fn helper_chains_are_real(engine: Engine) {
 }
 
 /// CPU time (user + system) of process `pid`, in seconds.
+/// A request's refusal goes back to the member, and the checks of a grant path run as the
+/// helper server's user (often root): before, a folder outside the requester's grants got
+/// `does not exist`, `is not a directory` or `may not read` as the host had it, and a link
+/// the member planted in its grant was answered with where it resolves as root (or nothing,
+/// for a missing target). So a member could learn what exists anywhere on the host. Now
+/// every such answer is one answer, by name.
+fn a_refusal_never_says_what_exists_on_the_host(engine: Engine) {
+    let w = World::new(engine, "orc");
+    for d in ["hidden", "hidden/present"] {
+        std::fs::create_dir(w.path(d)).unwrap();
+    }
+    w.write("hidden/file", "x");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let hidden = w.path("hidden").display().to_string();
+    let answer = |field: &str, path: &str, name: &str| {
+        let got = w.ask(
+            "a",
+            &format!(r#"{{"name": "h", "command": ["sleep", "1"], "{field}": ["{path}"]}}"#),
+        );
+        assert!(got.contains(" 422 "), "{engine:?}: {path}: {got}");
+        got.replace(name, "NAME")
+    };
+    for field in ["read", "write"] {
+        let present = answer(field, &format!("{hidden}/present"), "present");
+        assert!(
+            present.contains("(narrower-than-requester)"),
+            "{engine:?}: {present}"
+        );
+        for name in ["absent", "file"] {
+            let other = answer(field, &format!("{hidden}/{name}"), name);
+            assert_eq!(
+                other, present,
+                "{engine:?}: a member tells `{name}` from a folder outside its grants"
+            );
+        }
+    }
+    // Links planted in its grant, to what exists and to what does not.
+    let sub = w.path("work/sub").display().to_string();
+    let made = w.inside(
+        "a",
+        &format!("ln -s {hidden}/present {sub}/to-present && ln -s {hidden}/absent {sub}/to-absent && echo made"),
+    );
+    assert!(made.contains("made"), "{engine:?}: {made}");
+    let present = answer("write", &format!("{sub}/to-present"), "present");
+    let absent = answer("write", &format!("{sub}/to-absent"), "absent");
+    assert!(
+        present.contains("goes through the symlink"),
+        "{engine:?}: {present}"
+    );
+    assert_eq!(
+        absent, present,
+        "{engine:?}: the answer to a link says whether its target exists"
+    );
+    assert!(!w.requested("h").exists());
+}
+
+/// A helper's grant names folders its member chose, and `status` shows their names: a folder
+/// named with a terminal's escape (a title, a colour) and a bidi override was printed as it
+/// is. Such a folder is now refused, and `status` shows any folder name escaped.
+fn a_folder_a_member_names_never_steers_status(engine: Engine) {
+    let w = World::new(engine, "esc");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let sub = w.path("work/sub").display().to_string();
+    let made = w.inside(
+        "a",
+        &format!(r#"mkdir "{sub}/x$(printf '\033]0;PWNED\007\342\200\256')y" && echo made"#),
+    );
+    assert!(made.contains("made"), "{engine:?}: {made}");
+    let got = w.ask(
+        "a",
+        &format!(
+            r#"{{"name": "h", "command": ["sleep", "100000"], "write": ["{sub}/x\u001b]0;PWNED\u0007\u202ey"]}}"#
+        ),
+    );
+    let shown = w.ok(&["status", &w.team]);
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{202e}'),
+        "{engine:?}: status prints what the member named as it is: {shown:?}"
+    );
+    assert!(
+        got.contains(" 422 ") && got.contains("bidirectional"),
+        "{engine:?}: {got}"
+    );
+    assert!(!w.requested("h").exists());
+}
+
+/// `ateam export` writes a requested helper's command and environment back as YAML for a
+/// person to read and commit; YAML escapes control characters but leaves a bidi override
+/// as it is, so a command could read as another than the one that runs (Trojan Source).
+/// Such a request is now refused, and nothing of it reaches the export.
+fn a_helpers_command_reads_as_it_runs(engine: Engine) {
+    let w = World::new(engine, "bidi");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let got = w.ask(
+        "a",
+        r#"{"name": "h", "command": ["sh", "-c", "sleep 100000 #\u202e; rm -rf ~ \u2066"], "env": {"NOTE": "a\u2067b"}}"#,
+    );
+    let export = w.ok(&["export", "--team", &w.team]);
+    for c in ['\u{202e}', '\u{2066}', '\u{2067}'] {
+        assert!(
+            !export.contains(c),
+            "{engine:?}: {c:?} in the export:\n{export}"
+        );
+    }
+    assert!(
+        got.contains(" 422 ") && got.contains("(plain-text)"),
+        "{engine:?}: {got}"
+    );
+    assert!(!w.requested("h").exists());
+}
+
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -883,6 +997,24 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn helper_chains_are_real() {
                     super::helper_chains_are_real($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_refusal_never_says_what_exists_on_the_host() {
+                    super::a_refusal_never_says_what_exists_on_the_host($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_folder_a_member_names_never_steers_status() {
+                    super::a_folder_a_member_names_never_steers_status($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_helpers_command_reads_as_it_runs() {
+                    super::a_helpers_command_reads_as_it_runs($e);
                 }
 
                 #[test]

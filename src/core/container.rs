@@ -220,9 +220,14 @@ impl LastExit {
 }
 
 /// A time as the documents and records of ateam write it: RFC 3339, UTC, whole seconds (so
-/// that two of them compare as text).
+/// that two of them compare as text). A time before 1970 or after 9999, which a member can
+/// give its files (tmpfs and btrfs keep any), is shown as the nearest of those ends: the
+/// formatter fails past them, and `to_string` would panic.
 pub fn rfc3339(t: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    use std::time::{Duration, UNIX_EPOCH};
+    // The last second of year 9999.
+    let last = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    humantime::format_rfc3339_seconds(t.clamp(UNIX_EPOCH, last)).to_string()
 }
 
 /// `rfc3339` of seconds since the epoch; none for the epoch or before (engines report a
@@ -338,4 +343,19 @@ pub struct Effective {
     /// container's (`container:<id>`), never a path.
     pub namespaces: std::collections::BTreeMap<String, String>,
     pub published_ports: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn times_a_member_can_give_its_files_are_shown_without_a_panic() {
+        let far = UNIX_EPOCH + Duration::from_secs(300_000_000_000);
+        assert_eq!(super::rfc3339(far), "9999-12-31T23:59:59Z");
+        let before = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(super::rfc3339(before), "1970-01-01T00:00:00Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(super::rfc3339(t), "2023-11-14T22:13:20Z");
+    }
 }

@@ -15,10 +15,23 @@ fn steers(c: char) -> bool {
             | '\u{FEFF}')
 }
 
+/// Whether any character of `s` could steer how it is shown (`shown` would escape it).
+pub fn steering(s: &str) -> bool {
+    s.chars().any(steers)
+}
+
+/// Whether `s` holds a character that could steer how it is shown other than a tab or a line
+/// end: what a member may put in a command or an environment value, which ateam writes back
+/// as YAML (`export`), escaping controls but not bidi overrides.
+pub fn hidden_steering(s: &str) -> bool {
+    s.chars()
+        .any(|c| steers(c) && !matches!(c, '\t' | '\n' | '\r'))
+}
+
 /// `s` with every character that `steers` written as a visible escape (`\u{1b}`), the rest as
 /// it is: what a member wrote is shown, never obeyed.
 pub fn shown(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(steers) {
+    if !steering(s) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);

@@ -248,6 +248,7 @@ fn running_daemons() -> Vec<EngineDir> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect()
     };
+    let ours = pid_ns_depth(Path::new("/proc/self"));
     let mut out = Vec::new();
     for p in procs.flatten() {
         let dir = p.path();
@@ -255,6 +256,15 @@ fn running_daemons() -> Vec<EngineDir> {
             continue;
         };
         if engine_program(&argv).is_none() {
+            continue;
+        }
+        // A process in a pid namespace below ours runs in a container (a member's, say):
+        // whatever its command line or environment names is in that container's file
+        // system, not ours, and a member chooses both (`exec -a dockerd ... --data-root D`
+        // made every grant of D refused, so a member could stop any team's apply).
+        if let (Some(ours), Some(theirs)) = (ours, pid_ns_depth(&dir))
+            && theirs > ours
+        {
             continue;
         }
         let rootless = std::fs::metadata(&dir)
@@ -272,6 +282,21 @@ fn running_daemons() -> Vec<EngineDir> {
         out.extend(daemon_dirs(&argv, env.as_ref()));
     }
     out
+}
+
+/// How many pid namespaces a process is seen in (the `NSpid` line of its `status`, readable
+/// by anyone): 1 in the machine's own, one more for each container it is nested in.
+fn pid_ns_depth(proc_dir: &Path) -> Option<usize> {
+    let status = std::fs::read_to_string(proc_dir.join("status")).ok()?;
+    nspid_depth(&status)
+}
+
+fn nspid_depth(status: &str) -> Option<usize> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|ids| ids.split_whitespace().count())
+        .filter(|n| *n > 0)
 }
 
 /// `dockerd`, `containerd` or `podman`, when `argv` runs one of them.
@@ -292,6 +317,15 @@ mod tests {
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn pid_namespace_depth_from_status() {
+        assert_eq!(nspid_depth("Name:\tx\nNSpid:\t4229\n"), Some(1));
+        assert_eq!(nspid_depth("NSpid:\t540\t17\nNSsid:\t1\n"), Some(2));
+        assert_eq!(nspid_depth("Name:\tx\n"), None);
+        // This process is seen at least in its own namespace.
+        assert!(pid_ns_depth(Path::new("/proc/self")).is_some_and(|n| n >= 1));
     }
 
     #[test]

@@ -39,11 +39,19 @@ pub fn resolve(raw: &str, base: &Path, home: &Path) -> PathBuf {
 /// Checks that `path` is an existing, canonical directory that may be granted. The error says
 /// what is wrong in words a user can act on.
 pub fn check_grant(path: &Path, host: &Host) -> Result<(), String> {
-    let shown = path.display();
     let text = path.to_string_lossy();
-    if text.contains(',') || text.contains('\n') {
+    // A folder's name is shown to people (`status`), and a member names folders in its
+    // write grants when it asks for a helper: no name that could steer a terminal.
+    if crate::core::untrusted::steering(&text) {
         return Err(format!(
-            "`{shown}` contains a comma or newline, which mount options cannot carry"
+            "`{}` holds a control, bidirectional or line-separator character; name a folder in plain text",
+            crate::core::untrusted::shown(&text)
+        ));
+    }
+    let shown = path.display();
+    if text.contains(',') {
+        return Err(format!(
+            "`{shown}` contains a comma, which mount options cannot carry"
         ));
     }
     for t in FORBIDDEN_TREES {
@@ -84,8 +92,16 @@ pub fn check_dir(path: &Path) -> Result<(), String> {
             Err(e) => return Err(format!("cannot check `{}`: {e}", so_far.display())),
         };
         if meta.file_type().is_symlink() {
-            let hint = std::fs::canonicalize(path)
-                .map(|c| format!("; write the real path `{}`", c.display()))
+            // The link's own text, not where it leads: resolving it would look further as
+            // ateam's user (often root), and a helper request's refusal goes to a member, which
+            // may have planted the link to learn what exists where it cannot see.
+            let hint = std::fs::read_link(&so_far)
+                .map(|t| {
+                    // Joined by name: `..` in it is taken as text, nothing is looked up.
+                    let joined = so_far.parent().unwrap_or(&so_far).join(t);
+                    let to = resolve(&joined.to_string_lossy(), Path::new("/"), Path::new("/"));
+                    format!(", which points to `{}`; write the real path", to.display())
+                })
                 .unwrap_or_default();
             return Err(format!(
                 "`{}` goes through the symlink `{}`{hint}",
@@ -160,5 +176,17 @@ mod tests {
         assert!(err(&root.join("file")).contains("is not a directory"));
         assert!(err(&root.join("link")).contains("goes through the symlink"));
         assert!(err(&root.join("a,b")).contains("comma"));
+        // Whatever the folder holds, a name that could steer a terminal is refused, and shown
+        // escaped in the refusal.
+        for name in [
+            "a\nb",
+            "x\u{1b}]0;title\u{7}",
+            "rtl\u{202e}txt",
+            "ls\u{2028}ep",
+        ] {
+            let e = err(&root.join(name));
+            assert!(e.contains("control, bidirectional"), "{e}");
+            assert!(!crate::core::untrusted::steering(&e), "{e:?}");
+        }
     }
 }

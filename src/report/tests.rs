@@ -341,3 +341,16 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
         "{text}"
     );
 }
+
+#[test]
+fn grant_folders_are_shown_escaped() {
+    // A helper's grant names folders its member chose; the table never prints them raw.
+    let g = AccessGrant {
+        name: "g".into(),
+        read: vec!["/w/r\u{202e}txt".into()],
+        write: vec!["/w/x\u{1b}]0;PWNED\u{7}".into()],
+        network: Network::None,
+    };
+    let s = Grants::of(&g).summary();
+    assert_eq!(s, "ro:r\\u{202e}txt rw:x\\u{1b}]0;PWNED\\u{7} net:none");
+}

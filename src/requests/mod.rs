@@ -397,6 +397,82 @@ fn resources_within(m: &Member, parent: &Member) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Refuses a requested folder that is not, by name, inside the requester's own grants,
+/// before anything looks at the file system: the checks of a grant path (exists, is a folder,
+/// no symlink) run as the helper server's user, often root, and their answers differ, so a
+/// member could otherwise learn what exists anywhere on the host, outside what it may see.
+fn outside_requester(req: &Request, parent: &Member) -> Result<(), Refusal> {
+    let lists: [(&str, &[String], Vec<&PathBuf>); 2] = [
+        (
+            "read",
+            &req.read,
+            parent
+                .access
+                .read
+                .iter()
+                .chain(&parent.access.write)
+                .collect(),
+        ),
+        ("write", &req.write, parent.access.write.iter().collect()),
+    ];
+    for (field, asked, may) in lists {
+        for (i, p) in asked.iter().enumerate() {
+            let named = crate::manifest::paths::resolve(p, Path::new("/"), Path::new("/"));
+            if !may
+                .iter()
+                .any(|g| crate::manifest::paths::within(&named, g))
+            {
+                return Err(Refusal::new(
+                    422,
+                    "narrower-than-requester",
+                    Some(&format!("{field}[{i}]")),
+                    format!(
+                        "grant `{}` {field}s `{}`, which its parent may not {field} (`{}`); a member's access must be the same as or narrower than its parent's",
+                        grant_name(&req.name),
+                        named.display(),
+                        parent.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a request whose command, environment or working folder holds a control character
+/// (beyond tabs and line ends), a bidi override, isolate or mark, a line separator or a
+/// byte-order mark (`core::untrusted`): `export` writes them back as YAML for a person to read, and YAML
+/// leaves a bidi override as it is, so the person would read another command than the one
+/// that runs. Folders are refused by the grant rules (`manifest::paths::check_grant`).
+fn plain_text(req: &Request) -> Result<(), Refusal> {
+    let fields = req
+        .command
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, a)| (format!("command[{i}]"), a))
+        .chain(
+            req.env
+                .iter()
+                .flat_map(|(k, v)| [(format!("env.{k}"), k), (format!("env.{k}"), v)]),
+        )
+        .chain(req.cwd.iter().map(|c| ("cwd".to_string(), c)));
+    for (field, text) in fields {
+        if crate::core::untrusted::hidden_steering(text) {
+            return Err(Refusal::new(
+                422,
+                "plain-text",
+                Some(&field),
+                format!(
+                    "`{}` holds a control, bidirectional or line-separator character (shown escaped); a request's text is shown to people and must read as it runs",
+                    crate::core::untrusted::shown(text)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The name of the AccessGrant a request makes for its member.
 pub fn grant_name(member: &str) -> String {
     let mut n = format!("requested-{member}");
@@ -473,6 +549,8 @@ pub fn judge(
             }
         }
     }
+    outside_requester(req, parent)?;
+    plain_text(req)?;
     if let Some(c) = &req.cwd
         && !c.starts_with('/')
     {

@@ -1,7 +1,7 @@
 //! Requests judged by the manifests' rules, without an engine: a team is validated from
 //! YAML in a temporary folder, then requests from its member `a` are judged against it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::manifest::export::{team_objects, to_yaml};
@@ -196,7 +196,7 @@ fn wider_requests_are_refused_with_the_rule_they_break() {
     // The manifests' own rules, for free: a bad name, a path that is not a folder.
     refused(&f, &team, &request("Bad_Name"), "name", "not a valid name");
     let mut r = request("h");
-    r.read = vec![f.path("missing")];
+    r.read = vec![f.path("work/missing")];
     refused(&f, &team, &r, "grant-paths", "missing");
     let mut r = request("h");
     r.read = vec!["work".into()];
@@ -506,4 +506,86 @@ fn a_request_to_write_where_the_team_was_applied_from_is_refused() {
         "2026-01-01T00:00:00Z",
     )
     .unwrap();
+}
+
+#[test]
+fn a_refusal_never_says_what_exists_outside_the_requesters_grants() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    std::fs::create_dir(f.root.join("outside/there")).unwrap();
+    std::fs::write(f.root.join("outside/file"), "x").unwrap();
+    std::os::unix::fs::symlink(f.root.join("outside/there"), f.root.join("work/to-there")).unwrap();
+    std::os::unix::fs::symlink(f.root.join("outside/absent"), f.root.join("work/to-absent"))
+        .unwrap();
+    // What exists, what does not, a file: outside the requester's grants, one answer each,
+    // by name only (before, `does not exist` and `is not a directory` told them apart).
+    let answer = |field: &str, p: &str| {
+        let mut r = request("h");
+        match field {
+            "read" => r.read = vec![f.path(p)],
+            _ => r.write = vec![f.path(p)],
+        }
+        let e = f.judge(&team, &r).unwrap_err();
+        assert_eq!(e.rule, "narrower-than-requester", "{p}: {e:?}");
+        assert_eq!(
+            e.field.as_deref(),
+            Some(&*format!("{field}[0]")),
+            "{p}: {e:?}"
+        );
+        let named = crate::manifest::paths::resolve(&f.path(p), Path::new("/"), Path::new("/"));
+        e.message.replace(&named.display().to_string(), "PATH")
+    };
+    for field in ["read", "write"] {
+        let there = answer(field, "outside/there");
+        assert_eq!(answer(field, "outside/absent"), there);
+        assert_eq!(answer(field, "outside/file"), there);
+        assert_eq!(answer(field, "outside/there/../absent/x"), there);
+    }
+    // A link in its grant is named with its own text, never with where it resolves to.
+    let link = |p: &str| {
+        let mut r = request("h");
+        r.write = vec![f.path(p)];
+        let e = f.judge(&team, &r).unwrap_err();
+        assert!(e.message.contains("goes through the symlink"), "{e:?}");
+        e.message
+    };
+    let there = link("work/to-there");
+    let absent = link("work/to-absent");
+    assert!(
+        there.contains(&format!("points to `{}`;", f.path("outside/there"))),
+        "{there}"
+    );
+    assert_eq!(
+        there.replace("there", "X"),
+        absent.replace("absent", "X"),
+        "the answers differ by more than the names"
+    );
+}
+
+#[test]
+fn a_requests_text_reads_as_it_runs() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    let mut r = request("h");
+    r.command = Some(vec!["sh".into(), "-c".into(), "echo a\n\techo b".into()]);
+    assert!(f.judge(&team, &r).is_ok(), "tabs and line ends are fine");
+    for (field, text) in [
+        ("command[1]", "\u{202e}c- hs"),
+        ("command[1]", "x\u{1b}[2Jy"),
+        ("command[1]", "a\u{feff}b"),
+        ("env.X", "v\u{2028}w"),
+        ("cwd", "/w\u{2066}"),
+    ] {
+        let mut r = request("h");
+        match field {
+            "env.X" => {
+                r.env.insert("X".into(), text.into());
+            }
+            "cwd" => r.cwd = Some(text.into()),
+            _ => r.command = Some(vec!["sh".into(), text.into()]),
+        }
+        let e = refused(&f, &team, &r, "plain-text", "shown escaped");
+        assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+        assert!(!crate::core::untrusted::steering(&e.message), "{e:?}");
+    }
 }
