@@ -707,11 +707,16 @@ fn refusal_of(problems: &[Problem], name: &str) -> Refusal {
             || p.object.as_deref() == Some(&format!("AccessGrant/{}", grant_name(name)))
             || p.message.contains("maxMembers")
     };
-    let p = problems
-        .iter()
-        .find(ours)
-        .or(problems.first())
-        .expect("a refused validation has problems");
+    // A problem of another object (the team's own, or the request's effect on another
+    // member) names the person's files and paths, which are not the member's to read: the
+    // member hears its rule only.
+    let (p, own) = match problems.iter().find(ours) {
+        Some(p) => (p, true),
+        None => (
+            problems.first().expect("a refused validation has problems"),
+            false,
+        ),
+    };
     let field = p.field.as_deref().map(|f| {
         f.strip_prefix("spec.")
             .unwrap_or(f)
@@ -740,6 +745,17 @@ fn refusal_of(problems: &[Problem], name: &str) -> Refusal {
         "narrower-than-requester" => narrower_field(&p.message),
         _ => field,
     };
+    if !own {
+        return Refusal::new(
+            status,
+            rule,
+            None,
+            format!(
+                "with `{name}` the team does not validate ({} problem(s), of other objects than this request; ask the person to look with ateam validate)",
+                problems.len()
+            ),
+        );
+    }
     Refusal::new(status, rule, field.as_deref(), p.message.clone())
 }
 

@@ -589,3 +589,19 @@ fn a_requests_text_reads_as_it_runs() {
         assert!(!crate::core::untrusted::steering(&e.message), "{e:?}");
     }
 }
+
+/// The team's own problems (here: a folder its member reads was removed since the apply)
+/// name the person's paths; the member that asks hears that its team does not validate,
+/// never those paths.
+#[test]
+fn a_refusal_for_the_teams_own_problems_names_none_of_the_persons_paths() {
+    let f = Fixture::new();
+    let team = f.team(true);
+    std::fs::remove_dir_all(f.root.join("other")).unwrap();
+    let e = f.judge(&team, &request("helper")).unwrap_err();
+    assert!(
+        !e.message.contains(&f.path("")) && e.field.is_none(),
+        "the refusal names the person's files: {e:?}"
+    );
+    assert!(e.message.contains("does not validate"), "{e:?}");
+}
