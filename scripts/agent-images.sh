@@ -31,15 +31,27 @@ SELF_SUM=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
 log() { printf '[agent-images] %s\n' "$*" >&2; }
 die() { printf '[agent-images] ERROR: %s\n' "$*" >&2; exit 1; }
 
-# fetch SPEC FILE: `npm pack` SPEC into $CACHE/npm unless FILE is there. npm checks the
-# tarball against the registry's integrity hash.
+# The pinned tarballs' SHA-256, checked before each build (npm checks the registry's own integrity
+# hash when it fetches; this also holds the cache to what was reviewed). Another version is
+# taken on npm's check alone, with a warning.
+declare -A SHA256=(
+    [anthropic-ai-claude-code-linux-x64-2.1.332.tgz]=1c89f2f1e0bee93742cff8de9181fc07c702ce0651f1492bb3b97487d3a84af1
+    [openai-codex-0.171.0-linux-x64.tgz]=e13d67afb0533cc6160b5f4140e4ad07e2acd87adbaa081bbf69b82e90cf4e55
+)
+
+# fetch SPEC FILE: `npm pack` SPEC into $CACHE/npm unless FILE is there, then check it.
 fetch() {
-    local spec=$1 file=$2
-    [ -s "$CACHE/npm/$file" ] && return
-    log "npm pack $spec"
-    mkdir -p "$CACHE/npm"
-    (cd "$CACHE/npm" && npm pack --silent "$spec" >/dev/null)
-    [ -s "$CACHE/npm/$file" ] || die "npm pack $spec did not write $file"
+    local spec=$1 file=$2 want have
+    if [ ! -s "$CACHE/npm/$file" ]; then
+        log "npm pack $spec"
+        mkdir -p "$CACHE/npm"
+        (cd "$CACHE/npm" && npm pack --silent "$spec" >/dev/null)
+        [ -s "$CACHE/npm/$file" ] || die "npm pack $spec did not write $file"
+    fi
+    want=${SHA256[$file]:-}
+    if [ -z "$want" ]; then log "warning: no pinned checksum for $file"; return; fi
+    have=$(sha256sum "$CACHE/npm/$file" | cut -c1-64)
+    [ "$have" = "$want" ] || die "$CACHE/npm/$file: sha256 $have, expected $want (remove it to fetch again)"
 }
 
 # copy_with_libs ROOT BIN...: each binary and the shared libraries `ldd` names, same paths.
@@ -128,20 +140,29 @@ as_user() {
         PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="$RUN/user-$ROOTLESS_UID" "$@"
 }
 
-# import_into ENGINE IMAGE KEY TAR: import unless ENGINE has IMAGE labelled with KEY.
-import_into() {
-    local engine=$1 image=$2 key=$3 tar=$4 have out
-    local -a cli
-    case $engine in
-        docker) cli=(docker -H "unix://$RUN/docker.sock") ;;
-        podman) cli=(podman --url "unix://$RUN/podman.sock") ;;
-        podman-rootless) cli=(as_user podman) ;;
-        *) die "unknown engine $engine" ;;
+# engine_cli ENGINE: the CLI of that engine, in CLI[].
+engine_cli() {
+    case $1 in
+        docker) CLI=(docker -H "unix://$RUN/docker.sock") ;;
+        podman) CLI=(podman --url "unix://$RUN/podman.sock") ;;
+        podman-rootless) CLI=(as_user podman) ;;
+        *) die "unknown engine $1" ;;
     esac
-    have=$("${cli[@]}" image inspect --format '{{ index .Config.Labels "ateam.agent.key" }}' "$image" 2>/dev/null || true)
-    if [ "$have" = "$key" ]; then log "$engine: $image up to date"; return; fi
-    local t0=$SECONDS
-    if ! out=$("${cli[@]}" import --change 'ENV PATH=/usr/local/bin:/bin' \
+}
+
+# has_image ENGINE IMAGE KEY: whether ENGINE has IMAGE labelled with KEY.
+has_image() {
+    local have
+    engine_cli "$1"
+    have=$("${CLI[@]}" image inspect --format '{{ index .Config.Labels "ateam.agent.key" }}' "$2" 2>/dev/null || true)
+    [ "$have" = "$3" ]
+}
+
+# import_into ENGINE IMAGE KEY TAR
+import_into() {
+    local engine=$1 image=$2 key=$3 tar=$4 out t0=$SECONDS
+    engine_cli "$engine"
+    if ! out=$("${CLI[@]}" import --change 'ENV PATH=/usr/local/bin:/bin' \
         --change 'ENV HOME=/home/agent' --change "LABEL ateam.agent.key=$key" \
         --change 'CMD ["/bin/sh"]' "$tar" "$image" 2>&1); then
         printf '%s\n' "$out" >&2; die "$engine: import of $image failed"
@@ -149,20 +170,25 @@ import_into() {
     log "$engine: imported $image in $((SECONDS - t0)) s"
 }
 
+# build AGENT: its image in every engine that lacks this key; the rootfs only if one does.
 build() {
-    local agent=$1 ver image key tar t0=$SECONDS
+    local agent=$1 ver image key tar e t0=$SECONDS
+    local -a need=()
     ver=$(version_of "$agent")
     image="ateam-$agent:$ver"
     key="$agent-$ver-$SELF_SUM"
     tar="$CACHE/rootfs/$key.tar"
+    for e in $ENGINES; do has_image "$e" "$image" "$key" || need+=("$e"); done
+    if [ ${#need[@]} -eq 0 ]; then log "$image up to date in $ENGINES"; return; fi
     if [ ! -s "$tar" ]; then
         mkdir -p "$CACHE/rootfs"
         log "building the rootfs of $image"
         rootfs_tar "$agent" "$tar"
         chmod 0644 "$tar"
+        # Older keys of this agent (another version, an older script) are not needed again.
+        find "$CACHE/rootfs" -maxdepth 1 -name "$agent-*.tar" ! -name "$key.tar" -delete
     fi
-    local e
-    for e in $ENGINES; do import_into "$e" "$image" "$key" "$tar"; done
+    for e in "${need[@]}"; do import_into "$e" "$image" "$key" "$tar"; done
     log "$image ready in $((SECONDS - t0)) s ($(du -m "$tar" | cut -f1) MB rootfs)"
 }
 

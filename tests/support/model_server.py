@@ -16,7 +16,7 @@ carries the tool's result: a short text answer and the end of the turn. A reques
 task (a title, a quota probe) gets a one-word text answer.
 
 Every request is appended to --log as one JSON line (time, method, path, host header,
-user agent, which family, which step) so a test can tell when the first model request came and
+user agent, the API key it sent, which family, which step) so a test can tell when the first model request came and
 that nothing else was asked. Standard library only.
 
 Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file FILE]
@@ -241,6 +241,7 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path,
             "host": self.headers.get("Host", ""),
             "user_agent": self.headers.get("User-Agent", ""),
+            "api_key": self.api_key(),
             "family": family,
             "step": step,
         }
@@ -248,6 +249,12 @@ class Handler(BaseHTTPRequestHandler):
             if self.server.log_path:
                 with open(self.server.log_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(entry) + "\n")
+
+    def api_key(self):
+        """The key the client sent (x-api-key, or a Bearer token): test keys only."""
+        auth = self.headers.get("Authorization", "")
+        bearer = auth[7:] if auth.startswith("Bearer ") else ""
+        return self.headers.get("x-api-key") or bearer
 
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)

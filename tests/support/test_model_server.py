@@ -38,13 +38,16 @@ class StandIn(unittest.TestCase):
 
     def post(self, path, doc):
         c = http.client.HTTPConnection("127.0.0.1", self.srv.server_address[1], timeout=5)
-        c.request("POST", path, json.dumps(doc), {"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json", "x-api-key": "k1"}
+        c.request("POST", path, json.dumps(doc), headers)
         r = c.getresponse()
         return r.status, r.getheader("Content-Type"), r.read()
 
     def steps(self):
         with open(self.log) as f:
-            return [json.loads(line)["step"] for line in f]
+            entries = [json.loads(line) for line in f]
+        self.assertTrue(all(e["api_key"] == "k1" for e in entries), entries)
+        return [e["step"] for e in entries]
 
     def test_anthropic_tool_then_end_turn(self):
         tools = [{"name": "Bash"}, {"name": "Write"}]
