@@ -2,13 +2,19 @@
 //! user applies them, with the real Claude Code and Codex CLI (images from
 //! scripts/agent-images.sh) talking through their egress proxies to the test suite's stand-in
 //! of the remote model (tests/support/model_server.py), which asks each to write a file in its
-//! write grant. Run by scripts/test.sh once the engines and the images are there; ignored by a
-//! plain `cargo test`. ATEAM_TEST_BIN picks the ateam binary (default: this build's).
+//! write grant. On Docker, rootful and rootless Podman (ateam then runs as the unprivileged
+//! user, through runuser). Run by scripts/test.sh once the engines and the images are there;
+//! ignored by a plain `cargo test`. ATEAM_TEST_BIN picks the ateam binary (default: this
+//! build's; for rootless Podman a copy that user can reach).
+
+mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{Engine, rootless_user, text, var};
 
 /// One agent, as its example and the stand-in know it.
 struct Agent {
@@ -91,7 +97,7 @@ impl Drop for Model {
 /// A copy of examples/agents/<agent> under a unique team name, pointed at the stand-in;
 /// deleted with --purge on drop, also when an assertion failed.
 struct World {
-    engine: &'static str,
+    engine: Engine,
     dir: tempfile::TempDir,
     team: String,
     /// The agent's API key variable: only it is set, so the member gets it by `secretEnv`.
@@ -99,7 +105,7 @@ struct World {
 }
 
 impl World {
-    fn new(engine: &'static str, agent: &Agent, model: &Model) -> World {
+    fn new(engine: Engine, agent: &Agent, model: &Model) -> World {
         let dir = tempfile::Builder::new()
             .prefix("ateam-agents-")
             .tempdir()
@@ -111,7 +117,7 @@ impl World {
         let team = format!(
             "ag{}{}{}",
             &agent.name[..2],
-            &engine[..1],
+            &format!("{engine:?}").to_lowercase()[..1],
             std::process::id() % 100000
         );
         let manifest = dir.path().join("team.yaml");
@@ -120,17 +126,31 @@ impl World {
             &format!("name: {}-agent\n", agent.name),
             &format!("name: {team}\n"),
         );
-        std::fs::write(&manifest, model_address(&text, model.port)).unwrap();
+        let mut text = model_address(&text, model.port);
+        if engine == Engine::Rootless {
+            // This machine's rootless Podman (cgroup v1) cannot enforce the limits: say so.
+            text = text.replace(
+                "  sessionDir: ./sessions\n",
+                "  sessionDir: ./sessions\n  allowUnenforcedLimits: true\n",
+            );
+        }
+        std::fs::write(&manifest, text).unwrap();
         let w = World {
             engine,
             dir,
             team,
             key_var: agent.key_var,
         };
-        // Who members run as under a root caller (docs/manifests.md) may not write a folder
-        // root made 0755: open it to them, as a user would chown it.
         let repo = w.root().join("workspace/repo");
-        std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o777)).unwrap();
+        if engine == Engine::Rootless {
+            // The user's own folder, as it would be had the user made the copy.
+            let (_, uid, gid) = rootless_user();
+            chown_tree(&w.root(), uid, gid);
+        } else {
+            // Who members run as under a root caller (docs/manifests.md) may not write a
+            // folder root made 0755: open it to them, as a user would chown it.
+            std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
         w
     }
 
@@ -138,22 +158,50 @@ impl World {
         self.dir.path().canonicalize().unwrap()
     }
 
+    /// ateam as this engine's user runs it, with only this agent's key in its environment
+    /// (the member gets it by `secretEnv`).
     fn ateam(&self, args: &[&str]) -> Output {
-        let bin = std::env::var("ATEAM_TEST_BIN")
-            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string());
-        let (docker, podman) = (var("ATEAM_TEST_DOCKER"), var("ATEAM_TEST_PODMAN_ROOTFUL"));
-        Command::new(bin)
-            .arg("--backend")
-            .arg(self.engine)
-            .args(args)
-            .env("ATEAM_STATE_DIR", self.root().join("state"))
-            .env("DOCKER_HOST", docker)
-            .env("CONTAINER_HOST", podman)
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env(self.key_var, "test-key")
-            .output()
-            .unwrap()
+        let bin = common::ateam_bin();
+        let state = self.root().join("state");
+        let key = format!("{}=test-key", self.key_var);
+        let mut c = match self.engine {
+            Engine::Rootless => {
+                let (name, uid, _) = rootless_user();
+                let mut c = Command::new("runuser");
+                c.args(["-u", &name, "--", "env", "-i"])
+                    .arg(format!("PATH={}", var("PATH")))
+                    .arg(format!("HOME=/home/{name}"))
+                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                    .arg(format!(
+                        "CONTAINER_HOST={}",
+                        var("ATEAM_TEST_PODMAN_ROOTLESS")
+                    ))
+                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                    .arg(key)
+                    .arg(&bin)
+                    .args(["--backend", "podman"]);
+                c
+            }
+            engine => {
+                let mut c = Command::new(&bin);
+                c.env("ATEAM_STATE_DIR", &state)
+                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+                    .env_remove("SUDO_UID")
+                    .env_remove("SUDO_GID")
+                    .env_remove("ANTHROPIC_API_KEY")
+                    .env_remove("OPENAI_API_KEY")
+                    .env(self.key_var, "test-key")
+                    .arg("--backend")
+                    .arg(if engine == Engine::Docker {
+                        "docker"
+                    } else {
+                        "podman"
+                    });
+                c
+            }
+        };
+        c.args(args).output().unwrap()
     }
 
     fn manifest(&self) -> String {
@@ -180,6 +228,23 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         let _ = self.ateam(&["delete", "-f", &self.manifest(), "--purge"]);
+        // What the member wrote as a mapped uid the rootless user removes in its namespace.
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
+    }
+}
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
+    if p.is_dir() && !p.is_symlink() {
+        for e in std::fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), uid, gid);
+        }
     }
 }
 
@@ -201,16 +266,6 @@ fn model_address(manifest: &str, port: u16) -> String {
 
 fn model_host(port: u16) -> String {
     format!("loopback.ateam.test:{port}")
-}
-
-fn var(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| {
-        panic!("{k} is not set: run scripts/engines.sh and source /run/ateam-ci/env")
-    })
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -243,23 +298,19 @@ fn files_below(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     out
 }
 
-/// Who a member runs as when neither Member nor Team says `user` (docs/manifests.md): the
-/// caller; under root, the `sudo` user, else nobody.
-fn default_member_uid() -> u32 {
-    let me = rustix::process::getuid().as_raw();
-    if me != 0 {
-        return me;
+/// Who a member runs as when neither Member nor Team says `user` (docs/manifests.md): under
+/// a root caller with no `sudo` user, nobody; on rootless Podman, the user (keep-id).
+fn expected_uid(engine: Engine) -> u32 {
+    match engine {
+        Engine::Rootless => rootless_user().1,
+        Engine::Docker | Engine::Podman => 65534,
     }
-    std::env::var("SUDO_UID")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(65534)
 }
 
 /// Apply the example, wait for the agent's turn to end, and check what it left: the edit on
 /// the host with the documented owner, its own transcript in ateam's transcript folder and in
 /// status, and an egress log of the model host only.
-fn an_agent_edits_its_grant_through_its_proxy(engine: &'static str, agent: &Agent) {
+fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path());
     let w = World::new(engine, agent, &model);
@@ -308,11 +359,12 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: &'static str, agent: &Agen
         .unwrap_or_else(|e| panic!("{}: {e}; the agent said:\n{logs}", edit.display()));
     assert_eq!(content, format!("hello from {}\n", agent.name));
     let meta = std::fs::metadata(&edit).unwrap();
-    let expected_uid = match engine {
-        "docker" | "podman" => default_member_uid(),
-        other => panic!("no rule for {other}"),
-    };
-    assert_eq!(meta.uid(), expected_uid, "owner of {}", edit.display());
+    assert_eq!(
+        meta.uid(),
+        expected_uid(engine),
+        "owner of {}",
+        edit.display()
+    );
 
     // The agent's own transcript, in ateam's transcript folder, and status counts it.
     let folder = PathBuf::from(row["transcript"].as_str().unwrap());
@@ -365,7 +417,7 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: &'static str, agent: &Agen
         .fold(f64::INFINITY, f64::min)
         - started;
     eprintln!(
-        "[agents] {} on {engine}: apply {:.2} s, first model request {first:.2} s, \
+        "[agents] {} on {engine:?}: apply {:.2} s, first model request {first:.2} s, \
          exited {:.2} s after apply began",
         agent.name,
         applied.as_secs_f64(),
@@ -373,27 +425,40 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: &'static str, agent: &Agen
     );
 }
 
-fn claude_code_edits_its_grant_through_its_proxy(engine: &'static str) {
+fn claude_code_edits_its_grant_through_its_proxy(engine: Engine) {
     an_agent_edits_its_grant_through_its_proxy(engine, &CLAUDE);
 }
 
-fn codex_edits_its_grant_through_its_proxy(engine: &'static str) {
+fn codex_edits_its_grant_through_its_proxy(engine: Engine) {
     an_agent_edits_its_grant_through_its_proxy(engine, &CODEX);
 }
 
+fn engine_of(name: &str) -> Engine {
+    match name {
+        "docker" => Engine::Docker,
+        "podman" => Engine::Podman,
+        _ => Engine::Rootless,
+    }
+}
+
 macro_rules! agents {
-    ($engine:ident: $($case:ident),* $(,)?) => {
-        mod $engine {
-            $(
+    ($($engine:ident),*) => {
+        $(
+            mod $engine {
                 #[test]
                 #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
-                fn $case() {
-                    super::$case(stringify!($engine));
+                fn claude_code_edits_its_grant_through_its_proxy() {
+                    super::claude_code_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
                 }
-            )*
-        }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn codex_edits_its_grant_through_its_proxy() {
+                    super::codex_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+            }
+        )*
     };
 }
 
-agents!(docker: claude_code_edits_its_grant_through_its_proxy, codex_edits_its_grant_through_its_proxy);
-agents!(podman: claude_code_edits_its_grant_through_its_proxy, codex_edits_its_grant_through_its_proxy);
+agents!(docker, podman, rootless_podman);
