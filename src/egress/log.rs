@@ -154,7 +154,8 @@ impl Log {
     }
 }
 
-fn rotated(path: &Path) -> PathBuf {
+/// The previous log, once rotated (`log.jsonl.1`).
+pub fn rotated(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".1");
     PathBuf::from(p)

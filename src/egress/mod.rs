@@ -137,6 +137,12 @@ pub fn start(
     }
     write_policy(paths, policy, member).map_err(io(&paths.policy))?;
     stop(paths).map_err(io(&paths.pid))?;
+    // The log outlives its proxies: one that ran as the member's old uid left it owned by
+    // that uid (0600), and this one, as the new uid, could not append to it.
+    let rotated = log::rotated(&paths.log);
+    for log in [&paths.log, &rotated] {
+        files::give_file(log, member).map_err(io(log))?;
+    }
     let exe = exe().map_err(|source| ProxyError::Spawn {
         exe: "ateam".into(),
         source,

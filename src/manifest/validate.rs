@@ -1157,14 +1157,19 @@ fn build(
                     .cloned()
                     .unwrap_or_else(|| transcript_dir.clone()),
             };
+            let proxied = matches!(access.network, Network::Allow(_));
             for k in m.env.keys() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.problem(&format!("spec.env.{k}"), e));
+                } else if let Some(why) = crate::plan::spec::reserved_env(k, proxied) {
+                    problems.push(o.problem(&format!("spec.env.{k}"), why));
                 }
             }
             for (i, k) in m.secret_env.iter().enumerate() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), e));
+                } else if let Some(why) = crate::plan::spec::reserved_env(k, proxied) {
+                    problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), why));
                 } else if m.env.contains_key(k) {
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), format!("`{k}` is in both env and secretEnv; a secret must not also be a plain value")));
                 }
