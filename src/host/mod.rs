@@ -4,6 +4,7 @@
 //! `engines` finds where container engines keep their data and sockets; `mounts` reads the
 //! mount table, which shows what a folder really is when a bind mount gives it another name.
 
+pub mod access;
 pub mod engines;
 pub mod mounts;
 
@@ -91,6 +92,26 @@ impl Host {
 }
 
 impl Host {
+    /// Who members of a team whose manifest lies in `folder` run as, when neither the Member
+    /// nor the Team says `user` and the caller is root with no sudo user: the folder's owner
+    /// (the person whose checkout it is), unless that is root. `None`: the default holds.
+    pub fn folder_owner_user(&self, folder: &Path) -> Option<UserId> {
+        use std::os::unix::fs::MetadataExt;
+        let caller = UserId {
+            uid: self.uid,
+            gid: self.gid,
+        };
+        if !caller.is_root() || self.sudo_user.is_some_and(|u| !u.is_root()) {
+            return None;
+        }
+        let meta = std::fs::metadata(folder).ok()?;
+        let owner = UserId {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        };
+        (!owner.is_root()).then_some(owner)
+    }
+
     /// Read the real machine. `state_dir` overrides `$XDG_STATE_HOME/ateam`.
     pub fn detect(state_dir: Option<PathBuf>) -> Host {
         let home = std::env::var_os("HOME")

@@ -769,6 +769,9 @@ fn build(
         {
             problems.push(t.value_problem("spec.user", root_user_refused(u)));
         }
+        // A root caller with no sudo user: the owner of the team's folder, whose files the
+        // members are there to change, rather than nobody (who can write none of them).
+        let team_user = team_user.or_else(|| host.folder_owner_user(&t.src.dir));
         let mut team = model::Team {
             name: t.name.clone(),
             labels: t.labels.clone(),

@@ -224,11 +224,17 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     if team.helper_requests {
         helpers_env(&mut env);
     }
+    let user = m.user.unwrap_or_else(|| host.default_member_user());
+    // HOME is the member's own: a tmpfs owned by root (the engines' default) is one an agent
+    // cannot write its config into when the image has that folder.
     let tmpfs = BTreeMap::from([
         ("/tmp".to_string(), "rw,nosuid,nodev,size=256m".to_string()),
         (
             MEMBER_HOME.to_string(),
-            "rw,nosuid,nodev,size=256m".to_string(),
+            format!(
+                "rw,nosuid,nodev,size=256m,uid={},gid={},mode=0700",
+                user.uid, user.gid
+            ),
         ),
     ]);
     ContainerSpec {
@@ -238,10 +244,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         cwd: m.cwd.clone(),
         env,
         secret_env: m.secret_env.clone(),
-        user: m
-            .user
-            .unwrap_or_else(|| host.default_member_user())
-            .to_string(),
+        user: user.to_string(),
         mounts,
         tmpfs,
         memory_bytes: m.memory_bytes,

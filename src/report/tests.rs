@@ -141,6 +141,7 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
             socket: "/run/tmux.sock".into(),
             started: None,
         },
+        not_writable: &|_: &std::path::Path, _| None,
     };
     (team_status(t, "docker", o, &p, &extras), p)
 }

@@ -110,3 +110,64 @@ pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
         None => false,
     }
 }
+
+/// An `ateam exec` in progress, as the gate sees it: a file `exec-<pid>-<nanos>` in the
+/// member's control folder (read-only inside, so a member cannot keep it fresh), rewritten
+/// every second while this client lives. The gate (`--exec --alive`) ends the command when it
+/// is older than a few seconds or gone: a killed client, whatever the signal, stops writing.
+pub struct ExecLease {
+    ctl: std::path::PathBuf,
+    name: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ExecLease {
+    /// Writes the file and starts rewriting it.
+    pub fn start(ctl: &Path, owner: Owner) -> std::io::Result<ExecLease> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("exec-{}-{nanos}", std::process::id());
+        let path = ctl.join(&name);
+        write_atomic_in_member_dir(&path, b"", 0o600, owner)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                let _ = write_atomic_in_member_dir(&path, b"", 0o600, owner);
+                for _ in 0..3 {
+                    if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+            }
+        });
+        Ok(ExecLease {
+            ctl: ctl.to_path_buf(),
+            name,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The file as the gate in the member sees it.
+    pub fn in_container(&self) -> String {
+        format!("{}/{}", crate::core::container::CTL_TARGET, self.name)
+    }
+}
+
+impl Drop for ExecLease {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(dir) = crate::files::Dir::open(&self.ctl) {
+            let _ = dir.remove_file(std::ffi::OsStr::new(&self.name));
+        }
+    }
+}
