@@ -30,6 +30,7 @@ import model_server  # noqa: E402
 DOCKER = ["docker", "-H", "unix:///run/ateam-ci/docker.sock"]
 IMAGES = {"claude": "ateam-claude:2.1.332", "codex": "ateam-codex:0.171.0"}
 KEYS = {"claude": "ANTHROPIC_API_KEY", "codex": "OPENAI_API_KEY"}
+OWNER = 4242  # the owner of the folders, as in tests/agents.rs
 
 
 def first_request(log, since):
@@ -69,8 +70,8 @@ def docker_command(agent, port, work):
                "-c", "model_providers.model.env_key=OPENAI_API_KEY",
                "-c", "model_providers.model.wire_api=responses", "-m", "stand-in-model", prompt]
     env[KEYS[agent]] = "test-key"
-    args = DOCKER + ["run", "--rm", "--network", "host", "-u", "65534:65534",
-                     "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/home/agent:uid=65534",
+    args = DOCKER + ["run", "--rm", "--network", "host", "-u", f"{OWNER}:{OWNER}",
+                     "--read-only", "--tmpfs", "/tmp", "--tmpfs", f"/home/agent:uid={OWNER}",
                      "-v", f"{work}:{work}", "-w", work]
     for k, v in env.items():
         args += ["-e", f"{k}={v}"]
@@ -79,13 +80,11 @@ def docker_command(agent, port, work):
 
 def run_docker(agent, port, log):
     work = tempfile.mkdtemp(prefix="bench-agents-")
-    os.chmod(work, 0o777)
+    os.chown(work, OWNER, OWNER)
     t0 = time.time()
     subprocess.run(docker_command(agent, port, work), check=True, capture_output=True)
     whole = time.time() - t0
     ok = os.path.exists(os.path.join(work, "hello.txt"))
-    subprocess.run(DOCKER + ["run", "--rm", "-v", f"{work}:/w", "ateam-demo:latest",
-                             "rm", "-rf", "/w/.state"], capture_output=True)
     shutil.rmtree(work, ignore_errors=True)
     if not ok:
         raise SystemExit(f"docker run of {agent}: no file written")
@@ -112,15 +111,15 @@ def run_ateam(agent, port, log, ateam, n):
     """Apply the example (pointed at the stand-in like tests/agents.rs does) and time it."""
     d = tempfile.mkdtemp(prefix="bench-agents-")
     shutil.copytree(os.path.join(REPO, "examples", "agents", agent), d, dirs_exist_ok=True)
-    os.chmod(os.path.join(d, "workspace", "repo"), 0o777)
     path = os.path.join(d, "team.yaml")
     text = open(path).read()
-    name = f"loopback.ateam.test:{port}"
-    text = text.replace('allow: ["host.ateam.internal:8765"]',
-                        f'allow: ["{name}", "127.0.0.1:{port}"]')
-    text = text.replace("host.ateam.internal:8765", name)
+    text = text.replace("host.ateam.internal:8765", f"host.ateam.internal:{port}")
     text = text.replace(f"name: {agent}-agent\n", f"name: bench{agent}{n}\n")
     open(path, "w").write(text)
+    # A user's folder: a root caller's members run as its owner (docs/manifests.md).
+    for root, dirs, files in os.walk(d):
+        for x in [root] + [os.path.join(root, f) for f in files]:
+            os.lchown(x, OWNER, OWNER)
     env = ateam_env(os.path.join(d, "state"))
     env[KEYS[agent]] = "test-key"
     t0 = time.time()

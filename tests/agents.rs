@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -141,16 +141,17 @@ impl World {
             team,
             key_var: agent.key_var,
         };
-        let repo = w.root().join("workspace/repo");
-        if engine == Engine::Rootless {
-            // The user's own folder, as it would be had the user made the copy.
-            let (_, uid, gid) = rootless_user();
-            chown_tree(&w.root(), uid, gid);
-        } else {
-            // Who members run as under a root caller (docs/manifests.md) may not write a
-            // folder root made 0755: open it to them, as a user would chown it.
-            std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o777)).unwrap();
-        }
+        // The user's own folder, as it would be had the user made the copy: on rootless
+        // Podman the engine's user; under root, a user of the machine, whose folder a root
+        // caller's members work in as that user (docs/manifests.md).
+        let (uid, gid) = match engine {
+            Engine::Rootless => {
+                let (_, uid, gid) = rootless_user();
+                (uid, gid)
+            }
+            Engine::Docker | Engine::Podman => (FOLDER_OWNER, FOLDER_OWNER),
+        };
+        chown_tree(&w.root(), uid, gid);
         w
     }
 
@@ -248,24 +249,14 @@ fn chown_tree(p: &Path, uid: u32, gid: u32) {
     }
 }
 
-/// Where the example's `host.ateam.internal:8765` (the model server on this host) points in
-/// this run: the stand-in's port. Until the proxy knows `host.ateam.internal` (issue 22,
-/// branch c22-a-egress), a test name of scripts/engines.sh that resolves to 127.0.0.1 on the
-/// host takes its place, with the exact entry `127.0.0.1:PORT` that lets the proxy reach a
-/// loopback address (docs/egress.md). The name is not in the member's NO_PROXY, so every
-/// client sends it to the proxy, as it will `host.ateam.internal`.
+/// The example's model server, `host.ateam.internal:8765` (this host's loopback, port 8765),
+/// moved to the stand-in's port.
 fn model_address(manifest: &str, port: u16) -> String {
-    let name = format!("loopback.ateam.test:{port}");
-    manifest
-        .replace(
-            r#"allow: ["host.ateam.internal:8765"]"#,
-            &format!(r#"allow: ["{name}", "127.0.0.1:{port}"]"#),
-        )
-        .replace("host.ateam.internal:8765", &name)
+    manifest.replace("host.ateam.internal:8765", &model_host(port))
 }
 
 fn model_host(port: u16) -> String {
-    format!("loopback.ateam.test:{port}")
+    format!("host.ateam.internal:{port}")
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -298,12 +289,16 @@ fn files_below(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The owner of the example's copy under a root caller: a user of the machine, not root.
+const FOLDER_OWNER: u32 = 4242;
+
 /// Who a member runs as when neither Member nor Team says `user` (docs/manifests.md): under
-/// a root caller with no `sudo` user, nobody; on rootless Podman, the user (keep-id).
+/// a root caller with no `sudo` user, the owner of the Team's folder; on rootless Podman,
+/// the user (keep-id).
 fn expected_uid(engine: Engine) -> u32 {
     match engine {
         Engine::Rootless => rootless_user().1,
-        Engine::Docker | Engine::Podman => 65534,
+        Engine::Docker | Engine::Podman => FOLDER_OWNER,
     }
 }
 
