@@ -126,7 +126,7 @@ impl World {
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
 metadata: {{name: {team}}}
-spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true}}
+spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true, helperRequests: true}}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: MainSession
@@ -385,7 +385,9 @@ fn a_members_proxy_follows_its_uid(engine: Engine) {
     // By address, and curl told to use the proxy for it: what the old proxy already knew,
     // so that only the uid change is judged here.
     let allow = [format!("127.0.0.1:{port}")];
-    let get = format!("id -u; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/");
+    let get = format!(
+        "id -u; curl -sS --max-time 20 --noproxy '' http://127.0.0.1:{port}/; echo; curl -sS --max-time 20 -o /dev/null -w 'helpers %{{http_code}}\\n' $ATEAM_HELPERS_URL 2>&1"
+    );
     let (first, second) = match engine {
         Engine::Rootless => {
             let (_, uid, gid) = rootless_user();
@@ -416,13 +418,17 @@ fn a_members_proxy_follows_its_uid(engine: Engine) {
         got.starts_with("4002\n") && got.contains("host-service-answers"),
         "{engine:?}: after the uid change the member's egress does not work: {got}"
     );
+    assert!(
+        got.contains("helpers ") && !got.contains("helpers 000") && !got.contains("denied"),
+        "{engine:?}: after the uid change the member's helper server is not reachable: {got}"
+    );
     let row = w.row();
     assert_eq!(row["state"], "running", "{engine:?}: {row}");
     assert_eq!(row["egress"]["proxy"], "running", "{engine:?}: {row}");
     let dir = w.member_dir();
     let pid = std::fs::read_to_string(dir.join("egress/proxy.pid")).unwrap();
     assert_eq!(uid_of_pid(&pid), Some(4002), "{engine:?}: the proxy's uid");
-    for f in ["ctl/egress.sock", "egress/log.jsonl"] {
+    for f in ["ctl/egress.sock", "ctl/helpers.sock", "egress/log.jsonl"] {
         let md = std::fs::symlink_metadata(dir.join(f)).unwrap();
         assert_eq!(md.uid(), 4002, "{engine:?}: {f} belongs to {}", md.uid());
     }
