@@ -200,3 +200,39 @@ pub fn which(bin: &str) -> Option<PathBuf> {
         .map(|d| d.join(bin))
         .find(|p| p.is_file())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(uid: u32, sudo_user: Option<UserId>) -> Host {
+        Host {
+            uid,
+            gid: uid,
+            home: "/root".into(),
+            memory_bytes: 1 << 30,
+            state_dir: "/var/lib/ateam".into(),
+            engine_dirs: EngineDirs::default(),
+            sudo_user,
+        }
+    }
+
+    #[test]
+    fn a_root_callers_members_run_as_the_owner_of_the_teams_folder() {
+        let d = tempfile::tempdir().unwrap();
+        let person = UserId {
+            uid: 4242,
+            gid: 4343,
+        };
+        if rustix::process::getuid().is_root() {
+            std::os::unix::fs::chown(d.path(), Some(person.uid), Some(person.gid)).unwrap();
+            assert_eq!(host(0, None).folder_owner_user(d.path()), Some(person));
+            // A folder of root's: the default (nobody) holds.
+            assert_eq!(host(0, None).folder_owner_user(Path::new("/")), None);
+        }
+        // sudo says who the person is; a caller who is not root runs its members itself.
+        let sudo = Some(UserId { uid: 1, gid: 1 });
+        assert_eq!(host(0, sudo).folder_owner_user(d.path()), None);
+        assert_eq!(host(1000, None).folder_owner_user(d.path()), None);
+    }
+}
