@@ -113,7 +113,7 @@ def run_ateam(agent, port, log, ateam, n):
     shutil.copytree(os.path.join(REPO, "examples", "agents", agent), d, dirs_exist_ok=True)
     path = os.path.join(d, "team.yaml")
     text = open(path).read()
-    text = text.replace("host.ateam.internal:8765", f"host.ateam.internal:{port}")
+    text = text.replace("host.ateam.internal:8790", f"host.ateam.internal:{port}")
     text = text.replace(f"name: {agent}-agent\n", f"name: bench{agent}{n}\n")
     open(path, "w").write(text)
     # A user's folder: a root caller's members run as its owner (docs/manifests.md).

@@ -249,10 +249,10 @@ fn chown_tree(p: &Path, uid: u32, gid: u32) {
     }
 }
 
-/// The example's model server, `host.ateam.internal:8765` (this host's loopback, port 8765),
+/// The example's model server, `host.ateam.internal:8790` (this host's loopback, port 8790),
 /// moved to the stand-in's port.
 fn model_address(manifest: &str, port: u16) -> String {
-    manifest.replace("host.ateam.internal:8765", &model_host(port))
+    manifest.replace("host.ateam.internal:8790", &model_host(port))
 }
 
 fn model_host(port: u16) -> String {
