@@ -6,9 +6,9 @@
 # scripts/engines.sh does for the demo image.
 #
 # Root filesystem: Debian's static busybox (applets as /bin/*), the host's bash with the glibc
-# libraries it and the agent need (the host is Debian; `ldd` says which), the host's CA bundle,
-# a minimal /etc, and the agent's files from its npm tarball. No npm install, no postinstall
-# script runs: the tarballs are unpacked, nothing more.
+# libraries it and the agent need (the host is Debian; `ldd` says which), glibc's C.UTF-8
+# locale, the host's CA bundle, a minimal /etc, and the agent's files from its npm tarball.
+# No npm install, no postinstall script runs: the tarballs are unpacked, nothing more.
 #
 # Cached: the npm tarballs and each image's rootfs tarball live under $CACHE (keyed by the
 # versions and this script's checksum); an engine that already has an image with the same key
@@ -88,6 +88,11 @@ base_rootfs() {
     done
     install -D -m 0755 "$(readlink -f /lib64/ld-linux-x86-64.so.2)" "$root/lib64/ld-linux-x86-64.so.2"
     install -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+    # glibc's C.UTF-8 (Debian's libc-bin): Codex runs its shell tool with LC_ALL=C.UTF-8, and
+    # bash warns at every command without it.
+    if [ -d /usr/lib/locale/C.utf8 ]; then
+        mkdir -p "$root/usr/lib/locale"; cp -r /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
+    fi
     # /bin/bash is the login shell: Codex runs its shell tool with the user's shell.
     printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/home/agent:/bin/bash\n' \
         >"$root/etc/passwd"
