@@ -943,12 +943,20 @@ fn egress_state(
 /// An allowlist entry as status shows it: one that names a local address exactly (the way to
 /// reach a service on this machine on purpose) is marked.
 fn allow_entry_shown(h: &str) -> String {
-    match crate::core::egress::Entry::parse(h)
-        .ok()
-        .and_then(|e| e.exact_address())
-    {
-        Some((ip, _)) if crate::core::egress::special(ip).is_some() => format!("{h}(local)"),
-        _ => h.to_string(),
+    use crate::core::egress::{Entry, HOST_SERVICE, Target, special};
+    let Ok(e) = Entry::parse(h) else {
+        return h.to_string();
+    };
+    let local = match (&e.target, e.exact_address()) {
+        (_, Some((ip, _))) => special(ip).is_some(),
+        // The host's loopback, by the name the proxy alone knows.
+        (Target::Name(n), None) => n == HOST_SERVICE,
+        (Target::Below(_) | Target::Ip(_), None) => false,
+    };
+    if local {
+        format!("{h}(local)")
+    } else {
+        h.to_string()
     }
 }
 

@@ -237,6 +237,21 @@ fn the_host_service_name_reaches_only_its_port_on_loopback() {
             "{target}: {got}"
         );
     }
+    // Nothing listening on the allowed port: a failure that says where it looked.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    p.set(&[format!("host.ateam.internal:{closed_port}")]);
+    let got = p.ask(&format!(
+        "CONNECT host.ateam.internal:{closed_port} HTTP/1.1\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 502")
+            && got.contains(&format!(
+                "nothing answers on the host's loopback port {closed_port}"
+            )),
+        "{got}"
+    );
     let log = p.log();
     let allowed: Vec<_> = log.iter().filter(|e| e["verdict"] == "allowed").collect();
     assert_eq!(allowed.len(), 2, "{log:?}");

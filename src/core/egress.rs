@@ -33,7 +33,7 @@ pub const HOST_SERVICE_ADDRS: [IpAddr; 2] = [
 ];
 
 /// Whether `name` (lower case, no trailing dot) is ateam's, or below ateam's domain.
-fn reserved(name: &str) -> bool {
+pub fn reserved(name: &str) -> bool {
     name == RESERVED_DOMAIN || name.ends_with(&format!(".{RESERVED_DOMAIN}"))
 }
 

@@ -646,17 +646,25 @@ async fn host_service(
             ),
         ));
     }
-    let mut last = None;
+    let mut why = Vec::new();
+    let mut status = 502;
     for ip in HOST_SERVICE_ADDRS {
         let a = SocketAddr::new(ip, port);
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
             Ok(Ok(s)) => return Ok((a, s)),
-            Ok(Err(e)) => last = Some((a, refuse(502, format!("cannot connect to {a}: {e}")))),
-            Err(_) => last = Some((a, refuse(504, format!("connecting to {a} timed out")))),
+            Ok(Err(e)) => why.push(format!("{a}: {e}")),
+            Err(_) => {
+                status = 504;
+                why.push(format!("{a}: timed out"));
+            }
         }
     }
-    let (a, r) = last.expect("two addresses were tried");
-    Err((Some(a), r))
+    let first = SocketAddr::new(HOST_SERVICE_ADDRS[0], port);
+    let reason = format!(
+        "nothing answers on the host's loopback port {port} ({})",
+        why.join("; ")
+    );
+    Err((Some(first), refuse(status, reason)))
 }
 
 /// The proxy's own answer: the reason in the status line (clients such as busybox `wget`

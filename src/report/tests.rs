@@ -342,3 +342,20 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
         "{text}"
     );
 }
+
+#[test]
+fn local_allow_entries_are_marked() {
+    assert_eq!(
+        super::allow_entry_shown("host.ateam.internal:11434"),
+        "host.ateam.internal:11434(local)"
+    );
+    assert_eq!(
+        super::allow_entry_shown("127.0.0.1:80"),
+        "127.0.0.1:80(local)"
+    );
+    assert_eq!(
+        super::allow_entry_shown("api.example.com"),
+        "api.example.com"
+    );
+    assert_eq!(super::allow_entry_shown("*.internal"), "*.internal");
+}
