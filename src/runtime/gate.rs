@@ -143,7 +143,7 @@ impl ExecLease {
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(250));
                 ticks += 1;
-                if ticks % 4 == 0 {
+                if ticks.is_multiple_of(4) {
                     let _ = file.set_modified(std::time::SystemTime::now());
                 }
             }
