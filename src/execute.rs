@@ -154,12 +154,17 @@ async fn command_missing(
     }
     let (programs, unsure) = image::programs(command);
     if let Some(why) = unsure {
+        let checked = programs
+            .iter()
+            .map(|p| format!("`{}`", p.name))
+            .collect::<Vec<_>>()
+            .join(", ");
         warn!(
             team = %m.team,
             member = %m.member,
             command = %command.join(" "),
-            checked = %programs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-            "cannot tell which program the member's command runs: {why}; checked only the programs named before it"
+            "member `{}`: cannot tell which program its command runs ({why}); only {checked} checked, not refused",
+            m.member
         );
     }
     for (i, p) in programs.iter().enumerate() {

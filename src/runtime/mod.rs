@@ -245,6 +245,39 @@ impl Runtime {
         Ok(())
     }
 
+    /// `check_writable` again, on the folders as pinned: the very ones the engine mounts.
+    fn check_pinned_writable(
+        &self,
+        m: &DesiredMember,
+        pins: &[(PathBuf, Pinned)],
+    ) -> Result<(), RunError> {
+        let owner = self.member_owner(m)?;
+        let user = crate::model::UserId {
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        for mount in m
+            .spec
+            .mounts
+            .iter()
+            .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
+        {
+            if let Some((_, pinned)) = pins.iter().find(|(t, _)| *t == mount.target)
+                && !pinned.owned.writable_by(user)
+            {
+                return Err(RunError::NotWritable {
+                    member: m.member.clone(),
+                    source: crate::host::access::NotWritable {
+                        path: mount.source.clone(),
+                        owned: pinned.owned,
+                        user,
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Everything before the engine creates anything. `secret` looks up a secret's value.
     pub async fn prepare(
         &self,
@@ -254,7 +287,6 @@ impl Runtime {
         self.limits(m)?;
         let member_owner = self.member_owner(m)?;
         self.check_read_only(m)?;
-        self.check_writable(m)?;
         let io = |path: &std::path::Path| {
             let (member, path) = (m.member.clone(), path.to_path_buf());
             move |source| RunError::Io {
@@ -298,6 +330,7 @@ impl Runtime {
                 .map_err(|e| self.backend_err(m, e))?;
         }
         let pins = self.pin_all(m)?;
+        self.check_pinned_writable(m, &pins)?;
         let cmd = match &m.spec.command {
             Some(c) => c.clone(),
             None => self
