@@ -13,6 +13,11 @@
 //! restart between ateam's look from outside and the exec cannot put a command into a start
 //! nobody checked.
 //!
+//! `--exec --alive FILE` runs the command as a child instead, with the member's secrets as
+//! the member's own command gets them, and ends it (its process group: SIGTERM, then SIGKILL)
+//! when FILE, which the `ateam exec` client rewrites every second, goes stale or away: the
+//! engines keep an exec's process running when its client is gone.
+//!
 //! Built by build.rs as a static, std-only binary so that it runs in any image.
 
 use std::ffi::OsString;
@@ -25,9 +30,19 @@ use std::time::{Duration, Instant};
 const CTL: &str = "/.ateam";
 const WAIT: Duration = Duration::from_secs(300);
 const PR_SET_NO_NEW_PRIVS: i32 = 38;
+/// How old the `--alive` file may get before the client counts as gone (it is rewritten
+/// every second).
+const STALE: Duration = Duration::from_secs(5);
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+const SIG_IGN: usize = 1;
 
 unsafe extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    fn setpgid(pid: i32, pgid: i32) -> i32;
+    fn getpgrp() -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn signal(sig: i32, handler: usize) -> usize;
 }
 
 fn main() {
@@ -35,6 +50,11 @@ fn main() {
     let exec_mode = args.peek().map(|a| a == "--exec").unwrap_or(false);
     if exec_mode {
         args.next();
+    }
+    let mut alive = None;
+    if exec_mode && args.peek().map(|a| a == "--alive").unwrap_or(false) {
+        args.next();
+        alive = args.next().map(std::path::PathBuf::from);
     }
     if args.peek().map(|a| a == "--").unwrap_or(false) {
         args.next();
@@ -63,7 +83,7 @@ fn main() {
     let this_start = start_token();
     let go = Path::new(CTL).join("go");
     if exec_mode {
-        exec_if_released(&go, &me, this_start.as_deref(), &cmd);
+        exec_if_released(&go, &me, this_start.as_deref(), &cmd, alive.as_deref());
     }
     let deadline = Instant::now() + WAIT;
     loop {
@@ -99,7 +119,14 @@ fn main() {
     }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
-    // Secrets: NUL-separated KEY=VALUE entries in a 0600 file of the user's.
+    add_secrets(&mut command);
+    let err = command.exec();
+    eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
+    exit(127);
+}
+
+/// Secrets: NUL-separated KEY=VALUE entries in a 0600 file of the member's uid.
+fn add_secrets(command: &mut Command) {
     if let Ok(bytes) = std::fs::read(Path::new(CTL).join("secrets")) {
         for entry in bytes.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             if let Some(eq) = entry.iter().position(|b| *b == b'=') {
@@ -109,14 +136,79 @@ fn main() {
             }
         }
     }
-    let err = command.exec();
-    eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
-    exit(127);
+}
+
+/// Whether the `ateam exec` client still rewrites `alive`.
+fn client_alive(alive: &Path) -> bool {
+    match std::fs::metadata(alive).and_then(|m| m.modified()) {
+        // A time ahead of ours (clock steps) counts as fresh.
+        Ok(t) => t.elapsed().map(|age| age < STALE).unwrap_or(true),
+        Err(_) => false,
+    }
+}
+
+/// Runs `command` as a child in this process's group and waits; ends the group when the
+/// client is gone. Returns as the child did (128 + a signal's number).
+fn run_tied(mut command: Command, alive: &Path, program: &OsString) -> ! {
+    use std::os::unix::process::ExitStatusExt;
+    // Its own group, so that the child and what it starts can be ended together (with a
+    // terminal, the engine made this process a session leader, and so already a group's).
+    unsafe {
+        setpgid(0, 0);
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("ateam-gate: cannot run {program:?}: {err}");
+            exit(127);
+        }
+    };
+    // A Ctrl-C on the terminal reaches the whole group: the command decides, the gate stays
+    // to watch. SIGTERM too: the gate sends it to its own group below.
+    unsafe {
+        signal(2, SIG_IGN);
+        signal(3, SIG_IGN);
+        signal(SIGTERM, SIG_IGN);
+    }
+    let code = |s: std::process::ExitStatus| s.code().or(s.signal().map(|n| 128 + n)).unwrap_or(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => exit(code(status)),
+            Ok(None) => {}
+            Err(_) => exit(1),
+        }
+        if !client_alive(alive) {
+            let group = unsafe { getpgrp() };
+            unsafe {
+                kill(-group, SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // This process is in the group too: the last thing it does.
+            unsafe {
+                kill(-group, SIGKILL);
+            }
+            exit(137);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `--exec`: runs `cmd` in place of this process only if this start of the container was
 /// released; never waits (a person's `exec` into a held member is refused at once, 125).
-fn exec_if_released(go: &Path, me: &str, this_start: Option<&str>, cmd: &[OsString]) -> ! {
+/// With the member's secrets; with `alive`, as a child ended when the client goes.
+fn exec_if_released(
+    go: &Path,
+    me: &str,
+    this_start: Option<&str>,
+    cmd: &[OsString],
+    alive: Option<&Path>,
+) -> ! {
     let ok = match (std::fs::read_to_string(go), this_start) {
         (Ok(release), Some(start)) => released(&release, me, start),
         _ => false,
@@ -127,7 +219,13 @@ fn exec_if_released(go: &Path, me: &str, this_start: Option<&str>, cmd: &[OsStri
         );
         exit(125);
     }
-    let err = Command::new(&cmd[0]).args(&cmd[1..]).exec();
+    let mut command = Command::new(&cmd[0]);
+    command.args(&cmd[1..]);
+    add_secrets(&mut command);
+    if let Some(alive) = alive {
+        run_tied(command, alive, &cmd[0]);
+    }
+    let err = command.exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);
 }

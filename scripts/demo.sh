@@ -11,7 +11,7 @@ source /run/ateam-ci/env   # DOCKER_HOST and the test sockets
 cargo build --release --locked
 # The example members ask for this secret; a placeholder will do for the demo agent.
 export ANTHROPIC_API_KEY=${ANTHROPIC_API_KEY:-placeholder-for-the-demo}
-# The reviewer's grant allows one local endpoint, 127.0.0.1:8765 (named exactly, the way to
+# The reviewer's grant allows one port of this machine's loopback, host.ateam.internal:8765 (the way to
 # reach a service on this machine): a small docs server.
 if ! curl -sf --max-time 2 http://127.0.0.1:8765/ >/dev/null 2>&1; then
     nohup setsid python3 -m http.server 8765 --bind 127.0.0.1 \
@@ -21,7 +21,7 @@ fi
 ./target/release/ateam apply -f examples/demo-team/team.yaml
 echo
 echo "== egress: the reviewer reaches its allowed endpoint through its proxy, and nothing else"
-./target/release/ateam exec reviewer -- wget -q -O - http://127.0.0.1:8765/ | head -n 5
+./target/release/ateam exec reviewer -- wget -q -O - http://host.ateam.internal:8765/ | head -n 5
 ./target/release/ateam exec reviewer -- wget -q -O - http://example.com/ || true
 ./target/release/ateam logs reviewer --egress --tail 5
 echo

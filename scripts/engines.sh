@@ -441,6 +441,8 @@ main() {
         start_registry
         import_images
         write_env
+        # The real HTTP clients' image of tests/egress_clients.rs (reads the env file).
+        "$REPO/scripts/client-image.sh"
         check_engines
         summary "$t0"
         ;;

@@ -4,7 +4,9 @@
 # 1. fmt, clippy and the tests that need no engine;
 # 2. scripts/engines.sh installs and starts Docker, rootful and rootless Podman and imports
 #    the demo image (idempotent; about 35 s on a fresh machine, 3 s after);
-# 3. the engine tests as root (Docker, rootful Podman), then the same cases on rootless
+# 3. scripts/agent-images.sh builds the real agents' images (Claude Code, Codex CLI; cached,
+#    a few seconds after the first run) for tests/agents.rs;
+# 4. the engine tests as root (Docker, rootful Podman), then the same cases on rootless
 #    Podman as the unprivileged user the engines script made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +19,15 @@ cargo clippy --all-targets --locked -- -D warnings
 
 step "tests without engines"
 cargo nextest run --locked --no-fail-fast
+python3 -m unittest discover -s tests/support -p 'test_*.py'
 
 step "container engines"
 bash scripts/engines.sh
 # shellcheck disable=SC1091
 source /run/ateam-ci/env
+
+step "agent images (Claude Code, Codex CLI from the npm registry)"
+bash scripts/agent-images.sh
 
 # The attack suite runs ateam as the rootless user too (through runuser): give it a copy of
 # the binary that user can reach (the checkout may be under /root).

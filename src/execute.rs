@@ -135,6 +135,67 @@ fn about(a: &Action) -> About<'_> {
     }
 }
 
+/// Why `m`'s command cannot run in `image`, if it cannot: each program it runs, through the
+/// wrappers `image::programs` reads (`env -u X prog`, `sh -c 'exec prog'`), must be an
+/// executable file where the container would look for it. A command ateam cannot read
+/// through is said at `warn` and checked as far as it can tell.
+async fn command_missing(
+    m: &DesiredMember,
+    image: &str,
+    config: &crate::backend::ImageConfig,
+    probe: &mut image::Probe<'_>,
+) -> Option<RunError> {
+    let command = m.spec.command.as_ref().unwrap_or(&config.command);
+    if command.is_empty() {
+        return Some(RunError::NoCommand {
+            member: m.member.clone(),
+            image: image.to_string(),
+        });
+    }
+    let (programs, unsure) = image::programs(command);
+    if let Some(why) = unsure {
+        let checked = programs
+            .iter()
+            .map(|p| format!("`{}`", p.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        warn!(
+            team = %m.team,
+            member = %m.member,
+            command = %command.join(" "),
+            "member `{}`: cannot tell which program its command runs ({why}); only {checked} checked, not refused",
+            m.member
+        );
+    }
+    for (i, p) in programs.iter().enumerate() {
+        let cwd = p
+            .cwd
+            .as_ref()
+            .map_or_else(|| m.spec.cwd.clone(), |c| m.spec.cwd.join(c));
+        let path = p.path.clone().unwrap_or_else(|| image::path_var(m, config));
+        let looked = image::candidates(&p.name, &cwd, &path);
+        match image::runnable(m, &looked, probe).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Some(RunError::CommandNotFound {
+                    member: m.member.clone(),
+                    command: p.name.clone(),
+                    run_by: (i > 0).then(|| command.join(" ")),
+                    image: image.to_string(),
+                    looked,
+                });
+            }
+            Err(e) => {
+                return Some(RunError::Image {
+                    member: m.member.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    None
+}
+
 impl Executor<'_> {
     /// Pulls `image` as its members' `imagePullPolicy` asks: when one says `Always`, or when
     /// the engine lacks it and one says `IfNotPresent` (all `Never`: a missing image is the
@@ -208,6 +269,7 @@ impl Executor<'_> {
                 .check_limits(m)
                 .and_then(|()| self.rt.check_read_only(m))
                 .and_then(|()| self.rt.member_owner(m).map(|_| ()))
+                .and_then(|()| self.rt.check_writable(m))
             {
                 refuse(m, e);
                 continue;
@@ -269,36 +331,8 @@ impl Executor<'_> {
                 Some((&self.rt.state_dir, self.rt.owner)),
             );
             for m in members {
-                let command = m.spec.command.as_ref().unwrap_or(&config.command);
-                let Some(program) = command.first() else {
-                    refuse(
-                        m,
-                        RunError::NoCommand {
-                            member: m.member.clone(),
-                            image: image.to_string(),
-                        },
-                    );
-                    continue;
-                };
-                let looked = image::candidates(program, &m.spec.cwd, &image::path_var(m, &config));
-                match image::runnable(m, &looked, &mut probe).await {
-                    Ok(true) => {}
-                    Ok(false) => refuse(
-                        m,
-                        RunError::CommandNotFound {
-                            member: m.member.clone(),
-                            command: program.clone(),
-                            image: image.to_string(),
-                            looked,
-                        },
-                    ),
-                    Err(e) => refuse(
-                        m,
-                        RunError::Image {
-                            member: m.member.clone(),
-                            reason: e.to_string(),
-                        },
-                    ),
+                if let Some(e) = command_missing(m, image, &config, &mut probe).await {
+                    refuse(m, e);
                 }
             }
             if let Err(e) = probe.remove().await {

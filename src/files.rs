@@ -390,6 +390,17 @@ pub fn member_dir(dir: &Path, parent: Owner, owner: Owner) -> std::io::Result<()
     Ok(())
 }
 
+/// Hands an existing regular file to `owner` (a file left by a process that ran as the
+/// member's old uid, such as its proxy's log): no link followed, no FIFO opened; a file that
+/// is not there is fine.
+pub fn give_file(path: &Path, owner: Owner) -> std::io::Result<()> {
+    match open_regular(path) {
+        Ok(f) => owner.apply(f.as_fd()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Opens a file in a folder whose last component may belong to a member's uid (its egress
 /// folder, its control folder) as `Dir::open_regular` does: no link, no FIFO.
 pub fn open_regular(path: &Path) -> std::io::Result<File> {

@@ -231,11 +231,12 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
             .map(|(k, v)| format!("{k}:{}", tmpfs_options(v).join(",")))
             .collect::<Vec<_>>()
     };
+    let found_tmpfs = found_tmpfs(&found.tmpfs, &spec.user);
     check(
         "tmpfs",
-        tmpfs(&spec.tmpfs) == tmpfs(&found.tmpfs),
+        tmpfs(&spec.tmpfs) == tmpfs(&found_tmpfs),
         tmpfs(&spec.tmpfs).join(" "),
-        tmpfs(&found.tmpfs).join(" "),
+        tmpfs(&found_tmpfs).join(" "),
     );
     check(
         "other mounts",
@@ -340,6 +341,58 @@ fn same_image(found: &str, want: &str) -> bool {
         s.strip_prefix("library/").unwrap_or(s).to_string()
     };
     bare(found) == bare(want)
+}
+
+/// The tmpfs mounts as `engine` takes them. Podman (4.3) knows no `uid=`/`gid=` tmpfs option:
+/// its `U` makes the tmpfs the container user's, which is the same thing here (the spec's
+/// owner is always the member's user, and that user is checked apart).
+pub fn engine_tmpfs(
+    tmpfs: &std::collections::BTreeMap<String, String>,
+    engine: EngineKind,
+) -> std::collections::BTreeMap<String, String> {
+    match engine {
+        EngineKind::Docker => tmpfs.clone(),
+        EngineKind::Podman { .. } => tmpfs
+            .iter()
+            .map(|(k, v)| {
+                let mut owned = false;
+                let mut opts: Vec<&str> = Vec::new();
+                for o in v.split(',') {
+                    if o.starts_with("uid=") || o.starts_with("gid=") {
+                        owned = true;
+                    } else {
+                        opts.push(o);
+                    }
+                }
+                if owned {
+                    opts.push("U");
+                }
+                (k.clone(), opts.join(","))
+            })
+            .collect(),
+    }
+}
+
+/// What an engine reports of tmpfs mounts, in the spec's words: Podman's `U` is the member's
+/// `uid=`/`gid=` (`engine_tmpfs`).
+fn found_tmpfs(
+    found: &std::collections::BTreeMap<String, String>,
+    user: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, ""));
+    found
+        .iter()
+        .map(|(k, v)| {
+            let opts: Vec<String> = v
+                .split(',')
+                .flat_map(|o| match o {
+                    "U" => vec![format!("uid={uid}"), format!("gid={gid}")],
+                    o => vec![o.to_string()],
+                })
+                .collect();
+            (k.clone(), opts.join(","))
+        })
+        .collect()
 }
 
 /// Tmpfs options as a sorted list, without those Podman adds on its own (`rprivate`,
@@ -449,7 +502,7 @@ pub fn create_request(
         user: spec.user.clone(),
         workdir: spec.cwd.clone(),
         mounts: spec.mounts.clone(),
-        tmpfs: spec.tmpfs.clone(),
+        tmpfs: engine_tmpfs(&spec.tmpfs, engine),
         memory_bytes: spec.memory_bytes,
         memory_swap_bytes: spec.memory_bytes,
         pids: spec.pids,
@@ -465,5 +518,38 @@ pub fn create_request(
         userns_keep_id: engine == EngineKind::Podman { rootless: true },
         // Engines on cgroup v1 default to the host's cgroup namespace, which the policy refuses.
         cgroupns_private: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_home_owned_by_the_member_is_said_in_each_engines_words() {
+        let spec = BTreeMap::from([
+            ("/tmp".to_string(), "rw,size=1m".to_string()),
+            (
+                "/home/agent".to_string(),
+                "rw,size=1m,uid=7,gid=8,mode=0700".to_string(),
+            ),
+        ]);
+        assert_eq!(engine_tmpfs(&spec, EngineKind::Docker), spec);
+        let podman = engine_tmpfs(&spec, EngineKind::Podman { rootless: false });
+        assert_eq!(podman["/home/agent"], "rw,size=1m,mode=0700,U");
+        assert_eq!(podman["/tmp"], "rw,size=1m");
+        // What Podman reports back reads as the spec for the member's user, and only for it.
+        let reported = BTreeMap::from([(
+            "/home/agent".to_string(),
+            "rw,size=1m,mode=0700,U,rprivate,tmpcopyup".to_string(),
+        )]);
+        let opts = |m: &BTreeMap<String, String>| tmpfs_options(&m["/home/agent"]).join(",");
+        assert_eq!(opts(&found_tmpfs(&reported, "7:8")), opts(&spec));
+        assert_ne!(opts(&found_tmpfs(&reported, "7:9")), opts(&spec));
+        // Without the option the tmpfs is root's: a difference.
+        let root_home =
+            BTreeMap::from([("/home/agent".to_string(), "rw,size=1m,mode=0700".into())]);
+        assert_ne!(opts(&found_tmpfs(&root_home, "7:8")), opts(&spec));
     }
 }

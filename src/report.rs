@@ -312,6 +312,13 @@ pub struct Grants {
     pub read: Vec<PathBuf>,
     /// Folders mounted read-write.
     pub write: Vec<PathBuf>,
+    /// Those of `write` the member's uid cannot write (by owner, group and mode bits): the
+    /// table shows them as `rw!:`, never as writable. Empty when all are writable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_writable: Vec<PathBuf>,
+    /// The uid the member runs as, when some of `write` is not writable by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_writable_by: Option<u32>,
     pub network: NetworkGrant,
 }
 
@@ -346,6 +353,8 @@ impl Grants {
             name: g.name.clone(),
             read: g.read.clone(),
             write: g.write.clone(),
+            not_writable: vec![],
+            not_writable_by: None,
             network: NetworkGrant { mode, allow },
         }
     }
@@ -381,8 +390,20 @@ impl Grants {
         if !self.read.is_empty() {
             parts.push(format!("ro:{}", names(&self.read)));
         }
-        if !self.write.is_empty() {
-            parts.push(format!("rw:{}", names(&self.write)));
+        let (bad, good): (Vec<PathBuf>, Vec<PathBuf>) = self
+            .write
+            .iter()
+            .cloned()
+            .partition(|p| self.not_writable.contains(p));
+        if !good.is_empty() {
+            parts.push(format!("rw:{}", names(&good)));
+        }
+        if !bad.is_empty() {
+            let by = self
+                .not_writable_by
+                .map(|u| format!(" (not writable by uid {u})"))
+                .unwrap_or_default();
+            parts.push(format!("rw!:{}{by}", names(&bad)));
         }
         parts.push(format!("net:{net}"));
         parts.join(" ")
@@ -490,6 +511,21 @@ pub struct Extras<'a> {
     pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
     /// A main session's terminal, by team and name.
     pub session: &'a dyn Fn(&str, &str) -> SessionFacts,
+    /// `Some(uid)` when a member of this `user` (`None`: the host's default) runs as `uid`
+    /// and cannot write this folder (`host::access`).
+    pub not_writable: &'a dyn Fn(&std::path::Path, Option<crate::model::UserId>) -> Option<u32>,
+}
+
+/// A member's grants, with the write grants its uid cannot write marked.
+fn grants_of(m: &crate::model::Member, extras: &Extras<'_>) -> Grants {
+    let mut g = Grants::of(&m.access);
+    for p in &m.access.write {
+        if let Some(uid) = (extras.not_writable)(p, m.user) {
+            g.not_writable.push(p.clone());
+            g.not_writable_by = Some(uid);
+        }
+    }
+    g
 }
 
 /// What status shows of a main session beyond the plan.
@@ -700,7 +736,7 @@ pub fn team_status(
             transcript_bytes: bytes,
             last_activity_at: last.map(rfc3339),
             last_activity_secs: last.map(|t| extras.secs_since(t)),
-            grants: Some(Grants::of(&m.access)),
+            grants: Some(grants_of(m, extras)),
             limits_unenforced: observed.limits_unenforced && c.is_some(),
             egress,
             terminal: None,
@@ -909,12 +945,20 @@ fn egress_state(
 /// An allowlist entry as status shows it: one that names a local address exactly (the way to
 /// reach a service on this machine on purpose) is marked.
 fn allow_entry_shown(h: &str) -> String {
-    match crate::core::egress::Entry::parse(h)
-        .ok()
-        .and_then(|e| e.exact_address())
-    {
-        Some((ip, _)) if crate::core::egress::special(ip).is_some() => format!("{h}(local)"),
-        _ => h.to_string(),
+    use crate::core::egress::{Entry, HOST_SERVICE, Target, special};
+    let Ok(e) = Entry::parse(h) else {
+        return h.to_string();
+    };
+    let local = match (&e.target, e.exact_address()) {
+        (_, Some((ip, _))) => special(ip).is_some(),
+        // The host's loopback, by the name the proxy alone knows.
+        (Target::Name(n), None) => n == HOST_SERVICE,
+        (Target::Below(_) | Target::Ip(_), None) => false,
+    };
+    if local {
+        format!("{h}(local)")
+    } else {
+        h.to_string()
     }
 }
 

@@ -655,3 +655,38 @@ fn completion_scripts_and_man_pages_are_generated() {
         assert!(dir.path().join(page).is_file(), "{page}");
     }
 }
+
+/// An allow entry naming loopback by address still validates (it works for a client that
+/// uses the proxy), with a warning on stderr that says how to write it from now on.
+#[test]
+fn validate_says_how_to_write_a_loopback_entry_now() {
+    let yaml = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: ateam-demo:latest}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [claude], cwd: tests/broken/fixtures/repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec: {read: [tests/broken/fixtures/repo], network: {allow: ['127.0.0.1:11434', 'host.ateam.internal:8080']}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec: {parent: lead, access: g}
+";
+    let out = ateam(&["validate", "-f", "-"], Some(yaml));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: team t: AccessGrant/g spec.network.allow[0]")
+            && err.contains("write `host.ateam.internal:11434`"),
+        "{err}"
+    );
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
+}

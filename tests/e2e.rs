@@ -25,6 +25,9 @@ impl World {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
         copy_dir(&src, dir.path());
         let _ = std::fs::remove_dir_all(dir.path().join("sessions/members"));
+        // A person's checkout that root runs ateam in (no sudo): its members run as the
+        // person, the owner of the Team's folder, and so can write the person's repository.
+        chown_tree(dir.path(), PERSON);
         let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
         let w = World { engine, dir, team };
         w.edit(|t| t.replace("name: demo\n", &format!("name: {}\n", w.team)));
@@ -49,7 +52,7 @@ impl World {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
+        let mut c = Command::new(bin());
         c.arg("--backend").arg(self.engine).args(args);
         c.env("ATEAM_STATE_DIR", self.state())
             .env("ANTHROPIC_API_KEY", "test-key");
@@ -61,7 +64,7 @@ impl World {
 
     /// As a user in a new shell: no engine variables, no --backend.
     fn bare(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_ateam"))
+        Command::new(bin())
             .args(args)
             .env("ATEAM_STATE_DIR", self.state())
             .env_remove("DOCKER_HOST")
@@ -159,6 +162,55 @@ fn var(k: &str) -> String {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Who owns the copy of the demo: a person, not root.
+const PERSON: (u32, u32) = (1000, 1000);
+
+fn chown_tree(p: &Path, (uid, gid): (u32, u32)) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
+    if p.is_dir() && !p.is_symlink() {
+        for e in std::fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), (uid, gid));
+        }
+    }
+}
+
+/// The ateam binary under test (`ATEAM_TEST_BIN`, else this build's).
+fn bin() -> String {
+    std::env::var("ATEAM_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string())
+}
+
+/// The demo's writer writes into its repository (asserted from inside), as the person whose
+/// checkout it is; what it writes is theirs on the host.
+fn the_demo_writer_writes_its_repository(engine: &'static str) {
+    use std::os::unix::fs::MetadataExt;
+    let w = World::new(engine, "writes");
+    w.apply();
+    wait_for(&w.transcript("writer"), "sleeping");
+    let repo = w.root().join("workspace/repo");
+    let out = w.ateam(&[
+        "exec",
+        "writer",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "id -u; echo edit > {}/by-writer && echo wrote",
+            repo.display()
+        ),
+    ]);
+    let said = text(&out.stdout);
+    assert!(said.contains("wrote"), "{said}{}", text(&out.stderr));
+    assert_eq!(said.lines().next(), Some("1000"), "{said}");
+    let meta = std::fs::metadata(repo.join("by-writer")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), PERSON);
+    let status = w.ateam(&["status", &w.team]);
+    assert!(
+        text(&status.stdout).contains("rw:repo"),
+        "{}",
+        text(&status.stdout)
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -1039,7 +1091,7 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
         w.state().display(),
         var("ATEAM_TEST_DOCKER"),
         var("ATEAM_TEST_PODMAN_ROOTFUL"),
-        env!("CARGO_BIN_EXE_ateam"),
+        &bin(),
     );
     let term = Terminal::new(&w, &format!("{env} attach lead"));
     term.wait_for("lead session");
@@ -1265,6 +1317,7 @@ fn image_probe_findings_are_kept_by_image_id(engine: &'static str) {
 }
 
 every_engine!(
+    the_demo_writer_writes_its_repository,
     image_probe_findings_are_kept_by_image_id,
     a_session_no_manifest_wants_is_drift_until_pruned,
     apply_is_idempotent_and_recreates_only_what_changed,

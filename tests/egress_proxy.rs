@@ -200,3 +200,62 @@ fn a_closed_port_is_a_failure_not_a_refusal() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(p.log()[0]["verdict"], "failed");
 }
+
+/// `host.ateam.internal:PORT` is the host's loopback on that port alone: never looked up by
+/// name (no DNS answer can move it), never reached by a wildcard, nor on another port.
+#[test]
+fn the_host_service_name_reaches_only_its_port_on_loopback() {
+    let port = echo_server();
+    let other = echo_server();
+    let p = Proxy::start(&[
+        format!("host.ateam.internal:{port}"),
+        "*.internal".into(),
+        format!("127.0.0.1:{other}"),
+    ]);
+    let got = p.ask(&format!(
+        "GET http://HOST.ateam.internal.:{port}/x HTTP/1.1\r\nHost: x\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.0 200 OK") && got.contains("GET /x HTTP/1.1"),
+        "{got}"
+    );
+    let got = p.ask(&format!(
+        "CONNECT host.ateam.internal:{port} HTTP/1.1\r\n\r\nGET /tunnelled HTTP/1.0\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 200 Connection established") && got.contains("GET /tunnelled"),
+        "{got}"
+    );
+    // Another loopback port, even one the list names by address, and the wildcard's ports.
+    for target in [
+        format!("host.ateam.internal:{other}"),
+        "host.ateam.internal:443".into(),
+    ] {
+        let got = p.ask(&format!("CONNECT {target} HTTP/1.1\r\n\r\n"));
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains("is not in this member's allow list"),
+            "{target}: {got}"
+        );
+    }
+    // Nothing listening on the allowed port: a failure that says where it looked.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    p.set(&[format!("host.ateam.internal:{closed_port}")]);
+    let got = p.ask(&format!(
+        "CONNECT host.ateam.internal:{closed_port} HTTP/1.1\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 502")
+            && got.contains(&format!(
+                "nothing answers on the host's loopback port {closed_port}"
+            )),
+        "{got}"
+    );
+    let log = p.log();
+    let allowed: Vec<_> = log.iter().filter(|e| e["verdict"] == "allowed").collect();
+    assert_eq!(allowed.len(), 2, "{log:?}");
+    for e in allowed {
+        assert_eq!(e["addr"], format!("127.0.0.1:{port}"), "{e}");
+    }
+}

@@ -43,8 +43,10 @@ impl World {
                 std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
             }
         } else {
-            // Rootful engines run members as nobody here (ateam runs as root, without sudo).
+            // Rootful engines run members as nobody here (ateam runs as root, without sudo):
+            // their write grant must be writable by nobody, or apply refuses it.
             use std::os::unix::fs::PermissionsExt;
+            std::os::unix::fs::chown(w.root().join("work"), Some(65534), Some(65534)).unwrap();
             let open = std::fs::Permissions::from_mode(0o777);
             std::fs::set_permissions(w.root().join("work/sub"), open).unwrap();
         }

@@ -14,6 +14,7 @@ pub fn logs(
     team: Option<&str>,
     member: &str,
     tail: usize,
+    since: Option<i64>,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let applied = ctx.applied_with_requests(team)?;
@@ -22,7 +23,11 @@ pub fn logs(
         bail!("member `{member}` has no egress proxy: its grant's network is not an allow list");
     }
     let paths = Paths::new(&ctx.host.state_dir, &t.name, member);
-    let events = egress::log::read(&paths.log);
+    let mut events = egress::log::read(&paths.log);
+    // `--since` before `--tail`, as for a member's output: the last N of the newer ones.
+    if let Some(since) = since {
+        events.retain(|e| e.ts >= since as f64);
+    }
     for e in &events[events.len().saturating_sub(tail)..] {
         outln!("{}", e.line());
     }

@@ -165,9 +165,15 @@ pub async fn exec(
     let ctl = member_ctl_dir(&ctx.host.state_dir, &found.team, member);
     ateam::runtime::gate::install(&ctl, &gate_dir(&ctx.host.state_dir), ctx.owner)
         .with_context(|| format!("cannot refresh the gate in {}", ctl.display()))?;
+    // The gate ends the command when this client goes (killed, its terminal closed): the
+    // engines would leave it running in the member. Held until the command is done.
+    let lease = ateam::runtime::gate::ExecLease::start(&ctl, ctx.owner)
+        .with_context(|| format!("cannot write into {}", ctl.display()))?;
     // Through the gate, which checks inside the container, as the command starts, that this
-    // start was released: a restart after the look above cannot slip a command into it.
-    let command: Vec<String> = GATE_EXEC
+    // start was released: a restart after the look above cannot slip a command into it. It
+    // also gives the command the member's secrets, as the member's own command has them.
+    let [gate, exec, dashes] = GATE_EXEC;
+    let command: Vec<String> = [gate, exec, "--alive", &lease.in_container(), dashes]
         .iter()
         .map(|s| s.to_string())
         .chain(command.iter().cloned())

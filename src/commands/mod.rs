@@ -119,9 +119,10 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             member: Some(member),
             team,
             tail,
+            since,
             egress: true,
             ..
-        } => egress::logs(g, team.as_deref(), &member, tail),
+        } => egress::logs(g, team.as_deref(), &member, tail, since),
         Command::Logs { egress: true, .. } => {
             anyhow::bail!("--egress shows one member's connections: name it")
         }

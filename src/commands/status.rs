@@ -76,12 +76,20 @@ pub async fn run(
             started: ateam::sessions::started_at(&d),
         }
     };
+    let default_user = ctx.host.default_member_user();
+    let not_writable = move |p: &std::path::Path, user: Option<ateam::model::UserId>| {
+        let user = user.unwrap_or(default_user);
+        ateam::host::access::check_writable(p, user)
+            .err()
+            .map(|_| user.uid)
+    };
     let extras = Extras {
         now,
         transcript_usage: &transcript_usage,
         restarts: &count,
         last_exit: &last_exit,
         session: &session,
+        not_writable: &not_writable,
     };
     let engine = info.kind.to_string();
     let mut teams: Vec<_> = desired

@@ -11,6 +11,10 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
     // As apply would judge them: against the teams in the store (reading it changes nothing).
     let applied = app.store.teams().context("reading the applied state")?;
     let desired = Manifests::read(&files.files).and_then(|m| m.validate(&app.host, &applied))?;
+    // Advice, not a refusal: such an entry still works for a client that uses the proxy.
+    for line in advice(&desired) {
+        eprintln!("{line}");
+    }
     if show {
         out!(
             "{}",
@@ -28,4 +32,28 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
         );
     }
     Ok(Exit::Ok)
+}
+
+/// A warning for each allow entry that names loopback by address (see `Entry::advice`).
+fn advice(desired: &ateam::model::Desired) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in &desired.teams {
+        for g in &t.grants {
+            let ateam::model::Network::Allow(list) = &g.network else {
+                continue;
+            };
+            for (i, h) in list.iter().enumerate() {
+                if let Some(a) = ateam::core::egress::Entry::parse(h)
+                    .ok()
+                    .and_then(|e| e.advice())
+                {
+                    out.push(format!(
+                        "warning: team {}: AccessGrant/{} spec.network.allow[{i}]: {a}",
+                        t.name, g.name
+                    ));
+                }
+            }
+        }
+    }
+    out
 }

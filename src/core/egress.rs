@@ -6,12 +6,36 @@
 //! without a port) or an IPv6 address in brackets (`[::1]:8080`). Without a port an entry
 //! allows 443 and 80. Names compare without case and without a trailing dot; `*.domain`
 //! matches every name below `domain`, not `domain` itself.
+//!
+//! `host.ateam.internal:PORT` is the host's loopback on PORT (a local model server, say). It is
+//! a name and not `127.0.0.1` because every real client honours `NO_PROXY`, which names
+//! loopback: a request for `127.0.0.1` never reaches the proxy. The proxy never resolves the
+//! name: it connects to `127.0.0.1:PORT` (then `[::1]:PORT`) itself, only for an entry naming
+//! the name with that very port. No wildcard matches it, and no other name below
+//! `ateam.internal` is an entry.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The ports an entry without a port allows.
 pub const DEFAULT_PORTS: [u16; 2] = [443, 80];
+
+/// The name by which a member reaches a port on the host's loopback through its proxy.
+pub const HOST_SERVICE: &str = "host.ateam.internal";
+
+/// The domain ateam keeps for its own names: no entry names anything else below it.
+const RESERVED_DOMAIN: &str = "ateam.internal";
+
+/// Where `host.ateam.internal:PORT` connects, in this order.
+pub const HOST_SERVICE_ADDRS: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::LOCALHOST),
+    IpAddr::V6(Ipv6Addr::LOCALHOST),
+];
+
+/// Whether `name` (lower case, no trailing dot) is ateam's, or below ateam's domain.
+pub fn reserved(name: &str) -> bool {
+    name == RESERVED_DOMAIN || name.ends_with(&format!(".{RESERVED_DOMAIN}"))
+}
 
 /// What an entry names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +123,20 @@ impl Entry {
                 "`{s}` is not a host name (examples: api.example.com, *.example.com, host:443, 127.0.0.1:8080, [::1]:8080)"
             ));
         }
+        if reserved(name) {
+            return match (wild, name == HOST_SERVICE, port) {
+                (false, true, Some(_)) => Ok(Entry {
+                    target: Target::Name(name.to_string()),
+                    port,
+                }),
+                (false, true, None) => Err(format!(
+                    "`{s}` needs the port of the host's service: `{HOST_SERVICE}:PORT`, for example `{HOST_SERVICE}:11434`"
+                )),
+                _ => Err(format!(
+                    "`{s}`: names below `{RESERVED_DOMAIN}` are ateam's; the host's loopback is `{HOST_SERVICE}:PORT`, one entry per port"
+                )),
+            };
+        }
         Ok(Entry {
             target: if wild {
                 Target::Below(name.to_string())
@@ -123,7 +161,7 @@ impl Entry {
             && match (&self.target, host) {
                 (Target::Name(n), Host::Name(h)) => n == h,
                 (Target::Below(d), Host::Name(h)) => {
-                    h.len() > d.len() + 1 && h.ends_with(d.as_str()) && {
+                    !reserved(h) && h.len() > d.len() + 1 && h.ends_with(d.as_str()) && {
                         let cut = h.len() - d.len() - 1;
                         h.as_bytes()[cut] == b'.'
                     }
@@ -145,6 +183,8 @@ impl Entry {
         };
         let host_ok = match (&self.target, &inner.target) {
             (Target::Name(a), Target::Name(b)) => a == b,
+            // The host's loopback is covered only by the same name and port.
+            (Target::Below(_), Target::Name(n)) if reserved(n) => false,
             (Target::Below(d), Target::Name(n) | Target::Below(n)) => {
                 n.len() > d.len() + 1 && n.ends_with(&format!(".{d}"))
                     || matches!(&inner.target, Target::Below(x) if x == d)
@@ -153,6 +193,19 @@ impl Entry {
             _ => false,
         };
         ports_ok && host_ok
+    }
+
+    /// For an entry naming loopback with a port (`127.0.0.1:PORT`, `[::1]:PORT`): how to
+    /// write it so that clients honouring `NO_PROXY` send it to the proxy at all.
+    pub fn advice(&self) -> Option<String> {
+        match (&self.target, self.port) {
+            (Target::Ip(ip), Some(p)) if canonical(*ip).is_loopback() => Some(format!(
+                "`{self}` is reached only by clients that ignore NO_PROXY (which names loopback, \
+                 so curl, Python, Node, git and the agents go to the member's own loopback); \
+                 write `{HOST_SERVICE}:{p}` and use http://{HOST_SERVICE}:{p} in the member"
+            )),
+            _ => None,
+        }
     }
 
     /// Whether this entry names an address exactly, with a port: the one way to reach an
@@ -239,6 +292,14 @@ impl Allowlist {
     /// Whether some entry allows `host:port` by name (the address is judged apart).
     pub fn allows(&self, host: &Host, port: u16) -> bool {
         self.entries.iter().any(|e| e.matches(host, port))
+    }
+
+    /// Whether the list has `host.ateam.internal:PORT` for this very port (no other entry
+    /// reaches the host's loopback by that name).
+    pub fn allows_host_service(&self, port: u16) -> bool {
+        self.entries.iter().any(|e| {
+            matches!(&e.target, Target::Name(n) if n == HOST_SERVICE) && e.port == Some(port)
+        })
     }
 
     /// Whether the list names this address and port exactly.
@@ -509,5 +570,60 @@ mod tests {
             err.contains("loopback") && err.contains("127.0.0.1:443"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_host_service_is_one_port_named_exactly() {
+        let list =
+            Allowlist::parse(&["host.ateam.internal:11434", "*.internal", "*.ateam.test"]).unwrap();
+        assert!(list.allows_host_service(11434));
+        assert!(list.allows(&host("HOST.ateam.internal."), 11434));
+        // Another port, and no wildcard, reaches it.
+        assert!(!list.allows_host_service(11435));
+        assert!(!list.allows(&host("host.ateam.internal"), 443));
+        assert!(!list.allows(&host("host.ateam.internal"), 11435));
+        let wild = Allowlist::parse(&["*.internal"]).unwrap();
+        assert!(!wild.allows(&host("host.ateam.internal"), 443));
+        assert!(!wild.allows_host_service(443));
+        assert!(wild.allows(&host("db.corp.internal"), 443));
+        // A parent's wildcard never covers a child's host service.
+        assert!(!e("*.internal").covers(&e("host.ateam.internal:443")));
+        assert!(e("host.ateam.internal:9").covers(&e("host.ateam.internal:9")));
+        assert!(!e("host.ateam.internal:9").covers(&e("host.ateam.internal:10")));
+        // Without a port, and other names of ateam's domain, are not entries.
+        for bad in [
+            "host.ateam.internal",
+            "*.ateam.internal",
+            "ateam.internal:80",
+            "x.ateam.internal:80",
+            "*.host.ateam.internal:80",
+        ] {
+            assert!(Entry::parse(bad).is_err(), "{bad}");
+        }
+        let err = Entry::parse("host.ateam.internal").unwrap_err();
+        assert!(err.contains("host.ateam.internal:PORT"), "{err}");
+    }
+
+    #[test]
+    fn a_loopback_entry_says_how_to_write_it_now() {
+        for (s, port) in [
+            ("127.0.0.1:11434", 11434),
+            ("[::1]:8080", 8080),
+            ("127.1.2.3:9", 9),
+        ] {
+            let advice = e(s).advice().unwrap();
+            assert!(
+                advice.contains(&format!("host.ateam.internal:{port}")),
+                "{s}: {advice}"
+            );
+        }
+        for s in [
+            "10.0.0.1:80",
+            "127.0.0.1",
+            "api.example.com:443",
+            "host.ateam.internal:1",
+        ] {
+            assert_eq!(e(s).advice(), None, "{s}");
+        }
     }
 }

@@ -154,7 +154,8 @@ impl Log {
     }
 }
 
-fn rotated(path: &Path) -> PathBuf {
+/// The previous log, once rotated (`log.jsonl.1`).
+pub fn rotated(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".1");
     PathBuf::from(p)
@@ -217,10 +218,11 @@ pub fn refusals(events: &[Event], since: f64) -> Vec<Refusal> {
 /// unless the port is a default one; an address always with its port (only an exact entry
 /// reaches a local address).
 pub fn entry_for(r: &Refusal) -> String {
-    use crate::core::egress::{DEFAULT_PORTS, Host};
+    use crate::core::egress::{DEFAULT_PORTS, Host, reserved};
     match Host::parse(&r.host) {
         Some(h @ Host::Ip(_)) => format!("{h}:{}", r.port),
-        Some(Host::Name(n)) if DEFAULT_PORTS.contains(&r.port) => n,
+        // The host's loopback by name is an entry only with its port.
+        Some(Host::Name(n)) if DEFAULT_PORTS.contains(&r.port) && !reserved(&n) => n,
         Some(Host::Name(n)) => format!("{n}:{}", r.port),
         None => format!("{}:{}", r.host, r.port),
     }
@@ -272,10 +274,18 @@ fn address_opens(ip: std::net::IpAddr) -> &'static str {
 /// metadata or private address, or a port that serves more than the web. The reason says
 /// what allowing it would open.
 pub fn withheld(r: &Refusal) -> Option<String> {
-    use crate::core::egress::{Host, special};
+    use crate::core::egress::{HOST_SERVICE, HOST_SERVICE_ADDRS, Host, reserved, special};
     let addr = match Host::parse(&r.host) {
         Some(Host::Ip(ip)) => special(ip).map(|what| (what, address_opens(ip))),
-        _ => None,
+        // By name or by address, the host's loopback is offered by nobody but the person.
+        Some(Host::Name(n)) if n == HOST_SERVICE => {
+            Some(("the host's loopback", address_opens(HOST_SERVICE_ADDRS[0])))
+        }
+        Some(Host::Name(n)) if reserved(&n) => Some((
+            "below ateam.internal, ateam's own domain",
+            "nothing: no such name is an entry",
+        )),
+        Some(Host::Name(_)) | None => None,
     };
     let entry = entry_for(r);
     match (addr, port_opens(r.port)) {
@@ -431,6 +441,28 @@ mod tests {
             ev(Verdict::Refused, "127.0.0.1", 5432, 14.0),
         ];
         let r = refusals(&events, 5.0);
+        // The host's loopback by name is withheld too, and named with its port.
+        let host_service = refusals(
+            &[ev(Verdict::Refused, "host.ateam.internal", 443, 6.0)],
+            5.0,
+        );
+        let s = suggest(
+            "t",
+            &crate::model::AccessGrant {
+                name: "web".into(),
+                read: vec![],
+                write: vec![],
+                network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
+            },
+            &host_service,
+        );
+        assert_eq!(s.grant, None);
+        assert_eq!(
+            s.withheld,
+            [
+                "`host.ateam.internal:443` is the host's loopback: it opens services listening on this machine itself"
+            ]
+        );
         assert_eq!(
             r.iter()
                 .map(|r| (r.host.as_str(), r.count))

@@ -44,6 +44,13 @@ pub enum ProxyError {
         secs: u64,
         why: Option<String>,
     },
+    /// The socket answers but is not the member's: the member could not connect to it.
+    #[error("the egress proxy's socket {} belongs to uid {owner}, not to the member's uid {member}", .socket.display())]
+    NotTheMembers {
+        socket: PathBuf,
+        owner: u32,
+        member: u32,
+    },
     #[error("cannot run the egress proxy ({}): {source}", .exe.display())]
     Spawn {
         exe: PathBuf,
@@ -137,6 +144,12 @@ pub fn start(
     }
     write_policy(paths, policy, member).map_err(io(&paths.policy))?;
     stop(paths).map_err(io(&paths.pid))?;
+    // The log outlives its proxies: one that ran as the member's old uid left it owned by
+    // that uid (0600), and this one, as the new uid, could not append to it.
+    let rotated = log::rotated(&paths.log);
+    for log in [&paths.log, &rotated] {
+        files::give_file(log, member).map_err(io(log))?;
+    }
     let exe = exe().map_err(|source| ProxyError::Spawn {
         exe: "ateam".into(),
         source,
@@ -165,7 +178,7 @@ pub fn start(
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
         if answers(&paths.socket) {
-            return Ok(());
+            return members_socket(&paths.socket, member);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -178,6 +191,26 @@ pub fn start(
         secs: START_TIMEOUT.as_secs(),
         why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
     })
+}
+
+/// Whether the socket that answers is the member's (ateam as root connects to any socket;
+/// the member only to its own uid's).
+fn members_socket(socket: &Path, member: Owner) -> Result<(), ProxyError> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(socket)
+        .map_err(|source| ProxyError::Io {
+            path: socket.to_path_buf(),
+            source,
+        })?
+        .uid();
+    if owner != member.uid {
+        return Err(ProxyError::NotTheMembers {
+            socket: socket.to_path_buf(),
+            owner,
+            member: member.uid,
+        });
+    }
+    Ok(())
 }
 
 fn proxy_args(paths: &Paths, user: Option<Owner>) -> Vec<std::ffi::OsString> {

@@ -17,7 +17,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 
 use super::log::{Event, Log, Verdict};
 use super::{PolicyFile, ProxyError};
-use crate::core::egress::{Allowlist, Host};
+use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -578,6 +578,11 @@ async fn decide(
             ),
         ));
     }
+    // The host's loopback by name: never resolved (no DNS answer can move it), and only
+    // for an entry naming it with this very port.
+    if matches!(&host, Host::Name(n) if n == HOST_SERVICE) {
+        return host_service(&list, req.port).await;
+    }
     let addrs: Vec<SocketAddr> = match &host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
         Host::Name(n) => {
@@ -625,6 +630,41 @@ async fn decide(
         )),
         None => Err((None, refuse(502, format!("{} has no address", req.host)))),
     }
+}
+
+/// `host.ateam.internal:PORT`: connects to the host's loopback on PORT, IPv4 first.
+async fn host_service(
+    list: &Allowlist,
+    port: u16,
+) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
+    if !list.allows_host_service(port) {
+        return Err((
+            None,
+            refuse(
+                403,
+                format!("{HOST_SERVICE}:{port} is not in this member's allow list"),
+            ),
+        ));
+    }
+    let mut why = Vec::new();
+    let mut status = 502;
+    for ip in HOST_SERVICE_ADDRS {
+        let a = SocketAddr::new(ip, port);
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok((a, s)),
+            Ok(Err(e)) => why.push(format!("{a}: {e}")),
+            Err(_) => {
+                status = 504;
+                why.push(format!("{a}: timed out"));
+            }
+        }
+    }
+    let first = SocketAddr::new(HOST_SERVICE_ADDRS[0], port);
+    let reason = format!(
+        "nothing answers on the host's loopback port {port} ({})",
+        why.join("; ")
+    );
+    Err((Some(first), refuse(status, reason)))
 }
 
 /// The proxy's own answer: the reason in the status line (clients such as busybox `wget`

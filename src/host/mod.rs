@@ -4,6 +4,7 @@
 //! `engines` finds where container engines keep their data and sockets; `mounts` reads the
 //! mount table, which shows what a folder really is when a bind mount gives it another name.
 
+pub mod access;
 pub mod engines;
 pub mod mounts;
 
@@ -91,6 +92,26 @@ impl Host {
 }
 
 impl Host {
+    /// Who members of a team whose manifest lies in `folder` run as, when neither the Member
+    /// nor the Team says `user` and the caller is root with no sudo user: the folder's owner
+    /// (the person whose checkout it is), unless that is root. `None`: the default holds.
+    pub fn folder_owner_user(&self, folder: &Path) -> Option<UserId> {
+        use std::os::unix::fs::MetadataExt;
+        let caller = UserId {
+            uid: self.uid,
+            gid: self.gid,
+        };
+        if !caller.is_root() || self.sudo_user.is_some_and(|u| !u.is_root()) {
+            return None;
+        }
+        let meta = std::fs::metadata(folder).ok()?;
+        let owner = UserId {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        };
+        (!owner.is_root()).then_some(owner)
+    }
+
     /// Read the real machine. `state_dir` overrides `$XDG_STATE_HOME/ateam`.
     pub fn detect(state_dir: Option<PathBuf>) -> Host {
         let home = std::env::var_os("HOME")
@@ -178,4 +199,40 @@ pub fn which(bin: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(bin))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(uid: u32, sudo_user: Option<UserId>) -> Host {
+        Host {
+            uid,
+            gid: uid,
+            home: "/root".into(),
+            memory_bytes: 1 << 30,
+            state_dir: "/var/lib/ateam".into(),
+            engine_dirs: EngineDirs::default(),
+            sudo_user,
+        }
+    }
+
+    #[test]
+    fn a_root_callers_members_run_as_the_owner_of_the_teams_folder() {
+        let d = tempfile::tempdir().unwrap();
+        let person = UserId {
+            uid: 4242,
+            gid: 4343,
+        };
+        if rustix::process::getuid().is_root() {
+            std::os::unix::fs::chown(d.path(), Some(person.uid), Some(person.gid)).unwrap();
+            assert_eq!(host(0, None).folder_owner_user(d.path()), Some(person));
+            // A folder of root's: the default (nobody) holds.
+            assert_eq!(host(0, None).folder_owner_user(Path::new("/")), None);
+        }
+        // sudo says who the person is; a caller who is not root runs its members itself.
+        let sudo = Some(UserId { uid: 1, gid: 1 });
+        assert_eq!(host(0, sudo).folder_owner_user(d.path()), None);
+        assert_eq!(host(1000, None).folder_owner_user(d.path()), None);
+    }
 }

@@ -62,7 +62,8 @@ pub struct TeamSpec {
     #[serde(default)]
     pub allow_unenforced_limits: bool,
     /// `UID:GID` its members run as, unless a Member says otherwise. Default: the user who
-    /// runs ateam; when that is root, the user who ran sudo (SUDO_UID), else 65534:65534.
+    /// runs ateam; when that is root, the user who ran sudo (SUDO_UID), else the owner of the
+    /// Team manifest's folder unless that is root, else 65534:65534.
     pub user: Option<String>,
     /// Let members run as uid 0 or gid 0. Default false: root in a member owns every
     /// root-owned file in its grants, so `user: 0:0` is refused without this.

@@ -769,6 +769,9 @@ fn build(
         {
             problems.push(t.value_problem("spec.user", root_user_refused(u)));
         }
+        // A root caller with no sudo user: the owner of the team's folder, whose files the
+        // members are there to change, rather than nobody (who can write none of them).
+        let team_user = team_user.or_else(|| host.folder_owner_user(&t.src.dir));
         let mut team = model::Team {
             name: t.name.clone(),
             labels: t.labels.clone(),
@@ -1157,14 +1160,19 @@ fn build(
                     .cloned()
                     .unwrap_or_else(|| transcript_dir.clone()),
             };
+            let proxied = matches!(access.network, Network::Allow(_));
             for k in m.env.keys() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.problem(&format!("spec.env.{k}"), e));
+                } else if let Some(why) = crate::plan::spec::reserved_env(k, proxied) {
+                    problems.push(o.problem(&format!("spec.env.{k}"), why));
                 }
             }
             for (i, k) in m.secret_env.iter().enumerate() {
                 if let Err(e) = check_env_name(k) {
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), e));
+                } else if let Some(why) = crate::plan::spec::reserved_env(k, proxied) {
+                    problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), why));
                 } else if m.env.contains_key(k) {
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), format!("`{k}` is in both env and secretEnv; a secret must not also be a plain value")));
                 }

@@ -4,6 +4,7 @@
 pub mod cache;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
@@ -195,10 +196,27 @@ pub async fn observe(
                 .filter_map(|m| Some(&m.egress.as_ref()?.socket)),
         )
         .chain(desired.members.iter().filter_map(|m| m.helpers.as_ref()));
-    let live_sockets: BTreeSet<_> = sockets
+    let mut live_sockets: BTreeSet<_> = sockets
         .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .cloned()
         .collect();
+    // A member's socket that answers ateam but belongs to another uid than the member runs
+    // as now (its `user` changed) is one the member cannot connect to (0600): not live.
+    for m in &desired.members {
+        let uid = m
+            .spec
+            .user
+            .parse::<crate::model::UserId>()
+            .ok()
+            .map(|u| u.uid);
+        for socket in m.egress.iter().map(|e| &e.socket).chain(m.helpers.iter()) {
+            let owner = std::fs::symlink_metadata(socket).ok().map(|md| md.uid());
+            if live_sockets.contains(socket) && owner != uid {
+                warn!(socket = %socket.display(), ?owner, ?uid, member = %m.member, "a member's socket belongs to another uid: started again");
+                live_sockets.remove(socket);
+            }
+        }
+    }
     let mut egress_policies = BTreeMap::new();
     let mut egress_proxies = BTreeSet::new();
     let mut helper_servers = BTreeSet::new();

@@ -15,7 +15,8 @@ pub struct Observed {
     /// Transcript folders that exist: members' (`<sessionDir>/members/<name>`) and the
     /// wanted main sessions' (`<sessionDir>/<name>`).
     pub transcript_dirs: BTreeSet<PathBuf>,
-    /// Unix sockets that something answers on (a socket file alone does not count).
+    /// Unix sockets that something answers on (a socket file alone does not count); a
+    /// member's egress or helpers socket only when it belongs to the uid the member runs as.
     pub live_sockets: BTreeSet<PathBuf>,
     /// The allowlist each egress proxy's policy file holds now, by socket.
     #[serde(default)]

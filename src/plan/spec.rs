@@ -44,6 +44,39 @@ fn helpers_env(env: &mut BTreeMap<String, String>) {
     );
 }
 
+/// The proxy variables ateam sets in a member with an allow list.
+const PROXY_VARS: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Why `name` is ateam's in a member's environment, if it is (`proxied`: the member has an
+/// allow list). `Member.env` and `secretEnv` may not name it: ateam would overwrite it, and
+/// a member whose `HOME` or `NO_PROXY` is not what its manifest says is a member nobody can
+/// reason about. Every variable `member_spec` sets is here (a unit test holds it so).
+pub fn reserved_env(name: &str, proxied: bool) -> Option<String> {
+    if name == "HOME" {
+        return Some(format!(
+            "`HOME` is ateam's: it is always {MEMBER_HOME}, a private tmpfs (point the program's own variable, such as CLAUDE_CONFIG_DIR or CODEX_HOME, elsewhere instead)"
+        ));
+    }
+    if name.starts_with("ATEAM_") {
+        return Some(format!(
+            "`{name}`: variables named ATEAM_* are ateam's (they tell the member who and where it is)"
+        ));
+    }
+    if proxied && PROXY_VARS.contains(&name) {
+        return Some(format!(
+            "`{name}` is ateam's in a member with an allow list: it points every client at the member's egress proxy (to reach a service on the host, allow `host.ateam.internal:PORT`)"
+        ));
+    }
+    None
+}
+
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DesiredMember {
@@ -178,21 +211,30 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
             format!("{CTL_TARGET}/{EGRESS_SOCKET_NAME}"),
         );
         let url = format!("http://{BRIDGE_LISTEN}");
-        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-            env.insert(k.into(), url.clone());
-        }
-        for k in ["NO_PROXY", "no_proxy"] {
-            env.insert(k.into(), "localhost,127.0.0.1,::1".into());
+        // `host.ateam.internal` is not here: it must reach the proxy, which alone knows it.
+        for k in PROXY_VARS {
+            let v = if k.eq_ignore_ascii_case("NO_PROXY") {
+                "localhost,127.0.0.1,::1"
+            } else {
+                url.as_str()
+            };
+            env.insert(k.into(), v.into());
         }
     }
     if team.helper_requests {
         helpers_env(&mut env);
     }
+    let user = m.user.unwrap_or_else(|| host.default_member_user());
+    // HOME is the member's own: a tmpfs owned by root (the engines' default) is one an agent
+    // cannot write its config into when the image has that folder.
     let tmpfs = BTreeMap::from([
         ("/tmp".to_string(), "rw,nosuid,nodev,size=256m".to_string()),
         (
             MEMBER_HOME.to_string(),
-            "rw,nosuid,nodev,size=256m".to_string(),
+            format!(
+                "rw,nosuid,nodev,size=256m,uid={},gid={},mode=0700",
+                user.uid, user.gid
+            ),
         ),
     ]);
     ContainerSpec {
@@ -202,10 +244,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         cwd: m.cwd.clone(),
         env,
         secret_env: m.secret_env.clone(),
-        user: m
-            .user
-            .unwrap_or_else(|| host.default_member_user())
-            .to_string(),
+        user: user.to_string(),
         mounts,
         tmpfs,
         memory_bytes: m.memory_bytes,

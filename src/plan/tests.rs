@@ -1220,3 +1220,25 @@ fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
         ["stop-session old for lead"]
     );
 }
+
+/// Every variable ateam sets in a member is one `Member.env` may not name: none is ever
+/// overwritten behind the manifest's back (`spec::reserved_env`).
+#[test]
+fn every_variable_ateam_sets_is_refused_in_member_env() {
+    let mut m = member("a");
+    m.access.network = Network::Allow(vec!["host.ateam.internal:11434".into()]);
+    let mut d = team(vec![m]);
+    d.teams[0].helper_requests = true;
+    let spec = &desired_state(&d, &host()).members[0].spec;
+    assert!(spec.env.contains_key("HTTP_PROXY") && spec.env.contains_key("ATEAM_HELPERS_URL"));
+    for k in spec.env.keys() {
+        assert!(
+            super::spec::reserved_env(k, true).is_some(),
+            "ateam sets `{k}` but Member.env may name it"
+        );
+    }
+    // The proxy's own name is never one that clients keep from the proxy.
+    assert!(!spec.env["NO_PROXY"].contains("ateam.internal"));
+    assert_eq!(super::spec::reserved_env("HTTP_PROXY", false), None);
+    assert_eq!(super::spec::reserved_env("MY_VAR", true), None);
+}

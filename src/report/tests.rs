@@ -141,6 +141,7 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
             socket: "/run/tmux.sock".into(),
             started: None,
         },
+        not_writable: &|_: &std::path::Path, _| None,
     };
     (team_status(t, "docker", o, &p, &extras), p)
 }
@@ -353,4 +354,21 @@ fn grant_folders_are_shown_escaped() {
     };
     let s = Grants::of(&g).summary();
     assert_eq!(s, "ro:r\\u{202e}txt rw:x\\u{1b}]0;PWNED\\u{7} net:none");
+}
+
+#[test]
+fn local_allow_entries_are_marked() {
+    assert_eq!(
+        super::allow_entry_shown("host.ateam.internal:11434"),
+        "host.ateam.internal:11434(local)"
+    );
+    assert_eq!(
+        super::allow_entry_shown("127.0.0.1:80"),
+        "127.0.0.1:80(local)"
+    );
+    assert_eq!(
+        super::allow_entry_shown("api.example.com"),
+        "api.example.com"
+    );
+    assert_eq!(super::allow_entry_shown("*.internal"), "*.internal");
 }

@@ -110,3 +110,131 @@ pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
         None => false,
     }
 }
+
+/// An `ateam exec` in progress, as the gate sees it: a file `exec-<pid>-<nanos>` in the
+/// member's control folder (read-only inside, so a member cannot keep it fresh), rewritten
+/// every second while this client lives. The gate (`--exec --alive`) ends the command when it
+/// is older than a few seconds or gone: a killed client, whatever the signal, stops writing.
+pub struct ExecLease {
+    ctl: std::path::PathBuf,
+    name: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ExecLease {
+    /// Writes the file and starts keeping it fresh (its modification time, through a
+    /// descriptor kept open: no path is looked up again, nothing is synced). Leases of clients
+    /// gone for a minute are removed first.
+    pub fn start(ctl: &Path, owner: Owner) -> std::io::Result<ExecLease> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("exec-{}-{nanos}", std::process::id());
+        let dir = crate::files::Dir::open(ctl)?;
+        remove_stale_leases(ctl, &dir);
+        dir.write_atomic(std::ffi::OsStr::new(&name), b"", 0o600, owner)?;
+        let file = dir.open_regular(Path::new(&name))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut ticks = 0u32;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                ticks += 1;
+                if ticks.is_multiple_of(4) {
+                    let _ = file.set_modified(std::time::SystemTime::now());
+                }
+            }
+        });
+        Ok(ExecLease {
+            ctl: ctl.to_path_buf(),
+            name,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The file as the gate in the member sees it.
+    pub fn in_container(&self) -> String {
+        format!("{}/{}", crate::core::container::CTL_TARGET, self.name)
+    }
+}
+
+impl Drop for ExecLease {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Ok(dir) = crate::files::Dir::open(&self.ctl) {
+            let _ = dir.remove_file(std::ffi::OsStr::new(&self.name));
+        }
+    }
+}
+
+/// Removes the `exec-*` leases in `dir` untouched for a minute (their clients were killed).
+fn remove_stale_leases(ctl: &Path, dir: &crate::files::Dir) {
+    let Ok(entries) = std::fs::read_dir(ctl) else {
+        return;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().starts_with("exec-") {
+            continue;
+        }
+        let stale = rustix::fs::statat(
+            dir.fd(),
+            name.as_os_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| now - st.st_mtime > 60);
+        if stale {
+            let _ = dir.remove_file(&name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_lease_is_kept_fresh_while_held_and_gone_after() {
+        let ctl = tempfile::tempdir().unwrap();
+        let me = Owner {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        };
+        // A lease its client left a while ago is removed by the next one; a fresh one stays.
+        let old = ctl.path().join("exec-1-1");
+        std::fs::write(&old, "").unwrap();
+        let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let other = ctl.path().join("exec-2-2");
+        std::fs::write(&other, "").unwrap();
+        let lease = ExecLease::start(ctl.path(), me).unwrap();
+        assert!(!old.exists(), "a stale lease is removed");
+        assert!(other.exists(), "a live one is not");
+        let path = ctl
+            .path()
+            .join(lease.in_container().rsplit('/').next().unwrap());
+        let first = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1300));
+        let later = std::fs::metadata(&path).unwrap().modified().unwrap();
+        assert!(later > first, "rewritten while held");
+        assert!(lease.in_container().starts_with("/.ateam/exec-"));
+        drop(lease);
+        assert!(!path.exists(), "removed when the exec is done");
+    }
+}

@@ -237,6 +237,213 @@ pub async fn runnable(
     Ok(false)
 }
 
+/// What a member's command really runs, as far as ateam can tell without running it: the
+/// programs to look for, outermost first (`env -u X prog` runs `env`, then `prog`), with the
+/// PATH and working folder each is looked up in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub name: String,
+    /// A PATH the command sets for it (`env PATH=... prog`), else the member's.
+    pub path: Option<String>,
+    /// A folder the command moves to first (`env -C DIR prog`), else the member's `cwd`.
+    pub cwd: Option<PathBuf>,
+}
+
+/// The programs `command` runs, outermost first, and why ateam cannot tell what runs after
+/// the last, when it cannot. Looked through: `env` (its options, `-u`, `-C`, `NAME=VALUE`),
+/// `nice`, `timeout`, `nohup`, and `sh`/`bash`/`dash`/`ash` with `-c` whose script is one
+/// simple command, or `exec` with one (after `NAME=VALUE` words). Anything else is run as it
+/// is named: the first word is what the engine runs, and ateam checks no further.
+pub fn programs(command: &[String]) -> (Vec<Program>, Option<String>) {
+    let mut out = Vec::new();
+    let mut words: Vec<String> = command.to_vec();
+    let (mut path, mut cwd): (Option<String>, Option<PathBuf>) = (None, None);
+    // Each round peels one wrapper; a command names at most a few.
+    for _ in 0..8 {
+        let Some(first) = words.first().cloned() else {
+            break;
+        };
+        out.push(Program {
+            name: first.clone(),
+            path: path.clone(),
+            cwd: cwd.clone(),
+        });
+        let base = first.rsplit('/').next().unwrap_or(&first).to_string();
+        let rest = &words[1..];
+        let next = match base.as_str() {
+            "env" => peel_env(rest, &mut path, &mut cwd),
+            "nice" => peel_nice(rest),
+            "timeout" => peel_timeout(rest),
+            "nohup" => Peeled::Next(rest.to_vec()),
+            "sh" | "bash" | "dash" | "ash" => peel_shell(&base, rest),
+            _ => Peeled::Done,
+        };
+        match next {
+            Peeled::Done => return (out, None),
+            Peeled::Next(w) if w.is_empty() => return (out, None),
+            Peeled::Next(w) => words = w,
+            Peeled::Unsure(why) => return (out, Some(why)),
+        }
+    }
+    (out, None)
+}
+
+enum Peeled {
+    /// The program runs nothing named in its arguments (or is not a wrapper).
+    Done,
+    /// It runs these words as a command.
+    Next(Vec<String>),
+    /// It runs something ateam cannot name: why.
+    Unsure(String),
+}
+
+fn is_assignment(w: &str) -> bool {
+    match w.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        None => false,
+    }
+}
+
+fn peel_env(rest: &[String], path: &mut Option<String>, cwd: &mut Option<PathBuf>) -> Peeled {
+    let mut i = 0;
+    while i < rest.len() {
+        let w = rest[i].as_str();
+        match w {
+            "--" => {
+                i += 1;
+                break;
+            }
+            "-i" | "-" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" => {}
+            "-u" | "--unset" => i += 1,
+            "-C" | "--chdir" => {
+                i += 1;
+                *cwd = rest.get(i).map(PathBuf::from);
+            }
+            _ if w.starts_with("--unset=") || (w.starts_with("-u") && w.len() > 2) => {}
+            _ if w.starts_with("--chdir=") => *cwd = Some(PathBuf::from(&w[8..])),
+            _ if w.starts_with("-S") || w.starts_with("--split-string") => {
+                return Peeled::Unsure(format!("`env {w}` splits a string into its command"));
+            }
+            _ if w.starts_with('-') && w.len() > 1 => {
+                return Peeled::Unsure(format!("`env` option `{w}` is not one ateam knows"));
+            }
+            _ => break,
+        }
+        i += 1;
+    }
+    while i < rest.len() && is_assignment(&rest[i]) {
+        if let Some(p) = rest[i].strip_prefix("PATH=") {
+            *path = Some(p.to_string());
+        }
+        i += 1;
+    }
+    Peeled::Next(rest[i.min(rest.len())..].to_vec())
+}
+
+fn peel_nice(rest: &[String]) -> Peeled {
+    let mut i = 0;
+    while i < rest.len() {
+        let w = rest[i].as_str();
+        match w {
+            "--" => {
+                i += 1;
+                break;
+            }
+            "-n" | "--adjustment" => i += 1,
+            _ if w.starts_with("--adjustment=") => {}
+            _ if w.starts_with('-') && w.len() > 1 => {}
+            _ => break,
+        }
+        i += 1;
+    }
+    Peeled::Next(rest[i.min(rest.len())..].to_vec())
+}
+
+fn peel_timeout(rest: &[String]) -> Peeled {
+    let mut i = 0;
+    while i < rest.len() {
+        let w = rest[i].as_str();
+        match w {
+            "--" => {
+                i += 1;
+                break;
+            }
+            "-s" | "--signal" | "-k" | "--kill-after" => i += 1,
+            _ if w.starts_with('-') && w.len() > 1 => {}
+            _ => break,
+        }
+        i += 1;
+    }
+    // Then the duration, then the command.
+    Peeled::Next(
+        rest.get(i + 1..)
+            .map(<[String]>::to_vec)
+            .unwrap_or_default(),
+    )
+}
+
+/// `sh -c SCRIPT`: the script's program when it is one simple command (words without any
+/// quoting, expansion or operator), or `exec` one, after `NAME=VALUE` words.
+fn peel_shell(shell: &str, rest: &[String]) -> Peeled {
+    let mut i = 0;
+    let mut dash_c = false;
+    while i < rest.len() {
+        let w = rest[i].as_str();
+        if w == "--" || !(w.starts_with('-') || w.starts_with('+')) || w.len() < 2 {
+            break;
+        }
+        if w.starts_with('-') && !w.starts_with("--") && w.contains('c') {
+            dash_c = true;
+        }
+        i += 1;
+    }
+    if !dash_c {
+        // `sh script.sh`: the shell is what runs, and the script is data to it.
+        return Peeled::Done;
+    }
+    let Some(script) = rest.get(i) else {
+        return Peeled::Done;
+    };
+    let unsure = || {
+        Peeled::Unsure(format!(
+            "`{shell} -c` runs a script ateam does not read through (only one simple command, or `exec` one)"
+        ))
+    };
+    if script.contains(|c: char| "\"'`$\\;&|<>(){}*?[]~#\n".contains(c)) {
+        return unsure();
+    }
+    let mut words: Vec<&str> = script.split_whitespace().collect();
+    while words.first().is_some_and(|w| is_assignment(w)) {
+        words.remove(0);
+    }
+    if words.first() == Some(&"exec") {
+        words.remove(0);
+        if words.first().is_some_and(|w| w.starts_with('-')) {
+            return unsure();
+        }
+    }
+    // Built into the shell: nothing to look for. Keywords and builtins that run other words
+    // (`eval`, `.`, `command`): not one simple command.
+    const BUILTINS: &[&str] = &[
+        ":", "true", "false", "echo", "printf", "exit", "return", "cd", "set", "export", "unset",
+        "read", "test", "[", "wait", "trap", "sleep",
+    ];
+    const UNSURE: &[&str] = &[
+        "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+        "function", "!", ".", "source", "eval", "command", "builtin", "exec",
+    ];
+    match words.first() {
+        None => Peeled::Done,
+        Some(w) if BUILTINS.contains(w) => Peeled::Done,
+        Some(w) if UNSURE.contains(w) => unsure(),
+        Some(_) => Peeled::Next(words.iter().map(|w| w.to_string()).collect()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +494,86 @@ mod tests {
             Place::Image,
             "a prefix of a name is not a folder"
         );
+    }
+
+    fn names(command: &[&str]) -> (Vec<String>, Option<String>) {
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        let (p, unsure) = programs(&command);
+        (p.into_iter().map(|p| p.name).collect(), unsure)
+    }
+
+    #[test]
+    fn the_program_that_really_runs_is_found_through_wrappers() {
+        let sure = |c: &[&str], want: &[&str]| {
+            assert_eq!(
+                names(c),
+                (want.iter().map(|s| s.to_string()).collect(), None),
+                "{c:?}"
+            )
+        };
+        sure(&["agent", "--x"], &["agent"]);
+        sure(&["env", "-u", "X", "nosuchprog"], &["env", "nosuchprog"]);
+        sure(
+            &[
+                "/usr/bin/env",
+                "-i",
+                "-uY",
+                "--unset=Z",
+                "A=1",
+                "B=",
+                "codex",
+                "-q",
+            ],
+            &["/usr/bin/env", "codex"],
+        );
+        sure(&["env"], &["env"]);
+        sure(&["env", "A=1"], &["env"]);
+        sure(
+            &["nice", "-n", "5", "timeout", "-s", "KILL", "10m", "claude"],
+            &["nice", "timeout", "claude"],
+        );
+        sure(&["nohup", "agent"], &["nohup", "agent"]);
+        sure(&["sh", "-c", "exec prog --flag x"], &["sh", "prog"]);
+        sure(
+            &["bash", "-ec", "A=1 B=2 exec /bin/agent.sh"],
+            &["bash", "/bin/agent.sh"],
+        );
+        sure(&["sh", "-c", "prog arg"], &["sh", "prog"]);
+        sure(
+            &["sh", "-c", "exec env -u X nosuchprog"],
+            &["sh", "env", "nosuchprog"],
+        );
+        sure(&["sh", "-c", "sleep 100000"], &["sh"]);
+        sure(&["sh", "script.sh"], &["sh"]);
+        sure(&["sh"], &["sh"]);
+        // The demo's reviewer.
+        sure(
+            &[
+                "sh",
+                "-c",
+                "ATEAM_NET_PROBE=http://127.0.0.1:8765/ exec /bin/agent.sh",
+            ],
+            &["sh", "/bin/agent.sh"],
+        );
+        let (found, unsure) = names(&["sh", "-c", "cd /x && exec prog"]);
+        assert_eq!(found, ["sh"]);
+        assert!(unsure.unwrap().contains("sh -c"));
+        for c in [
+            &["sh", "-c", "exec \"$AGENT\""][..],
+            &["sh", "-c", "if true; then x; fi"],
+            &["sh", "-c", "eval x"],
+            &["env", "-S", "a b"],
+            &["env", "--frobnicate", "x"],
+        ] {
+            assert!(names(c).1.is_some(), "{c:?} must say it cannot tell");
+        }
+        let cmd: Vec<String> = ["env", "-C", "/w", "PATH=/opt/bin", "tool"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let last = programs(&cmd).0.pop().unwrap();
+        assert_eq!(last.path.as_deref(), Some("/opt/bin"));
+        assert_eq!(last.cwd, Some(PathBuf::from("/w")));
     }
 
     #[test]

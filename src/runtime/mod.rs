@@ -50,12 +50,15 @@ pub enum RunError {
     Image { member: String, reason: String },
     /// Its command is not an executable file where the container would look for it.
     #[error(
-        "member `{member}`: its command `{command}` is not an executable file in image `{image}` (looked for {}); fix spec.command or the image",
+        "member `{member}`: its command `{command}`{} is not an executable file in image `{image}` (looked for {}); fix spec.command or the image",
+        .run_by.as_ref().map(|c| format!(" (which `{c}` runs)")).unwrap_or_default(),
         .looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     CommandNotFound {
         member: String,
         command: String,
+        /// The whole command, when the program missing is one a wrapper runs (`env`, `sh -c`).
+        run_by: Option<String>,
         image: String,
         looked: Vec<PathBuf>,
     },
@@ -112,6 +115,14 @@ pub enum RunError {
         folder: PathBuf,
         mount: PathBuf,
         engine: String,
+    },
+    /// A folder it would get read-write that its uid cannot write: the agent would fail on
+    /// its first write while status said all is well.
+    #[error("member `{member}`: its write grant {source}")]
+    NotWritable {
+        member: String,
+        #[source]
+        source: crate::host::access::NotWritable,
     },
     #[error("{cause}\n(removing the failed container {id} then failed too: {rollback})")]
     Rollback {
@@ -209,6 +220,64 @@ impl Runtime {
         }
     }
 
+    /// Refuses a member whose uid could not write one of its write grants (by owner, group
+    /// and mode bits). Its transcript folder ateam makes the member's, and HOME is a tmpfs of
+    /// its own (`plan::spec`): only the grants can be wrong.
+    pub fn check_writable(&self, m: &DesiredMember) -> Result<(), RunError> {
+        let owner = self.member_owner(m)?;
+        let user = crate::model::UserId {
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        for mount in m
+            .spec
+            .mounts
+            .iter()
+            .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
+        {
+            crate::host::access::check_writable(&mount.source, user).map_err(|source| {
+                RunError::NotWritable {
+                    member: m.member.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `check_writable` again, on the folders as pinned: the very ones the engine mounts.
+    fn check_pinned_writable(
+        &self,
+        m: &DesiredMember,
+        pins: &[(PathBuf, Pinned)],
+    ) -> Result<(), RunError> {
+        let owner = self.member_owner(m)?;
+        let user = crate::model::UserId {
+            uid: owner.uid,
+            gid: owner.gid,
+        };
+        for mount in m
+            .spec
+            .mounts
+            .iter()
+            .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
+        {
+            if let Some((_, pinned)) = pins.iter().find(|(t, _)| *t == mount.target)
+                && !pinned.owned.writable_by(user)
+            {
+                return Err(RunError::NotWritable {
+                    member: m.member.clone(),
+                    source: crate::host::access::NotWritable {
+                        path: mount.source.clone(),
+                        owned: pinned.owned,
+                        user,
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Everything before the engine creates anything. `secret` looks up a secret's value.
     pub async fn prepare(
         &self,
@@ -261,6 +330,7 @@ impl Runtime {
                 .map_err(|e| self.backend_err(m, e))?;
         }
         let pins = self.pin_all(m)?;
+        self.check_pinned_writable(m, &pins)?;
         let cmd = match &m.spec.command {
             Some(c) => c.clone(),
             None => self

@@ -18,6 +18,9 @@ pub struct Pinned {
     pub path: PathBuf,
     pub dev: u64,
     pub ino: u64,
+    /// Its owner and mode when pinned: whether the member can write it is judged on this
+    /// very folder (`host::access`).
+    pub owned: crate::host::access::Owned,
     _fd: OwnedFd,
 }
 
@@ -62,6 +65,11 @@ pub fn pin(path: &Path) -> Result<Pinned, PinError> {
         path: path.to_path_buf(),
         dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
         ino: st.stx_ino,
+        owned: crate::host::access::Owned {
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            mode: u32::from(st.stx_mode) & 0o7777,
+        },
         _fd: fd,
     })
 }
@@ -144,7 +152,16 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         std::os::unix::fs::symlink(&real, t.path().join("link")).unwrap();
         std::fs::write(t.path().join("file"), "").unwrap();
+        std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+            .unwrap();
         let p = pin(&real).unwrap();
+        // Its owner and mode, for judging whether a member can write it.
+        let meta = std::fs::metadata(&real).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (p.owned.uid, p.owned.gid, p.owned.mode),
+            (meta.uid(), meta.gid(), 0o750)
+        );
         // Our own process sees the same folder through /proc/self/root.
         check(std::process::id(), &real, &p).unwrap();
         assert!(matches!(

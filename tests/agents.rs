@@ -1,0 +1,471 @@
+//! Real coding agents as members, end to end: the example manifests of examples/agents/ as a
+//! user applies them, with the real Claude Code and Codex CLI (images from
+//! scripts/agent-images.sh) talking through their egress proxies to the test suite's stand-in
+//! of the remote model (tests/support/model_server.py), which asks each to write a file in its
+//! write grant. On Docker, rootful and rootless Podman (ateam then runs as the unprivileged
+//! user, through runuser). Run by scripts/test.sh once the engines and the images are there;
+//! ignored by a plain `cargo test`. ATEAM_TEST_BIN picks the ateam binary (default: this
+//! build's; for rootless Podman a copy that user can reach).
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Engine, rootless_user, text, var};
+
+/// One agent, as its example and the stand-in know it.
+struct Agent {
+    name: &'static str,
+    key_var: &'static str,
+    family: &'static str,
+    /// Its own transcript, relative to the member's transcript folder: a folder and the
+    /// suffix of the file names the agent writes there, at any depth.
+    transcript: (&'static str, &'static str),
+}
+
+const CLAUDE: Agent = Agent {
+    name: "claude",
+    key_var: "ANTHROPIC_API_KEY",
+    family: "anthropic",
+    transcript: ("claude/projects", ".jsonl"),
+};
+
+const CODEX: Agent = Agent {
+    name: "codex",
+    key_var: "OPENAI_API_KEY",
+    family: "openai",
+    transcript: ("codex/sessions", ".jsonl"),
+};
+
+/// The stand-in model, a child process on a free loopback port, ended on drop.
+struct Model {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Model {
+    fn start(dir: &Path) -> Model {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/model_server.py");
+        let (port_file, log) = (dir.join("model.port"), dir.join("model.jsonl"));
+        let child = Command::new("python3")
+            .arg(script)
+            .args(["--port", "0", "--port-file"])
+            .arg(&port_file)
+            .arg("--log")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3 runs the stand-in model");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            if let Some(p) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the stand-in model never said its port"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Model { child, port, log }
+    }
+
+    /// Every request it served: one JSON object each.
+    fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A copy of examples/agents/<agent> under a unique team name, pointed at the stand-in;
+/// deleted with --purge on drop, also when an assertion failed.
+struct World {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    team: String,
+    /// The agent's API key variable: only it is set, so the member gets it by `secretEnv`.
+    key_var: &'static str,
+}
+
+impl World {
+    fn new(engine: Engine, agent: &Agent, model: &Model) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-agents-")
+            .tempdir()
+            .unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/agents")
+            .join(agent.name);
+        copy_dir(&src, dir.path());
+        let team = format!(
+            "ag{}{}{}",
+            &agent.name[..2],
+            &format!("{engine:?}").to_lowercase()[..1],
+            std::process::id() % 100000
+        );
+        let manifest = dir.path().join("team.yaml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let text = text.replace(
+            &format!("name: {}-agent\n", agent.name),
+            &format!("name: {team}\n"),
+        );
+        let mut text = model_address(&text, model.port);
+        if engine == Engine::Rootless {
+            // This machine's rootless Podman (cgroup v1) cannot enforce the limits: say so.
+            text = text.replace(
+                "  sessionDir: ./sessions\n",
+                "  sessionDir: ./sessions\n  allowUnenforcedLimits: true\n",
+            );
+        }
+        std::fs::write(&manifest, text).unwrap();
+        let w = World {
+            engine,
+            dir,
+            team,
+            key_var: agent.key_var,
+        };
+        // The user's own folder, as it would be had the user made the copy: on rootless
+        // Podman the engine's user; under root, a user of the machine, whose folder a root
+        // caller's members work in as that user (docs/manifests.md).
+        let (uid, gid) = match engine {
+            Engine::Rootless => {
+                let (_, uid, gid) = rootless_user();
+                (uid, gid)
+            }
+            Engine::Docker | Engine::Podman => (FOLDER_OWNER, FOLDER_OWNER),
+        };
+        chown_tree(&w.root(), uid, gid);
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    /// ateam as this engine's user runs it, with only this agent's key in its environment
+    /// (the member gets it by `secretEnv`).
+    fn ateam(&self, args: &[&str]) -> Output {
+        let bin = common::ateam_bin();
+        let state = self.root().join("state");
+        let key = format!("{}=test-key", self.key_var);
+        let mut c = match self.engine {
+            Engine::Rootless => {
+                let (name, uid, _) = rootless_user();
+                let mut c = Command::new("runuser");
+                c.args(["-u", &name, "--", "env", "-i"])
+                    .arg(format!("PATH={}", var("PATH")))
+                    .arg(format!("HOME=/home/{name}"))
+                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
+                    .arg(format!(
+                        "CONTAINER_HOST={}",
+                        var("ATEAM_TEST_PODMAN_ROOTLESS")
+                    ))
+                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                    .arg(key)
+                    .arg(&bin)
+                    .args(["--backend", "podman"]);
+                c
+            }
+            engine => {
+                let mut c = Command::new(&bin);
+                c.env("ATEAM_STATE_DIR", &state)
+                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
+                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
+                    .env_remove("SUDO_UID")
+                    .env_remove("SUDO_GID")
+                    .env_remove("ANTHROPIC_API_KEY")
+                    .env_remove("OPENAI_API_KEY")
+                    .env(self.key_var, "test-key")
+                    .arg("--backend")
+                    .arg(if engine == Engine::Docker {
+                        "docker"
+                    } else {
+                        "podman"
+                    });
+                c
+            }
+        };
+        c.args(args).output().unwrap()
+    }
+
+    fn manifest(&self) -> String {
+        self.root().join("team.yaml").display().to_string()
+    }
+
+    /// The coder's row in `status -o json`.
+    fn coder(&self) -> serde_json::Value {
+        let out = self.ateam(&["status", "-o", "json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("status -o json: {e}: {}", text(&out.stdout)));
+        doc["teams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["team"] == self.team.as_str())
+            .flat_map(|t| t["members"].as_array().unwrap().iter())
+            .find(|m| m["name"] == "coder")
+            .cloned()
+            .unwrap_or_else(|| panic!("no coder in status: {doc:#}"))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "-f", &self.manifest(), "--purge"]);
+        // What the member wrote as a mapped uid the rootless user removes in its namespace.
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
+    }
+}
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
+    if p.is_dir() && !p.is_symlink() {
+        for e in std::fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), uid, gid);
+        }
+    }
+}
+
+/// The example's model server, `host.ateam.internal:8790` (this host's loopback, port 8790),
+/// moved to the stand-in's port.
+fn model_address(manifest: &str, port: u16) -> String {
+    manifest.replace("host.ateam.internal:8790", &model_host(port))
+}
+
+fn model_host(port: u16) -> String {
+    format!("host.ateam.internal:{port}")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// Every file below `dir` whose name ends with `suffix`.
+fn files_below(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let (path, ft) = (e.path(), e.file_type().unwrap());
+        if ft.is_dir() {
+            out.extend(files_below(&path, suffix));
+        } else if ft.is_file() && path.to_string_lossy().ends_with(suffix) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The owner of the example's copy under a root caller: a user of the machine, not root.
+const FOLDER_OWNER: u32 = 4242;
+
+/// Who a member runs as when neither Member nor Team says `user` (docs/manifests.md): under
+/// a root caller with no `sudo` user, the owner of the Team's folder; on rootless Podman,
+/// the user (keep-id).
+fn expected_uid(engine: Engine) -> u32 {
+    match engine {
+        Engine::Rootless => rootless_user().1,
+        Engine::Docker | Engine::Podman => FOLDER_OWNER,
+    }
+}
+
+/// Apply the example, wait for the agent's turn to end, and check what it left: the edit on
+/// the host with the documented owner, its own transcript in ateam's transcript folder and in
+/// status, and an egress log of the model host only.
+fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
+    let scratch = tempfile::tempdir().unwrap();
+    let model = Model::start(scratch.path());
+    let w = World::new(engine, agent, &model);
+    let t0 = Instant::now();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    let applied = t0.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "apply failed:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+
+    // The agent runs one turn and exits: wait for `exited 0`.
+    let deadline = t0 + Duration::from_secs(120);
+    let row = loop {
+        let row = w.coder();
+        let state = row["state"].as_str().unwrap_or("").to_string();
+        if state.starts_with("exited") {
+            break row;
+        }
+        if Instant::now() > deadline {
+            let logs = w.ateam(&["logs", "coder"]);
+            panic!(
+                "{} never ended its turn: {row:#}\n{}{}",
+                agent.name,
+                text(&logs.stdout),
+                text(&logs.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let ended = t0.elapsed();
+    let logs = w.ateam(&["logs", "coder"]);
+    let logs = format!("{}{}", text(&logs.stdout), text(&logs.stderr));
+    assert_eq!(row["state"], "exited 0", "{row:#}\n{logs}");
+
+    // The edit, on the host, by the member's user.
+    let edit = w.root().join("workspace/repo/hello.txt");
+    let content = std::fs::read_to_string(&edit)
+        .unwrap_or_else(|e| panic!("{}: {e}; the agent said:\n{logs}", edit.display()));
+    assert_eq!(content, format!("hello from {}\n", agent.name));
+    let meta = std::fs::metadata(&edit).unwrap();
+    assert_eq!(
+        meta.uid(),
+        expected_uid(engine),
+        "owner of {}",
+        edit.display()
+    );
+
+    // The agent's own transcript, in ateam's transcript folder, and status counts it.
+    let folder = PathBuf::from(row["transcript"].as_str().unwrap());
+    assert_eq!(folder, w.root().join("sessions/members/coder"));
+    let transcripts = files_below(&folder.join(agent.transcript.0), agent.transcript.1);
+    let own = transcripts
+        .iter()
+        .find(|p| {
+            std::fs::read_to_string(p)
+                .map(|s| s.contains(&format!("hello from {}", agent.name)))
+                .unwrap_or(false)
+        })
+        .unwrap_or_else(|| panic!("no transcript of the task among {transcripts:?}"));
+    let own_bytes = std::fs::metadata(own).unwrap().len();
+    let bytes = row["transcriptBytes"].as_u64().unwrap_or(0);
+    assert!(
+        bytes >= own_bytes && own_bytes > 0,
+        "status counts {bytes} bytes, the agent's transcript alone has {own_bytes}: {row:#}"
+    );
+    assert!(!row["lastActivityAt"].is_null(), "{row:#}");
+
+    // The model saw the whole scripted turn, and nothing else was asked of it.
+    let requests = model.requests();
+    let steps: Vec<&str> = requests.iter().filter_map(|r| r["step"].as_str()).collect();
+    assert!(
+        steps.contains(&"tool") && steps.contains(&"done"),
+        "{steps:?}"
+    );
+    for r in &requests {
+        assert_eq!(r["family"], agent.family, "an unexpected request: {r}");
+        assert_eq!(r["host"], model_host(model.port).as_str(), "{r}");
+        assert_eq!(r["api_key"], "test-key", "the key of secretEnv: {r}");
+    }
+
+    // The egress log: the model host, allowed, and nothing else. The proxy writes a line when
+    // a connection ends, which may be just after the agent exited: wait a little for both.
+    let model_requests = requests.iter().filter(|r| r["method"] == "POST").count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let egress = loop {
+        let out = text(&w.ateam(&["logs", "coder", "--egress"]).stdout);
+        let n = out.lines().filter(|l| l.contains("allowed")).count();
+        if n >= model_requests || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let lines: Vec<&str> = egress.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        lines.len() >= model_requests.max(2),
+        "{model_requests} requests reached the model; egress log: {egress}"
+    );
+    for l in &lines {
+        assert!(
+            l.contains("allowed") && l.contains(&model_host(model.port)),
+            "egress log has more than the model host: {egress}"
+        );
+    }
+
+    let first = requests
+        .iter()
+        .filter_map(|r| r["t"].as_f64())
+        .fold(f64::INFINITY, f64::min)
+        - started;
+    eprintln!(
+        "[agents] {} on {engine:?}: apply {:.2} s, first model request {first:.2} s, \
+         exited {:.2} s after apply began",
+        agent.name,
+        applied.as_secs_f64(),
+        ended.as_secs_f64()
+    );
+}
+
+fn claude_code_edits_its_grant_through_its_proxy(engine: Engine) {
+    an_agent_edits_its_grant_through_its_proxy(engine, &CLAUDE);
+}
+
+fn codex_edits_its_grant_through_its_proxy(engine: Engine) {
+    an_agent_edits_its_grant_through_its_proxy(engine, &CODEX);
+}
+
+fn engine_of(name: &str) -> Engine {
+    match name {
+        "docker" => Engine::Docker,
+        "podman" => Engine::Podman,
+        _ => Engine::Rootless,
+    }
+}
+
+macro_rules! agents {
+    ($($engine:ident),*) => {
+        $(
+            mod $engine {
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn claude_code_edits_its_grant_through_its_proxy() {
+                    super::claude_code_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn codex_edits_its_grant_through_its_proxy() {
+                    super::codex_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+            }
+        )*
+    };
+}
+
+agents!(docker, podman, rootless_podman);
