@@ -207,7 +207,7 @@ start_daemon() {
     fi
     # A stale socket or pid file from a dead daemon blocks the new one.
     rm -f "$sock" "$RUN/$name.pid"
-    (cd / && exec nohup setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null) &
+    (cd / && exec nohup setsid "$@" >>"$STATE/$name.log" 2>&1 </dev/null) &
     LAUNCHED[$name]=$!   # the subshell, nohup and setsid exec, so this is the daemon's pid
     # dockerd writes its own pid file (a bit later); the podman services do not.
     [ "$name" = docker ] || echo $! >"$RUN/$name.pid"
