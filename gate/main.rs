@@ -15,7 +15,7 @@
 //!
 //! `--exec --alive FILE` runs the command as a child instead, with the member's secrets as
 //! the member's own command gets them, and ends it (its process group: SIGTERM, then SIGKILL)
-//! when FILE, which the `ateam exec` client rewrites every second, goes stale or away: the
+//! when FILE, whose mtime the `ateam exec` client sets every second, goes stale or away: the
 //! engines keep an exec's process running when its client is gone.
 //!
 //! Built by build.rs as a static, std-only binary so that it runs in any image.
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 const CTL: &str = "/.ateam";
 const WAIT: Duration = Duration::from_secs(300);
 const PR_SET_NO_NEW_PRIVS: i32 = 38;
-/// How old the `--alive` file may get before the client counts as gone (it is rewritten
+/// How old the `--alive` file may get before the client counts as gone (it is touched
 /// every second).
 const STALE: Duration = Duration::from_secs(5);
 const SIGKILL: i32 = 9;

@@ -18,7 +18,16 @@ if ! curl -sf --max-time 2 http://127.0.0.1:8765/ >/dev/null 2>&1; then
         --directory examples/demo-team/workspace/docs >/dev/null 2>&1 </dev/null &
     sleep 0.5
 fi
+# Members of a root caller run as the sudo user, else the owner of the team's folder, else
+# nobody (65534). In a root-owned checkout, give the writer its repository: apply refuses a
+# write grant its member cannot write (exit 4, with the fix).
+if [ "$(id -u)" = 0 ] && [ -z "${SUDO_UID:-}" ] && [ "$(stat -c %u examples/demo-team)" = 0 ]; then
+    chown -R 65534:65534 examples/demo-team/workspace/repo
+fi
 ./target/release/ateam apply -f examples/demo-team/team.yaml
+echo
+echo "== the writer writes into its repository (as the uid it runs as)"
+./target/release/ateam exec writer -- sh -c 'id -u; echo "written by the writer" > demo-edit.txt && ls -ln demo-edit.txt'
 echo
 echo "== egress: the reviewer reaches its allowed endpoint through its proxy, and nothing else"
 ./target/release/ateam exec reviewer -- wget -q -O - http://host.ateam.internal:8765/ | head -n 5

@@ -482,7 +482,8 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
 pub const GATE_ENTRYPOINT: [&str; 2] = ["/.ateam/gate", "--"];
 
 /// What `ateam exec` puts before a command: the gate, which runs it only in a start ateam
-/// released (see gate/main.rs).
+/// released (see gate/main.rs); `ateam exec` adds `--alive FILE` before the `--`, so that
+/// the command ends with its client (`runtime::gate::ExecLease`).
 pub const GATE_EXEC: [&str; 3] = ["/.ateam/gate", "--exec", "--"];
 
 /// The create request for a member: the hardening is all here, so that both backends make the

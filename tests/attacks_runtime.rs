@@ -455,22 +455,54 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// `c` as one `sh` line (its environment, program and arguments, single-quoted), for
+/// `script`, which runs it at a terminal of its own.
+fn shell_line(c: &Command) -> String {
+    let q = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"));
+    let mut line = String::from("exec env");
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            line.push(' ');
+            let mut kv = k.to_os_string();
+            kv.push("=");
+            kv.push(v);
+            line.push_str(&q(&kv));
+        }
+    }
+    line.push(' ');
+    line.push_str(&q(c.get_program()));
+    for a in c.get_args() {
+        line.push(' ');
+        line.push_str(&q(a));
+    }
+    line
+}
+
 /// The `ateam exec` client is killed (SIGKILL: it can clean nothing up): its command must
-/// not go on running in the member. Both ways: the API exec and `-i` (the engine's CLI).
+/// not go on running in the member. Every way: the API exec, `-i` and `-it` at a terminal
+/// (`script`), the last two through the engine's CLI.
 fn exec_ends_its_process_when_the_client_goes(engine: Engine) {
     let w = World::new(engine, "execkill", "", writable_repo(engine));
     w.apply();
     w.wait_started();
-    for (n, interactive) in [(0, false), (1, true)] {
+    for (n, how) in [(0, ""), (1, "-i"), (2, "-it")] {
         let secs = format!("{}", 770000 + (std::process::id() % 10000) * 10 + n);
         let script = format!("exec sleep {secs}");
         let mut args = vec!["exec"];
-        if interactive {
-            args.push("-i");
+        if !how.is_empty() {
+            args.push(how);
         }
         args.extend(["worker", "--team", &w.team, "--", "sh", "-c", &script]);
-        let mut child = w
-            .command(&args)
+        let mut command = w.command(&args);
+        if how == "-it" {
+            let line = shell_line(&command);
+            command = Command::new("script");
+            command
+                .args(["-qec", &line, "/dev/null"])
+                .current_dir(w.root())
+                .stdin(Stdio::piped());
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -499,9 +531,11 @@ fn exec_ends_its_process_when_the_client_goes(engine: Engine) {
                 .args(["-KILL", &pid.to_string()])
                 .status();
         }
+        let _ = child.kill();
+        let _ = child.wait();
         assert!(
             gone,
-            "{engine:?}: interactive={interactive}: the exec's process outlived its client"
+            "{engine:?}: exec {how}: the exec's process outlived its client"
         );
     }
 }
