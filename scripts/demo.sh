@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Everything on a fresh machine of this kind (Debian 12, as root): install and start the
 # container engines and the demo image (scripts/engines.sh), build ateam, apply the example
-# team and show its status. Run it again at will: every step is idempotent.
+# team and show its status; then one real coding agent (Claude Code, from the npm registry)
+# does a task as a member, against a stand-in of the remote model on this machine
+# (tests/support/model_server.py: no real model is reached). Run it again at will: every step
+# is idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +38,38 @@ echo "== egress: the reviewer reaches its allowed endpoint through its proxy, an
 ./target/release/ateam logs reviewer --egress --tail 5
 echo
 ./target/release/ateam status
+
+echo
+echo "== a real agent: Claude Code as a member, one task, its model a stand-in on this machine"
+bash scripts/agent-images.sh claude
+if ! curl -s --max-time 2 http://127.0.0.1:8790/v1/models >/dev/null 2>&1; then
+    nohup setsid python3 tests/support/model_server.py --port 8790 \
+        >/tmp/ateam-demo-model.log 2>&1 </dev/null &
+    for _ in $(seq 50); do curl -s --max-time 1 http://127.0.0.1:8790/v1/models >/dev/null && break; sleep 0.1; done
+fi
+agent=examples/agents/claude
+if [ "$(id -u)" = 0 ] && [ -z "${SUDO_UID:-}" ] && [ "$(stat -c %u "$agent")" = 0 ]; then
+    chown -R 65534:65534 "$agent/workspace/repo"
+fi
+rm -f "$agent/workspace/repo/hello.txt"
+./target/release/ateam delete -f "$agent/team.yaml" >/dev/null 2>&1 || true
+./target/release/ateam apply -f "$agent/team.yaml"
+for _ in $(seq 120); do
+    state=$(./target/release/ateam status claude-agent -o json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(next(m["state"] for m in d["teams"][0]["members"] if m["name"]=="coder"))')
+    case $state in exited*) break ;; esac
+    sleep 1
+done
+echo "coder: $state"
+echo "-- its edit, on the host:"
+ls -ln "$agent/workspace/repo/hello.txt" && cat "$agent/workspace/repo/hello.txt"
+echo "-- its own transcript, in ateam's transcript folder:"
+find "$agent/sessions/members/coder/claude/projects" -name '*.jsonl' -printf '%s bytes  %p\n'
+echo "-- its egress: the model host and nothing else"
+./target/release/ateam logs coder --team claude-agent --egress
+./target/release/ateam status claude-agent
 echo
 echo "Transcripts: examples/demo-team/sessions/members/*/transcript.log"
 echo "Try: ./target/release/ateam exec reviewer -- ls /sys/class/net     (only lo)"
 echo "     ./target/release/ateam delete -f examples/demo-team/team.yaml        (keeps transcripts)"
+echo "     docs/agents.md: Claude Code and Codex CLI as members, against a real model"
