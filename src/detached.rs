@@ -16,6 +16,23 @@ pub fn running_pid(pid_file: &Path, ours: impl Fn(&[&[u8]]) -> bool) -> Option<u
     ours(&args).then_some(pid)
 }
 
+/// Whether process `pid` runs a binary that was deleted or replaced since it started (an
+/// upgrade of ateam): the kernel then says `... (deleted)` for its `/proc/<pid>/exe`. False
+/// when that cannot be read (another user's process, or gone): never a reason to act.
+pub fn runs_a_replaced_binary(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)"))
+        .unwrap_or(false)
+}
+
+/// `runs_a_replaced_binary` for the process of a pid file (never read through a link or from
+/// a FIFO: an egress folder belongs to the member's uid).
+pub fn pid_runs_a_replaced_binary(pid_file: &Path) -> bool {
+    files::read_small(pid_file, 64)
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(runs_a_replaced_binary)
+}
+
 /// Stops the process `running` finds (TERM, then KILL after 2 s), then removes its socket and
 /// pid file.
 pub fn stop(
@@ -141,6 +158,26 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_whose_binary_was_replaced_is_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("sleeper");
+        std::fs::copy("/bin/sleep", &bin).unwrap();
+        let mut child = std::process::Command::new(&bin).arg("30").spawn().unwrap();
+        assert!(!runs_a_replaced_binary(child.id()));
+        assert!(!runs_a_replaced_binary(std::process::id()));
+        // An upgrade: a new file takes the old one's name; the process keeps the old one.
+        std::fs::copy("/bin/sleep", dir.path().join("next")).unwrap();
+        std::fs::rename(dir.path().join("next"), &bin).unwrap();
+        assert!(runs_a_replaced_binary(child.id()));
+        let pid_file = dir.path().join("pid");
+        std::fs::write(&pid_file, child.id().to_string()).unwrap();
+        assert!(pid_runs_a_replaced_binary(&pid_file));
+        assert!(!pid_runs_a_replaced_binary(&dir.path().join("none")));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 
     #[test]
     fn running_out_of_descriptors_pauses_longer_each_time_and_other_errors_not_at_all() {

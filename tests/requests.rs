@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{Engine, rootless_user, text};
@@ -787,6 +788,98 @@ fn a_helpers_command_reads_as_it_runs(engine: Engine) {
     assert!(!w.requested("h").exists());
 }
 
+/// ateam is upgraded while a team runs: its binary is replaced by a new file, and the member's
+/// egress proxy and helper server still run the old one. They still answer, so nothing said
+/// so; a request then started no helper. Now `status` says they are down and `apply` starts
+/// them again from the new binary, and a request works.
+fn servers_of_a_replaced_binary_are_started_again(engine: Engine) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin_dir = tempfile::Builder::new()
+        .prefix("ateam-upgrade-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("ateam");
+    let install = || {
+        let next = bin_dir.path().join("ateam.next");
+        std::fs::copy(common::ateam_bin(), &next).unwrap();
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&next, &bin).unwrap();
+    };
+    install();
+    // nextest runs each test in a process of its own: this test's commands use the copy.
+    unsafe { std::env::set_var("ATEAM_TEST_BIN", &bin) };
+    let w = World::new(engine, "upgrade");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let member = w.path("state/teams").join(&w.team).join("members/a");
+    // A server writes its own pid file as it starts: wait for it.
+    let pid = |f: &str| -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(p) = std::fs::read_to_string(member.join(f))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "{engine:?}: no {f}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let gone = |pid: u32| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if Instant::now() > deadline {
+                let what = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                return Err(text(&what).replace('\0', " "));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    };
+    let before = (pid("egress/proxy.pid"), pid("helpers/server.pid"));
+    let synced = w.ateam(&["status", &w.team, "--exit-code"]);
+    assert_eq!(
+        synced.status.code(),
+        Some(0),
+        "{engine:?}: {}",
+        text(&synced.stdout)
+    );
+    install();
+    let stale = w.ateam(&["status", &w.team, "--exit-code"]);
+    assert_eq!(
+        stale.status.code(),
+        Some(1),
+        "{engine:?}: servers of the replaced binary taken for live: {}",
+        text(&stale.stdout)
+    );
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let after = (pid("egress/proxy.pid"), pid("helpers/server.pid"));
+    assert!(
+        after.0 != before.0 && after.1 != before.1,
+        "{engine:?}: {before:?} -> {after:?}"
+    );
+    for old in [before.0, before.1] {
+        if let Err(what) = gone(old) {
+            panic!("{engine:?}: the old server {old} still runs: {what}");
+        }
+    }
+    let synced = w.ateam(&["status", &w.team, "--exit-code"]);
+    assert_eq!(
+        synced.status.code(),
+        Some(0),
+        "{engine:?}: {}",
+        text(&synced.stdout)
+    );
+    let work = w.path("work/sub").display().to_string();
+    let got = w.ask(
+        "a",
+        &format!(r#"{{"name": "kid", "command": ["sleep", "100000"], "write": ["{work}"], "resources": {{"memory": "32Mi"}}}}"#),
+    );
+    assert!(got.contains("\"created\": \"kid\""), "{engine:?}: {got}");
+}
+
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];
@@ -1017,6 +1110,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_helpers_command_reads_as_it_runs() {
                     super::a_helpers_command_reads_as_it_runs($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn servers_of_a_replaced_binary_are_started_again() {
+                    super::servers_of_a_replaced_binary_are_started_again($e);
                 }
 
                 #[test]

@@ -200,23 +200,7 @@ pub async fn observe(
         .filter(|p| std::os::unix::net::UnixStream::connect(p).is_ok())
         .cloned()
         .collect();
-    // A member's socket that answers ateam but belongs to another uid than the member runs
-    // as now (its `user` changed) is one the member cannot connect to (0600): not live.
-    for m in &desired.members {
-        let uid = m
-            .spec
-            .user
-            .parse::<crate::model::UserId>()
-            .ok()
-            .map(|u| u.uid);
-        for socket in m.egress.iter().map(|e| &e.socket).chain(m.helpers.iter()) {
-            let owner = std::fs::symlink_metadata(socket).ok().map(|md| md.uid());
-            if live_sockets.contains(socket) && owner != uid {
-                warn!(socket = %socket.display(), ?owner, ?uid, member = %m.member, "a member's socket belongs to another uid: started again");
-                live_sockets.remove(socket);
-            }
-        }
-    }
+    not_live_for_their_member(desired, &mut live_sockets);
     let mut egress_policies = BTreeMap::new();
     let mut egress_proxies = BTreeSet::new();
     let mut helper_servers = BTreeSet::new();
@@ -267,6 +251,54 @@ pub async fn observe(
         live_sessions,
         promotions,
     })
+}
+
+/// Drops from `live` the member sockets that answer ateam but cannot serve the member as it is
+/// now, so that the plan starts their proxy or helper server again:
+/// - one that belongs to another uid than the member runs as now (its `user` changed): the
+///   member cannot connect to it (0600);
+/// - one whose server runs a binary that has since been replaced (an upgrade of ateam): it
+///   answers, but runs the old code (a helper request then fails to start its helper). Only
+///   judged when this process is not itself a replaced binary (an old controller, which could
+///   start nothing newer), and only when the kernel says so (`/proc/<pid>/exe`).
+fn not_live_for_their_member(desired: &DesiredState, live: &mut BTreeSet<std::path::PathBuf>) {
+    let judge_binaries = !crate::detached::runs_a_replaced_binary(std::process::id());
+    for m in &desired.members {
+        let uid = m
+            .spec
+            .user
+            .parse::<crate::model::UserId>()
+            .ok()
+            .map(|u| u.uid);
+        let Some(run_dir) = desired
+            .teams
+            .iter()
+            .find(|t| t.name == m.team)
+            .map(|t| &t.run_dir)
+        else {
+            continue;
+        };
+        let egress_pid = layout::egress_pid_path(&layout::egress_dir_in(run_dir, &m.member));
+        let helpers_pid = layout::helpers_pid_path(run_dir, &m.member);
+        let servers = m
+            .egress
+            .iter()
+            .map(|e| (&e.socket, &egress_pid))
+            .chain(m.helpers.iter().map(|h| (h, &helpers_pid)));
+        for (socket, pid_file) in servers {
+            if !live.contains(socket) {
+                continue;
+            }
+            let owner = std::fs::symlink_metadata(socket).ok().map(|md| md.uid());
+            if owner != uid {
+                warn!(socket = %socket.display(), ?owner, ?uid, member = %m.member, "a member's socket belongs to another uid: started again");
+                live.remove(socket);
+            } else if judge_binaries && crate::detached::pid_runs_a_replaced_binary(pid_file) {
+                warn!(socket = %socket.display(), member = %m.member, "a member's server runs a binary replaced since (an upgrade): started again");
+                live.remove(socket);
+            }
+        }
+    }
 }
 
 /// One inspected container. A running member counts as released only when its gate file
