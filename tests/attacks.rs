@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
 mod common;
 use common::{Engine, rootless_user, text};
 
@@ -795,28 +796,6 @@ fn the_gate_runs_an_exec_only_in_a_released_start(engine: Engine) {
         !text(&held.stdout).contains("ran-inside"),
         "{engine:?}: the command ran in an unreleased start"
     );
-}
-
-macro_rules! on_every_engine {
-    ($engine:ident: $($case:ident),* $(,)?) => {
-        mod $engine {
-            $(
-                #[test]
-                #[ignore = "needs the engines: scripts/engines.sh"]
-                fn $case() {
-                    super::$case(super::engine_of(stringify!($engine)));
-                }
-            )*
-        }
-    };
-}
-
-fn engine_of(name: &str) -> Engine {
-    match name {
-        "docker" => Engine::Docker,
-        "podman" => Engine::Podman,
-        _ => Engine::Rootless,
-    }
 }
 
 macro_rules! cases {

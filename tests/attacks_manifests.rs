@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
 mod common;
 use common::{Engine, rootless_user, text};
 
@@ -585,28 +586,6 @@ fn status_stays_short_and_never_offers_a_local_address_silently(engine: Engine) 
     }
     let row = w.row("m");
     assert_eq!(row["egress"]["refused"].as_array().map(Vec::len), Some(10));
-}
-
-macro_rules! on_every_engine {
-    ($engine:ident: $($case:ident),* $(,)?) => {
-        mod $engine {
-            $(
-                #[test]
-                #[ignore = "needs the engines: scripts/engines.sh"]
-                fn $case() {
-                    super::$case(super::engine_of(stringify!($engine)));
-                }
-            )*
-        }
-    };
-}
-
-fn engine_of(name: &str) -> Engine {
-    match name {
-        "docker" => Engine::Docker,
-        "podman" => Engine::Podman,
-        _ => Engine::Rootless,
-    }
 }
 
 macro_rules! cases {

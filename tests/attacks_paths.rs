@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
 mod common;
 use common::{Engine, rootless_user, text};
 
@@ -542,28 +543,6 @@ fn resume_quotes_the_names_a_member_chose(engine: Engine) {
         resume.contains("`x\\u{2028}## lead2 (forged)\\u{202e}gpj.exe`"),
         "{engine:?}: the name is not quoted:\n{resume}"
     );
-}
-
-macro_rules! on_every_engine {
-    ($engine:ident: $($case:ident),* $(,)?) => {
-        mod $engine {
-            $(
-                #[test]
-                #[ignore = "needs the engines: scripts/engines.sh"]
-                fn $case() {
-                    super::$case(super::engine_of(stringify!($engine)));
-                }
-            )*
-        }
-    };
-}
-
-fn engine_of(name: &str) -> Engine {
-    match name {
-        "docker" => Engine::Docker,
-        "podman" => Engine::Podman,
-        _ => Engine::Rootless,
-    }
 }
 
 macro_rules! cases {

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[macro_use]
 mod common;
 use common::{Engine, rootless_user, text, var};
 
@@ -565,28 +566,6 @@ fn exec_into_a_stopped_member_says_it_is_not_running(engine: Engine) {
         err.contains("is not running (exited 0)"),
         "{engine:?}: {err}"
     );
-}
-
-macro_rules! on_every_engine {
-    ($engine:ident: $($case:ident),* $(,)?) => {
-        mod $engine {
-            $(
-                #[test]
-                #[ignore = "needs the engines: scripts/engines.sh"]
-                fn $case() {
-                    super::$case(super::engine_of(stringify!($engine)));
-                }
-            )*
-        }
-    };
-}
-
-fn engine_of(name: &str) -> Engine {
-    match name {
-        "docker" => Engine::Docker,
-        "podman" => Engine::Podman,
-        _ => Engine::Rootless,
-    }
 }
 
 macro_rules! cases {

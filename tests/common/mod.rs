@@ -102,3 +102,29 @@ pub fn engine_command(engine: Engine, as_user: bool) -> Command {
     c.arg(flag).arg(uri);
     c
 }
+
+/// `on_every_engine!(docker: case_a, case_b)`: a module `docker` with one ignored test per
+/// case, each calling `case(Engine::...)` of the test file (the attack suites share it).
+#[allow(unused_macros)]
+macro_rules! on_every_engine {
+    ($engine:ident: $($case:ident),* $(,)?) => {
+        mod $engine {
+            $(
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn $case() {
+                    super::$case(crate::common::engine_of(stringify!($engine)));
+                }
+            )*
+        }
+    };
+}
+
+/// The engine a module of `on_every_engine!` is named after.
+pub fn engine_of(name: &str) -> Engine {
+    match name {
+        "docker" => Engine::Docker,
+        "podman" => Engine::Podman,
+        _ => Engine::Rootless,
+    }
+}
