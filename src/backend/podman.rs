@@ -751,6 +751,7 @@ impl Backend for PodmanBackend {
 
     async fn create(&self, req: &CreateRequest) -> Result<String> {
         let body = create_body(req).to_string();
+        let _turn = self.one_create_at_a_time().await;
         let text = transient(|| {
             self.raw.post_string(
                 format!("{LIBPOD}/containers/create"),
@@ -1045,6 +1046,49 @@ impl Backend for PodmanBackend {
             rx.recv().await.map(|item| (item, rx))
         })
         .boxed())
+    }
+}
+
+/// Rootless Podman 4.3 reads the subordinate ids through libsubid on every create with
+/// `keep-id`, and two creates at once can race there: one fails with the errors `transient`
+/// retries, or the whole service dies (SIGSEGV in `subid_get_uid_ranges`, seen in CI under
+/// parallel applies), taking every member's request with it. So creates on a rootless service
+/// go one at a time: within this process (a mutex), and across the user's ateam processes (a
+/// flock on a file beside the service's socket, in the user's own runtime folder). Held while
+/// the create request runs; dropped with the guard.
+struct CreateTurn {
+    _local: tokio::sync::MutexGuard<'static, ()>,
+    _file: Option<std::fs::File>,
+}
+
+static CREATES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl PodmanBackend {
+    async fn one_create_at_a_time(&self) -> Option<CreateTurn> {
+        if !self.rootless {
+            return None;
+        }
+        let local = CREATES.lock().await;
+        let lock = self
+            .endpoint
+            .strip_prefix("unix://")
+            .and_then(|sock| std::path::Path::new(sock).parent())
+            .map(|dir| dir.join("ateam-create.lock"));
+        let file = match lock {
+            Some(path) => tokio::task::spawn_blocking(move || {
+                let f = crate::files::open_lock(&path).ok()?;
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive).ok()?;
+                Some(f)
+            })
+            .await
+            .ok()
+            .flatten(),
+            None => None,
+        };
+        Some(CreateTurn {
+            _local: local,
+            _file: file,
+        })
     }
 }
 
