@@ -229,6 +229,21 @@ wait_daemon() {
     die "$name does not answer on $sock: $why"
 }
 
+# reset_rootless_if_orphaned: when every process of the rootless user was
+# killed (a machine's processes killed at once, not stopped), its pause process
+# and conmons are gone but its runtime folder says containers still run, and
+# every rootless podman command then fails with "invalid internal status, try
+# resetting the pause process with podman system migrate". On a systemd host
+# logind would have cleared that folder; here `podman system migrate` does what
+# the message says: it marks those containers stopped and drops the stale state.
+reset_rootless_if_orphaned() {
+    ping "$ROOTLESS_SOCK" /v4.0.0/libpod/_ping && return
+    # Any live (not zombie) process of the user may still hold its namespace.
+    ps -u "$ROOTLESS_USER" -o stat= 2>/dev/null | grep -qv '^Z' && return
+    as_user podman system migrate >>"$STATE/podman-rootless.log" 2>&1 ||
+        log "podman-rootless: 'podman system migrate' failed (see its log)"
+}
+
 start_engines() {
     mkdir -p "$RUN" "$STATE/docker"
     chmod 755 "$RUN" "$STATE"   # the rootless user must reach its dir and the tarball
@@ -246,6 +261,7 @@ start_engines() {
         --iptables=false --ip-masq=false --bridge=none
     start_daemon podman "$PODMAN_SOCK" /v4.0.0/libpod/_ping \
         podman system service --time=0 "unix://$PODMAN_SOCK"
+    reset_rootless_if_orphaned
     start_daemon podman-rootless "$ROOTLESS_SOCK" /v4.0.0/libpod/_ping \
         "${AS_USER[@]}" podman system service --time=0 "unix://$ROOTLESS_SOCK"
     # Started all three first, so their start-ups overlap.
