@@ -597,16 +597,12 @@ impl Executor<'_> {
             Action::StartEgressProxy {
                 team,
                 member,
-                allow,
+                policy,
                 ..
             } => {
                 let owner = self.member_of(wanted, member)?;
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                let policy = egress::PolicyFile {
-                    team: team.clone(),
-                    member: member.clone(),
-                    allow: allow.clone(),
-                };
+                let policy = egress::PolicyFile::new(team, member, policy);
                 let store_owner = self.rt.owner;
                 tokio::task::spawn_blocking(move || {
                     egress::start(&paths, &policy, store_owner, owner)
@@ -624,15 +620,11 @@ impl Executor<'_> {
             Action::UpdateEgressPolicy {
                 team,
                 member,
-                allow,
+                policy,
             } => {
                 let owner = self.member_of(wanted, member)?;
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                let policy = egress::PolicyFile {
-                    team: team.clone(),
-                    member: member.clone(),
-                    allow: allow.clone(),
-                };
+                let policy = egress::PolicyFile::new(team, member, policy);
                 egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
                     member: member.clone(),
                     path: paths.policy.clone(),
@@ -900,12 +892,12 @@ mod tests {
                 team: team.clone(),
                 member: member.clone(),
                 socket: "/x.sock".into(),
-                allow: vec![],
+                policy: Default::default(),
             },
             Action::UpdateEgressPolicy {
                 team: team.clone(),
                 member: member.clone(),
-                allow: vec![],
+                policy: Default::default(),
             },
             Action::StopEgressProxy {
                 team: team.clone(),

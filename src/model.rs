@@ -80,6 +80,9 @@ pub struct AccessGrant {
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub network: Network,
+    /// The hosts of `network`'s allow list that have rules (each also in the list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intercept: Vec<crate::core::intercept::Intercept>,
 }
 
 impl AccessGrant {
@@ -90,6 +93,7 @@ impl AccessGrant {
             read: vec![],
             write: vec![],
             network: Network::None,
+            intercept: vec![],
         }
     }
 }

@@ -70,8 +70,11 @@ pub fn action_text(a: &Action) -> String {
             format!("+ transcript folder of {member}: {}", path.display())
         }
         Action::StartEgressProxy { member, .. } => format!("+ egress proxy of {member}"),
-        Action::UpdateEgressPolicy { member, allow, .. } => {
-            format!("~ egress allow list of {member}: {}", allow.join(","))
+        Action::UpdateEgressPolicy { member, policy, .. } => {
+            format!(
+                "~ egress allow list of {member}: {}",
+                policy.allow.join(",")
+            )
         }
         Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
         Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),

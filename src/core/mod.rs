@@ -4,12 +4,14 @@
 //!   reports);
 //! - `egress`: what an egress allowlist entry means, and which addresses are never reached
 //!   unless named exactly;
+//! - `intercept`: allow entries with rules (the proxy terminates their TLS);
 //! - `layout`: every path under ateam's state folder;
 //! - `session`: a promotion's recorded steps;
 //! - `untrusted`: text a member chose, made safe to show a person.
 
 pub mod container;
 pub mod egress;
+pub mod intercept;
 pub mod layout;
 pub mod selector;
 pub mod session;

@@ -453,6 +453,7 @@ mod tests {
                 read: vec![],
                 write: vec![],
                 network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
+                intercept: vec![],
             },
             &host_service,
         );
@@ -478,6 +479,7 @@ mod tests {
             read: vec!["/src".into()],
             write: vec![],
             network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
+            intercept: vec![],
         };
         let s = suggest("t", &grant, &r);
         let yaml = s.grant.unwrap();

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::intercept::{EgressPolicy, Intercept};
 use crate::core::layout;
 use crate::files::{self, Owner};
 
@@ -71,6 +72,48 @@ pub struct PolicyFile {
     pub team: String,
     pub member: String,
     pub allow: Vec<String>,
+    /// Absent from the files of ateam before rules existed: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intercept: Vec<Intercept>,
+}
+
+impl PolicyFile {
+    pub fn new(team: &str, member: &str, policy: &EgressPolicy) -> PolicyFile {
+        PolicyFile {
+            team: team.to_string(),
+            member: member.to_string(),
+            allow: policy.allow.clone(),
+            intercept: policy.intercept.clone(),
+        }
+    }
+
+    /// The policy it holds, as the planner compares it.
+    pub fn policy(&self) -> EgressPolicy {
+        EgressPolicy {
+            allow: self.allow.clone(),
+            intercept: self.intercept.clone(),
+        }
+    }
+}
+
+/// What an intercepting proxy holds besides its policy, in a file of its own (0600, the
+/// member's uid, in the egress folder no member mounts): a certificate and key per
+/// intercepted host, from the team's CA, and the values of the secrets it injects. Never
+/// read by `observe`, `status` or `export`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterceptFile {
+    /// By `Intercept::host`.
+    pub leaves: std::collections::BTreeMap<String, Leaf>,
+    /// By secret name.
+    pub secrets: std::collections::BTreeMap<String, String>,
+}
+
+/// A certificate the proxy presents for one host: its chain (leaf, then the team's CA) and
+/// its key, both PEM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaf {
+    pub chain_pem: String,
+    pub key_pem: String,
 }
 
 /// Every file of one member's proxy.
@@ -83,6 +126,8 @@ pub struct Paths {
     pub log: PathBuf,
     /// What the proxy said on standard error when it last started.
     pub err: PathBuf,
+    /// Its certificates and injected secrets (`InterceptFile`).
+    pub intercept: PathBuf,
 }
 
 impl Paths {
@@ -94,6 +139,7 @@ impl Paths {
             pid: layout::egress_pid_path(&dir),
             log: layout::egress_log_path(&dir),
             err: dir.join("proxy.err"),
+            intercept: dir.join("intercept.json"),
             dir,
         }
     }
@@ -252,6 +298,7 @@ pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), Pr
         pid: cfg.pid_file.clone(),
         log: cfg.log.clone(),
         err: err_path,
+        intercept: dir.join("intercept.json"),
     };
     let mut cmd = Command::new(&exe);
     crate::detached::clear_env(&mut cmd, crate::detached::PROXY_ENV);

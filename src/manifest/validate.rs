@@ -951,6 +951,7 @@ fn build(
                         read,
                         write,
                         network,
+                        intercept: vec![],
                     },
                     o,
                 ),

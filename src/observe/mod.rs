@@ -210,7 +210,7 @@ pub async fn observe(
                 let path =
                     layout::egress_policy_path(&layout::egress_dir_in(&t.run_dir, &m.member));
                 if let Some(p) = crate::egress::read_policy(&path) {
-                    egress_policies.insert(e.socket.clone(), p.allow);
+                    egress_policies.insert(e.socket.clone(), p.policy());
                 }
             }
         }

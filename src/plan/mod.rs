@@ -16,6 +16,7 @@ use serde_json::Value;
 
 pub use crate::core::container::ContainerState;
 use crate::core::container::{self as names, labels};
+use crate::core::intercept::EgressPolicy;
 pub use crate::core::session::Promotion;
 use crate::model::RestartPolicy;
 use crate::policy::{self, Violation};
@@ -92,13 +93,13 @@ pub enum Action {
         team: String,
         member: String,
         socket: PathBuf,
-        allow: Vec<String>,
+        policy: EgressPolicy,
     },
     /// Give a running egress proxy the member's new allowlist (no new container).
     UpdateEgressPolicy {
         team: String,
         member: String,
-        allow: Vec<String>,
+        policy: EgressPolicy,
     },
     /// Stop the egress proxy of a member that no longer has an allowlist (or is gone), and
     /// remove its socket.
@@ -568,13 +569,13 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
                     team: m.team.clone(),
                     member: m.member.clone(),
                     socket: e.socket.clone(),
-                    allow: e.allow.clone(),
+                    policy: e.policy.clone(),
                 });
-            } else if observed.egress_policies.get(&e.socket) != Some(&e.allow) {
+            } else if observed.egress_policies.get(&e.socket) != Some(&e.policy) {
                 plan.actions.push(Action::UpdateEgressPolicy {
                     team: m.team.clone(),
                     member: m.member.clone(),
-                    allow: e.allow.clone(),
+                    policy: e.policy.clone(),
                 });
             }
         }

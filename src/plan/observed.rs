@@ -20,7 +20,7 @@ pub struct Observed {
     pub live_sockets: BTreeSet<PathBuf>,
     /// The allowlist each egress proxy's policy file holds now, by socket.
     #[serde(default)]
-    pub egress_policies: BTreeMap<PathBuf, Vec<String>>,
+    pub egress_policies: BTreeMap<PathBuf, crate::core::intercept::EgressPolicy>,
     /// Members (team, member) of the teams in scope with an egress proxy's pid file: a proxy
     /// that may run and would have to be stopped.
     #[serde(default)]

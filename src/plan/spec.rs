@@ -13,6 +13,7 @@ use crate::core::container::{
     CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, SpecNetwork, container_name, labels,
     team_network_name,
 };
+use crate::core::intercept::EgressPolicy;
 use crate::core::layout::{
     EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, helpers_socket_path,
     member_ctl_dir, member_record_path, session_dir, session_socket_path, session_transcript_dir,
@@ -105,7 +106,7 @@ pub struct DesiredMember {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DesiredEgress {
     pub socket: PathBuf,
-    pub allow: Vec<String>,
+    pub policy: EgressPolicy,
 }
 
 /// A main session as the planner wants it: a terminal on the host, on its own socket.
@@ -306,7 +307,10 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 egress: match &m.access.network {
                     Network::Allow(allow) => Some(DesiredEgress {
                         socket: egress_socket_path(&host.state_dir, &team.name, &m.name),
-                        allow: allow.clone(),
+                        policy: EgressPolicy {
+                            allow: allow.clone(),
+                            intercept: m.access.intercept.clone(),
+                        },
                     }),
                     Network::None | Network::Open => None,
                 },

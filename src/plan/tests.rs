@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::spec::desired_state;
 use super::*;
 use crate::core::container::labels;
+use crate::core::intercept::EgressPolicy;
 use crate::host::Host;
 use crate::model::{AccessGrant, Desired, Member, Network, Parent, Team};
 use crate::policy;
@@ -36,6 +37,7 @@ fn member(name: &str) -> Member {
             read: vec!["/src/docs".into()],
             write: vec!["/src/repo".into()],
             network: Network::None,
+            intercept: vec![],
         },
         image: "ateam-demo:latest".into(),
         command: None,
@@ -736,11 +738,21 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
     o.live_sockets.insert(d.sessions[0].socket.clone());
     o.egress_proxies.insert(("t".into(), "b".into()));
     // Alive, but its file holds another list: the list is rewritten, the container stays.
-    o.egress_policies
-        .insert(proxy.clone(), vec!["old.example.com".into()]);
+    o.egress_policies.insert(
+        proxy.clone(),
+        EgressPolicy {
+            allow: vec!["old.example.com".into()],
+            intercept: vec![],
+        },
+    );
     assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["allow b"]);
-    o.egress_policies
-        .insert(proxy, vec!["api.example.com".into()]);
+    o.egress_policies.insert(
+        proxy,
+        EgressPolicy {
+            allow: vec!["api.example.com".into()],
+            intercept: vec![],
+        },
+    );
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());
 }
 

@@ -33,6 +33,7 @@ fn team(members: &[&str]) -> Team {
             read: vec!["/src/docs".into()],
             write: vec!["/src/repo".into()],
             network: Network::Allow(vec!["example.com".into()]),
+            intercept: vec![],
         },
         image: "ateam-demo:latest".into(),
         command: None,
@@ -106,7 +107,7 @@ fn in_sync(t: &Team) -> Observed {
             .filter_map(|m| {
                 m.egress
                     .as_ref()
-                    .map(|e| (e.socket.clone(), e.allow.clone()))
+                    .map(|e| (e.socket.clone(), e.policy.clone()))
             })
             .collect(),
         egress_proxies: d
@@ -351,6 +352,7 @@ fn grant_folders_are_shown_escaped() {
         read: vec!["/w/r\u{202e}txt".into()],
         write: vec!["/w/x\u{1b}]0;PWNED\u{7}".into()],
         network: Network::None,
+        intercept: vec![],
     };
     let s = Grants::of(&g).summary();
     assert_eq!(s, "ro:r\\u{202e}txt rw:x\\u{1b}]0;PWNED\\u{7} net:none");

@@ -584,6 +584,7 @@ pub fn judge(
         read: vec![],
         write: vec![],
         network: crate::model::Network::None,
+        intercept: vec![],
     };
     let mut grant_obj = export::grant_object(&team.name, &grant);
     grant_obj.spec.read = req.read.clone();

@@ -1,0 +1,111 @@
+//! Allow entries with rules: a host whose TLS the member's proxy terminates (with a
+//! certificate from its team's CA) so that it can judge each request by method and path,
+//! tell git's fetch from its push, and put a credential on the way out that the member never
+//! holds. Pure data, shared by the manifest, the planner and the proxy.
+//!
+//! - `judge`: what the proxy does with one request to such a host;
+//! - `covers`: whether a child's rules stay within its parent's.
+
+use serde::{Deserialize, Serialize};
+
+/// One host with rules, as the planner and the proxy see it (the manifest's spelling is
+/// `manifest::raw`'s). Its `host` is also an entry of the member's allow list, so everything
+/// that judges destinations by name (the planner, status, a child's grant) keeps working.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Intercept {
+    /// The entry as written: a name or an address, with an optional port; never a wildcard
+    /// (that would mint certificates for names nobody wrote).
+    pub host: String,
+    /// What the proxy puts on every request to this host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Credential>,
+    /// Requests allowed by method and path; with `git`, either may allow a request; with
+    /// neither, every request is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpRule>,
+    /// git's smart HTTP: which repositories, and whether push is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitRule>,
+    /// PEM certificates trusted for this upstream besides the host's roots (a private
+    /// endpoint, or a test's own CA), read from the file the manifest names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<String>,
+}
+
+/// A credential the proxy injects. `secret` names a `secretEnv` of the member: the member's
+/// variable holds `placeholder(secret)`, the proxy holds the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Credential {
+    /// `<header>: <value>` (`x-api-key` for Anthropic's API).
+    Header { header: String, secret: String },
+    /// `Authorization: Bearer <value>` (OpenAI's API, most others).
+    Bearer { secret: String },
+    /// `Authorization: Basic base64(<username>:<value>)` (git hosts).
+    Basic { username: String, secret: String },
+}
+
+impl Credential {
+    /// The `secretEnv` whose value is injected.
+    pub fn secret(&self) -> &str {
+        match self {
+            Credential::Header { secret, .. }
+            | Credential::Bearer { secret }
+            | Credential::Basic { secret, .. } => secret,
+        }
+    }
+}
+
+/// Requests allowed by method and path. An empty list allows every method (or path). A
+/// path pattern is matched against the request's path without its query: `*` stands for
+/// any characters but `/`, `**` for any characters, `/` included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRule {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// git over smart HTTP. `repositories` are paths on the host (`acme/shop`, matched with or
+/// without `.git`); empty: any. Fetch and clone (`git-upload-pack`) are allowed; push
+/// (`git-receive-pack`) only with `push`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitRule {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<String>,
+    #[serde(default)]
+    pub push: bool,
+}
+
+/// What a member's variable holds for a secret the proxy injects: recognisable in a
+/// request (and in a person's eyes), worth nothing anywhere else.
+pub fn placeholder(secret: &str) -> String {
+    format!("ateam-placeholder-{secret}")
+}
+
+/// The secrets a list of intercepts injects, each once.
+pub fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
+    let mut out: Vec<&str> = intercepts
+        .iter()
+        .filter_map(|i| i.credentials.as_ref().map(Credential::secret))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A member's whole egress policy: the destinations (tunnelled, or intercepted when an
+/// intercept names them) and the rules of the intercepted ones. What the planner wants, what
+/// the proxy's policy file says, and what `status` shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressPolicy {
+    pub allow: Vec<String>,
+    /// Absent from the files of ateam before rules existed: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intercept: Vec<Intercept>,
+}
