@@ -85,6 +85,20 @@ pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf
 /// The socket's name in the control folder (inside a member: `/.ateam/egress.sock`).
 pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
 
+/// A team's CA for intercepted egress (`egress::tls`): its certificate and its key, 0600 and
+/// the store owner's, in a 0700 folder no member mounts and no proxy reads.
+pub fn team_ca_dir(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("egress-ca")
+}
+
+/// In a member's control folder (inside: `/.ateam/`): its team's CA alone, for clients that
+/// add a CA to their own roots (Node's `NODE_EXTRA_CA_CERTS`).
+pub const CA_CERT_NAME: &str = "ca.pem";
+
+/// In a member's control folder: the image's own roots followed by its team's CA, for clients
+/// that take one bundle in place of the system's (`SSL_CERT_FILE`, `CURL_CA_BUNDLE`, ...).
+pub const CA_BUNDLE_NAME: &str = "ca-bundle.pem";
+
 /// A member's egress proxy's own files: its allowlist, pid file and log. Never mounted.
 pub fn egress_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     egress_dir_in(&team_run_dir(state_dir, team), member)

@@ -13,6 +13,7 @@
 
 pub mod log;
 pub mod proxy;
+pub mod tls;
 mod relay;
 
 use std::io::Read;
