@@ -241,6 +241,13 @@ pub enum Command {
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
     },
+    /// Give a team's intercepted egress a new CA: new certificates for every proxy, the new
+    /// CA in every member's bundle, no new container (see docs/egress.md).
+    RotateCa {
+        /// The applied team.
+        #[arg(long)]
+        team: String,
+    },
     /// A member's helper-request server (started by apply; not for people to run).
     #[command(hide = true)]
     HelperServer {

@@ -602,6 +602,7 @@ impl Executor<'_> {
             } => {
                 let owner = self.member_of(wanted, member)?;
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+                self.write_intercepts(wanted, &paths, policy, owner)?;
                 let policy = egress::PolicyFile::new(team, member, policy);
                 let store_owner = self.rt.owner;
                 tokio::task::spawn_blocking(move || {
@@ -624,6 +625,7 @@ impl Executor<'_> {
             } => {
                 let owner = self.member_of(wanted, member)?;
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+                self.write_intercepts(wanted, &paths, policy, owner)?;
                 let policy = egress::PolicyFile::new(team, member, policy);
                 egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
                     member: member.clone(),
@@ -712,6 +714,30 @@ impl Executor<'_> {
     }
 
     /// The user a wanted member runs as (its proxy runs as that user too).
+    /// The certificates and secrets of a member's intercepted hosts, before its proxy reads
+    /// a policy that names them.
+    fn write_intercepts(
+        &self,
+        wanted: Option<&DesiredMember>,
+        paths: &egress::Paths,
+        policy: &crate::core::intercept::EgressPolicy,
+        member_owner: files::Owner,
+    ) -> Result<(), ActionError> {
+        let Some(m) = wanted else { return Ok(()) };
+        let cx = egress::InterceptContext {
+            state_dir: &self.rt.state_dir,
+            team: &m.team,
+            ctl_dir: &m.ctl_dir,
+            store_owner: self.rt.owner,
+            member: member_owner,
+            secret: self.secret,
+        };
+        egress::write_intercepts(paths, policy, &cx).map_err(|source| ActionError::Egress {
+            member: m.member.clone(),
+            source,
+        })
+    }
+
     fn member_of(
         &self,
         wanted: Option<&DesiredMember>,

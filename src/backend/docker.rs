@@ -329,6 +329,27 @@ impl Backend for DockerBackend {
         }
     }
 
+    async fn read_file(&self, id: &str, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let opts = bollard::query_parameters::DownloadFromContainerOptions {
+            path: path.to_string(),
+        };
+        let mut stream = self.docker.download_from_container(id, Some(opts));
+        let mut tar = Vec::new();
+        // The archive's header and padding come on top of the file.
+        let limit = max.saturating_add(64 * 1024) as usize;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(b) => tar.extend_from_slice(&b),
+                Err(e) if status(&e) == Some(404) => return Ok(None),
+                Err(e) => return Err(self.container_err("read file", id, e)),
+            }
+            if tar.len() > limit {
+                return Ok(None);
+            }
+        }
+        Ok(super::file_in_archive(&tar, max))
+    }
+
     async fn create(&self, req: &CreateRequest) -> Result<String> {
         let opts = CreateContainerOptions {
             name: Some(req.name.clone()),

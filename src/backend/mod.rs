@@ -245,6 +245,10 @@ pub trait Backend: Send + Sync {
     /// What is at `path` in the file system of container `id` (created is enough), through
     /// the engine's archive API, without reading the file; None when nothing is there.
     async fn stat(&self, id: &str, path: &str) -> Result<Option<PathStat>>;
+    /// The bytes of the regular file at `path` in container `id` (created is enough), through
+    /// the archive API, at most `max` of them; None when nothing is there, or it is not a
+    /// regular file (a link is not followed: the caller resolves it with `stat`).
+    async fn read_file(&self, id: &str, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
     /// Creates (never pulls, never starts); returns the id.
     async fn create(&self, req: &CreateRequest) -> Result<String>;
     async fn start(&self, id: &str) -> Result<()>;
@@ -316,4 +320,18 @@ pub fn with_tag(image: &str) -> String {
     } else {
         format!("{image}:latest")
     }
+}
+
+/// The first entry of an archive the engine sent for one path: its bytes if it is a regular
+/// file of at most `max` bytes.
+pub fn file_in_archive(tar_bytes: &[u8], max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(tar_bytes);
+    let mut entry = archive.entries().ok()?.next()?.ok()?;
+    if !entry.header().entry_type().is_file() || entry.size() > max {
+        return None;
+    }
+    let mut out = Vec::with_capacity(entry.size() as usize);
+    entry.read_to_end(&mut out).ok()?;
+    Some(out)
 }

@@ -749,6 +749,26 @@ impl Backend for PodmanBackend {
             .map_err(|e| bad(format!("unreadable path stat for {path}: {e}")))
     }
 
+    async fn read_file(&self, id: &str, path: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let containers = self.podman.containers();
+        let c = containers.get(id);
+        let mut stream = std::pin::pin!(c.copy_from(path));
+        let mut tar = Vec::new();
+        // The archive's header and padding come on top of the file.
+        let limit = max.saturating_add(64 * 1024) as usize;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(b) => tar.extend_from_slice(&b),
+                Err(e) if status_of(&e) == Some(StatusCode::NOT_FOUND) => return Ok(None),
+                Err(e) => return Err(container_err("read file", id, &e)),
+            }
+            if tar.len() > limit {
+                return Ok(None);
+            }
+        }
+        Ok(super::file_in_archive(&tar, max))
+    }
+
     async fn create(&self, req: &CreateRequest) -> Result<String> {
         let body = create_body(req).to_string();
         let _turn = self.one_create_at_a_time().await;

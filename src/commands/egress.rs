@@ -34,6 +34,36 @@ pub fn logs(
     Ok(Exit::Ok)
 }
 
+/// `rotate-ca --team T`: a new CA for the team, and everything it signed issued again.
+pub fn rotate_ca(global: &Global, team: &str) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let applied = ctx.applied_with_requests(Some(team))?;
+    let Some(t) = applied.teams.iter().find(|t| t.name == team) else {
+        bail!("no applied team `{team}`");
+    };
+    // apply issues leaves under the same lock: none is signed by the CA this replaces.
+    let _lock = ctx
+        .store
+        .lock(false, |who| eprintln!("waiting for {who}"))?;
+    let ca = egress::tls::TeamCa::rotate(&ctx.host.state_dir, team, ctx.owner)
+        .context("making the team's new CA")?;
+    let mut n = 0;
+    for m in &t.members {
+        let paths = Paths::new(&ctx.host.state_dir, team, &m.name);
+        let ctl = ateam::core::layout::member_ctl_dir(&ctx.host.state_dir, team, &m.name);
+        if egress::reissue(&paths, &ctl, &ca, ctx.owner)
+            .with_context(|| format!("member `{}`", m.name))?
+        {
+            n += 1;
+        }
+    }
+    outln!(
+        "team {team}: new egress CA {} ; {n} member(s) with intercepted hosts given new certificates",
+        &ca.fingerprint()[..16]
+    );
+    Ok(Exit::Ok)
+}
+
 pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Result<Exit> {
     if detach {
         egress::launch_detached(&cfg, user).context("starting the egress proxy")?;

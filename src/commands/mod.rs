@@ -162,6 +162,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             block_on(member::logs(g, team.as_deref(), &member, opts))?
         }
         Command::Export { team, output } => export::run(g, &team, output.as_deref()),
+        Command::RotateCa { team } => egress::rotate_ca(g, &team),
         Command::HelperServer {
             team,
             member,

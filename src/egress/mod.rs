@@ -13,8 +13,8 @@
 
 pub mod log;
 pub mod proxy;
-pub mod tls;
 mod relay;
+pub mod tls;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -59,6 +59,12 @@ pub enum ProxyError {
         #[source]
         source: std::io::Error,
     },
+    /// The team's CA, or a leaf of it.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// A secret the proxy injects is not in ateam's environment.
+    #[error("secretEnv `{name}`, which the proxy injects, is not set in the environment of ateam")]
+    MissingSecret { name: String },
     #[error("cannot drop the egress proxy's privileges to {user}: {source}")]
     Privileges {
         user: String,
@@ -160,6 +166,124 @@ pub fn read_policy(path: &Path) -> Option<PolicyFile> {
 pub fn write_policy(paths: &Paths, policy: &PolicyFile, owner: Owner) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(policy).expect("a policy always serializes");
     files::write_atomic(&paths.policy, &json, 0o600, owner)
+}
+
+/// What `write_intercepts` needs besides the policy.
+pub struct InterceptContext<'a> {
+    pub state_dir: &'a Path,
+    pub team: &'a str,
+    /// The member's control folder (inside: `/.ateam`), where its CA files go.
+    pub ctl_dir: &'a Path,
+    pub store_owner: Owner,
+    pub member: Owner,
+    pub secret: &'a (dyn Fn(&str) -> Option<String> + Sync),
+}
+
+/// Gives a member's proxy what its intercepted hosts need, before it reads the policy that
+/// names them: a leaf per host from the team's CA and the values of the secrets it injects
+/// (`intercept.json`), and gives the member the CA to trust (`ca.pem`, and `ca-bundle.pem`
+/// with the image's roots, in its control folder). A policy without intercepts removes the
+/// file: no certificate or secret outlives the rule that needed it.
+pub fn write_intercepts(
+    paths: &Paths,
+    policy: &EgressPolicy,
+    cx: &InterceptContext<'_>,
+) -> Result<(), ProxyError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProxyError::Io { path, source }
+    };
+    if policy.intercept.is_empty() {
+        return files::remove_if_present(&paths.intercept).map_err(io(&paths.intercept));
+    }
+    let ca = tls::TeamCa::load_or_create(cx.state_dir, cx.team, cx.store_owner)?;
+    let mut file = InterceptFile::default();
+    for i in &policy.intercept {
+        file.leaves.insert(i.host.clone(), ca.issue(&i.host)?);
+    }
+    for name in crate::core::intercept::injected_secrets(&policy.intercept) {
+        let value = (cx.secret)(name).ok_or_else(|| ProxyError::MissingSecret {
+            name: name.to_string(),
+        })?;
+        file.secrets.insert(name.to_string(), value);
+    }
+    files::member_dir(&paths.dir, cx.store_owner, cx.member).map_err(io(&paths.dir))?;
+    let json = serde_json::to_vec(&file).expect("an intercept file always serializes");
+    files::write_atomic(&paths.intercept, &json, 0o600, cx.member).map_err(io(&paths.intercept))?;
+    // Made as `Runtime::prepare` makes it: the proxy may start before the container.
+    files::member_dir(cx.ctl_dir, cx.store_owner, cx.member).map_err(io(cx.ctl_dir))?;
+    write_member_ca(paths, cx.ctl_dir, &ca.cert_pem, cx.store_owner)
+}
+
+/// After a CA rotation: new leaves from `ca` for every intercepted host of the proxy's
+/// policy, its injected secrets kept, and the member's CA files rewritten. The proxy sees the
+/// new file at its next connection and clients that read their bundle per process (curl,
+/// git, Python, a new Node) trust the new CA at once: no new container. False when the
+/// member intercepts nothing.
+pub fn reissue(
+    paths: &Paths,
+    ctl_dir: &Path,
+    ca: &tls::TeamCa,
+    store_owner: Owner,
+) -> Result<bool, ProxyError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProxyError::Io { path, source }
+    };
+    let Some(policy) = read_policy(&paths.policy).filter(|p| !p.intercept.is_empty()) else {
+        return Ok(false);
+    };
+    let dir = files::Dir::open(&paths.dir).map_err(io(&paths.dir))?;
+    let name = std::path::Path::new("intercept.json");
+    let file = dir.open_regular(name).map_err(io(&paths.intercept))?;
+    let st = rustix::fs::fstat(&file).map_err(|e| io(&paths.intercept)(e.into()))?;
+    let member = Owner {
+        uid: st.st_uid,
+        gid: st.st_gid,
+    };
+    let mut bytes = Vec::new();
+    file.take(IMAGE_ROOTS_MAX)
+        .read_to_end(&mut bytes)
+        .map_err(io(&paths.intercept))?;
+    let mut held: InterceptFile = serde_json::from_slice(&bytes).map_err(|e| {
+        io(&paths.intercept)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    })?;
+    held.leaves.clear();
+    for i in &policy.intercept {
+        held.leaves.insert(i.host.clone(), ca.issue(&i.host)?);
+    }
+    let json = serde_json::to_vec(&held).expect("an intercept file always serializes");
+    files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member)
+        .map_err(io(&paths.intercept))?;
+    write_member_ca(paths, ctl_dir, &ca.cert_pem, store_owner)?;
+    Ok(true)
+}
+
+/// The member's CA files, from its team's CA and the image's roots (`image_roots`, kept
+/// beside the proxy's files when the member's container was made).
+pub fn write_member_ca(
+    paths: &Paths,
+    ctl_dir: &Path,
+    ca_pem: &str,
+    owner: Owner,
+) -> Result<(), ProxyError> {
+    let io = |path: PathBuf| move |source| ProxyError::Io { path, source };
+    let ca_path = ctl_dir.join(layout::CA_CERT_NAME);
+    files::write_atomic_in_member_dir(&ca_path, ca_pem.as_bytes(), 0o644, owner)
+        .map_err(io(ca_path))?;
+    let roots = files::read_small(&image_roots_path(paths), IMAGE_ROOTS_MAX).unwrap_or_default();
+    let bundle = format!("{roots}{ca_pem}");
+    let bundle_path = ctl_dir.join(layout::CA_BUNDLE_NAME);
+    files::write_atomic_in_member_dir(&bundle_path, bundle.as_bytes(), 0o644, owner)
+        .map_err(io(bundle_path))
+}
+
+/// Largest set of image roots kept (Debian's bundle is about 220 KiB).
+pub const IMAGE_ROOTS_MAX: u64 = 4 << 20;
+
+/// The image's own roots, as found in the member's container when it was made.
+pub fn image_roots_path(paths: &Paths) -> PathBuf {
+    paths.dir.join("image-roots.pem")
 }
 
 /// The `ateam` binary that runs proxies: this one, unless `ATEAM_EGRESS_EXE` names another

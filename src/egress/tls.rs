@@ -96,8 +96,10 @@ impl TeamCa {
         let key = KeyPair::generate().map_err(issue)?;
         let now = OffsetDateTime::now_utc();
         let mut p = CertificateParams::default();
-        p.distinguished_name
-            .push(DnType::CommonName, format!("ateam egress CA of team {team}"));
+        p.distinguished_name.push(
+            DnType::CommonName,
+            format!("ateam egress CA of team {team}"),
+        );
         p.distinguished_name
             .push(DnType::OrganizationName, "ateam (local, per team)");
         p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -155,7 +157,9 @@ impl TeamCa {
         p.not_before = now - Duration::days(1);
         p.not_after = now + Duration::days(LEAF_DAYS);
         p.serial_number = Some(serial(&key, now));
-        let cert = p.signed_by(&key, &issuer).map_err(|e| fail(e.to_string()))?;
+        let cert = p
+            .signed_by(&key, &issuer)
+            .map_err(|e| fail(e.to_string()))?;
         Ok(Leaf {
             chain_pem: format!("{}{}", cert.pem(), self.cert_pem),
             key_pem: key.serialize_pem(),
@@ -171,7 +175,9 @@ impl TeamCa {
 /// The SHA-256 (hex) of the first certificate in `pem`.
 pub fn fingerprint_of(pem: &str) -> Option<String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
-    let der = CertificateDer::pem_slice_iter(pem.as_bytes()).next()?.ok()?;
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()?
+        .ok()?;
     Some(
         Sha256::digest(der.as_ref())
             .iter()
@@ -253,7 +259,7 @@ mod tests {
     #[test]
     fn a_leaf_verifies_against_its_team_ca_for_its_name_only() {
         use rustls::client::danger::ServerCertVerifier;
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
+        use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
         let state = tempfile::tempdir().unwrap();
         let ca = TeamCa::load_or_create(state.path(), "t", me()).unwrap();
         let leaf = ca.issue("api.example.com").unwrap();

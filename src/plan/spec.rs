@@ -14,6 +14,7 @@ use crate::core::container::{
     team_network_name,
 };
 use crate::core::intercept::EgressPolicy;
+use crate::core::layout::{CA_BUNDLE_NAME, CA_CERT_NAME};
 use crate::core::layout::{
     EGRESS_SOCKET_NAME, HELPERS_SOCKET_NAME, egress_socket_path, helpers_socket_path,
     member_ctl_dir, member_record_path, session_dir, session_socket_path, session_transcript_dir,
@@ -59,6 +60,21 @@ const PROXY_VARS: [&str; 6] = [
 /// allow list). `Member.env` and `secretEnv` may not name it: ateam would overwrite it, and
 /// a member whose `HOME` or `NO_PROXY` is not what its manifest says is a member nobody can
 /// reason about. Every variable `member_spec` sets is here (a unit test holds it so).
+/// The variables by which the common clients find the CA of intercepted hosts, set in a
+/// member whose allow list has hosts with rules (ateam's in any member with an allow list).
+/// Each names the bundle (the image's roots, then the team's CA), but Node's, which adds to
+/// Node's own roots and so names the CA alone.
+pub const CA_VARS: [(&str, &str); 8] = [
+    ("SSL_CERT_FILE", CA_BUNDLE_NAME),
+    ("CURL_CA_BUNDLE", CA_BUNDLE_NAME),
+    ("REQUESTS_CA_BUNDLE", CA_BUNDLE_NAME),
+    ("GIT_SSL_CAINFO", CA_BUNDLE_NAME),
+    ("PIP_CERT", CA_BUNDLE_NAME),
+    ("AWS_CA_BUNDLE", CA_BUNDLE_NAME),
+    ("CODEX_CA_CERTIFICATE", CA_BUNDLE_NAME),
+    ("NODE_EXTRA_CA_CERTS", CA_CERT_NAME),
+];
+
 pub fn reserved_env(name: &str, proxied: bool) -> Option<String> {
     if name == "HOME" {
         return Some(format!(
@@ -73,6 +89,11 @@ pub fn reserved_env(name: &str, proxied: bool) -> Option<String> {
     if proxied && PROXY_VARS.contains(&name) {
         return Some(format!(
             "`{name}` is ateam's in a member with an allow list: it points every client at the member's egress proxy (to reach a service on the host, allow `host.ateam.internal:PORT`)"
+        ));
+    }
+    if proxied && CA_VARS.iter().any(|(v, _)| *v == name) {
+        return Some(format!(
+            "`{name}` is ateam's in a member with an allow list: it makes clients trust the CA of the hosts the proxy intercepts (hosts with rules)"
         ));
     }
     None
@@ -220,6 +241,11 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
                 url.as_str()
             };
             env.insert(k.into(), v.into());
+        }
+        if !m.access.intercept.is_empty() {
+            for (var, file) in CA_VARS {
+                env.insert(var.into(), format!("{CTL_TARGET}/{file}"));
+            }
         }
     }
     if team.helper_requests {

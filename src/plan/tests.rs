@@ -1238,11 +1238,23 @@ fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
 #[test]
 fn every_variable_ateam_sets_is_refused_in_member_env() {
     let mut m = member("a");
-    m.access.network = Network::Allow(vec!["host.ateam.internal:11434".into()]);
+    m.access.network = Network::Allow(vec![
+        "host.ateam.internal:11434".into(),
+        "api.example.com".into(),
+    ]);
+    m.access.intercept = vec![crate::core::intercept::Intercept {
+        host: "api.example.com".into(),
+        credentials: None,
+        http: vec![],
+        git: None,
+        upstream_ca: None,
+    }];
     let mut d = team(vec![m]);
     d.teams[0].helper_requests = true;
     let spec = &desired_state(&d, &host()).members[0].spec;
     assert!(spec.env.contains_key("HTTP_PROXY") && spec.env.contains_key("ATEAM_HELPERS_URL"));
+    assert_eq!(spec.env["SSL_CERT_FILE"], "/.ateam/ca-bundle.pem");
+    assert_eq!(spec.env["NODE_EXTRA_CA_CERTS"], "/.ateam/ca.pem");
     for k in spec.env.keys() {
         assert!(
             super::spec::reserved_env(k, true).is_some(),

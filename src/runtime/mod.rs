@@ -11,6 +11,7 @@ pub mod gate;
 pub mod image;
 pub mod pin;
 pub mod procfs;
+mod roots;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +30,13 @@ use pin::{PinError, Pinned};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
+    /// The CA files of a member with intercepted hosts.
+    #[error("member `{member}`: its CA for intercepted hosts: {source}")]
+    Ca {
+        member: String,
+        #[source]
+        source: crate::egress::ProxyError,
+    },
     #[error("member `{member}`: {source}")]
     Backend {
         member: String,
@@ -307,7 +315,18 @@ impl Runtime {
         }
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
         let mut secrets = Vec::new();
+        // A secret the proxy injects reaches the member as its placeholder only.
+        let injected = m
+            .egress
+            .as_ref()
+            .map(|e| crate::core::intercept::injected_secrets(&e.policy.intercept))
+            .unwrap_or_default();
         for name in &m.spec.secret_env {
+            if injected.contains(&name.as_str()) {
+                let value = crate::core::intercept::placeholder(name);
+                secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
+                continue;
+            }
             let value = secret(name).ok_or_else(|| RunError::MissingSecret {
                 member: m.member.clone(),
                 name: name.clone(),
@@ -402,6 +421,9 @@ impl Runtime {
             };
             return Err(self.rollback(m, cause, &id).await);
         }
+        if let Err(cause) = self.give_ca(m, &id).await {
+            return Err(self.rollback(m, cause, &id).await);
+        }
         match self
             .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str))
             .await
@@ -409,6 +431,40 @@ impl Runtime {
             Ok(()) => Ok(id),
             Err(cause) => Err(self.rollback(m, cause, &id).await),
         }
+    }
+
+    /// For a member with intercepted hosts: its image's roots, from the container just made,
+    /// kept beside its proxy's files, and its CA files (`ca.pem`, `ca-bundle.pem`) written
+    /// anew from them and the team's CA.
+    async fn give_ca(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
+        if m.egress
+            .as_ref()
+            .is_none_or(|e| e.policy.intercept.is_empty())
+        {
+            return Ok(());
+        }
+        let roots = roots::image_roots(self.backend.as_ref(), id)
+            .await
+            .map_err(|e| self.backend_err(m, e))?;
+        let paths = crate::egress::Paths::new(&self.state_dir, &m.team, &m.member);
+        let member_owner = self.member_owner(m)?;
+        let fail = |source| RunError::Ca {
+            member: m.member.clone(),
+            source,
+        };
+        let path = crate::egress::image_roots_path(&paths);
+        files::member_dir(&paths.dir, self.owner, member_owner)
+            .and_then(|()| {
+                files::write_atomic_in_member_dir(&path, roots.as_bytes(), 0o644, self.owner)
+            })
+            .map_err(|source| RunError::Io {
+                member: m.member.clone(),
+                path: path.clone(),
+                source,
+            })?;
+        let ca = crate::egress::tls::TeamCa::load_or_create(&self.state_dir, &m.team, self.owner)
+            .map_err(|e| fail(e.into()))?;
+        crate::egress::write_member_ca(&paths, &m.ctl_dir, &ca.cert_pem, self.owner).map_err(fail)
     }
 
     /// Starts an existing container of `m` again (restart policy), with the same checks as a
