@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Engine, rootless_user, text, var};
+use common::{Engine, rootless_user, text};
 
 /// One agent, as its example and the stand-in know it.
 struct Agent {
@@ -162,47 +162,11 @@ impl World {
     /// ateam as this engine's user runs it, with only this agent's key in its environment
     /// (the member gets it by `secretEnv`).
     fn ateam(&self, args: &[&str]) -> Output {
-        let bin = common::ateam_bin();
         let state = self.root().join("state");
-        let key = format!("{}=test-key", self.key_var);
-        let mut c = match self.engine {
-            Engine::Rootless => {
-                let (name, uid, _) = rootless_user();
-                let mut c = Command::new("runuser");
-                c.args(["-u", &name, "--", "env", "-i"])
-                    .arg(format!("PATH={}", var("PATH")))
-                    .arg(format!("HOME=/home/{name}"))
-                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
-                    .arg(format!(
-                        "CONTAINER_HOST={}",
-                        var("ATEAM_TEST_PODMAN_ROOTLESS")
-                    ))
-                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
-                    .arg(key)
-                    .arg(&bin)
-                    .args(["--backend", "podman"]);
-                c
-            }
-            engine => {
-                let mut c = Command::new(&bin);
-                c.env("ATEAM_STATE_DIR", &state)
-                    .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
-                    .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
-                    .env_remove("SUDO_UID")
-                    .env_remove("SUDO_GID")
-                    .env_remove("ANTHROPIC_API_KEY")
-                    .env_remove("OPENAI_API_KEY")
-                    .env(self.key_var, "test-key")
-                    .arg("--backend")
-                    .arg(if engine == Engine::Docker {
-                        "docker"
-                    } else {
-                        "podman"
-                    });
-                c
-            }
-        };
-        c.args(args).output().unwrap()
+        common::ateam_command_env(self.engine, &state, &[(self.key_var, "test-key")])
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     fn manifest(&self) -> String {

@@ -44,6 +44,12 @@ pub fn ateam_bin() -> String {
 /// `ateam --backend ...` as `engine`'s user runs it, with `state` as its state folder; the
 /// caller adds the arguments.
 pub fn ateam_command(engine: Engine, state: &Path) -> Command {
+    ateam_command_env(engine, state, &[])
+}
+
+/// `ateam_command` with these variables in ateam's environment (secrets it hands members or
+/// proxies); the agents' keys of the test's own environment are never passed on.
+pub fn ateam_command_env(engine: Engine, state: &Path, env: &[(&str, &str)]) -> Command {
     let bin = ateam_bin();
     match engine {
         Engine::Rootless => {
@@ -58,6 +64,7 @@ pub fn ateam_command(engine: Engine, state: &Path) -> Command {
                     var("ATEAM_TEST_PODMAN_ROOTLESS")
                 ))
                 .arg(format!("ATEAM_STATE_DIR={}", state.display()))
+                .args(env.iter().map(|(k, v)| format!("{k}={v}")))
                 .arg(&bin)
                 .args(["--backend", "podman"]);
             c
@@ -69,6 +76,9 @@ pub fn ateam_command(engine: Engine, state: &Path) -> Command {
                 .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
                 .env_remove("SUDO_UID")
                 .env_remove("SUDO_GID")
+                .env_remove("ANTHROPIC_API_KEY")
+                .env_remove("OPENAI_API_KEY")
+                .envs(env.iter().copied())
                 .arg("--backend")
                 .arg(if engine == Engine::Docker {
                     "docker"
