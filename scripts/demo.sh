@@ -42,10 +42,15 @@ echo
 echo
 echo "== a real agent: Claude Code as a member, one task, its model a stand-in on this machine"
 bash scripts/agent-images.sh claude
-if ! curl -s --max-time 2 http://127.0.0.1:8790/v1/models >/dev/null 2>&1; then
+# HTTPS, as a real API: the coder's proxy ends its TLS and puts the key in (the member holds
+# a placeholder); the stand-in's certificate comes from tests/support/model-tls.
+probe() { curl -s --max-time 1 --cacert tests/support/model-tls/ca.pem \
+    --connect-to host.ateam.internal:8790:127.0.0.1:8790 https://host.ateam.internal:8790/v1/models >/dev/null 2>&1; }
+if ! probe; then
     nohup setsid python3 tests/support/model_server.py --port 8790 \
+        --tls-cert tests/support/model-tls/cert.pem --tls-key tests/support/model-tls/key.pem \
         >/tmp/ateam-demo-model.log 2>&1 </dev/null &
-    for _ in $(seq 50); do curl -s --max-time 1 http://127.0.0.1:8790/v1/models >/dev/null && break; sleep 0.1; done
+    for _ in $(seq 50); do probe && break; sleep 0.1; done
 fi
 agent=examples/agents/claude
 if [ "$(id -u)" = 0 ] && [ -z "${SUDO_UID:-}" ] && [ "$(stat -c %u "$agent")" = 0 ]; then
@@ -65,7 +70,7 @@ echo "-- its edit, on the host:"
 ls -ln "$agent/workspace/repo/hello.txt" && cat "$agent/workspace/repo/hello.txt"
 echo "-- its own transcript, in ateam's transcript folder:"
 find "$agent/sessions/members/coder/claude/projects" -name '*.jsonl' -printf '%s bytes  %p\n'
-echo "-- its egress: the model host and nothing else"
+echo "-- its egress: the model host and nothing else (its key injected by the proxy)"
 ./target/release/ateam logs coder --team claude-agent --egress
 ./target/release/ateam status claude-agent
 echo

@@ -668,7 +668,10 @@ impl Executor<'_> {
             Action::StopEgressProxy { team, member } => {
                 let paths = egress::Paths::new(&self.rt.state_dir, team, member);
                 let pid = paths.pid.clone();
-                tokio::task::spawn_blocking(move || egress::stop(&paths))
+                // No certificate or secret value outlives the proxy that needed it.
+                tokio::task::spawn_blocking(move || {
+                    egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
+                })
                     .await
                     .map_err(|e| ActionError::Session {
                         session: member.clone(),

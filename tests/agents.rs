@@ -49,7 +49,8 @@ struct Model {
 
 impl Model {
     fn start(dir: &Path) -> Model {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/model_server.py");
+        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+        let script = support.join("model_server.py");
         let (port_file, log) = (dir.join("model.port"), dir.join("model.jsonl"));
         let child = Command::new("python3")
             .arg(script)
@@ -57,6 +58,12 @@ impl Model {
             .arg(&port_file)
             .arg("--log")
             .arg(&log)
+            // HTTPS, as the real APIs: the member's proxy ends the agent's TLS and injects
+            // the key (examples/agents/*/model-ca.pem is this certificate's CA).
+            .arg("--tls-cert")
+            .arg(support.join("model-tls/cert.pem"))
+            .arg("--tls-key")
+            .arg(support.join("model-tls/key.pem"))
             .stdout(Stdio::null())
             .spawn()
             .expect("python3 runs the stand-in model");
@@ -355,7 +362,8 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     for r in &requests {
         assert_eq!(r["family"], agent.family, "an unexpected request: {r}");
         assert_eq!(r["host"], model_host(model.port).as_str(), "{r}");
-        assert_eq!(r["api_key"], "test-key", "the key of secretEnv: {r}");
+        // The member holds only a placeholder: this is the proxy's injection.
+        assert_eq!(r["api_key"], "test-key", "the key the proxy injects: {r}");
     }
 
     // The egress log: the model host, allowed, and nothing else. The proxy writes a line when

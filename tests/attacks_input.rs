@@ -382,7 +382,7 @@ fn overlong_socket_path() {
     );
     assert!(
         run.stderr.contains(&format!(
-            "examples/demo-team/team.yaml:94:3: Member/tester: metadata.name: the egress socket path `{}/teams/demo/members/tester/ctl/egress.sock` is {} bytes",
+            "examples/demo-team/team.yaml:103:3: Member/tester: metadata.name: the egress socket path `{}/teams/demo/members/tester/ctl/egress.sock` is {} bytes",
             state.display(),
             state.as_os_str().len() + 42
         )),

@@ -321,8 +321,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(404, {"error": {"type": "not_found", "message": self.path}})
 
 
-def serve(host, port, log_path):
+def serve(host, port, log_path, tls=None):
     srv = ThreadingHTTPServer((host, port), Handler)
+    if tls:
+        # HTTPS as the real APIs speak it (tests/support/model-tls: a certificate for
+        # host.ateam.internal from a test CA whose key was thrown away).
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     srv.daemon_threads = True
     srv.log_path = log_path
     srv.log_lock = threading.Lock()
@@ -335,8 +343,11 @@ def main(argv=None):
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--log")
     ap.add_argument("--port-file")
+    ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (and --tls-key)")
+    ap.add_argument("--tls-key")
     a = ap.parse_args(argv)
-    srv = serve(a.host, a.port, a.log)
+    tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
+    srv = serve(a.host, a.port, a.log, tls)
     port = srv.server_address[1]
     if a.port_file:
         with open(a.port_file + ".part", "w") as f:
