@@ -672,16 +672,16 @@ impl Executor<'_> {
                 tokio::task::spawn_blocking(move || {
                     egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
                 })
-                    .await
-                    .map_err(|e| ActionError::Session {
-                        session: member.clone(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::Io {
-                        member: member.clone(),
-                        path: pid,
-                        source,
-                    })
+                .await
+                .map_err(|e| ActionError::Session {
+                    session: member.clone(),
+                    message: e.to_string(),
+                })?
+                .map_err(|source| ActionError::Io {
+                    member: member.clone(),
+                    path: pid,
+                    source,
+                })
             }
         }
     }

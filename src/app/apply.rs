@@ -118,6 +118,24 @@ pub async fn apply(
 /// Makes the machine match `desired` once: look, plan, check, carry out, record, look again.
 /// The caller holds the store's lock. `adjust` may take actions out of the plan before it is
 /// carried out (the controller defers restarts still in their crash-loop delay).
+/// A changed value of an injected secret reaches its running proxy (no action of the plan:
+/// the planner never sees secret values).
+fn refresh_injected(
+    app: &App,
+    desired: &crate::plan::spec::DesiredState,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+) {
+    for m in &desired.members {
+        let Some(e) = &m.egress else { continue };
+        let paths = crate::egress::Paths::new(&app.host.state_dir, &m.team, &m.member);
+        if let Err(err) = crate::egress::refresh_secrets(&paths, &e.policy, secret) {
+            // A missing value is refused where the member is created or its proxy started;
+            // here it only means the proxy keeps what it has.
+            tracing::warn!(member = %m.member, error = %err, "injected secrets not refreshed");
+        }
+    }
+}
+
 pub async fn converge(
     app: &App,
     desired: &Desired,
@@ -128,6 +146,7 @@ pub async fn converge(
 ) -> Result<ApplyReport, AppError> {
     let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
     leaderless(desired, &look.plan, &look.observed)?;
+    refresh_injected(app, &look.desired, secret);
     adjust(&mut look.plan);
     let mut report = ApplyReport {
         engine: look.info.kind,

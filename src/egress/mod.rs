@@ -233,21 +233,7 @@ pub fn reissue(
     let Some(policy) = read_policy(&paths.policy).filter(|p| !p.intercept.is_empty()) else {
         return Ok(false);
     };
-    let dir = files::Dir::open(&paths.dir).map_err(io(&paths.dir))?;
-    let name = std::path::Path::new("intercept.json");
-    let file = dir.open_regular(name).map_err(io(&paths.intercept))?;
-    let st = rustix::fs::fstat(&file).map_err(|e| io(&paths.intercept)(e.into()))?;
-    let member = Owner {
-        uid: st.st_uid,
-        gid: st.st_gid,
-    };
-    let mut bytes = Vec::new();
-    file.take(IMAGE_ROOTS_MAX)
-        .read_to_end(&mut bytes)
-        .map_err(io(&paths.intercept))?;
-    let mut held: InterceptFile = serde_json::from_slice(&bytes).map_err(|e| {
-        io(&paths.intercept)(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    })?;
+    let (mut held, member) = read_intercepts(paths).map_err(io(&paths.intercept))?;
     held.leaves.clear();
     for i in &policy.intercept {
         held.leaves.insert(i.host.clone(), ca.issue(&i.host)?);
@@ -256,6 +242,54 @@ pub fn reissue(
     files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member)
         .map_err(io(&paths.intercept))?;
     write_member_ca(paths, ctl_dir, &ca.cert_pem, store_owner)?;
+    Ok(true)
+}
+
+/// What a proxy holds now, and whose its file is (the member's uid when it was written).
+fn read_intercepts(paths: &Paths) -> std::io::Result<(InterceptFile, Owner)> {
+    let dir = files::Dir::open(&paths.dir)?;
+    let file = dir.open_regular(Path::new("intercept.json"))?;
+    let st = rustix::fs::fstat(&file)?;
+    let owner = Owner {
+        uid: st.st_uid,
+        gid: st.st_gid,
+    };
+    let mut bytes = Vec::new();
+    file.take(IMAGE_ROOTS_MAX).read_to_end(&mut bytes)?;
+    let held = serde_json::from_slice(&bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok((held, owner))
+}
+
+/// Gives a running proxy the values its secrets have in this apply's environment, when they
+/// changed (a rotated API key): no new container, no new proxy. True when it wrote.
+pub fn refresh_secrets(
+    paths: &Paths,
+    policy: &EgressPolicy,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<bool, ProxyError> {
+    let io = |source| ProxyError::Io {
+        path: paths.intercept.clone(),
+        source,
+    };
+    let names = crate::core::intercept::injected_secrets(&policy.intercept);
+    if names.is_empty() || !paths.intercept.exists() {
+        return Ok(false);
+    }
+    let (mut held, member) = read_intercepts(paths).map_err(io)?;
+    let mut now = std::collections::BTreeMap::new();
+    for name in names {
+        let value = secret(name).ok_or_else(|| ProxyError::MissingSecret {
+            name: name.to_string(),
+        })?;
+        now.insert(name.to_string(), value);
+    }
+    if held.secrets == now {
+        return Ok(false);
+    }
+    held.secrets = now;
+    let json = serde_json::to_vec(&held).expect("an intercept file always serializes");
+    files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member).map_err(io)?;
     Ok(true)
 }
 
