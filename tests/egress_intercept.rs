@@ -372,6 +372,31 @@ fn clients_use_injected_credentials_under_rules(engine: Engine) {
         id,
         "{engine:?}: rotation replaced the container"
     );
+
+    // A new value of the key, applied: the running proxy injects it, the container stays.
+    let new_key = format!("{}-next", w.api_key);
+    let out = common::ateam_command_env(
+        engine,
+        &w.root().join("state"),
+        &[("ANTHROPIC_API_KEY", &new_key), ("GIT_TOKEN", &w.git_token)],
+    )
+    .args(["apply", "-f", w.manifest().to_str().unwrap()])
+    .current_dir(w.root())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let got = w.inside(&format!("curl -sS --max-time 20 {base}/v1/new-key"));
+    assert!(got.contains("saw [x-api-key]"), "{engine:?}: {got}");
+    assert_eq!(
+        api.values_of("x-api-key").last(),
+        Some(&new_key),
+        "{engine:?}: the proxy kept the old value"
+    );
+    assert_eq!(
+        w.container_id(),
+        id,
+        "{engine:?}: a new key replaced the container"
+    );
 }
 
 on_every_engine!(docker: clients_use_injected_credentials_under_rules);
