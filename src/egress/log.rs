@@ -39,6 +39,10 @@ pub struct Event {
     /// As the member asked for it (a name or an address).
     pub host: String,
     pub port: u16,
+    /// For a request to a host with rules: its path, never its query (queries carry keys).
+    /// Absent from the lines of a tunnel, and of ateam before rules existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// The address connected to (allowed), or judged (refused by address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,
@@ -62,6 +66,7 @@ impl Event {
         Event {
             method: safe(self.method),
             host: safe(self.host),
+            path: self.path.map(safe),
             addr: self.addr.map(safe),
             reason: self.reason.map(safe),
             ..self
@@ -79,10 +84,11 @@ impl Event {
             Verdict::Failed => "failed",
         };
         let mut s = format!(
-            "{when} {verdict} {} {}:{} -> {}",
+            "{when} {verdict} {} {}:{}{} -> {}",
             self.method,
             self.host,
             self.port,
+            self.path.as_deref().unwrap_or(""),
             self.addr.as_deref().unwrap_or("-")
         );
         s.push_str(&format!(" ({})", self.status));
@@ -370,6 +376,7 @@ mod tests {
             method: "CONNECT".into(),
             host: host.into(),
             port,
+            path: None,
             addr: None,
             status: 403,
             reason: Some("not in the allow list".into()),
