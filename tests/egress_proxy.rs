@@ -655,3 +655,81 @@ http.request({{host:ph,port:pp,method:'CONNECT',path:'{entry}'}}).on('connect',(
             .any(|e| e["path"] == "/acme/shop.git/info/refs" && e["status"] == 403)
     );
 }
+
+/// What keeps an intercepted host from being served is said: no certificate for it (503), an
+/// upstream whose certificate does not verify (502), a TLS server name for another host.
+#[test]
+fn an_intercepted_host_without_its_certificate_or_a_trusted_upstream_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (member_ca, chain, key) = ca_and_leaf("member team CA");
+    let (_, up_chain, up_key) = ca_and_leaf("upstream CA");
+    std::fs::write(d.join("member-ca.pem"), &member_ca).unwrap();
+    let up = upstream(&d, &up_chain, &up_key);
+    let entry = format!("{HOST}:{}", up.port);
+    let p = Proxy::start_in(dir, &[]);
+    // No upstreamCa: the upstream's own CA is in no root store.
+    p.set_policy(serde_json::json!({
+        "team": "t", "member": "m", "allow": [&entry], "intercept": [{"host": &entry}],
+    }));
+    let proxy = format!("http://127.0.0.1:{}", forwarder(p.socket()));
+    let ca = d.join("member-ca.pem");
+    let curl = || {
+        run(Command::new("curl")
+            .args(["-sS", "-i", "--proxy", &proxy, "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{entry}/x")))
+    };
+    let (ok, out) = curl();
+    assert!(
+        !ok && out.contains("503 ateam egress: cannot read") && out.contains("intercept.json"),
+        "{out}"
+    );
+    std::fs::write(
+        d.join("intercept.json"),
+        serde_json::json!({"leaves": {}, "secrets": {}}).to_string(),
+    )
+    .unwrap();
+    let (_, out) = curl();
+    assert!(
+        out.contains(&format!("503 ateam egress: no certificate for {entry}")),
+        "{out}"
+    );
+    std::fs::write(
+        d.join("intercept.json"),
+        serde_json::json!({"leaves": {&entry: {"chain_pem": chain, "key_pem": key}}, "secrets": {}})
+            .to_string(),
+    )
+    .unwrap();
+    let (_, out) = curl();
+    assert!(
+        out.contains("HTTP/1.1 502 ateam egress: TLS with host.ateam.internal")
+            && out.contains("failed"),
+        "{out}"
+    );
+    // Another TLS server name on the tunnel: no handshake.
+    let script = format!(
+        "import socket,ssl\n\
+         s=socket.create_connection(('127.0.0.1',{fwd}))\n\
+         s.sendall(b'CONNECT {entry} HTTP/1.1\\r\\n\\r\\n')\n\
+         assert s.recv(100).startswith(b'HTTP/1.1 200')\n\
+         c=ssl.create_default_context(cafile='{ca}'); c.check_hostname=False\n\
+         try:\n  c.wrap_socket(s,server_hostname='evil.example'); print('handshake')\n\
+         except Exception as e: print('refused', e)\n",
+        fwd = proxy.rsplit(':').next().unwrap(),
+        ca = ca.display(),
+    );
+    let (_, out) = run(Command::new("python3").args(["-c", &script]));
+    assert!(out.starts_with("refused"), "{out}");
+    std::thread::sleep(Duration::from_millis(100));
+    let log = p.log();
+    let statuses: Vec<u64> = log.iter().map(|e| e["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [503, 503, 502, 403], "{log:?}");
+    assert!(
+        log[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the TLS server name evil.example is not host.ateam.internal"),
+        "{log:?}"
+    );
+}

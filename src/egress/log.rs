@@ -384,6 +384,33 @@ mod tests {
     }
 
     #[test]
+    fn lines_without_a_path_still_read_and_a_path_is_shown_after_the_port() {
+        let old = r#"{"ts":1.0,"verdict":"refused","method":"CONNECT","host":"a.example","port":443,"status":403}"#;
+        let e: Event = serde_json::from_str(old).unwrap();
+        assert_eq!(e.path, None);
+        assert!(
+            e.line().contains("CONNECT a.example:443 -> - (403)"),
+            "{}",
+            e.line()
+        );
+        let e = Event {
+            path: Some("/v1/models".into()),
+            method: "GET".into(),
+            ..e
+        };
+        assert!(
+            e.line().contains("GET a.example:443/v1/models -> -"),
+            "{}",
+            e.line()
+        );
+        assert!(
+            serde_json::to_string(&e)
+                .unwrap()
+                .contains(r#""path":"/v1/models""#)
+        );
+    }
+
+    #[test]
     fn what_a_member_asked_for_is_read_back_escaped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log.jsonl");
