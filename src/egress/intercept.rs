@@ -47,6 +47,14 @@ fn intercepted_port(e: &Entry) -> u16 {
     e.port.unwrap_or(443)
 }
 
+/// Whether an intercept names one host: a name or an address, never a wildcard.
+pub(super) fn check(i: &Intercept) -> Result<(), String> {
+    match Entry::parse(&i.host)?.target {
+        Target::Name(_) | Target::Ip(_) => Ok(()),
+        Target::Below(_) => Err(format!("the intercept `{}` is a wildcard", i.host)),
+    }
+}
+
 /// `tunnel`: a CONNECT (else plain HTTP forwarding).
 pub(super) fn route(intercepts: &[Intercept], host: &str, port: u16, tunnel: bool) -> Route {
     let Some(h) = Host::parse(host) else {
@@ -213,9 +221,12 @@ pub(super) async fn serve<S>(
     {
         return refuse(403, format!("the TLS server name {sni} is not {name}"));
     }
-    let tls = match start.into_stream(prepared.server.clone()).await {
-        Ok(t) => t,
-        Err(e) => return refuse(400, format!("TLS with the member failed: {e}")),
+    let tls = match tokio::time::timeout(HEAD_TIMEOUT, start.into_stream(prepared.server.clone()))
+        .await
+    {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return refuse(400, format!("TLS with the member failed: {e}")),
+        Err(_) => return refuse(408, "the member's TLS handshake did not end in time".into()),
     };
     let conn = Arc::new(Conn {
         i,

@@ -138,7 +138,14 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             serde_json::from_slice::<PolicyFile>(&b)
                 .map_err(|e| format!("the allowlist {} is not valid: {e}", shown.display()))
         })
-        .and_then(|p| Ok((Allowlist::parse(&p.allow)?, p.intercept)));
+        .and_then(|p| {
+            // An intercept that names no host would fail open (its host tunnelled): the whole
+            // policy is refused instead, like a bad entry.
+            for i in &p.intercept {
+                icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
+            }
+            Ok((Allowlist::parse(&p.allow)?, p.intercept))
+        });
     Policy { list, stamp }
 }
 

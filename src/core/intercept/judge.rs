@@ -326,13 +326,38 @@ fn foreign_credentials(
     }
     for kv in query.unwrap_or("").split('&') {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        if CREDENTIAL_PARAMS.iter().any(|p| p.eq_ignore_ascii_case(k)) && v != ph {
+        // `ap%69_key` is `api_key` to the upstream.
+        let k = percent_decoded(k);
+        if CREDENTIAL_PARAMS.iter().any(|p| p.eq_ignore_ascii_case(&k)) && v != ph {
             return Err(format!(
                 "query parameter {k} carries a credential that is not this member's"
             ));
         }
     }
     Ok(())
+}
+
+/// `s` with its `%XX` escapes and `+` decoded (bytes that are not UTF-8 become U+FFFD).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn carries_placeholder(v: &[u8], ph: &str) -> bool {
