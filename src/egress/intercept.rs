@@ -309,7 +309,21 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
         }
     };
     let h = req.headers_mut();
-    for name in remove.iter().map(String::as_str).chain(HOP_BY_HOP) {
+    // Headers `Connection` names are of this hop too.
+    let nominated: Vec<String> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in remove
+        .iter()
+        .chain(&nominated)
+        .map(String::as_str)
+        .chain(HOP_BY_HOP)
+    {
         h.remove(name);
     }
     if !h.contains_key(http::header::HOST) {
