@@ -15,7 +15,11 @@ struct Proxy {
 
 impl Proxy {
     fn start(allow: &[String]) -> Proxy {
-        let dir = tempfile::tempdir().unwrap();
+        Proxy::start_in(tempfile::tempdir().unwrap(), allow)
+    }
+
+    /// Starts on a folder that may hold an `intercept.json` already.
+    fn start_in(dir: tempfile::TempDir, allow: &[String]) -> Proxy {
         let p = Proxy {
             child: Command::new(env!("CARGO_BIN_EXE_ateam"))
                 .arg("egress-proxy")
@@ -47,8 +51,11 @@ impl Proxy {
 
     /// Writes the list as apply does: a new file renamed over the old one.
     fn set(&self, allow: &[String]) {
+        self.set_policy(serde_json::json!({"team": "t", "member": "m", "allow": allow}));
+    }
+
+    fn set_policy(&self, json: serde_json::Value) {
         let tmp = self.dir.path().join(".policy.tmp");
-        let json = serde_json::json!({"team": "t", "member": "m", "allow": allow});
         std::fs::write(&tmp, json.to_string()).unwrap();
         std::fs::rename(&tmp, self.dir.path().join("policy.json")).unwrap();
     }
@@ -258,4 +265,471 @@ fn the_host_service_name_reaches_only_its_port_on_loopback() {
     for e in allowed {
         assert_eq!(e["addr"], format!("127.0.0.1:{port}"), "{e}");
     }
+}
+
+// ---- Hosts with rules: the proxy terminates TLS, judges each request, injects the key. ----
+
+const HOST: &str = "host.ateam.internal";
+const REAL_KEY: &str = "sk-real-7d1f0c9e-never-in-the-member";
+const PLACEHOLDER: &str = "ateam-placeholder-API_KEY";
+
+/// A test CA (the member's team CA, or the upstream's own) and a leaf for `HOST` from it:
+/// (CA PEM, leaf chain PEM, leaf key PEM).
+fn ca_and_leaf(name: &str) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![HOST.to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    (
+        ca.pem(),
+        format!("{}{}", leaf.pem(), ca.pem()),
+        key.serialize_pem(),
+    )
+}
+
+/// 127.0.0.1:PORT -> the proxy's socket, one thread pair per connection, as the bridge does.
+fn forwarder(socket: PathBuf) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(tcp) = c else { continue };
+            let Ok(unix) = UnixStream::connect(&socket) else {
+                continue;
+            };
+            let (mut t2, mut u2) = (tcp.try_clone().unwrap(), unix.try_clone().unwrap());
+            let (mut t, mut u) = (tcp, unix);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut t, &mut u);
+                let _ = u.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut t2);
+                let _ = t2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+fn run(cmd: &mut Command) -> (bool, String) {
+    for v in [
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "no_proxy",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(v);
+    }
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let (ok, out) = run(Command::new("git").current_dir(dir).args(args));
+    assert!(ok, "git {args:?}: {out}");
+}
+
+/// Two bare repositories, `acme/shop.git` (allowed) and `acme/other.git`, with a commit.
+fn repositories(root: &Path) {
+    let work = root.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("README"), "shop\n").unwrap();
+    git(&work, &["add", "README"]);
+    git(
+        &work,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "first",
+        ],
+    );
+    for name in ["shop", "other"] {
+        let bare = root.join("acme").join(format!("{name}.git"));
+        git(root, &["init", "-q", "--bare", bare.to_str().unwrap()]);
+        git(&work, &["push", "-q", bare.to_str().unwrap(), "main"]);
+        git(&bare, &["symbolic-ref", "HEAD", "refs/heads/main"]);
+    }
+}
+
+struct Upstream {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn upstream(dir: &Path, cert: &str, key: &str) -> Upstream {
+    std::fs::write(dir.join("up.pem"), cert).unwrap();
+    std::fs::write(dir.join("up.key"), key).unwrap();
+    let mut child = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/intercept/upstream.py"
+        ))
+        .args([
+            dir.join("up.pem"),
+            dir.join("up.key"),
+            dir.join("seen.jsonl"),
+            dir.join("git"),
+            dir.join("release"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    Upstream {
+        port: line.trim().parse().expect("the upstream printed its port"),
+        child,
+    }
+}
+
+#[test]
+fn an_intercepted_host_is_judged_per_request_and_gets_the_key_the_member_never_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (member_ca, chain, key) = ca_and_leaf("member team CA");
+    let (up_ca, up_chain, up_key) = ca_and_leaf("upstream CA");
+    std::fs::write(d.join("member-ca.pem"), &member_ca).unwrap();
+    repositories(&d.join("git"));
+    let up = upstream(&d, &up_chain, &up_key);
+    let entry = format!("{HOST}:{}", up.port);
+    let intercept = serde_json::json!({
+        "leaves": {&entry: {"chain_pem": chain, "key_pem": key}},
+        "secrets": {"API_KEY": REAL_KEY},
+    });
+    std::fs::write(d.join("intercept.json"), intercept.to_string()).unwrap();
+    let p = Proxy::start_in(dir, &[]);
+    p.set_policy(serde_json::json!({
+        "team": "t", "member": "m", "allow": [&entry],
+        "intercept": [{
+            "host": &entry,
+            "credentials": {"kind": "header", "header": "x-api-key", "secret": "API_KEY"},
+            "http": [{"methods": ["GET"], "paths": ["/v1/**"]}],
+            "git": {"repositories": ["acme/shop"], "push": false},
+            "upstreamCa": up_ca,
+        }],
+    }));
+    let proxy = format!("http://127.0.0.1:{}", forwarder(p.socket()));
+    let base = format!("https://{entry}");
+    let ca = d.join("member-ca.pem");
+    let curl = |args: &[&str]| {
+        run(Command::new("curl")
+            .args(["-sS", "-i", "--proxy", &proxy, "--cacert"])
+            .arg(&ca)
+            .args(args))
+    };
+
+    // curl, with the placeholder: the upstream gets the real key; keep-alive, two requests.
+    let (ok, out) = curl(&[
+        "-H",
+        &format!("x-api-key: {PLACEHOLDER}"),
+        &format!("{base}/v1/models"),
+        &format!("{base}/v1/models?page=2"),
+    ]);
+    assert!(ok && out.matches("HTTP/1.1 200").count() >= 2, "{out}");
+    assert!(
+        out.contains(REAL_KEY) && !out.contains(PLACEHOLDER),
+        "{out}"
+    );
+    // A foreign key, a method and a path outside the rules, plain http: refused here.
+    let (_, out) = curl(&[
+        "-H",
+        "x-api-key: sk-foreign-key",
+        &format!("{base}/v1/models"),
+    ]);
+    assert!(
+        out.contains(
+            "403 ateam egress: header x-api-key carries a credential that is not this member's"
+        ) && !out.contains("sk-foreign-key\n"),
+        "{out}"
+    );
+    let (_, out) = curl(&["-X", "POST", &format!("{base}/v1/models")]);
+    assert!(out.contains("403 ateam egress: POST /v1/models on host.ateam.internal is outside the http rules (methods GET paths /v1/**)"), "{out}");
+    let (_, out) = curl(&[&format!("{base}/admin")]);
+    assert!(out.contains("403") && out.contains("GET /admin"), "{out}");
+    let (_, out) = curl(&[&format!("http://{entry}/v1/models")]);
+    assert!(
+        out.contains("403 ateam egress:") && out.contains("use https"),
+        "{out}"
+    );
+
+    // Server-sent events arrive as sent: the first before the upstream finished.
+    let mut sse = Command::new("curl")
+        .args(["-sS", "-N", "--proxy", &proxy, "--cacert"])
+        .arg(&ca)
+        .arg(format!("{base}/v1/sse"))
+        .env_remove("no_proxy")
+        .env_remove("NO_PROXY")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(sse.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "data: first");
+    assert!(
+        sse.try_wait().unwrap().is_none(),
+        "curl ended before the stream did"
+    );
+    std::fs::write(d.join("release"), "").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.contains(&"data: second".to_string()), "{rest:?}");
+    sse.wait().unwrap();
+
+    // python3's urllib, by HTTPS_PROXY and SSL_CERT_FILE.
+    let (ok, out) = {
+        let mut c = Command::new("python3");
+        c.args(["-c", &format!(
+            "import urllib.request as u; print(u.urlopen(u.Request('{base}/v1/py', headers={{'x-api-key': '{PLACEHOLDER}'}})).read().decode())"
+        )])
+        .env("SSL_CERT_FILE", &ca);
+        for v in ["no_proxy", "NO_PROXY"] {
+            c.env_remove(v);
+        }
+        let o = c.env("HTTPS_PROXY", &proxy).output().unwrap();
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    assert!(
+        ok && out.contains("/v1/py") && out.contains(REAL_KEY),
+        "{out}"
+    );
+
+    // git: a clone of the allowed repository; its push and another repository refused, as git
+    // prints it.
+    let gitc = |args: &[&str]| {
+        run(Command::new("git")
+            .current_dir(&d)
+            .env("GIT_SSL_CAINFO", &ca)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .args(["-c", &format!("http.proxy={proxy}")])
+            .args(args))
+    };
+    let (ok, out) = gitc(&["clone", "-q", &format!("{base}/acme/shop.git"), "shop"]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("shop/README")).unwrap(),
+        "shop\n"
+    );
+    std::fs::write(d.join("shop/NEW"), "x").unwrap();
+    git(&d.join("shop"), &["add", "NEW"]);
+    git(
+        &d.join("shop"),
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "new",
+        ],
+    );
+    let (ok, out) = run(Command::new("git")
+        .current_dir(d.join("shop"))
+        .env("GIT_SSL_CAINFO", &ca)
+        .args([
+            "-c",
+            &format!("http.proxy={proxy}"),
+            "push",
+            "origin",
+            "main",
+        ]));
+    assert!(
+        !ok && out.contains("remote error: ateam egress: push to acme/shop.git is refused"),
+        "{out}"
+    );
+    let (ok, out) = gitc(&["clone", "-q", &format!("{base}/acme/other.git"), "other"]);
+    assert!(
+        !ok && out.contains("remote error: ateam egress: repository acme/other.git is not in the git rule's repositories"),
+        "{out}"
+    );
+
+    // Node, if there is one: its own CONNECT, then https on that socket.
+    if Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let script = format!(
+            r#"const http=require('http'),https=require('https'),fs=require('fs');
+const [ph,pp]=['127.0.0.1',{fwd}];
+http.request({{host:ph,port:pp,method:'CONNECT',path:'{entry}'}}).on('connect',(res,socket)=>{{
+  if(res.statusCode!==200){{console.log('CONNECT',res.statusCode);process.exit(1)}}
+  https.get({{socket,servername:'{HOST}',ca:fs.readFileSync('{ca}'),path:'/v1/node',
+    headers:{{host:'{entry}','x-api-key':'{PLACEHOLDER}'}},agent:false}},r=>{{
+    let b='';r.on('data',d=>b+=d);r.on('end',()=>{{console.log(r.statusCode,b);process.exit(0)}})}})
+  .on('error',e=>{{console.log('error',e.message);process.exit(1)}});
+}}).end();"#,
+            fwd = proxy.rsplit(':').next().unwrap(),
+            ca = ca.display(),
+        );
+        let (ok, out) = run(Command::new("node").args(["-e", &script]));
+        assert!(
+            ok && out.starts_with("200") && out.contains(REAL_KEY),
+            "{out}"
+        );
+    } else {
+        eprintln!("node is not on PATH: the Node client was not tried");
+    }
+
+    // The upstream saw the real key on every request, never the placeholder nor the foreign
+    // key (refused before it left).
+    let seen = read_log(&d.join("seen.jsonl"));
+    assert!(seen.len() >= 6, "{seen:?}");
+    for s in &seen {
+        assert_eq!(s["headers"]["x-api-key"], REAL_KEY, "{s}");
+    }
+    let raw = std::fs::read_to_string(d.join("seen.jsonl")).unwrap();
+    assert!(!raw.contains(PLACEHOLDER) && !raw.contains("sk-foreign-key"));
+    // Every request is a line of the egress log, with its path; no line holds the key.
+    std::thread::sleep(Duration::from_millis(100));
+    let log_text = std::fs::read_to_string(p.dir.path().join("log.jsonl")).unwrap();
+    assert!(
+        !log_text.contains(REAL_KEY) && !log_text.contains("sk-foreign-key"),
+        "{log_text}"
+    );
+    let log = p.log();
+    let foreign = log
+        .iter()
+        .find(|e| {
+            e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("not this member's"))
+        })
+        .unwrap_or_else(|| panic!("{log:?}"));
+    assert_eq!(
+        (foreign["status"].as_u64(), foreign["verdict"].as_str()),
+        (Some(403), Some("refused"))
+    );
+    assert_eq!(foreign["path"], "/v1/models");
+    // Paths only: queries carry keys.
+    assert!(
+        !log.iter()
+            .any(|e| e["path"].as_str().is_some_and(|p| p.contains('?'))),
+        "{log:?}"
+    );
+    assert!(
+        log.iter().any(|e| e["verdict"] == "allowed"
+            && e["path"] == "/v1/models"
+            && e["reason"] == "injected secret API_KEY"),
+        "{log:?}"
+    );
+    assert!(
+        log.iter()
+            .any(|e| e["path"] == "/acme/shop.git/info/refs" && e["status"] == 403)
+    );
+}
+
+/// What keeps an intercepted host from being served is said: no certificate for it (503), an
+/// upstream whose certificate does not verify (502), a TLS server name for another host.
+#[test]
+fn an_intercepted_host_without_its_certificate_or_a_trusted_upstream_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (member_ca, chain, key) = ca_and_leaf("member team CA");
+    let (_, up_chain, up_key) = ca_and_leaf("upstream CA");
+    std::fs::write(d.join("member-ca.pem"), &member_ca).unwrap();
+    let up = upstream(&d, &up_chain, &up_key);
+    let entry = format!("{HOST}:{}", up.port);
+    let p = Proxy::start_in(dir, &[]);
+    // No upstreamCa: the upstream's own CA is in no root store.
+    p.set_policy(serde_json::json!({
+        "team": "t", "member": "m", "allow": [&entry], "intercept": [{"host": &entry}],
+    }));
+    let proxy = format!("http://127.0.0.1:{}", forwarder(p.socket()));
+    let ca = d.join("member-ca.pem");
+    let curl = || {
+        run(Command::new("curl")
+            .args(["-sS", "-i", "--proxy", &proxy, "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{entry}/x")))
+    };
+    let (ok, out) = curl();
+    assert!(
+        !ok && out.contains("503 ateam egress: cannot read") && out.contains("intercept.json"),
+        "{out}"
+    );
+    std::fs::write(
+        d.join("intercept.json"),
+        serde_json::json!({"leaves": {}, "secrets": {}}).to_string(),
+    )
+    .unwrap();
+    let (_, out) = curl();
+    assert!(
+        out.contains(&format!("503 ateam egress: no certificate for {entry}")),
+        "{out}"
+    );
+    std::fs::write(
+        d.join("intercept.json"),
+        serde_json::json!({"leaves": {&entry: {"chain_pem": chain, "key_pem": key}}, "secrets": {}})
+            .to_string(),
+    )
+    .unwrap();
+    let (_, out) = curl();
+    assert!(
+        out.contains("HTTP/1.1 502 ateam egress: TLS with host.ateam.internal")
+            && out.contains("failed"),
+        "{out}"
+    );
+    // Another TLS server name on the tunnel: no handshake.
+    let script = format!(
+        "import socket,ssl\n\
+         s=socket.create_connection(('127.0.0.1',{fwd}))\n\
+         s.sendall(b'CONNECT {entry} HTTP/1.1\\r\\n\\r\\n')\n\
+         assert s.recv(100).startswith(b'HTTP/1.1 200')\n\
+         c=ssl.create_default_context(cafile='{ca}'); c.check_hostname=False\n\
+         try:\n  c.wrap_socket(s,server_hostname='evil.example'); print('handshake')\n\
+         except Exception as e: print('refused', e)\n",
+        fwd = proxy.rsplit(':').next().unwrap(),
+        ca = ca.display(),
+    );
+    let (_, out) = run(Command::new("python3").args(["-c", &script]));
+    assert!(out.starts_with("refused"), "{out}");
+    std::thread::sleep(Duration::from_millis(100));
+    let log = p.log();
+    let statuses: Vec<u64> = log.iter().map(|e| e["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [503, 503, 502, 403], "{log:?}");
+    assert!(
+        log[3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the TLS server name evil.example is not host.ateam.internal"),
+        "{log:?}"
+    );
 }

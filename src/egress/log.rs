@@ -39,6 +39,10 @@ pub struct Event {
     /// As the member asked for it (a name or an address).
     pub host: String,
     pub port: u16,
+    /// For a request to a host with rules: its path, never its query (queries carry keys).
+    /// Absent from the lines of a tunnel, and of ateam before rules existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     /// The address connected to (allowed), or judged (refused by address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,
@@ -62,6 +66,7 @@ impl Event {
         Event {
             method: safe(self.method),
             host: safe(self.host),
+            path: self.path.map(safe),
             addr: self.addr.map(safe),
             reason: self.reason.map(safe),
             ..self
@@ -79,10 +84,11 @@ impl Event {
             Verdict::Failed => "failed",
         };
         let mut s = format!(
-            "{when} {verdict} {} {}:{} -> {}",
+            "{when} {verdict} {} {}:{}{} -> {}",
             self.method,
             self.host,
             self.port,
+            self.path.as_deref().unwrap_or(""),
             self.addr.as_deref().unwrap_or("-")
         );
         s.push_str(&format!(" ({})", self.status));
@@ -370,10 +376,38 @@ mod tests {
             method: "CONNECT".into(),
             host: host.into(),
             port,
+            path: None,
             addr: None,
             status: 403,
             reason: Some("not in the allow list".into()),
         }
+    }
+
+    #[test]
+    fn lines_without_a_path_still_read_and_a_path_is_shown_after_the_port() {
+        let old = r#"{"ts":1.0,"verdict":"refused","method":"CONNECT","host":"a.example","port":443,"status":403}"#;
+        let e: Event = serde_json::from_str(old).unwrap();
+        assert_eq!(e.path, None);
+        assert!(
+            e.line().contains("CONNECT a.example:443 -> - (403)"),
+            "{}",
+            e.line()
+        );
+        let e = Event {
+            path: Some("/v1/models".into()),
+            method: "GET".into(),
+            ..e
+        };
+        assert!(
+            e.line().contains("GET a.example:443/v1/models -> -"),
+            "{}",
+            e.line()
+        );
+        assert!(
+            serde_json::to_string(&e)
+                .unwrap()
+                .contains(r#""path":"/v1/models""#)
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! `plan::spec::BRIDGE_LISTEN` and forwards each connection to the socket, mounted at
 //! `/.ateam/egress.sock`.
 
+mod intercept;
 pub mod log;
 pub mod proxy;
 mod relay;

@@ -15,17 +15,19 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
+use super::intercept::{self as icpt, Route};
 use super::log::{Event, Log, Verdict};
-use super::{PolicyFile, ProxyError};
+use super::{InterceptFile, PolicyFile, ProxyError};
 use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
+use crate::core::intercept::Intercept;
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a member has to send its request head: a connection that sends nothing holds a
 /// slot this long at most.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long resolving a name, and then connecting, may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once, at most; more are answered 503 and closed at once, so that
 /// a member holding thousands open costs the host a bounded number of descriptors and no
 /// spinning. An agent uses a handful.
@@ -55,7 +57,7 @@ pub struct Config {
 
 /// The allowlist as last read, and how to tell that its file changed.
 struct Policy {
-    list: Result<Allowlist, String>,
+    list: Result<(Allowlist, Vec<Intercept>), String>,
     stamp: Option<(i64, u64, u64, u64)>,
 }
 
@@ -115,11 +117,13 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-struct State {
+pub(super) struct State {
     /// The policy file's folder and name.
     policy_dir: Dir,
     policy_name: String,
     policy: Mutex<Policy>,
+    /// `intercept.json`, beside the policy file, as last read.
+    intercept: Mutex<Intercepts>,
     own: Mutex<Vec<IpAddr>>,
     log: Mutex<Log>,
 }
@@ -134,8 +138,45 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             serde_json::from_slice::<PolicyFile>(&b)
                 .map_err(|e| format!("the allowlist {} is not valid: {e}", shown.display()))
         })
-        .and_then(|p| Allowlist::parse(&p.allow));
+        .and_then(|p| {
+            // An intercept that names no host would fail open (its host tunnelled): the whole
+            // policy is refused instead, like a bad entry.
+            for i in &p.intercept {
+                icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
+            }
+            Ok((Allowlist::parse(&p.allow)?, p.intercept))
+        });
     Policy { list, stamp }
+}
+
+/// The intercept file's name, beside the policy file (`Paths::intercept`).
+const INTERCEPT_FILE: &str = "intercept.json";
+
+/// The certificates and secrets as last read, and how to tell that their file changed.
+struct Intercepts {
+    file: Result<Arc<InterceptFile>, String>,
+    stamp: Option<(i64, u64, u64, u64)>,
+}
+
+fn read_intercepts(dir: &Dir) -> Intercepts {
+    let stamp = dir.stamp(INTERCEPT_FILE);
+    let shown = dir.path.join(INTERCEPT_FILE);
+    // The error names the file and serde's position, never its content (it holds secrets).
+    let file = dir
+        .read(INTERCEPT_FILE)
+        .map_err(|e| format!("cannot read {}: {e}", shown.display()))
+        .and_then(|b| {
+            serde_json::from_slice::<InterceptFile>(&b).map_err(|e| {
+                format!(
+                    "{} is not valid at line {} column {}",
+                    shown.display(),
+                    e.line(),
+                    e.column()
+                )
+            })
+        })
+        .map(Arc::new);
+    Intercepts { file, stamp }
 }
 
 /// The host's own addresses (every interface's), refused like loopback unless named exactly.
@@ -148,6 +189,11 @@ fn own_addresses() -> Vec<IpAddr> {
 impl State {
     /// The list in force: re-read when its file changed (apply rewrites it atomically).
     fn list(&self) -> Result<Allowlist, String> {
+        self.rules().map(|(l, _)| l)
+    }
+
+    /// The list and the intercepts in force.
+    fn rules(&self) -> Result<(Allowlist, Vec<Intercept>), String> {
         let mut p = self.policy.lock().expect("policy lock");
         if self.policy_dir.stamp(&self.policy_name) != p.stamp {
             *p = read_policy(&self.policy_dir, &self.policy_name);
@@ -155,12 +201,22 @@ impl State {
         p.list.clone()
     }
 
+    /// The intercept file in force: re-read when it changed.
+    fn intercepts(&self) -> Result<Arc<InterceptFile>, String> {
+        let mut f = self.intercept.lock().expect("intercept lock");
+        if self.policy_dir.stamp(INTERCEPT_FILE) != f.stamp {
+            *f = read_intercepts(&self.policy_dir);
+        }
+        f.file.clone()
+    }
+
     fn reload(&self) {
         *self.policy.lock().expect("policy lock") =
             read_policy(&self.policy_dir, &self.policy_name);
+        *self.intercept.lock().expect("intercept lock") = read_intercepts(&self.policy_dir);
     }
 
-    fn record(&self, e: Event) {
+    pub(super) fn record(&self, e: Event) {
         self.log.lock().expect("log lock").write(&e);
     }
 }
@@ -205,6 +261,7 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     let state = Arc::new(State {
         policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy))),
         policy_name: file_name(&cfg.policy),
+        intercept: Mutex::new(read_intercepts(&policy_dir)),
         policy_dir,
         own: Mutex::new(own_addresses()),
         log: Mutex::new(Log::open(log_dir.fd, &file_name(&cfg.log))),
@@ -271,7 +328,7 @@ async fn serve(
                 };
                 let state = state.clone();
                 tasks.spawn(async move {
-                    handle(conn, &state).await;
+                    handle(conn, state).await;
                     drop(permit);
                 });
             }
@@ -336,6 +393,7 @@ impl Overload {
             method: "-".into(),
             host: "-".into(),
             port: 0,
+            path: None,
             addr: None,
             status: 503,
             reason: Some(format!("{reason}: {} refused so far", self.refused)),
@@ -366,7 +424,7 @@ fn refuse(status: u16, reason: impl Into<String>) -> Refused {
     }
 }
 
-async fn handle(mut conn: UnixStream, state: &State) {
+async fn handle(mut conn: UnixStream, state: Arc<State>) {
     let started = Instant::now();
     let mut buf = Vec::with_capacity(4096);
     let head_len = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn, &mut buf)).await {
@@ -392,6 +450,7 @@ async fn handle(mut conn: UnixStream, state: &State) {
                     .collect(),
                 host: String::new(),
                 port: 0,
+                path: None,
                 addr: None,
                 status: r.status,
                 reason: Some(r.reason),
@@ -405,14 +464,31 @@ async fn handle(mut conn: UnixStream, state: &State) {
         method: req.method.clone(),
         host: req.host.clone(),
         port: req.port,
+        path: None,
         addr: None,
         status: 0,
         reason: None,
     };
-    let upstream = match decide(&req, state).await {
+    let route = match state.rules() {
+        Ok((_, intercepts)) => icpt::route(&intercepts, &req.host, req.port, req.forward.is_none()),
+        // `decide` refuses it, with the reason.
+        Err(_) => Route::Tunnel,
+    };
+    let intercept = match route {
+        Route::Tunnel => None,
+        Route::Refuse(reason) => {
+            event.status = 403;
+            event.reason = Some(reason.clone());
+            state.record(event);
+            let _ = answer(&mut conn, &refuse(403, reason)).await;
+            return;
+        }
+        Route::Intercept(i) => Some(i),
+    };
+    let (addr, upstream) = match decide(&req, &state).await {
         Ok((addr, stream)) => {
             event.addr = Some(addr.to_string());
-            stream
+            (addr, stream)
         }
         Err((addr, r)) => {
             if r.status >= 500 {
@@ -426,6 +502,10 @@ async fn handle(mut conn: UnixStream, state: &State) {
             return;
         }
     };
+    if let Some(i) = intercept {
+        let rest = buf[head_len..].to_vec();
+        return intercepted(conn, rest, *i, event, (addr, upstream), state).await;
+    }
     event.verdict = Verdict::Allowed;
     event.status = 200;
     tracing::debug!(
@@ -447,6 +527,43 @@ async fn handle(mut conn: UnixStream, state: &State) {
         return;
     }
     let _ = super::relay::relay(&conn, &upstream).await;
+}
+
+/// A CONNECT to a host with rules: its certificate and secret read (or 503), then the
+/// member's TLS served by `intercept::serve`. Each request inside is logged; the CONNECT
+/// itself only when it fails.
+async fn intercepted(
+    mut conn: UnixStream,
+    rest: Vec<u8>,
+    i: Intercept,
+    mut event: Event,
+    (addr, upstream): (SocketAddr, TcpStream),
+    state: Arc<State>,
+) {
+    let prepared = match state.intercepts().and_then(|f| icpt::prepare(&i, &f)) {
+        Ok(p) => p,
+        Err(reason) => {
+            event.verdict = Verdict::Failed;
+            event.status = 503;
+            event.reason = Some(reason.clone());
+            state.record(event);
+            let _ = answer(&mut conn, &refuse(503, reason)).await;
+            return;
+        }
+    };
+    if conn
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let member = icpt::Prefixed {
+        head: rest,
+        inner: conn,
+    };
+    let port = event.port;
+    icpt::serve(member, i, port, (addr, upstream), prepared, state).await;
 }
 
 /// Reads until the end of the head (`\r\n\r\n`); `None` when the peer sent nothing at all.

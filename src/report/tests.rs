@@ -288,6 +288,7 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
         method: "CONNECT".into(),
         host,
         port,
+        path: None,
         addr: None,
         status: 403,
         reason: Some("not in the allow list".into()),

@@ -1,0 +1,390 @@
+//! What the proxy does with one request to a host with rules: refuse it (and why), or let it
+//! through with the credential edits to make. Pure: the proxy looks the secret's value up by
+//! name and applies the edits; nothing here ever holds a real credential.
+
+use http::HeaderMap;
+
+use super::{Credential, GitRule, HttpRule, Intercept, placeholder};
+
+/// Headers that carry credentials: each must be absent or carry the member's placeholder,
+/// and all are removed before the request goes on.
+pub const CREDENTIAL_HEADERS: [&str; 7] = [
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "x-auth-token",
+    "private-token",
+    "cookie",
+];
+
+/// Query parameters (compared without case) that carry credentials.
+const CREDENTIAL_PARAMS: [&str; 13] = [
+    "key",
+    "api_key",
+    "apikey",
+    "api-key",
+    "access_token",
+    "token",
+    "auth",
+    "auth_token",
+    "private_token",
+    "client_secret",
+    "password",
+    "sig",
+    "signature",
+];
+
+/// git's two smart-HTTP services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitService {
+    UploadPack,
+    ReceivePack,
+}
+
+impl GitService {
+    pub fn name(self) -> &'static str {
+        match self {
+            GitService::UploadPack => "git-upload-pack",
+            GitService::ReceivePack => "git-receive-pack",
+        }
+    }
+}
+
+/// A git smart-HTTP request: which repository (as in the path, without the leading `/`),
+/// which service, and whether it is the advertisement (`info/refs`) git prints errors of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRequest {
+    pub repo: String,
+    pub service: GitService,
+    pub advertisement: bool,
+}
+
+/// The judge's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send it on: remove every header of `remove` (lower case), then set the credential.
+    Allowed {
+        remove: Vec<String>,
+        inject: Option<Credential>,
+    },
+    /// Answer it here. `git`: a refused git advertisement, answered so that git prints it.
+    Refused {
+        status: u16,
+        reason: String,
+        git: Option<GitService>,
+    },
+}
+
+fn refused(status: u16, reason: impl Into<String>) -> Verdict {
+    Verdict::Refused {
+        status,
+        reason: reason.into(),
+        git: None,
+    }
+}
+
+/// Judges one request to `i.host` (`port`: the port intercepted). `target` is the request
+/// target as sent (origin-form expected), `headers` its headers.
+pub fn judge(i: &Intercept, port: u16, method: &str, target: &str, headers: &HeaderMap) -> Verdict {
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    if let Err(why) = safe_path(path) {
+        return refused(400, why);
+    }
+    if let Err(why) = host_header(i, port, headers) {
+        return refused(403, why);
+    }
+    if let Err(v) = rules(i, method, path, query) {
+        return v;
+    }
+    let Some(cred) = &i.credentials else {
+        return Verdict::Allowed {
+            remove: Vec::new(),
+            inject: None,
+        };
+    };
+    let ph = placeholder(cred.secret());
+    if let Err(why) = foreign_credentials(cred, &ph, headers, query) {
+        return refused(403, why);
+    }
+    let mut remove: Vec<String> = CREDENTIAL_HEADERS.iter().map(|h| h.to_string()).collect();
+    if let Credential::Header { header, .. } = cred {
+        remove.push(header.to_ascii_lowercase());
+    }
+    Verdict::Allowed {
+        remove,
+        inject: Some(cred.clone()),
+    }
+}
+
+/// The header a credential becomes, given the secret's real value: (name, value).
+pub fn injected(c: &Credential, value: &str) -> (String, String) {
+    use base64::Engine;
+    match c {
+        Credential::Header { header, .. } => (header.to_ascii_lowercase(), value.to_string()),
+        Credential::Bearer { .. } => ("authorization".into(), format!("Bearer {value}")),
+        Credential::Basic { username, .. } => (
+            "authorization".into(),
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{value}"))
+            ),
+        ),
+    }
+}
+
+/// Origin-form, no dot segments, no encoded `/`, `.`, `\` or NUL: what a glob sees is what
+/// the upstream serves.
+fn safe_path(path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err("the request target must be a path (origin-form)".into());
+    }
+    let lower = path.to_ascii_lowercase();
+    for enc in ["%2f", "%2e", "%5c", "%00"] {
+        if lower.contains(enc) {
+            return Err(format!("the path carries an encoded `{enc}`"));
+        }
+    }
+    if path.split('/').any(|s| s == "." || s == "..") {
+        return Err("the path has a `.` or `..` segment".into());
+    }
+    Ok(())
+}
+
+/// The intercepted host's name (lower case, no trailing dot).
+fn host_name(i: &Intercept) -> String {
+    let h = match i.host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+        _ => i.host.as_str(),
+    };
+    h.trim_end_matches('.').to_ascii_lowercase()
+}
+
+fn host_header(i: &Intercept, port: u16, headers: &HeaderMap) -> Result<(), String> {
+    let Some(v) = headers.get(http::header::HOST) else {
+        return Ok(());
+    };
+    let want = host_name(i);
+    let v = v.to_str().unwrap_or("").to_ascii_lowercase();
+    let (name, p) = match v.rsplit_once(':') {
+        Some((n, p)) if !p.contains(']') => (n, p.parse::<u16>().ok()),
+        _ => (v.as_str(), Some(443)),
+    };
+    if name.trim_end_matches('.') == want && p == Some(port) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the Host header names another host than {want}:{port}"
+        ))
+    }
+}
+
+/// Whether the rules allow it; the error is the refusal.
+fn rules(i: &Intercept, method: &str, path: &str, query: Option<&str>) -> Result<(), Verdict> {
+    if i.http.is_empty() && i.git.is_none() {
+        return Ok(());
+    }
+    if i.http.iter().any(|r| http_allows(r, method, path)) {
+        return Ok(());
+    }
+    let host = host_name(i);
+    if let (Some(rule), Some(g)) = (&i.git, git_request(method, path, query)) {
+        return match git_allows(rule, &g) {
+            Ok(()) => Ok(()),
+            Err(reason) => Err(Verdict::Refused {
+                status: 403,
+                reason,
+                git: g.advertisement.then_some(g.service),
+            }),
+        };
+    }
+    let what = if i.git.is_some() && i.http.is_empty() {
+        "is not git smart HTTP, the only thing allowed".to_string()
+    } else {
+        format!(
+            "is outside the http rules ({})",
+            i.http.iter().map(show_rule).collect::<Vec<_>>().join("; ")
+        )
+    };
+    Err(refused(403, format!("{method} {path} on {host} {what}")))
+}
+
+fn show_rule(r: &HttpRule) -> String {
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "any".to_string()
+        } else {
+            v.join(",")
+        }
+    };
+    format!("methods {} paths {}", list(&r.methods), list(&r.paths))
+}
+
+fn http_allows(r: &HttpRule, method: &str, path: &str) -> bool {
+    (r.methods.is_empty() || r.methods.iter().any(|m| m.eq_ignore_ascii_case(method)))
+        && (r.paths.is_empty() || r.paths.iter().any(|g| glob(g.as_bytes(), path.as_bytes())))
+}
+
+/// `*`: any bytes but `/`; `**`: any bytes.
+fn glob(pat: &[u8], s: &[u8]) -> bool {
+    match pat {
+        [] => s.is_empty(),
+        [b'*', b'*', rest @ ..] => (0..=s.len()).any(|k| glob(rest, &s[k..])),
+        [b'*', rest @ ..] => {
+            let seg = s.iter().position(|b| *b == b'/').unwrap_or(s.len());
+            (0..=seg).any(|k| glob(rest, &s[k..]))
+        }
+        [c, rest @ ..] => s.first() == Some(c) && glob(rest, &s[1..]),
+    }
+}
+
+/// A smart-HTTP request of git on `/owner/name[.git]`, if it is one.
+pub fn git_request(method: &str, path: &str, query: Option<&str>) -> Option<GitRequest> {
+    let service = |s: &str| match s {
+        "git-upload-pack" => Some(GitService::UploadPack),
+        "git-receive-pack" => Some(GitService::ReceivePack),
+        _ => None,
+    };
+    let (repo, service, advertisement) = if let Some(repo) = path.strip_suffix("/info/refs") {
+        if method != "GET" {
+            return None;
+        }
+        let s = query?
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("service="))
+            .and_then(service)?;
+        (repo, s, true)
+    } else {
+        let (repo, last) = path.rsplit_once('/')?;
+        if method != "POST" {
+            return None;
+        }
+        (repo, service(last)?, false)
+    };
+    let repo = repo.strip_prefix('/')?;
+    let parts: Vec<&str> = repo.split('/').collect();
+    if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    Some(GitRequest {
+        repo: repo.to_string(),
+        service,
+        advertisement,
+    })
+}
+
+fn git_allows(rule: &GitRule, g: &GitRequest) -> Result<(), String> {
+    let bare = |r: &str| r.strip_suffix(".git").unwrap_or(r).to_string();
+    if !rule.repositories.is_empty()
+        && !rule
+            .repositories
+            .iter()
+            .any(|r| bare(r.trim_matches('/')) == bare(&g.repo))
+    {
+        return Err(format!(
+            "repository {} is not in the git rule's repositories ({})",
+            g.repo,
+            rule.repositories.join(", ")
+        ));
+    }
+    match g.service {
+        GitService::UploadPack => Ok(()),
+        GitService::ReceivePack if rule.push => Ok(()),
+        GitService::ReceivePack => Err(format!(
+            "push to {} is refused: the git rule allows fetch only (push: false)",
+            g.repo
+        )),
+    }
+}
+
+/// Every credential the request carries must be the member's placeholder.
+fn foreign_credentials(
+    cred: &Credential,
+    ph: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<(), String> {
+    let configured = match cred {
+        Credential::Header { header, .. } => Some(header.to_ascii_lowercase()),
+        Credential::Bearer { .. } | Credential::Basic { .. } => None,
+    };
+    for name in CREDENTIAL_HEADERS
+        .iter()
+        .copied()
+        .chain(configured.as_deref())
+    {
+        for v in headers.get_all(name) {
+            if !carries_placeholder(v.as_bytes(), ph) {
+                return Err(format!(
+                    "header {name} carries a credential that is not this member's"
+                ));
+            }
+        }
+    }
+    for kv in query.unwrap_or("").split('&') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        // `ap%69_key` is `api_key` to the upstream.
+        let k = percent_decoded(k);
+        if CREDENTIAL_PARAMS.iter().any(|p| p.eq_ignore_ascii_case(&k)) && v != ph {
+            return Err(format!(
+                "query parameter {k} carries a credential that is not this member's"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `s` with its `%XX` escapes and `+` decoded (bytes that are not UTF-8 become U+FFFD).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).and_then(|c| hex(*c)),
+                b.get(i + 2).and_then(|c| hex(*c)),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn carries_placeholder(v: &[u8], ph: &str) -> bool {
+    use base64::Engine;
+    let Ok(v) = std::str::from_utf8(v) else {
+        return false;
+    };
+    let v = v.trim();
+    if v == ph {
+        return true;
+    }
+    let Some((scheme, rest)) = v.split_once(' ') else {
+        return false;
+    };
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return rest == ph;
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        return base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .is_some_and(|up| up.split_once(':').is_some_and(|(_, p)| p == ph));
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,283 @@
+use super::*;
+
+fn icpt() -> Intercept {
+    Intercept {
+        host: "api.example.com".into(),
+        credentials: Some(Credential::Header {
+            header: "X-Api-Key".into(),
+            secret: "KEY".into(),
+        }),
+        http: vec![HttpRule {
+            methods: vec!["get".into()],
+            paths: vec!["/v1/*/items".into(), "/files/**".into()],
+        }],
+        git: None,
+        upstream_ca: None,
+    }
+}
+
+fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut m = HeaderMap::new();
+    for (k, v) in pairs {
+        m.append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    m
+}
+
+fn status(v: &Verdict) -> u16 {
+    match v {
+        Verdict::Allowed { .. } => 200,
+        Verdict::Refused { status, .. } => *status,
+    }
+}
+
+fn reason(v: &Verdict) -> &str {
+    match v {
+        Verdict::Allowed { .. } => "",
+        Verdict::Refused { reason, .. } => reason,
+    }
+}
+
+#[test]
+fn globs_match_within_a_segment_or_across() {
+    assert!(glob(b"/v1/*/items", b"/v1/abc/items"));
+    assert!(!glob(b"/v1/*/items", b"/v1/a/b/items"));
+    assert!(glob(b"/files/**", b"/files/a/b/c"));
+    assert!(glob(b"/**", b"/"));
+    assert!(!glob(b"/a*", b"/b"));
+    assert!(glob(b"/a*", b"/a"));
+}
+
+#[test]
+fn methods_and_paths_outside_the_rules_are_refused_naming_the_rule() {
+    let i = icpt();
+    let ok = judge(&i, 443, "GET", "/v1/x/items?page=2", &h(&[]));
+    assert_eq!(status(&ok), 200);
+    for (m, t) in [
+        ("POST", "/v1/x/items"),
+        ("GET", "/v1/x/y/items"),
+        ("GET", "/v2"),
+    ] {
+        let v = judge(&i, 443, m, t, &h(&[]));
+        assert_eq!(status(&v), 403, "{m} {t}");
+        assert!(
+            reason(&v).contains("methods get paths /v1/*/items,/files/**"),
+            "{v:?}"
+        );
+    }
+}
+
+#[test]
+fn paths_that_could_slip_past_a_glob_are_bad_requests() {
+    let i = icpt();
+    for t in [
+        "/files/../admin",
+        "/files/./x",
+        "/files/a%2F..%2Fb",
+        "/files/%2e%2e/x",
+        "/files/a%5cb",
+        "/files/a%00",
+        "http://api.example.com/files/x",
+        "*",
+    ] {
+        assert_eq!(status(&judge(&i, 443, "GET", t, &h(&[]))), 400, "{t}");
+    }
+}
+
+#[test]
+fn the_host_header_must_name_the_intercepted_host() {
+    let i = icpt();
+    for good in ["api.example.com", "API.example.com:443", "api.example.com."] {
+        assert_eq!(
+            status(&judge(&i, 443, "GET", "/files/a", &h(&[("host", good)]))),
+            200,
+            "{good}"
+        );
+    }
+    for bad in [
+        "evil.example",
+        "api.example.com:8443",
+        "api.example.com.evil",
+    ] {
+        assert_eq!(
+            status(&judge(&i, 443, "GET", "/files/a", &h(&[("host", bad)]))),
+            403,
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        status(&judge(
+            &i,
+            8443,
+            "GET",
+            "/files/a",
+            &h(&[("host", "api.example.com:8443")])
+        )),
+        200
+    );
+    assert_eq!(
+        status(&judge(
+            &i,
+            8443,
+            "GET",
+            "/files/a",
+            &h(&[("host", "api.example.com")])
+        )),
+        403
+    );
+}
+
+#[test]
+fn foreign_credentials_are_refused_and_placeholders_replaced() {
+    let i = icpt();
+    let ph = placeholder("KEY");
+    let basic = {
+        use base64::Engine;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("u:{ph}"))
+        )
+    };
+    for ok in [
+        vec![],
+        vec![("x-api-key", ph.clone())],
+        vec![("authorization", format!("Bearer {ph}"))],
+        vec![("authorization", basic)],
+    ] {
+        let pairs: Vec<(&str, &str)> = ok.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        match judge(&i, 443, "GET", "/files/a", &h(&pairs)) {
+            Verdict::Allowed { remove, inject } => {
+                assert!(
+                    remove.contains(&"x-api-key".to_string())
+                        && remove.contains(&"cookie".to_string())
+                );
+                assert_eq!(inject, i.credentials);
+            }
+            v => panic!("{ok:?}: {v:?}"),
+        }
+    }
+    for (k, v) in [
+        ("x-api-key", "sk-real-other"),
+        ("authorization", "Bearer sk-other"),
+        ("cookie", "session=abc"),
+        ("private-token", "glpat-x"),
+    ] {
+        let got = judge(&i, 443, "GET", "/files/a", &h(&[(k, v)]));
+        assert_eq!(status(&got), 403);
+        assert!(
+            reason(&got).contains("not this member's") && !reason(&got).contains(v),
+            "{got:?}"
+        );
+    }
+    let q = judge(&i, 443, "GET", "/files/a?API_KEY=sk-other", &h(&[]));
+    assert_eq!(status(&q), 403);
+    assert!(!reason(&q).contains("sk-other"));
+    let q = judge(&i, 443, "GET", "/files/a?x=1&ap%69_KEY=sk-other", &h(&[]));
+    assert_eq!(status(&q), 403, "{q:?}");
+    let q = judge(&i, 443, "GET", &format!("/files/a?key={ph}&x=1"), &h(&[]));
+    assert_eq!(status(&q), 200);
+}
+
+#[test]
+fn without_credentials_nothing_is_checked_or_removed() {
+    let mut i = icpt();
+    i.credentials = None;
+    assert_eq!(
+        judge(
+            &i,
+            443,
+            "GET",
+            "/files/a",
+            &h(&[("authorization", "Bearer mine")])
+        ),
+        Verdict::Allowed {
+            remove: vec![],
+            inject: None
+        }
+    );
+}
+
+#[test]
+fn git_fetch_is_allowed_push_only_with_push_and_repositories_are_matched() {
+    let mut i = icpt();
+    i.http.clear();
+    i.credentials = None;
+    i.git = Some(GitRule {
+        repositories: vec!["acme/shop".into()],
+        push: false,
+    });
+    let g = |m: &str, t: &str| judge(&i, 443, m, t, &h(&[]));
+    assert_eq!(
+        status(&g(
+            "GET",
+            "/acme/shop.git/info/refs?service=git-upload-pack"
+        )),
+        200
+    );
+    assert_eq!(status(&g("POST", "/acme/shop/git-upload-pack")), 200);
+    let push = g("GET", "/acme/shop/info/refs?service=git-receive-pack");
+    assert!(
+        matches!(
+            &push,
+            Verdict::Refused {
+                git: Some(GitService::ReceivePack),
+                ..
+            }
+        ),
+        "{push:?}"
+    );
+    assert!(reason(&push).contains("push"));
+    let post = g("POST", "/acme/shop.git/git-receive-pack");
+    assert!(
+        matches!(
+            &post,
+            Verdict::Refused {
+                status: 403,
+                git: None,
+                ..
+            }
+        ),
+        "{post:?}"
+    );
+    let other = g("GET", "/acme/other/info/refs?service=git-upload-pack");
+    assert!(reason(&other).contains("acme/other is not in"), "{other:?}");
+    assert_eq!(
+        status(&g("GET", "/Acme/shop/info/refs?service=git-upload-pack")),
+        403
+    );
+    let web = g("GET", "/acme/shop");
+    assert!(reason(&web).contains("not git smart HTTP"), "{web:?}");
+    i.git.as_mut().unwrap().push = true;
+    assert_eq!(
+        status(&judge(
+            &i,
+            443,
+            "POST",
+            "/acme/shop/git-receive-pack",
+            &h(&[])
+        )),
+        200
+    );
+}
+
+#[test]
+fn basic_injection_encodes_the_username_and_value() {
+    let c = Credential::Basic {
+        username: "x-access-token".into(),
+        secret: "S".into(),
+    };
+    assert_eq!(
+        injected(&c, "v"),
+        (
+            "authorization".into(),
+            "Basic eC1hY2Nlc3MtdG9rZW46dg==".into()
+        )
+    );
+    assert_eq!(
+        injected(&Credential::Bearer { secret: "S".into() }, "v").1,
+        "Bearer v"
+    );
+}

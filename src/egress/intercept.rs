@@ -1,0 +1,541 @@
+//! The proxy's path for a host with rules (`core::intercept`): the member's CONNECT is
+//! answered 200 and its TLS terminated with the host's leaf from `intercept.json`; each
+//! HTTP/1.1 request on it is judged (`core::intercept::judge`), given the real credential,
+//! and sent on over one TLS connection per member connection to the very address the
+//! allowlist judged, verified against the host's roots (and the entry's own CA). Bodies are
+//! streamed both ways, never buffered, so server-sent events arrive as they are sent.
+//!
+//! An intercept applies on the port its entry names, 443 without one; the same name on
+//! another port its entry allows (80) is refused rather than tunnelled, and so is plain HTTP
+//! to it: rules and credentials apply to TLS only.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::log::{Event, Verdict as Logged};
+use super::proxy::{CONNECT_TIMEOUT, HEAD_TIMEOUT, State};
+use super::{InterceptFile, Leaf};
+use crate::core::egress::{Entry, Host, Target};
+use crate::core::intercept::Intercept;
+use crate::core::intercept::judge::{self, GitService, Verdict};
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// What becomes of a request for `host:port`, given the policy's intercepts.
+pub(super) enum Route {
+    Tunnel,
+    Refuse(String),
+    /// Terminate and judge (the intercept, the port).
+    Intercept(Box<Intercept>),
+}
+
+/// The port an intercept applies on.
+fn intercepted_port(e: &Entry) -> u16 {
+    e.port.unwrap_or(443)
+}
+
+/// Whether an intercept names one host: a name or an address, never a wildcard.
+pub(super) fn check(i: &Intercept) -> Result<(), String> {
+    match Entry::parse(&i.host)?.target {
+        Target::Name(_) | Target::Ip(_) => Ok(()),
+        Target::Below(_) => Err(format!("the intercept `{}` is a wildcard", i.host)),
+    }
+}
+
+/// `tunnel`: a CONNECT (else plain HTTP forwarding).
+pub(super) fn route(intercepts: &[Intercept], host: &str, port: u16, tunnel: bool) -> Route {
+    let Some(h) = Host::parse(host) else {
+        return Route::Tunnel;
+    };
+    for i in intercepts {
+        let Ok(e) = Entry::parse(&i.host) else {
+            continue;
+        };
+        if !(e.matches(&h, port) || (e.port.is_none() && e.matches(&h, 443))) {
+            continue;
+        }
+        let on = intercepted_port(&e);
+        if !tunnel {
+            return Route::Refuse(format!(
+                "{h} has rules: use https: credentials and rules apply to TLS only"
+            ));
+        }
+        if port == on {
+            return Route::Intercept(Box::new(i.clone()));
+        }
+        return Route::Refuse(format!(
+            "{h} has rules, which apply on port {on}; a tunnel to port {port} would pass them by"
+        ));
+    }
+    Route::Tunnel
+}
+
+/// The name the upstream's certificate must carry (and the SNI the member must send).
+fn server_name(i: &Intercept) -> String {
+    match Entry::parse(&i.host).map(|e| e.target) {
+        Ok(Target::Name(n) | Target::Below(n)) => n,
+        Ok(Target::Ip(ip)) => ip.to_string(),
+        Err(_) => i.host.clone(),
+    }
+}
+
+/// What one intercepted connection needs, read before the member is answered 200.
+pub(super) struct Prepared {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+    /// The injected secret's value, if the intercept injects one.
+    secret: Option<String>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The host's roots, loaded once per proxy.
+fn native_roots() -> &'static rustls::RootCertStore {
+    static ROOTS: OnceLock<rustls::RootCertStore> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let mut store = rustls::RootCertStore::empty();
+        for c in rustls_native_certs::load_native_certs().certs {
+            let _ = store.add(c);
+        }
+        store
+    })
+}
+
+/// Builds the TLS configurations for `i` from the intercept file; the error is the 503's
+/// reason (never a secret's value).
+pub(super) fn prepare(i: &Intercept, file: &InterceptFile) -> Result<Prepared, String> {
+    let leaf: &Leaf = file
+        .leaves
+        .get(&i.host)
+        .ok_or_else(|| format!("no certificate for {} in intercept.json", i.host))?;
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(leaf.chain_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("the certificate for {} is not PEM: {e}", i.host))?;
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())
+        .map_err(|e| format!("the key for {} is not PEM: {e}", i.host))?;
+    let mut server = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the certificate for {} is not usable: {e}", i.host))?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut roots = native_roots().clone();
+    if let Some(pem) = &i.upstream_ca {
+        for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            let c = c.map_err(|e| format!("the upstream CA of {} is not PEM: {e}", i.host))?;
+            roots
+                .add(c)
+                .map_err(|e| format!("the upstream CA of {} is not usable: {e}", i.host))?;
+        }
+    }
+    let mut client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let secret = match &i.credentials {
+        None => None,
+        Some(c) => Some(file.secrets.get(c.secret()).cloned().ok_or_else(|| {
+            format!(
+                "the value of secret {} is not in intercept.json",
+                c.secret()
+            )
+        })?),
+    };
+    Ok(Prepared {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        secret,
+    })
+}
+
+/// One member connection, after its CONNECT was answered 200.
+struct Conn {
+    i: Intercept,
+    port: u16,
+    name: String,
+    addr: SocketAddr,
+    prepared: Prepared,
+    upstream: tokio::sync::Mutex<Upstream>,
+}
+
+struct Upstream {
+    /// The connection `decide` made, used for the first request.
+    first: Option<TcpStream>,
+    sender: Option<hyper::client::conn::http1::SendRequest<Incoming>>,
+}
+
+/// Serves the member's TLS connection until it closes.
+pub(super) async fn serve<S>(
+    member: S,
+    i: Intercept,
+    port: u16,
+    (addr, tcp): (SocketAddr, TcpStream),
+    prepared: Prepared,
+    state: Arc<State>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let name = server_name(&i);
+    let refuse = |status: u16, reason: String| {
+        state.record(event(
+            &i,
+            port,
+            "CONNECT",
+            None,
+            Some(addr),
+            status,
+            Some(reason),
+        ));
+    };
+    let start = match tokio::time::timeout(
+        HEAD_TIMEOUT,
+        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), member),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return refuse(400, format!("no TLS from the member: {e}")),
+        Err(_) => return refuse(408, "no TLS from the member in time".into()),
+    };
+    if let Some(sni) = start.client_hello().server_name()
+        && !sni.trim_end_matches('.').eq_ignore_ascii_case(&name)
+    {
+        return refuse(403, format!("the TLS server name {sni} is not {name}"));
+    }
+    let tls = match tokio::time::timeout(HEAD_TIMEOUT, start.into_stream(prepared.server.clone()))
+        .await
+    {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return refuse(400, format!("TLS with the member failed: {e}")),
+        Err(_) => return refuse(408, "the member's TLS handshake did not end in time".into()),
+    };
+    let conn = Arc::new(Conn {
+        i,
+        port,
+        name,
+        addr,
+        prepared,
+        upstream: tokio::sync::Mutex::new(Upstream {
+            first: Some(tcp),
+            sender: None,
+        }),
+    });
+    let svc = hyper::service::service_fn(move |req| {
+        let conn = conn.clone();
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(one(&conn, &state, req).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), svc)
+        .await;
+}
+
+fn event(
+    i: &Intercept,
+    port: u16,
+    method: &str,
+    path: Option<&str>,
+    addr: Option<SocketAddr>,
+    status: u16,
+    reason: Option<String>,
+) -> Event {
+    Event {
+        ts: Event::now(),
+        verdict: match status {
+            0..400 => Logged::Allowed,
+            500.. => Logged::Failed,
+            _ => Logged::Refused,
+        },
+        method: method.to_string(),
+        host: server_name(i),
+        port,
+        path: path.map(str::to_string),
+        addr: addr.map(|a| a.to_string()),
+        status,
+        reason,
+    }
+}
+
+/// One request: judged, then answered here or sent on.
+async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    // Origin-form only: an absolute URI or an authority is not what a glob judged.
+    let target = match (req.uri().authority(), req.uri().path_and_query()) {
+        (None, Some(pq)) => pq.as_str().to_string(),
+        _ => req.uri().to_string(),
+    };
+    let log = |status: u16, reason: Option<String>| {
+        state.record(event(
+            &c.i,
+            c.port,
+            &method,
+            Some(&path),
+            Some(c.addr),
+            status,
+            reason,
+        ));
+    };
+    let (remove, inject) = match judge::judge(&c.i, c.port, &method, &target, req.headers()) {
+        Verdict::Allowed { remove, inject } => (remove, inject),
+        Verdict::Refused {
+            status,
+            reason,
+            git,
+        } => {
+            log(status, Some(reason.clone()));
+            return refusal(status, &reason, git);
+        }
+    };
+    let h = req.headers_mut();
+    // Headers `Connection` names are of this hop too.
+    let nominated: Vec<String> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in remove
+        .iter()
+        .chain(&nominated)
+        .map(String::as_str)
+        .chain(HOP_BY_HOP)
+    {
+        h.remove(name);
+    }
+    if !h.contains_key(http::header::HOST) {
+        let host = match c.port {
+            443 => c.name.clone(),
+            p => format!("{}:{p}", c.name),
+        };
+        if let Ok(v) = host.parse() {
+            h.insert(http::header::HOST, v);
+        }
+    }
+    let injected = match (&inject, &c.prepared.secret) {
+        (Some(cred), Some(value)) => {
+            let (name, v) = judge::injected(cred, value);
+            match (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_str(&v),
+            ) {
+                (Ok(n), Ok(mut v)) => {
+                    v.set_sensitive(true);
+                    h.insert(n, v);
+                }
+                _ => {
+                    let why = format!(
+                        "the value of secret {} is not a header value",
+                        cred.secret()
+                    );
+                    log(503, Some(why.clone()));
+                    return refusal(503, &why, None);
+                }
+            }
+            Some(format!("injected secret {}", cred.secret()))
+        }
+        _ => None,
+    };
+    match send(c, req).await {
+        Ok(resp) => {
+            log(resp.status().as_u16(), injected);
+            resp.map(BodyExt::boxed)
+        }
+        Err(why) => {
+            log(502, Some(why.clone()));
+            refusal(502, &why, None)
+        }
+    }
+}
+
+/// Headers of one hop, never sent on.
+const HOP_BY_HOP: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "upgrade",
+];
+
+/// Sends on the upstream connection, making it (again) when there is none or it closed.
+async fn send(c: &Conn, req: Request<Incoming>) -> Result<Response<Incoming>, String> {
+    let mut up = c.upstream.lock().await;
+    let usable = up.sender.as_mut().is_some_and(|s| !s.is_closed());
+    if !usable {
+        up.sender = None;
+        let tcp = match up.first.take() {
+            Some(t) => t,
+            None => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(c.addr))
+                .await
+                .map_err(|_| format!("connecting to {} timed out", c.addr))?
+                .map_err(|e| format!("cannot connect to {}: {e}", c.addr))?,
+        };
+        let _ = tcp.set_nodelay(true);
+        let sn = ServerName::try_from(c.name.clone())
+            .map_err(|e| format!("{} is not a TLS server name: {e}", c.name))?;
+        let tls = tokio_rustls::TlsConnector::from(c.prepared.client.clone())
+            .connect(sn, tcp)
+            .await
+            .map_err(|e| format!("TLS with {} ({}) failed: {e}", c.name, c.addr))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP with {} failed: {e}", c.name))?;
+        tokio::spawn(conn);
+        up.sender = Some(sender);
+    }
+    let sender = up.sender.as_mut().expect("made above");
+    sender
+        .ready()
+        .await
+        .map_err(|e| format!("the connection to {} closed: {e}", c.name))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("{} did not answer: {e}", c.name))
+}
+
+/// The proxy's own answer to a request: for git's advertisement, one git prints (`fatal:
+/// remote error: ateam egress: ...`); otherwise the status with the reason in its line and
+/// body.
+fn refusal(status: u16, reason: &str, git: Option<GitService>) -> Response<Body> {
+    let phrase: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let full = |b: String| Full::new(Bytes::from(b)).map_err(|n| match n {}).boxed();
+    let mut r = match git {
+        Some(s) => {
+            let line = format!("ERR ateam egress: {phrase}\n");
+            let pkt = format!("{:04x}{line}", line.len() + 4);
+            let mut r = Response::new(full(pkt));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_str(&format!("application/x-{}-advertisement", s.name()))
+                    .expect("a fixed header"),
+            );
+            r
+        }
+        None => {
+            let mut r = Response::new(full(format!("ateam egress: {phrase}\n")));
+            *r.status_mut() =
+                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::FORBIDDEN);
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain"),
+            );
+            if let Ok(p) =
+                hyper::ext::ReasonPhrase::try_from(format!("ateam egress: {phrase}").into_bytes())
+            {
+                r.extensions_mut().insert(p);
+            }
+            r
+        }
+    };
+    r.headers_mut()
+        .insert("x-ateam-egress", http::HeaderValue::from_static("refused"));
+    r
+}
+
+/// The member's stream with what it sent after its CONNECT head (already read) in front.
+pub(super) struct Prefixed<S> {
+    pub(super) head: Vec<u8>,
+    pub(super) inner: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.head.is_empty() {
+            let n = self.head.len().min(buf.remaining());
+            buf.put_slice(&self.head[..n]);
+            self.head.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn icpt(host: &str) -> Intercept {
+        Intercept {
+            host: host.into(),
+            credentials: None,
+            http: vec![],
+            git: None,
+            upstream_ca: None,
+        }
+    }
+
+    #[test]
+    fn an_intercept_applies_on_its_port_and_no_tunnel_passes_it_by() {
+        let is = [icpt("api.example.com"), icpt("host.ateam.internal:8080")];
+        assert!(matches!(
+            route(&is, "API.example.com", 443, true),
+            Route::Intercept(_)
+        ));
+        assert!(matches!(
+            route(&is, "api.example.com", 80, true),
+            Route::Refuse(_)
+        ));
+        assert!(
+            matches!(route(&is, "api.example.com", 80, false), Route::Refuse(r) if r.contains("use https"))
+        );
+        assert!(matches!(
+            route(&is, "host.ateam.internal", 8080, true),
+            Route::Intercept(_)
+        ));
+        assert!(matches!(
+            route(&is, "other.example.com", 443, true),
+            Route::Tunnel
+        ));
+        assert!(matches!(
+            route(&is, "host.ateam.internal", 9090, true),
+            Route::Tunnel
+        ));
+    }
+}
