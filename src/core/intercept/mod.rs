@@ -6,6 +6,8 @@
 //! - `judge`: what the proxy does with one request to such a host;
 //! - `covers`: whether a child's rules stay within its parent's.
 
+pub mod covers;
+
 use serde::{Deserialize, Serialize};
 
 /// One host with rules, as the planner and the proxy see it (the manifest's spelling is
