@@ -332,6 +332,29 @@ pub struct NetworkGrant {
     pub mode: NetworkMode,
     /// The hosts of an `allow` grant; empty otherwise.
     pub allow: Vec<String>,
+    /// Those of `allow` tunnelled as they are (end-to-end TLS).
+    pub tunnelled: Vec<String>,
+    /// Those of `allow` with rules: the proxy reads and judges each request.
+    pub intercepted: Vec<String>,
+    /// The credentials the proxy puts on requests, by secret name (never a value).
+    pub injected: Vec<Injection>,
+}
+
+/// One credential the proxy injects: `ANTHROPIC_API_KEY -> api.anthropic.com (x-api-key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Injection {
+    /// The member's `secretEnv` whose value the proxy holds.
+    pub secret: String,
+    pub host: String,
+    /// The header it goes in: a header name, `bearer` or `basic` (both `Authorization`).
+    pub how: String,
+}
+
+impl std::fmt::Display for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} -> {} ({})", self.secret, self.host, self.how)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
@@ -352,13 +375,39 @@ impl Grants {
             Network::Allow(hosts) => (NetworkMode::Allow, hosts.clone()),
             Network::Open => (NetworkMode::Open, vec![]),
         };
+        use crate::core::intercept::Credential;
+        let ruled = |h: &String| g.intercept.iter().any(|i| i.host == *h);
+        let (intercepted, tunnelled) = allow.iter().cloned().partition(ruled);
+        let injected = g
+            .intercept
+            .iter()
+            .filter_map(|i| {
+                let c = i.credentials.as_ref()?;
+                let how = match c {
+                    Credential::Header { header, .. } => header.clone(),
+                    Credential::Bearer { .. } => "bearer".into(),
+                    Credential::Basic { .. } => "basic".into(),
+                };
+                Some(Injection {
+                    secret: c.secret().to_string(),
+                    host: i.host.clone(),
+                    how,
+                })
+            })
+            .collect();
         Grants {
             name: g.name.clone(),
             read: g.read.clone(),
             write: g.write.clone(),
             not_writable: vec![],
             not_writable_by: None,
-            network: NetworkGrant { mode, allow },
+            network: NetworkGrant {
+                mode,
+                allow,
+                tunnelled,
+                intercepted,
+                injected,
+            },
         }
     }
 
@@ -383,7 +432,10 @@ impl Grants {
                 self.network
                     .allow
                     .iter()
-                    .map(|e| allow_entry_shown(e))
+                    .map(|e| {
+                        let ruled = self.network.intercepted.contains(e);
+                        allow_entry_shown(e) + if ruled { "(rules)" } else { "" }
+                    })
                     .collect::<Vec<_>>()
                     .join(",")
             ),
@@ -1152,6 +1204,9 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
             }
             if let Some(d) = &m.detail {
                 out.push_str(&format!("  {}: {d}\n", m.name));
+            }
+            for i in m.grants.iter().flat_map(|g| &g.network.injected) {
+                out.push_str(&format!("  {}: injects {i}\n", m.name));
             }
             if let Some(e) = &m.last_exit
                 && let Some(msg) = &e.message

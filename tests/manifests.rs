@@ -510,3 +510,144 @@ fn a_team_applied_again_from_elsewhere_may_grant_where_it_was() {
     );
     validate(&[src(Some(dir.join("team.yaml")))], &host, applied).unwrap();
 }
+
+/// The map form of an allow entry: every kind of rule, read into the model (the host also
+/// in the allow list), and written back by `export` in the same form, which reads again
+/// into the same grant.
+#[test]
+fn hosts_with_rules_are_read_and_exported_in_their_map_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = rcgen::generate_simple_self_signed(vec!["test-ca".into()]).unwrap();
+    let ca_path = dir.path().join("test-ca.pem");
+    std::fs::write(&ca_path, ca.cert.pem()).unwrap();
+    let yaml = format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: t}}
+spec: {{image: ateam-demo:latest}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: fixtures/repo}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec:
+  network:
+    allow:
+      - api.example.org
+      - host: api.anthropic.com
+        credentials: {{header: x-api-key, secret: ANTHROPIC_API_KEY}}
+      - host: github.com
+        git: {{repositories: [acme/shop], push: false}}
+        credentials: {{basic: {{username: x-access-token, secret: GITHUB_TOKEN}}}}
+      - host: api.github.com
+        http: [{{methods: [GET], paths: ['/repos/acme/shop/**']}}]
+      - host: host.ateam.internal:8443
+        upstreamCA: {}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: m}}
+spec: {{parent: lead, access: g, secretEnv: [ANTHROPIC_API_KEY, GITHUB_TOKEN]}}
+",
+        ca_path.display()
+    );
+    let team = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let g = &team.grants[0];
+    assert_eq!(
+        g.network,
+        ateam::model::Network::Allow(
+            [
+                "api.example.org",
+                "api.anthropic.com",
+                "github.com",
+                "api.github.com",
+                "host.ateam.internal:8443"
+            ]
+            .map(String::from)
+            .to_vec()
+        )
+    );
+    let hosts: Vec<&str> = g.intercept.iter().map(|i| i.host.as_str()).collect();
+    assert_eq!(
+        hosts,
+        [
+            "api.anthropic.com",
+            "github.com",
+            "api.github.com",
+            "host.ateam.internal:8443"
+        ]
+    );
+    assert_eq!(
+        g.intercept[0].credentials,
+        Some(ateam::core::intercept::Credential::Header {
+            header: "x-api-key".into(),
+            secret: "ANTHROPIC_API_KEY".into()
+        })
+    );
+    assert_eq!(
+        g.intercept[1].git.as_ref().unwrap().repositories,
+        ["acme/shop"]
+    );
+    assert_eq!(g.intercept[2].http[0].paths, ["/repos/acme/shop/**"]);
+    assert_eq!(
+        g.intercept[3].upstream_ca.as_deref(),
+        Some(ca.cert.pem().as_str())
+    );
+    // The member's secretEnv still declares what is injected.
+    assert_eq!(
+        team.members[0].secret_env,
+        ["ANTHROPIC_API_KEY", "GITHUB_TOKEN"]
+    );
+
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(exported.contains("x-api-key"), "{exported}");
+    assert!(
+        !exported.contains("- api.anthropic.com"),
+        "not flattened: {exported}"
+    );
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.grants[0], *g);
+}
+
+/// A member that does not declare a secret its grant injects is refused even when another
+/// member of the same grant declares it: every member holds its own placeholder.
+#[test]
+fn every_member_of_a_grant_declares_its_injected_secrets() {
+    let yaml = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: ateam-demo:latest}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [claude], cwd: fixtures/repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  network: {allow: [{host: api.openai.com, credentials: {bearer: OPENAI_API_KEY}}]}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec: {parent: lead, access: g, secretEnv: [OPENAI_API_KEY]}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: b}
+spec: {parent: lead, access: g, secretEnv: [OTHER]}
+";
+    let problems = check(yaml, &test_host(), &[]).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].object.as_deref(), Some("Member/b"));
+    assert_eq!(problems[0].field.as_deref(), Some("spec.secretEnv"));
+    assert!(problems[0].message.contains("injects `OPENAI_API_KEY`"));
+}

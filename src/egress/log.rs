@@ -318,6 +318,19 @@ pub struct Suggestion {
     pub more: usize,
 }
 
+/// The host with rules of `grant` that `r` was refused by, if any.
+fn ruled_host<'a>(
+    grant: &'a crate::model::AccessGrant,
+    r: &Refusal,
+) -> Option<&'a crate::core::intercept::Intercept> {
+    use crate::core::egress::{Entry, Host};
+    let host = Host::parse(&r.host)?;
+    grant
+        .intercept
+        .iter()
+        .find(|i| Entry::parse(&i.host).is_ok_and(|e| e.matches(&host, r.port)))
+}
+
 /// The grant with the refused hosts added (`refused`: most frequent first).
 pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal]) -> Suggestion {
     let crate::model::Network::Allow(list) = &grant.network else {
@@ -329,6 +342,19 @@ pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal
     }
     let mut allow = list.clone();
     for r in refused {
+        // A host with rules refused a request: its rules said no, not the list. Which rule
+        // to widen is a person's call; say which refused, suggest nothing.
+        if let Some(i) = ruled_host(grant, r) {
+            if out.withheld.len() < SHOWN {
+                out.withheld.push(format!(
+                    "`{}:{}` has rules (entry `{}`), which refused it: {}; widen them by hand if you mean it",
+                    r.host, r.port, i.host, r.reason
+                ));
+            } else {
+                out.more += 1;
+            }
+            continue;
+        }
         let e = entry_for(r);
         if allow.contains(&e) {
             continue;
@@ -359,7 +385,15 @@ pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal
     }
     s.push_str("  network:\n    allow:\n");
     for a in allow {
-        s.push_str(&format!("      - \"{a}\"\n"));
+        // A host with rules stays one, in its map form (JSON is YAML too).
+        match grant.intercept.iter().find(|i| i.host == a) {
+            Some(i) => {
+                let rules = crate::manifest::rules::host_rules(i);
+                let map = serde_json::to_string(&rules).unwrap_or_default();
+                s.push_str(&format!("      - {map}\n"));
+            }
+            None => s.push_str(&format!("      - \"{a}\"\n")),
+        }
     }
     out.grant = Some(s);
     out
@@ -534,5 +568,58 @@ mod tests {
         for e in allow.as_vec().unwrap() {
             crate::core::egress::Entry::parse(e.as_str().unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn a_host_with_rules_stays_in_its_map_form_and_its_refusals_are_not_suggested() {
+        use crate::core::intercept::{Credential, HttpRule, Intercept};
+        let ruled = Intercept {
+            host: "api.github.com".into(),
+            credentials: Some(Credential::Bearer {
+                secret: "GITHUB_TOKEN".into(),
+            }),
+            http: vec![HttpRule {
+                methods: vec!["GET".into()],
+                paths: vec!["/repos/acme/shop/**".into()],
+            }],
+            git: None,
+            upstream_ca: None,
+        };
+        let grant = crate::model::AccessGrant {
+            name: "web".into(),
+            read: vec![],
+            write: vec![],
+            network: crate::model::Network::Allow(vec!["api.github.com".into()]),
+            intercept: vec![ruled.clone()],
+        };
+        let mut by_rule = ev(Verdict::Refused, "api.github.com", 443, 10.0);
+        by_rule.method = "POST".into();
+        by_rule.reason = Some("no http rule allows POST /repos/acme/shop/issues".into());
+        let r = refusals(&[by_rule, ev(Verdict::Refused, "pypi.org", 443, 11.0)], 5.0);
+        let s = suggest("t", &grant, &r);
+        assert_eq!(
+            s.withheld,
+            [
+                "`api.github.com:443` has rules (entry `api.github.com`), which refused it: no http rule allows POST /repos/acme/shop/issues; widen them by hand if you mean it"
+            ]
+        );
+        let yaml = s.grant.expect("pypi.org is suggested");
+        let obj: crate::manifest::raw::Object<crate::manifest::raw::AccessGrantSpec> =
+            serde_json::from_value(
+                crate::manifest::yaml::parse(&yaml).unwrap()[0]
+                    .value
+                    .clone(),
+            )
+            .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let crate::manifest::raw::NetworkSpec::Allow(allow) = obj.spec.network else {
+            panic!("{yaml}")
+        };
+        assert_eq!(
+            allow,
+            [
+                crate::manifest::raw::AllowEntry::Rules(crate::manifest::rules::host_rules(&ruled)),
+                "pypi.org".into()
+            ]
+        );
     }
 }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::raw::{
-    API_VERSION, AccessGrantSpec, MainSessionSpec, MemberSpec, Metadata, NetworkSpec, Object,
-    Quantity, Resources, TeamSpec,
+    API_VERSION, AccessGrantSpec, AllowEntry, MainSessionSpec, MemberSpec, Metadata, NetworkSpec,
+    Object, Quantity, Resources, TeamSpec,
 };
 use crate::model::{AccessGrant, Member, Network, Origin, Parent, Team};
 
@@ -61,7 +61,15 @@ pub fn grant_object(team: &str, g: &AccessGrant) -> Object<AccessGrantSpec> {
             write: path_strings(&g.write),
             network: match &g.network {
                 Network::None => NetworkSpec::None,
-                Network::Allow(h) => NetworkSpec::Allow(h.clone()),
+                // A host with rules in its map form, the others as written.
+                Network::Allow(h) => NetworkSpec::Allow(
+                    h.iter()
+                        .map(|h| match g.intercept.iter().find(|i| i.host == *h) {
+                            Some(i) => AllowEntry::Rules(super::rules::host_rules(i)),
+                            None => AllowEntry::Host(h.clone()),
+                        })
+                        .collect(),
+                ),
                 Network::Open => NetworkSpec::Open,
             },
         },
@@ -180,6 +188,7 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
                 g.read != m.access.read
                     || g.write != m.access.write
                     || g.network != m.access.network
+                    || g.intercept != m.access.intercept
             }) {
                 n += 1;
                 name = format!("{}-{n}", m.access.name);

@@ -10,6 +10,7 @@ pub mod paths;
 pub mod quantity;
 pub mod raw;
 pub mod reach;
+pub(crate) mod rules;
 pub mod validate;
 pub mod yaml;
 

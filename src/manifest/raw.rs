@@ -106,12 +106,145 @@ pub enum NetworkSpec {
     /// No network at all (only loopback).
     #[serde(rename = "none")]
     None,
-    /// Only these hosts, through ateam's egress proxy (`host`, `host:port`, `*.example.com`).
+    /// Only these hosts, through ateam's egress proxy: `host`, `host:port`, `*.example.com`
+    /// (a tunnel), or `{host: ..., credentials/http/git/upstreamCA: ...}` (a host with rules).
     #[serde(rename = "allow")]
-    Allow(Vec<String>),
+    Allow(Vec<AllowEntry>),
     /// Unrestricted network.
     #[serde(rename = "open")]
     Open,
+}
+
+/// One entry of `network.allow`: a host tunnelled as it is, or a host with rules, whose TLS
+/// the member's proxy terminates to judge each request and inject a credential.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum AllowEntry {
+    /// `host`, `host:port`, `*.domain`, an address: a tunnel, end-to-end TLS.
+    Host(String),
+    /// A host with rules.
+    Rules(HostRules),
+}
+
+impl AllowEntry {
+    /// The host as written, whichever the form.
+    pub fn host(&self) -> &str {
+        match self {
+            AllowEntry::Host(h) => h,
+            AllowEntry::Rules(r) => &r.host,
+        }
+    }
+}
+
+impl From<&str> for AllowEntry {
+    fn from(h: &str) -> Self {
+        AllowEntry::Host(h.to_string())
+    }
+}
+
+// By hand rather than `untagged`: a map must be read as `HostRules` so that an unknown key
+// or a bad field is reported where it is, not as "matched no variant".
+impl<'de> Deserialize<'de> for AllowEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = AllowEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a host (`api.example.org`) or a mapping with `host` and its rules")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AllowEntry, E> {
+                Ok(AllowEntry::Host(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<AllowEntry, A::Error> {
+                HostRules::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(AllowEntry::Rules)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A host with rules. With neither `http` nor `git` every request is allowed; with either,
+/// a request must match one of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostRules {
+    /// A name or an address with an optional port (`api.openai.com`,
+    /// `host.ateam.internal:8443`); not a wildcard.
+    pub host: String,
+    /// The credential the proxy puts on every request; the member's variable of that name
+    /// holds a placeholder, never the value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<CredentialsSpec>,
+    /// Requests allowed by method and path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpRuleSpec>,
+    /// git over smart HTTP: which repositories, and whether push is allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSpec>,
+    /// A PEM file of certificates trusted for this upstream besides the host's roots,
+    /// relative to the manifest's folder (or the PEM text itself, as `export` writes it).
+    #[serde(
+        default,
+        rename = "upstreamCA",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub upstream_ca: Option<String>,
+}
+
+/// Exactly one of `{header, secret}`, `{bearer}` or `{basic: {username, secret}}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialsSpec {
+    /// A header to set (`x-api-key`), with `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// The `secretEnv` whose value goes in `header`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// The `secretEnv` sent as `Authorization: Bearer <value>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<String>,
+    /// `Authorization: Basic` with this username and a `secretEnv` as the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BasicSpec {
+    pub username: String,
+    /// The `secretEnv` used as the password.
+    pub secret: String,
+}
+
+/// Requests allowed by method and path; an empty list allows any method (or path).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpRuleSpec {
+    /// `GET`, `POST`, ... as sent (methods are case-sensitive).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Patterns starting with `/`, matched without the query: `*` is any characters but
+    /// `/`, `**` any characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// git over smart HTTP: fetch and clone of `repositories` (any when empty); push only with
+/// `push: true`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GitSpec {
+    /// `owner/name` paths on the host, with or without `.git`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repositories: Vec<String>,
+    /// Default false.
+    #[serde(default)]
+    pub push: bool,
 }
 
 /// `kind: AccessGrant`: the folders and network a member may use.

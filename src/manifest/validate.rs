@@ -16,6 +16,7 @@ use super::paths::{check_dir, check_grant, resolve, within};
 use super::quantity::{human_bytes, parse_cpus, parse_memory};
 use super::raw::{self, API_VERSION, NetworkSpec, Quantity};
 use super::reach::Fence;
+use super::rules;
 use super::yaml::{self, Document};
 use super::{Problem, Source, did_you_mean};
 use crate::core::egress;
@@ -489,7 +490,7 @@ fn check_dns_label(name: &str) -> Result<(), String> {
     }
 }
 
-fn check_env_name(name: &str) -> Result<(), String> {
+pub(super) fn check_env_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -540,7 +541,7 @@ pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), 
         }
     }
     let ok = match (&child.network, &parent.network) {
-        (Network::None, _) | (_, Network::Open) => true,
+        (Network::None, _) | (Network::Open, Network::Open) => true,
         (Network::Allow(c), Network::Allow(p)) => {
             if let Some((i, h)) = c
                 .iter()
@@ -554,6 +555,11 @@ pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), 
                     ),
                 ));
             }
+            rules_within(child, c, Some((p, parent)))?;
+            true
+        }
+        (Network::Allow(c), Network::Open) => {
+            rules_within(child, c, None)?;
             true
         }
         (Network::Allow(_) | Network::Open, _) => false,
@@ -566,6 +572,23 @@ pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), 
             "allows more network than its parent's grant".into(),
         ))
     }
+}
+
+/// The child's hosts with rules within its parent's (`core::intercept::covers`); `None`
+/// for a parent with open network.
+fn rules_within(
+    child: &AccessGrant,
+    allow: &[String],
+    parent: Option<(&[String], &AccessGrant)>,
+) -> Result<(), (String, String)> {
+    use crate::core::intercept::{EgressPolicy, covers};
+    let policy = |allow: &[String], g: &AccessGrant| EgressPolicy {
+        allow: allow.to_vec(),
+        intercept: g.intercept.clone(),
+    };
+    let parent = parent.map(|(a, g)| policy(a, g));
+    covers::within(&policy(allow, child), parent.as_ref())
+        .map_err(|w| (format!("network.allow[{}]", w.index), w.reason))
 }
 
 /// One problem per pair of files for objects defined twice: a copy of a manifest (`team
@@ -925,6 +948,7 @@ fn build(
                 .into_iter()
                 .filter(|r| !write.contains(r))
                 .collect();
+            let mut intercept = Vec::new();
             let network = match &g.network {
                 NetworkSpec::None => Network::None,
                 NetworkSpec::Open => Network::Open,
@@ -935,12 +959,27 @@ fn build(
                             "an empty allow list: write `network: none` for no network",
                         ));
                     }
-                    for (i, h) in hosts.iter().enumerate() {
-                        if let Err(e) = check_host_pattern(h) {
-                            problems.push(o.value_problem(&format!("spec.network.allow[{i}]"), e));
+                    for (i, entry) in hosts.iter().enumerate() {
+                        let at = format!("spec.network.allow[{i}]");
+                        match entry {
+                            raw::AllowEntry::Host(h) => {
+                                if let Err(e) = check_host_pattern(h) {
+                                    problems.push(o.value_problem(&at, e));
+                                }
+                            }
+                            raw::AllowEntry::Rules(r) => {
+                                let (i, bad) = rules::intercept_of(r, &o.src.dir, &host.home);
+                                for (field, e) in bad {
+                                    problems.push(o.value_problem(&format!("{at}.{field}"), e));
+                                }
+                                intercept.push(i);
+                            }
                         }
                     }
-                    Network::Allow(hosts.clone())
+                    for (j, e) in rules::overlaps(hosts) {
+                        problems.push(o.value_problem(&format!("spec.network.allow[{j}]"), e));
+                    }
+                    Network::Allow(hosts.iter().map(|h| h.host().to_string()).collect())
                 }
             };
             grants.insert(
@@ -951,7 +990,7 @@ fn build(
                         read,
                         write,
                         network,
-                        intercept: vec![],
+                        intercept,
                     },
                     o,
                 ),
@@ -1176,6 +1215,25 @@ fn build(
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), why));
                 } else if m.env.contains_key(k) {
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), format!("`{k}` is in both env and secretEnv; a secret must not also be a plain value")));
+                }
+            }
+            for i in &access.intercept {
+                let Some(c) = &i.credentials else { continue };
+                if !m.secret_env.iter().any(|s| s == c.secret()) {
+                    let field = if m.secret_env.is_empty() {
+                        "spec.access"
+                    } else {
+                        "spec.secretEnv"
+                    };
+                    problems.push(o.value_problem(
+                        field,
+                        format!(
+                            "grant `{}` injects `{}` into `{}`, which this member's secretEnv does not declare; add it there (apply reads its value from its environment; the member sees only a placeholder)",
+                            access.name,
+                            c.secret(),
+                            i.host
+                        ),
+                    ));
                 }
             }
             let memory_bytes = match &m.resources.memory {

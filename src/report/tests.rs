@@ -235,7 +235,13 @@ fn documents_are_plain_camel_case_data_with_absolute_times() {
             "name": "g",
             "read": ["/src/docs"],
             "write": ["/src/repo"],
-            "network": {"mode": "allow", "allow": ["example.com"]},
+            "network": {
+                "mode": "allow",
+                "allow": ["example.com"],
+                "tunnelled": ["example.com"],
+                "intercepted": [],
+                "injected": [],
+            },
         })
     );
     let diff = serde_json::to_value(diff_document(&p)).unwrap();
@@ -374,4 +380,41 @@ fn local_allow_entries_are_marked() {
         "api.example.com"
     );
     assert_eq!(super::allow_entry_shown("*.internal"), "*.internal");
+}
+
+#[test]
+fn hosts_with_rules_and_injected_secrets_are_shown_by_name() {
+    use crate::core::intercept::{Credential, Intercept};
+    let g = AccessGrant {
+        name: "g".into(),
+        read: vec![],
+        write: vec![],
+        network: Network::Allow(vec!["pypi.org".into(), "api.anthropic.com".into()]),
+        intercept: vec![Intercept {
+            host: "api.anthropic.com".into(),
+            credentials: Some(Credential::Header {
+                header: "x-api-key".into(),
+                secret: "ANTHROPIC_API_KEY".into(),
+            }),
+            http: vec![],
+            git: None,
+            upstream_ca: None,
+        }],
+    };
+    let grants = Grants::of(&g);
+    assert_eq!(grants.network.tunnelled, ["pypi.org"]);
+    assert_eq!(grants.network.intercepted, ["api.anthropic.com"]);
+    assert_eq!(
+        grants.network.injected[0].to_string(),
+        "ANTHROPIC_API_KEY -> api.anthropic.com (x-api-key)"
+    );
+    assert_eq!(
+        grants.summary(),
+        "net:allow pypi.org,api.anthropic.com(rules)"
+    );
+    let json = serde_json::to_string(&grants).unwrap();
+    assert!(
+        json.contains("\"injected\":[{\"secret\":\"ANTHROPIC_API_KEY\""),
+        "{json}"
+    );
 }

@@ -6,6 +6,7 @@
 //! - `judge`: what the proxy does with one request to such a host;
 //! - `covers`: whether a child's rules stay within its parent's.
 
+pub mod covers;
 pub mod judge;
 
 use serde::{Deserialize, Serialize};
