@@ -53,6 +53,7 @@ build_rootfs_tar() (
     copy_elf "$root" /usr/bin/curl /usr/bin/node "$py" /usr/bin/git \
         /usr/lib/git-core/git-remote-http
     ln -sf "$(basename "$py")" "$root/usr/bin/python3"
+    ln -sf git-remote-http "$root/usr/lib/git-core/git-remote-https"   # git over TLS
     # Python's standard library, as the interpreter looks for it (prefix /usr).
     local lib=/usr/lib/$(basename "$py")
     mkdir -p "$root$lib"
