@@ -12,6 +12,7 @@ use super::raw::{self, CredentialsSpec};
 use crate::core::egress::{Entry, Target};
 use crate::core::intercept::covers::{ports, reaches};
 use crate::core::intercept::{Credential, GitRule, HttpRule, Intercept};
+use crate::model::AccessGrant;
 
 /// A problem under one entry: the field below it ("" for the entry) and what is wrong.
 pub(crate) type Bad = (String, String);
@@ -128,6 +129,26 @@ pub(crate) fn host_rules(i: &Intercept) -> raw::HostRules {
     }
 }
 
+/// Each secret `grant` injects that `secret_env` (a member's) does not declare, as a
+/// problem: the member's variable must exist to hold the placeholder, and declaring it is
+/// how a person says its value comes from apply's environment.
+pub(crate) fn undeclared_secrets(grant: &AccessGrant, secret_env: &[String]) -> Vec<String> {
+    grant
+        .intercept
+        .iter()
+        .filter_map(|i| Some((i, i.credentials.as_ref()?)))
+        .filter(|(_, c)| !secret_env.iter().any(|s| s == c.secret()))
+        .map(|(i, c)| {
+            format!(
+                "grant `{}` injects `{}` into `{}`, which this member's secretEnv does not declare; add it there (apply reads its value from its environment; the member sees only a placeholder)",
+                grant.name,
+                c.secret(),
+                i.host
+            )
+        })
+        .collect()
+}
+
 /// Entries of one allow list that say the same host twice where one has rules: which
 /// would the proxy follow? Each as (the later entry's index, what is wrong).
 pub(crate) fn overlaps(allow: &[raw::AllowEntry]) -> Vec<(usize, String)> {
@@ -165,8 +186,9 @@ pub(crate) fn overlaps(allow: &[raw::AllowEntry]) -> Vec<(usize, String)> {
 fn same_host(a: &Entry, b: &Entry) -> bool {
     match (&a.target, &b.target) {
         (Target::Below(x), Target::Below(y)) => x == y,
-        (Target::Below(_), _) | (_, Target::Below(_)) => false,
-        _ => reaches(
+        (Target::Below(_), Target::Name(_) | Target::Ip(_))
+        | (Target::Name(_) | Target::Ip(_), Target::Below(_)) => false,
+        (Target::Name(_) | Target::Ip(_), Target::Name(_) | Target::Ip(_)) => reaches(
             &Entry {
                 port: None,
                 ..a.clone()

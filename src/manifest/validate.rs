@@ -1217,24 +1217,13 @@ fn build(
                     problems.push(o.value_problem(&format!("spec.secretEnv[{i}]"), format!("`{k}` is in both env and secretEnv; a secret must not also be a plain value")));
                 }
             }
-            for i in &access.intercept {
-                let Some(c) = &i.credentials else { continue };
-                if !m.secret_env.iter().any(|s| s == c.secret()) {
-                    let field = if m.secret_env.is_empty() {
-                        "spec.access"
-                    } else {
-                        "spec.secretEnv"
-                    };
-                    problems.push(o.value_problem(
-                        field,
-                        format!(
-                            "grant `{}` injects `{}` into `{}`, which this member's secretEnv does not declare; add it there (apply reads its value from its environment; the member sees only a placeholder)",
-                            access.name,
-                            c.secret(),
-                            i.host
-                        ),
-                    ));
-                }
+            for why in rules::undeclared_secrets(&access, &m.secret_env) {
+                let field = if m.secret_env.is_empty() {
+                    "spec.access"
+                } else {
+                    "spec.secretEnv"
+                };
+                problems.push(o.value_problem(field, why));
             }
             let memory_bytes = match &m.resources.memory {
                 None => DEFAULT_MEMORY,

@@ -418,3 +418,32 @@ fn hosts_with_rules_and_injected_secrets_are_shown_by_name() {
         "{json}"
     );
 }
+
+#[test]
+fn the_table_says_which_secret_is_injected_where() {
+    use crate::core::intercept::{Credential, Intercept};
+    let mut t = team(&["a", "b"]);
+    let g = &mut t.members[0].access;
+    g.network = Network::Allow(vec!["api.openai.com".into()]);
+    g.intercept = vec![Intercept {
+        host: "api.openai.com".into(),
+        credentials: Some(Credential::Bearer {
+            secret: "OPENAI_API_KEY".into(),
+        }),
+        http: vec![],
+        git: None,
+        upstream_ca: None,
+    }];
+    t.members[0].secret_env = vec!["OPENAI_API_KEY".into()];
+    let (s, _) = status(&t, &in_sync(&t), None);
+    let table = render_status(
+        std::slice::from_ref(&s),
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
+    );
+    assert!(table.contains("net:allow api.openai.com(rules)"), "{table}");
+    assert!(
+        table.contains("a: injects OPENAI_API_KEY -> api.openai.com (bearer)"),
+        "{table}"
+    );
+    assert!(!table.contains("b: injects"), "{table}");
+}

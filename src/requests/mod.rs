@@ -334,6 +334,47 @@ fn admit(team: &Team, manifest_names: &[String], mut m: Member) -> Admit {
     }
 }
 
+/// What a request's hosts with rules need: the secrets they inject that the requester
+/// declares (the helper's placeholders; one the requester lacks is refused as wider by the
+/// manifest rules), and a refusal for an `upstreamCA` that names a file: a request is
+/// judged on the host, which must not read files a member names.
+fn request_rules(req: &Request, parent: &Member) -> (Vec<String>, Option<Refusal>) {
+    use crate::manifest::raw::AllowEntry;
+    let Some(NetworkSpec::Allow(allow)) = &req.network else {
+        return (vec![], None);
+    };
+    let mut secrets = Vec::new();
+    for (i, e) in allow.iter().enumerate() {
+        let AllowEntry::Rules(r) = e else { continue };
+        if let Some(ca) = &r.upstream_ca
+            && !ca.trim_start().starts_with("-----BEGIN")
+        {
+            let field = format!("network.allow[{i}].upstreamCA");
+            return (
+                vec![],
+                Some(Refusal::new(
+                    422,
+                    "narrower-than-requester",
+                    Some(&field),
+                    "in a request, `upstreamCA` is the PEM text of its requester's (a request never names a file on the host)",
+                )),
+            );
+        }
+        let Some(c) = &r.credentials else { continue };
+        let named = [
+            c.secret.as_deref(),
+            c.bearer.as_deref(),
+            c.basic.as_ref().map(|b| b.secret.as_str()),
+        ];
+        for s in named.into_iter().flatten() {
+            if parent.secret_env.iter().any(|p| p == s) && !secrets.iter().any(|x| x == s) {
+                secrets.push(s.to_string());
+            }
+        }
+    }
+    (secrets, None)
+}
+
 /// A requested member is kept only while it is no wider than its requester now (a manifest
 /// may have narrowed the requester since).
 fn still_within(m: &Member, parent: &Member) -> Result<(), String> {
@@ -578,6 +619,10 @@ pub fn judge(
             ),
         ));
     }
+    let (secret_env, refusal) = request_rules(req, parent);
+    if let Some(r) = refusal {
+        return Err(r);
+    }
     // The member as a manifest would write it.
     let grant = crate::model::AccessGrant {
         name: grant_name(&req.name),
@@ -604,7 +649,7 @@ pub fn judge(
         command: req.command.clone(),
         cwd: PathBuf::new(),
         env: req.env.clone(),
-        secret_env: vec![],
+        secret_env,
         memory_bytes: parent.memory_bytes,
         pids: parent.pids,
         nano_cpus: parent.nano_cpus,

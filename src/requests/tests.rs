@@ -605,3 +605,87 @@ fn a_refusal_for_the_teams_own_problems_names_none_of_the_persons_paths() {
     );
     assert!(e.message.contains("does not validate"), "{e:?}");
 }
+
+/// A requester whose grant injects a bearer token on api.example.com, GET only.
+fn ruled_team(f: &Fixture) -> Team {
+    let yaml = r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: img:1, sessionDir: ./sessions, helperRequests: true}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [sh], cwd: ./work}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  write: [./work]
+  network:
+    allow:
+      - pypi.org
+      - host: api.example.com
+        credentials: {bearer: API_KEY}
+        http: [{methods: [GET], paths: ["/v1/**"]}]
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec: {parent: lead, access: g, secretEnv: [API_KEY], command: [sleep, "1"]}
+"#;
+    f.validate(yaml).unwrap().teams.remove(0)
+}
+
+fn rules_request(json: &str) -> Request {
+    serde_json::from_str(&format!(r#"{{"name": "h", "network": {json}}}"#)).unwrap()
+}
+
+#[test]
+fn a_request_carries_hosts_with_rules_within_its_requesters() {
+    let f = Fixture::new();
+    let team = ruled_team(&f);
+    let r = rules_request(
+        r#"{"allow": [{"host": "api.example.com", "credentials": {"bearer": "API_KEY"},
+            "http": [{"methods": ["GET"], "paths": ["/v1/models"]}]}]}"#,
+    );
+    let m = f.judge(&team, &r).unwrap();
+    assert_eq!(
+        m.access.network,
+        Network::Allow(vec!["api.example.com".into()])
+    );
+    assert_eq!(m.access.intercept.len(), 1);
+    assert_eq!(m.access.intercept[0].http[0].paths, ["/v1/models"]);
+    assert_eq!(m.secret_env, ["API_KEY"]);
+
+    // Wider rules, a tunnel past the rules, a credential the requester lacks, a CA file.
+    for (json, words) in [
+        (
+            r#"{"allow": [{"host": "api.example.com", "http": [{"methods": ["POST"]}]}]}"#,
+            "which no http rule of its parent's covers",
+        ),
+        (
+            r#"{"allow": ["api.example.com"]}"#,
+            "tunnels `api.example.com`",
+        ),
+        (
+            r#"{"allow": [{"host": "pypi.org", "credentials": {"bearer": "API_KEY"}}]}"#,
+            "injects `API_KEY` into `pypi.org`",
+        ),
+        (
+            r#"{"allow": [{"host": "pypi.org", "upstreamCA": "/etc/ssl/private/x.pem"}]}"#,
+            "never names a file on the host",
+        ),
+    ] {
+        let e = f.judge(&team, &rules_request(json)).unwrap_err();
+        assert_eq!(e.rule, "narrower-than-requester", "{json}: {e:?}");
+        assert!(e.message.contains(words), "{json}: {e:?}");
+        assert!(
+            e.field
+                .as_deref()
+                .is_some_and(|f| f.starts_with("network.allow[0]")),
+            "{json}: {e:?}"
+        );
+    }
+}

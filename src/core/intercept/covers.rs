@@ -82,6 +82,12 @@ pub fn intercept_within(child: &Intercept, parent: &Intercept) -> Result<(), Str
             c.secret()
         ));
     }
+    // Another CA trusted for the upstream: the credential could go to whoever it certifies.
+    if child.upstream_ca.is_some() && child.upstream_ca != parent.upstream_ca {
+        return Err(format!(
+            "trusts an upstream CA for `{host}` that its parent's grant does not trust there"
+        ));
+    }
     let parent_all = parent.http.is_empty() && parent.git.is_none();
     if parent_all {
         return Ok(());
