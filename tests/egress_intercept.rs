@@ -73,7 +73,7 @@ impl World {
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
 metadata: {{name: {team}}}
-spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true}}
+spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true, helperRequests: true}}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: MainSession
@@ -396,6 +396,44 @@ fn clients_use_injected_credentials_under_rules(engine: Engine) {
         w.container_id(),
         id,
         "{engine:?}: a new key replaced the container"
+    );
+
+    // A helper the member asks for, with the same host and credential: it too holds only the
+    // placeholder, and its own proxy injects the value its requester's holds.
+    let req = serde_json::json!({
+        "name": "h",
+        "command": ["sleep", "100000"],
+        "read": [w.root().join("work")],
+        "network": {"allow": [{
+            "host": format!("host.ateam.internal:{}", api.port),
+            "upstreamCA": api.ca_pem,
+            "credentials": {"header": "x-api-key", "secret": "ANTHROPIC_API_KEY"},
+            "http": [{"methods": ["GET", "POST"], "paths": ["/v1/**", "/sse"]}],
+        }]},
+    });
+    let file = w.root().join("work/req.json");
+    std::fs::write(&file, req.to_string()).unwrap();
+    let got = w.inside(&format!(
+        "curl -sS --max-time 120 --data-binary @{} \"$ATEAM_HELPERS_URL\"",
+        file.display()
+    ));
+    assert!(
+        got.contains("\"h\""),
+        "{engine:?}: the helper request: {got}"
+    );
+    let script =
+        format!("echo \"key=$ANTHROPIC_API_KEY\"; curl -sS --max-time 20 {base}/v1/helper");
+    let out = w.ateam(&["exec", "h", "--team", &w.team, "--", "sh", "-c", &script]);
+    let got = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        got.contains(&format!("key={PLACEHOLDER_API}")) && got.contains("saw [x-api-key]"),
+        "{engine:?}: the helper: {got}"
+    );
+    w.clean(&got, "the helper's output");
+    assert_eq!(
+        api.values_of("x-api-key").last(),
+        Some(&new_key),
+        "{engine:?}: the helper's proxy did not inject its requester's value"
     );
 }
 

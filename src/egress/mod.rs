@@ -262,6 +262,15 @@ fn read_intercepts(paths: &Paths) -> std::io::Result<(InterceptFile, Owner)> {
     Ok((held, owner))
 }
 
+/// The values of the secrets a member's proxy injects now: what a helper it asks for gets
+/// for the same credentials (a helper's rules are within its requester's, so it injects
+/// nothing its requester does not). Empty when there are none or the file is unreadable.
+pub fn held_secrets(paths: &Paths) -> std::collections::BTreeMap<String, String> {
+    read_intercepts(paths)
+        .map(|(held, _)| held.secrets)
+        .unwrap_or_default()
+}
+
 /// Gives a running proxy the values its secrets have in this apply's environment, when they
 /// changed (a rotated API key): no new container, no new proxy. True when it wrote.
 pub fn refresh_secrets(

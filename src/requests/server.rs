@@ -407,7 +407,14 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
     let name = member.name.clone();
     let desired = Desired { teams: vec![team] };
     let report = rt.block_on(async {
-        let none = |_: &str| None;
+        // No value of apply's environment is here: an injected secret's value comes from
+        // the requester's own proxy, which injects it for the same host.
+        let held = crate::egress::held_secrets(&crate::egress::Paths::new(
+            &cfg.state_dir,
+            &cfg.team,
+            &cfg.member,
+        ));
+        let lookup = |n: &str| held.get(n).cloned();
         // Only the new member is touched: a request is no occasion to change the others,
         // and never a main session (the person's, on the host).
         let mut only = |plan: &mut crate::plan::Plan| {
@@ -418,7 +425,7 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
             &app,
             &desired,
             ApplyOptions::default(),
-            &none,
+            &lookup,
             &Quiet,
             &mut only,
         )
