@@ -192,6 +192,27 @@ impl Drop for World {
     }
 }
 
+/// Every file below `dir` (not following links) that holds one of `needles`.
+fn files_holding(dir: &std::path::Path, needles: &[&str], found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        let p = e.path();
+        if t.is_dir() {
+            files_holding(&p, needles, found);
+        } else if t.is_file()
+            && let Ok(b) = std::fs::read(&p)
+        {
+            let s = String::from_utf8_lossy(&b);
+            if needles.iter().any(|n| s.contains(n)) {
+                found.push(p);
+            }
+        }
+    }
+}
+
 /// Node 20's fetch ignores the proxy variables: a CONNECT, then TLS over it, as agents' own
 /// proxy support does; its trust is Node's own roots plus NODE_EXTRA_CA_CERTS.
 fn node_get(port: u16, path: &str, key: &str) -> String {
@@ -354,6 +375,23 @@ fn clients_use_injected_credentials_under_rules(engine: Engine) {
     assert!(
         log.contains("/admin") || log.contains("DELETE"),
         "{engine:?}: {log}"
+    );
+
+    // Nothing ateam keeps holds a real value but the proxies' own files: not the applied
+    // team, records, policies, the egress and proxy logs.
+    let mut holders = Vec::new();
+    files_holding(
+        &w.root().join("state"),
+        &[&w.api_key, &w.git_token],
+        &mut holders,
+    );
+    assert!(
+        holders.iter().all(|p| p.ends_with("egress/intercept.json")),
+        "{engine:?}: real values in {holders:?}"
+    );
+    assert!(
+        !holders.is_empty(),
+        "{engine:?}: the scan found not even the proxy's file"
     );
 
     // A new CA, the same container: clients trust it at once.
