@@ -733,3 +733,262 @@ fn an_intercepted_host_without_its_certificate_or_a_trusted_upstream_is_refused_
         "{log:?}"
     );
 }
+
+// ---- Attacks on the wire of an intercepted host (docs/security.md, invariant 12). ----
+
+/// The raw upstream (tests/fixtures/intercept/raw_upstream.py): every byte that left the
+/// proxy lands in `dir/raw.bin`.
+fn raw_upstream(dir: &Path, cert: &str, key: &str) -> Upstream {
+    std::fs::write(dir.join("raw.pem"), cert).unwrap();
+    std::fs::write(dir.join("raw.key"), key).unwrap();
+    let mut child = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/intercept/raw_upstream.py"
+        ))
+        .args([
+            dir.join("raw.pem"),
+            dir.join("raw.key"),
+            dir.join("raw.bin"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    Upstream {
+        port: line.trim().parse().expect("the upstream printed its port"),
+        child,
+    }
+}
+
+/// Sends `request` byte for byte inside the intercepted TLS, returns the answer.
+fn raw_request(proxy: &str, entry: &str, ca: &Path, request: &[u8]) -> String {
+    let mut child = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/intercept/raw_client.py"
+        ))
+        .arg(proxy)
+        .arg(entry)
+        .arg(ca)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(request).unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn attack_wire_tricks_on_an_intercepted_host_never_reach_the_upstream_unjudged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let (member_ca, chain, key) = ca_and_leaf("member team CA");
+    let (up_ca, up_chain, up_key) = ca_and_leaf("upstream CA");
+    std::fs::write(d.join("member-ca.pem"), &member_ca).unwrap();
+    let up = raw_upstream(&d, &up_chain, &up_key);
+    let entry = format!("{HOST}:{}", up.port);
+    let intercept = serde_json::json!({
+        "leaves": {&entry: {"chain_pem": chain, "key_pem": key}},
+        "secrets": {"API_KEY": REAL_KEY},
+    });
+    std::fs::write(d.join("intercept.json"), intercept.to_string()).unwrap();
+    let p = Proxy::start_in(dir, &[]);
+    p.set_policy(serde_json::json!({
+        "team": "t", "member": "m", "allow": [&entry],
+        "intercept": [{
+            "host": &entry,
+            "credentials": {"kind": "header", "header": "x-api-key", "secret": "API_KEY"},
+            "http": [{"methods": ["GET", "POST"], "paths": ["/v1/**"]}],
+            "upstreamCa": up_ca,
+        }],
+    }));
+    let proxy = format!("127.0.0.1:{}", forwarder(p.socket()));
+    let ca = d.join("member-ca.pem");
+    let raw = || {
+        String::from_utf8_lossy(&std::fs::read(d.join("raw.bin")).unwrap_or_default()).to_string()
+    };
+    let h = format!("Host: {entry}\r\nx-api-key: {PLACEHOLDER}\r\n");
+    // (what, request, the answer's status line must start with).
+    let long = "a".repeat(512 * 1024);
+    let many: String = (0..300).map(|n| format!("x-h{n}: v\r\n")).collect();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "obs-fold",
+            format!(
+                "GET /v1/a HTTP/1.1\r\nHost: {entry}\r\nx-api-key: {PLACEHOLDER}\r\n planted-fold\r\n\r\n"
+            ),
+            "HTTP/1.1 400",
+        ),
+        (
+            "space before the colon",
+            format!("GET /v1/a HTTP/1.1\r\n{h}x-api-key : planted-space\r\n\r\n"),
+            "HTTP/1.1 400",
+        ),
+        (
+            "two Host headers",
+            format!("GET /v1/a HTTP/1.1\r\n{h}Host: evil.example\r\n\r\n"),
+            "HTTP/1.1 403",
+        ),
+        // hyper frames it by Transfer-Encoding, drops Content-Length and closes after the
+        // answer: the hidden request is never read, let alone sent on.
+        (
+            "TE with CL",
+            format!(
+                "POST /v1/a HTTP/1.1\r\n{h}Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin-smuggled HTTP/1.1\r\nHost: {entry}\r\n\r\n"
+            ),
+            "HTTP/1.1 200",
+        ),
+        (
+            "absolute-form to another host",
+            format!("GET https://evil.example/v1/a HTTP/1.1\r\n{h}\r\n"),
+            "HTTP/1.1 400",
+        ),
+        (
+            "CONNECT inside the tunnel",
+            format!("CONNECT evil.example:443 HTTP/1.1\r\n{h}\r\n"),
+            "HTTP/1.1 400",
+        ),
+        (
+            "TRACE",
+            format!("TRACE /v1/a HTTP/1.1\r\n{h}\r\n"),
+            "HTTP/1.1 405",
+        ),
+        (
+            "planted Basic",
+            format!(
+                "GET /v1/a HTTP/1.1\r\n{h}Authorization: Basic {}\r\n\r\n",
+                base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    format!("{PLACEHOLDER}:planted-pw")
+                )
+            ),
+            "HTTP/1.1 403",
+        ),
+        (
+            "a key in a cookie",
+            format!("GET /v1/a HTTP/1.1\r\n{h}Cookie: session=planted-cookie\r\n\r\n"),
+            "HTTP/1.1 403",
+        ),
+        (
+            "a header of 512 KiB",
+            format!("GET /v1/a HTTP/1.1\r\n{h}x-long: {long}\r\n\r\n"),
+            "HTTP/1.1 431",
+        ),
+        (
+            "300 headers",
+            format!("GET /v1/a HTTP/1.1\r\n{h}{many}\r\n"),
+            "HTTP/1.1 431",
+        ),
+        (
+            "double-encoded dots",
+            format!("GET /v1/%252e%252e/admin HTTP/1.1\r\n{h}\r\n"),
+            "HTTP/1.1 400",
+        ),
+        (
+            "`..;`",
+            format!("GET /v1/..;/admin HTTP/1.1\r\n{h}\r\n"),
+            "HTTP/1.1 400",
+        ),
+    ];
+    for (what, req, want) in &cases {
+        let out = raw_request(&proxy, &entry, &ca, req.as_bytes());
+        assert!(out.starts_with(want), "{what}: {out}");
+        assert!(!out.contains(REAL_KEY), "{what}: {out}");
+    }
+    std::thread::sleep(Duration::from_millis(1800));
+    let seen = raw();
+    for bad in [
+        "planted",
+        "evil.example",
+        "admin",
+        "TRACE",
+        "CONNECT",
+        "content-length: 4",
+    ] {
+        assert!(!seen.contains(bad), "{bad} reached the upstream: {seen}");
+    }
+
+    // Allowed, but odd: trailers after a chunked body, an h2c upgrade, Expect, HTTP/1.0
+    // without Host, two requests in one write where the second is refused.
+    let trailers = format!(
+        "POST /v1/up HTTP/1.1\r\n{h}Transfer-Encoding: chunked\r\nTrailer: authorization\r\n\r\n3\r\nabc\r\n0\r\nauthorization: Bearer planted-trailer\r\n\r\n"
+    );
+    let h2c = format!(
+        "GET /v1/h2c HTTP/1.1\r\n{h}Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+    );
+    let expect = format!(
+        "POST /v1/expect HTTP/1.1\r\n{h}Content-Length: 3\r\nExpect: 100-continue\r\n\r\nxyz"
+    );
+    let old = format!("GET /v1/old HTTP/1.0\r\nx-api-key: {PLACEHOLDER}\r\n\r\n");
+    let pipelined =
+        format!("GET /v1/first HTTP/1.1\r\n{h}\r\nGET /admin-pipelined HTTP/1.1\r\n{h}\r\n");
+    for (what, req) in [
+        ("trailers", &trailers),
+        ("h2c", &h2c),
+        ("expect", &expect),
+        ("HTTP/1.0", &old),
+        ("pipelined", &pipelined),
+    ] {
+        let out = raw_request(&proxy, &entry, &ca, req.as_bytes());
+        assert!(out.contains(" 200 OK"), "{what}: {out}");
+        assert!(!out.contains(REAL_KEY), "{what}: {out}");
+        if what == "pipelined" {
+            assert!(
+                out.contains("403 ateam egress: GET /admin-pipelined"),
+                "{out}"
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1800));
+    let seen = raw();
+    // Trailers are not sent on (hyper forwards none the judge did not see); the upgrade's
+    // headers are of one hop.
+    for bad in [
+        "planted",
+        "admin",
+        "upgrade",
+        "http2-settings",
+        "ateam-placeholder",
+    ] {
+        assert!(
+            !seen
+                .to_ascii_lowercase()
+                .contains(&bad.to_ascii_lowercase()),
+            "{bad} reached the upstream: {seen}"
+        );
+    }
+    for path in ["/v1/up", "/v1/h2c", "/v1/expect", "/v1/old", "/v1/first"] {
+        assert!(
+            seen.contains(&format!(" {path} HTTP/1.")),
+            "{path} never reached the upstream: {seen}"
+        );
+    }
+    assert!(
+        seen.matches(&format!("x-api-key: {REAL_KEY}")).count() >= 5,
+        "{seen}"
+    );
+    assert!(
+        seen.contains(&format!("host: {entry}")),
+        "HTTP/1.0 got no Host: {seen}"
+    );
+
+    // The egress log: one JSON line per decision, never the key nor a planted value.
+    let log_text = std::fs::read_to_string(p.dir.path().join("log.jsonl")).unwrap();
+    assert!(
+        !log_text.contains(REAL_KEY) && !log_text.contains("planted"),
+        "{log_text}"
+    );
+    assert!(p.log().iter().any(|e| e["status"] == 405), "{log_text}");
+}

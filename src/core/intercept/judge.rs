@@ -94,8 +94,24 @@ pub fn judge(i: &Intercept, port: u16, method: &str, target: &str, headers: &Hea
     if let Err(why) = safe_path(path) {
         return refused(400, why);
     }
+    if let Err(why) = framing(headers) {
+        return refused(400, why);
+    }
     if let Err(why) = host_header(i, port, headers) {
         return refused(403, why);
+    }
+    // TRACE (and IIS's TRACK) answers with the request as the upstream got it: with the
+    // injected credential in it.
+    if ["TRACE", "TRACK"]
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+    {
+        return refused(
+            405,
+            format!(
+                "{method} is refused on a host with rules: its answer would echo the credential"
+            ),
+        );
     }
     if let Err(v) = rules(i, method, path, query) {
         return v;
@@ -136,8 +152,10 @@ pub fn injected(c: &Credential, value: &str) -> (String, String) {
     }
 }
 
-/// Origin-form, no dot segments, no encoded `/`, `.`, `\` or NUL: what a glob sees is what
-/// the upstream serves.
+/// Origin-form, no dot segments, no encoded `/`, `.`, `\` or NUL, no `//`: what a glob sees
+/// is what the upstream serves. Upstreams differ in what they undo (a second decoding, `;`
+/// parameters dropped by Java servers, `\` taken for `/`, overlong UTF-8 by old decoders),
+/// so the path is also decoded up to three times and each form must be as plain.
 fn safe_path(path: &str) -> Result<(), String> {
     if !path.starts_with('/') {
         return Err("the request target must be a path (origin-form)".into());
@@ -148,8 +166,48 @@ fn safe_path(path: &str) -> Result<(), String> {
             return Err(format!("the path carries an encoded `{enc}`"));
         }
     }
-    if path.split('/').any(|s| s == "." || s == "..") {
-        return Err("the path has a `.` or `..` segment".into());
+    if path.contains("//") {
+        return Err("the path has an empty segment (`//`)".into());
+    }
+    let slashes = path.bytes().filter(|b| *b == b'/').count();
+    let mut form = path.as_bytes().to_vec();
+    for _ in 0..4 {
+        let Ok(text) = std::str::from_utf8(&form) else {
+            return Err("the path decodes to bytes that are not UTF-8 (overlong or bad)".into());
+        };
+        if text.chars().any(|c| c == '\\' || c.is_control()) {
+            return Err("the path carries a `\\` or a control character, maybe encoded".into());
+        }
+        if text.bytes().filter(|b| *b == b'/').count() != slashes {
+            return Err("the path carries an encoded `/` (encoded more than once)".into());
+        }
+        // `..;x` is `..` to a server that drops path parameters.
+        let dot = |seg: &str| matches!(seg.split(';').next(), Some("." | ".."));
+        if text.split('/').any(dot) {
+            return Err("the path has a `.` or `..` segment, maybe encoded or with `;`".into());
+        }
+        let next = percent_decoded_bytes(text.as_bytes(), false);
+        if next == form {
+            break;
+        }
+        form = next;
+    }
+    Ok(())
+}
+
+/// A request whose length two parsers could read differently is refused, not re-framed:
+/// `Transfer-Encoding` with `Content-Length` (the classic smuggling pair), or more than one
+/// `Transfer-Encoding`.
+fn framing(headers: &HeaderMap) -> Result<(), String> {
+    let te = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .count();
+    if te > 0 && headers.contains_key(http::header::CONTENT_LENGTH) {
+        return Err("the request has both Transfer-Encoding and Content-Length".into());
+    }
+    if te > 1 {
+        return Err("the request has more than one Transfer-Encoding header".into());
     }
     Ok(())
 }
@@ -164,9 +222,15 @@ fn host_name(i: &Intercept) -> String {
 }
 
 fn host_header(i: &Intercept, port: u16, headers: &HeaderMap) -> Result<(), String> {
-    let Some(v) = headers.get(http::header::HOST) else {
+    let mut all = headers.get_all(http::header::HOST).iter();
+    let Some(v) = all.next() else {
         return Ok(());
     };
+    // Which one counts differs between servers: a second Host could steer the request, and
+    // its credential, to another site behind the same front end.
+    if all.next().is_some() {
+        return Err("the request has more than one Host header".into());
+    }
     let want = host_name(i);
     let v = v.to_str().unwrap_or("").to_ascii_lowercase();
     let (name, p) = match v.rsplit_once(':') {
@@ -186,6 +250,26 @@ fn host_header(i: &Intercept, port: u16, headers: &HeaderMap) -> Result<(), Stri
 fn rules(i: &Intercept, method: &str, path: &str, query: Option<&str>) -> Result<(), Verdict> {
     if i.http.is_empty() && i.git.is_none() {
         return Ok(());
+    }
+    // `push: false` is a promise: a push is judged by the git rule alone, never let through
+    // by an http rule that happens to cover its path.
+    if let Some(rule) = &i.git
+        && looks_like_push(path, query)
+    {
+        let reason = match git_request(method, path, query) {
+            Some(g) if g.service == GitService::ReceivePack => match git_allows(rule, &g) {
+                Ok(()) => return Ok(()),
+                Err(reason) => reason,
+            },
+            _ => format!(
+                "{method} {path} names git-receive-pack in a form git does not send; refused as a push"
+            ),
+        };
+        return Err(Verdict::Refused {
+            status: 403,
+            reason,
+            git: (method == "GET").then_some(GitService::ReceivePack),
+        });
     }
     if i.http.iter().any(|r| http_allows(r, method, path)) {
         return Ok(());
@@ -239,6 +323,19 @@ fn glob(pat: &[u8], s: &[u8]) -> bool {
         }
         [c, rest @ ..] => s.first() == Some(c) && glob(rest, &s[1..]),
     }
+}
+
+/// Whether an upstream could take this for a push: `git-receive-pack` as the path's last
+/// segment or as any `service` value, once decoded and whatever the case (git http-backend
+/// decodes both, and takes the last of two `service` parameters).
+fn looks_like_push(path: &str, query: Option<&str>) -> bool {
+    let is = |s: &str| percent_decoded(s).eq_ignore_ascii_case("git-receive-pack");
+    let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    is(last)
+        || query.unwrap_or("").split(['&', ';']).any(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(k, v)| percent_decoded(k).eq_ignore_ascii_case("service") && is(v))
+        })
 }
 
 /// A smart-HTTP request of git on `/owner/name[.git]`, if it is one.
@@ -324,7 +421,8 @@ fn foreign_credentials(
             }
         }
     }
-    for kv in query.unwrap_or("").split('&') {
+    // `;` separates parameters too, for some servers.
+    for kv in query.unwrap_or("").split(['&', ';']) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         // `ap%69_key` is `api_key` to the upstream.
         let k = percent_decoded(k);
@@ -339,7 +437,11 @@ fn foreign_credentials(
 
 /// `s` with its `%XX` escapes and `+` decoded (bytes that are not UTF-8 become U+FFFD).
 fn percent_decoded(s: &str) -> String {
-    let b = s.as_bytes();
+    String::from_utf8_lossy(&percent_decoded_bytes(s.as_bytes(), true)).into_owned()
+}
+
+/// `b` with its `%XX` escapes decoded (and `+` as a space, in a query: `plus`).
+fn percent_decoded_bytes(b: &[u8], plus: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -354,10 +456,10 @@ fn percent_decoded(s: &str) -> String {
             i += 3;
             continue;
         }
-        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        out.push(if plus && b[i] == b'+' { b' ' } else { b[i] });
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 fn carries_placeholder(v: &[u8], ph: &str) -> bool {

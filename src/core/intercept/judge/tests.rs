@@ -281,3 +281,155 @@ fn basic_injection_encodes_the_username_and_value() {
         "Bearer v"
     );
 }
+
+// ---- Attacks from inside a member (docs/security.md, invariant 12). ----
+
+#[test]
+fn attack_paths_an_upstream_could_normalise_past_the_glob_are_refused() {
+    let i = icpt();
+    for t in [
+        "/files/%252e%252e/admin",  // decoded twice: `..`
+        "/files/%252fadmin",        // decoded twice: `/`
+        "/files/..;/admin",         // `..` to a server that drops `;` parameters
+        "/files/.;x/admin",         // `.` likewise
+        "/files/%c0%ae%c0%ae/x",    // overlong UTF-8 `..`
+        "/files/%e0%80%ae/x",       // overlong, three bytes
+        "/files/..\\admin",         // `\` taken for `/`
+        "/files/%255c../admin",     // `\` encoded twice
+        "/files/%2500",             // NUL encoded twice
+        "/files/a%0d%0aX-Injected", // CR LF
+        "/files//a",                // empty segment, collapsed by some
+    ] {
+        let v = judge(&i, 443, "GET", t, &h(&[]));
+        assert_eq!(status(&v), 400, "{t}: {v:?}");
+    }
+    // What a person's API needs still passes: an escaped space, a `%25` that is no trick.
+    for t in ["/files/a%20b", "/files/100%25", "/files/a;v=1", "/files/"] {
+        assert_eq!(status(&judge(&i, 443, "GET", t, &h(&[]))), 200, "{t}");
+    }
+}
+
+#[test]
+fn attack_a_second_host_header_is_refused() {
+    let i = icpt();
+    let v = judge(
+        &i,
+        443,
+        "GET",
+        "/files/a",
+        &h(&[("host", "api.example.com"), ("host", "evil.example")]),
+    );
+    assert_eq!(status(&v), 403, "{v:?}");
+    assert!(reason(&v).contains("more than one Host"), "{v:?}");
+}
+
+#[test]
+fn attack_trace_would_echo_the_credential_and_is_refused_whatever_the_rules() {
+    let mut i = icpt();
+    i.http.clear(); // no rules: every request, but not this one
+    for m in ["TRACE", "trace", "TRACK"] {
+        let v = judge(&i, 443, m, "/", &h(&[]));
+        assert_eq!(status(&v), 405, "{m}: {v:?}");
+    }
+    assert_eq!(status(&judge(&i, 443, "GET", "/", &h(&[]))), 200);
+}
+
+#[test]
+fn attack_smuggling_framing_is_refused() {
+    let mut i = icpt();
+    i.http.clear();
+    let both = h(&[("transfer-encoding", "chunked"), ("content-length", "4")]);
+    assert_eq!(status(&judge(&i, 443, "POST", "/", &both)), 400);
+    let two = h(&[
+        ("transfer-encoding", "chunked"),
+        ("transfer-encoding", "identity"),
+    ]);
+    assert_eq!(status(&judge(&i, 443, "POST", "/", &two)), 400);
+    let one = h(&[("transfer-encoding", "chunked")]);
+    assert_eq!(status(&judge(&i, 443, "POST", "/", &one)), 200);
+}
+
+#[test]
+fn attack_push_false_holds_even_where_an_http_rule_covers_the_path() {
+    let mut i = icpt();
+    i.credentials = None;
+    i.http = vec![HttpRule {
+        methods: vec!["GET".into(), "POST".into()],
+        paths: vec!["/acme/**".into()],
+    }];
+    i.git = Some(GitRule {
+        repositories: vec!["acme/shop".into()],
+        push: false,
+    });
+    for (m, t) in [
+        ("POST", "/acme/shop.git/git-receive-pack"),
+        ("POST", "/acme/shop.git/git-%72eceive-pack"),
+        ("POST", "/acme/shop.git/GIT-RECEIVE-PACK"),
+        ("POST", "/acme/sub/shop.git/git-receive-pack"),
+        ("GET", "/acme/shop.git/info/refs?service=git-receive-pack"),
+        (
+            "GET",
+            "/acme/shop.git/info/refs?service=git-upload-pack&service=git-receive-pack",
+        ),
+        ("GET", "/acme/shop.git/info/refs?servic%65=git-receive-pack"),
+    ] {
+        let v = judge(&i, 443, m, t, &h(&[]));
+        assert_eq!(status(&v), 403, "{m} {t}: {v:?}");
+        assert!(reason(&v).contains("push"), "{m} {t}: {v:?}");
+    }
+    // Fetch, and the http rule's own paths, still pass.
+    for (m, t) in [
+        ("GET", "/acme/shop.git/info/refs?service=git-upload-pack"),
+        ("POST", "/acme/shop.git/git-upload-pack"),
+        ("POST", "/acme/issues"),
+    ] {
+        assert_eq!(status(&judge(&i, 443, m, t, &h(&[]))), 200, "{m} {t}");
+    }
+    // With push: a push to another repository is still refused, an http rule or not.
+    i.git.as_mut().unwrap().push = true;
+    let v = judge(&i, 443, "POST", "/acme/other/git-receive-pack", &h(&[]));
+    assert_eq!(status(&v), 403, "{v:?}");
+    assert_eq!(
+        status(&judge(
+            &i,
+            443,
+            "POST",
+            "/acme/shop/git-receive-pack",
+            &h(&[])
+        )),
+        200
+    );
+}
+
+#[test]
+fn attack_planted_credentials_in_odd_places_are_refused_and_never_echoed() {
+    let i = icpt();
+    let ph = placeholder("KEY");
+    let b64 = |s: String| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    for (k, v) in [
+        // the placeholder as username, a planted password
+        (
+            "authorization",
+            format!("Basic {}", b64(format!("{ph}:planted-pw"))),
+        ),
+        // a planted key after the placeholder in one value
+        ("x-api-key", format!("{ph}, planted-key")),
+        ("authorization", format!("Bearer {ph} planted-key")),
+        ("authorization", "token planted-key".into()),
+        ("cookie", format!("a={ph}; session=planted-key")),
+    ] {
+        let got = judge(&i, 443, "GET", "/files/a", &h(&[(k, v.as_str())]));
+        assert_eq!(status(&got), 403, "{k}: {v}");
+        assert!(!reason(&got).contains("planted"), "{got:?}");
+    }
+    // The placeholder first, a planted key in a second header of the same name.
+    let two = h(&[("x-api-key", ph.as_str()), ("x-api-key", "planted-key")]);
+    assert_eq!(status(&judge(&i, 443, "GET", "/files/a", &two)), 403);
+    // A planted key in a query parameter behind `;`.
+    let q = judge(&i, 443, "GET", "/files/a?x=1;api_key=planted-key", &h(&[]));
+    assert_eq!(status(&q), 403, "{q:?}");
+    assert!(!reason(&q).contains("planted"));
+}
