@@ -18,6 +18,16 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
 step "tests without engines"
+# Real clients, for the proxy tests that need no engine (tests/egress_proxy.rs: curl, git,
+# Python and Node against a local TLS upstream); engines.sh installs the rest.
+missing=()
+for p in curl git python3 nodejs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >/dev/null
+fi
 cargo nextest run --locked --no-fail-fast
 python3 -m unittest discover -s tests/support -p 'test_*.py'
 
