@@ -5,186 +5,21 @@
 //! glob, and to find the real values or a private key in what it can read (`/.ateam`, its
 //! mounts). On Docker, rootful Podman and rootless Podman. Ignored by a plain `cargo test`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-
 #[macro_use]
 mod common;
-use common::{Engine, rootless_user, text};
+use common::Engine;
 
 #[path = "support/tls_upstream.rs"]
 mod upstream;
 use upstream::Upstream;
 
-const IMAGE: &str = "ateam-clients:latest";
-const PLACEHOLDER_API: &str = "ateam-placeholder-ANTHROPIC_API_KEY";
+#[path = "support/intercept_world.rs"]
+#[allow(dead_code)] // each test binary uses its own part
+mod world;
+use world::{PLACEHOLDER_API, Rules, World};
 
 /// The member's raw client (tests/fixtures/intercept/raw_client.py), written inside.
 const RAW_CLIENT: &str = include_str!("fixtures/intercept/raw_client.py");
-
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
-    /// The real values, unique to this run: nothing of the member may hold them.
-    api_key: String,
-    git_token: String,
-}
-
-impl World {
-    fn new(engine: Engine) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-attack-icpt-")
-            .tempdir()
-            .unwrap();
-        let n = std::process::id() % 100000;
-        let e = &format!("{engine:?}").to_lowercase()[..1];
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let w = World {
-            engine,
-            dir,
-            team: format!("aicpt-{e}{n}"),
-            api_key: format!("sk-ant-real-{e}{n}x{nanos}"),
-            git_token: format!("ghp_real{e}{n}y{nanos}"),
-        };
-        for d in ["work", "state", "sessions", "git"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
-        w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn write(&self, api: &Upstream, git: &Upstream) {
-        std::fs::write(self.root().join("api-ca.pem"), &api.ca_pem).unwrap();
-        std::fs::write(self.root().join("git-ca.pem"), &git.ca_pem).unwrap();
-        // The git host's http rule covers the repository's paths, push is false: the push
-        // must still be refused.
-        let yaml = format!(
-            r#"apiVersion: ateam.dev/v1alpha1
-kind: Team
-metadata: {{name: {team}}}
-spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: MainSession
-metadata: {{name: lead}}
-spec: {{command: [sleep, "100000"], cwd: ./work}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: AccessGrant
-metadata: {{name: net}}
-spec:
-  read: [./work]
-  network:
-    allow:
-      - host: host.ateam.internal:{api}
-        upstreamCA: ./api-ca.pem
-        credentials: {{header: x-api-key, secret: ANTHROPIC_API_KEY}}
-        http: [{{methods: [GET, POST], paths: ["/v1/**"]}}]
-      - host: host.ateam.internal:{git}
-        upstreamCA: ./git-ca.pem
-        http: [{{methods: [GET, POST], paths: ["/acme/**"]}}]
-        git: {{repositories: [acme/shop], push: false}}
-        credentials: {{basic: {{username: x-access-token, secret: GIT_TOKEN}}}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: Member
-metadata: {{name: c}}
-spec:
-  parent: lead
-  access: net
-  command: [sleep, "100000"]
-  resources: {{memory: 256Mi, pids: 128}}
-  secretEnv: [ANTHROPIC_API_KEY, GIT_TOKEN]
-"#,
-            team = self.team,
-            api = api.port,
-            git = git.port,
-        );
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for f in ["team.yaml", "api-ca.pem", "git-ca.pem"] {
-                std::os::unix::fs::chown(self.root().join(f), Some(uid), Some(gid)).unwrap();
-            }
-        }
-    }
-
-    fn manifest(&self) -> PathBuf {
-        self.root().join("team.yaml")
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        let env = [
-            ("ANTHROPIC_API_KEY", self.api_key.as_str()),
-            ("GIT_TOKEN", self.git_token.as_str()),
-        ];
-        common::ateam_command_env(self.engine, &self.root().join("state"), &env)
-            .args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// ateam's output, checked to succeed and to hold neither real value.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ateam(args);
-        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{:?}: {args:?}: {all}",
-            self.engine
-        );
-        self.clean(&all, &format!("the output of ateam {args:?}"));
-        all
-    }
-
-    fn clean(&self, s: &str, what: &str) {
-        assert!(
-            !s.contains(&self.api_key) && !s.contains(&self.git_token),
-            "{:?}: {what} holds a real credential: {s}",
-            self.engine
-        );
-    }
-
-    /// stdout and stderr of a shell script run inside `c`, as the member.
-    fn inside(&self, script: &str) -> String {
-        let out = self.ateam(&["exec", "c", "--team", &self.team, "--", "sh", "-c", script]);
-        format!(
-            "{}{}[exit {:?}]",
-            text(&out.stdout),
-            text(&out.stderr),
-            out.status.code()
-        )
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
-    }
-}
 
 /// Sends `request` byte for byte inside the member's intercepted TLS to `port`; the answer.
 fn raw_inside(w: &World, port: u16, request: &str) -> String {
@@ -195,11 +30,21 @@ fn raw_inside(w: &World, port: u16, request: &str) -> String {
 }
 
 fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
-    let w = World::new(engine);
+    let w = World::new(engine, "ateam-attack-icpt-", "aicpt");
     upstream::git_repo(&w.root().join("git"), "acme", "shop", "the shop\n");
     let api = Upstream::start(w.root().join("git"));
     let git = Upstream::start(w.root().join("git"));
-    w.write(&api, &git);
+    // The git host's http rule covers the repository's paths, push is false: the push must
+    // still be refused.
+    w.write(
+        &api,
+        &git,
+        &Rules {
+            helper_requests: false,
+            api_paths: r#""/v1/**""#,
+            git_http: Some(r#"{methods: [GET, POST], paths: ["/acme/**"]}"#),
+        },
+    );
     w.ok(&["apply", "-f", w.manifest().to_str().unwrap()]);
     let gbase = format!("https://host.ateam.internal:{}", git.port);
 

@@ -9,188 +9,18 @@
 //! `cargo test`.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 
 #[macro_use]
 mod common;
-use common::{Engine, rootless_user, text};
+use common::{Engine, text};
 
 #[path = "support/tls_upstream.rs"]
 mod upstream;
 use upstream::Upstream;
 
-const IMAGE: &str = "ateam-clients:latest";
-const PLACEHOLDER_API: &str = "ateam-placeholder-ANTHROPIC_API_KEY";
-
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
-    /// The real values, unique to this run: nothing of the member may hold them.
-    api_key: String,
-    git_token: String,
-}
-
-impl World {
-    fn new(engine: Engine) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-intercept-")
-            .tempdir()
-            .unwrap();
-        let n = std::process::id() % 100000;
-        let e = &format!("{engine:?}").to_lowercase()[..1];
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let w = World {
-            engine,
-            dir,
-            team: format!("icpt-{e}{n}"),
-            api_key: format!("sk-ant-real-{e}{n}x{nanos}"),
-            git_token: format!("ghp_real{e}{n}y{nanos}"),
-        };
-        for d in ["work", "state", "sessions", "git"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
-        w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn write(&self, api: &Upstream, git: &Upstream) {
-        std::fs::write(self.root().join("api-ca.pem"), &api.ca_pem).unwrap();
-        std::fs::write(self.root().join("git-ca.pem"), &git.ca_pem).unwrap();
-        let yaml = format!(
-            r#"apiVersion: ateam.dev/v1alpha1
-kind: Team
-metadata: {{name: {team}}}
-spec: {{image: {IMAGE}, sessionDir: ./sessions, allowUnenforcedLimits: true, helperRequests: true}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: MainSession
-metadata: {{name: lead}}
-spec: {{command: [sleep, "100000"], cwd: ./work}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: AccessGrant
-metadata: {{name: net}}
-spec:
-  read: [./work]
-  network:
-    allow:
-      - host: host.ateam.internal:{api}
-        upstreamCA: ./api-ca.pem
-        credentials: {{header: x-api-key, secret: ANTHROPIC_API_KEY}}
-        http: [{{methods: [GET, POST], paths: ["/v1/**", "/sse"]}}]
-      - host: host.ateam.internal:{git}
-        upstreamCA: ./git-ca.pem
-        git: {{repositories: [acme/shop], push: false}}
-        credentials: {{basic: {{username: x-access-token, secret: GIT_TOKEN}}}}
----
-apiVersion: ateam.dev/v1alpha1
-kind: Member
-metadata: {{name: c}}
-spec:
-  parent: lead
-  access: net
-  command: [sleep, "100000"]
-  resources: {{memory: 256Mi, pids: 128}}
-  secretEnv: [ANTHROPIC_API_KEY, GIT_TOKEN]
-"#,
-            team = self.team,
-            api = api.port,
-            git = git.port,
-        );
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for f in ["team.yaml", "api-ca.pem", "git-ca.pem"] {
-                std::os::unix::fs::chown(self.root().join(f), Some(uid), Some(gid)).unwrap();
-            }
-        }
-    }
-
-    fn manifest(&self) -> PathBuf {
-        self.root().join("team.yaml")
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        let env = [
-            ("ANTHROPIC_API_KEY", self.api_key.as_str()),
-            ("GIT_TOKEN", self.git_token.as_str()),
-        ];
-        common::ateam_command_env(self.engine, &self.root().join("state"), &env)
-            .args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// ateam's output, checked to succeed and to hold neither real value.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ateam(args);
-        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{:?}: {args:?}: {all}",
-            self.engine
-        );
-        self.clean(&all, &format!("the output of ateam {args:?}"));
-        all
-    }
-
-    fn clean(&self, s: &str, what: &str) {
-        assert!(
-            !s.contains(&self.api_key) && !s.contains(&self.git_token),
-            "{:?}: {what} holds a real credential: {s}",
-            self.engine
-        );
-    }
-
-    /// stdout and stderr of a shell script run inside `c`, as the member.
-    fn inside(&self, script: &str) -> String {
-        let out = self.ateam(&["exec", "c", "--team", &self.team, "--", "sh", "-c", script]);
-        format!(
-            "{}{}[exit {:?}]",
-            text(&out.stdout),
-            text(&out.stderr),
-            out.status.code()
-        )
-    }
-
-    fn container_id(&self) -> String {
-        let out = common::engine_command(self.engine, false)
-            .args(["ps", "-q", "--no-trunc", "--filter"])
-            .arg(format!("name=ateam_{}_c", self.team))
-            .output()
-            .unwrap();
-        text(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
-    }
-}
+#[path = "support/intercept_world.rs"]
+mod world;
+use world::{PLACEHOLDER_API, Rules, World};
 
 /// Every file below `dir` (not following links) that holds one of `needles`.
 fn files_holding(dir: &std::path::Path, needles: &[&str], found: &mut Vec<PathBuf>) {
@@ -227,12 +57,20 @@ http.request({{host:p.hostname,port:p.port,method:"CONNECT",path:"host.ateam.int
 }
 
 fn clients_use_injected_credentials_under_rules(engine: Engine) {
-    let w = World::new(engine);
+    let w = World::new(engine, "ateam-intercept-", "icpt");
     upstream::git_repo(&w.root().join("git"), "acme", "shop", "the shop\n");
     upstream::git_repo(&w.root().join("git"), "acme", "other", "not yours\n");
     let api = Upstream::start(w.root().join("git"));
     let git = Upstream::start(w.root().join("git"));
-    w.write(&api, &git);
+    w.write(
+        &api,
+        &git,
+        &Rules {
+            helper_requests: true,
+            api_paths: r#""/v1/**", "/sse""#,
+            git_http: None,
+        },
+    );
     w.ok(&["apply", "-f", w.manifest().to_str().unwrap()]);
     let base = format!("https://host.ateam.internal:{}", api.port);
     let gbase = format!("https://host.ateam.internal:{}", git.port);
