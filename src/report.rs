@@ -262,6 +262,49 @@ pub struct EgressStatus {
     pub not_suggested: Vec<String>,
     /// Entries left out of `suggested_grant` to keep it short.
     pub not_suggested_more: usize,
+    /// What its proxy decided in the last minute.
+    pub last_minute: EgressCounts,
+}
+
+/// How many requests a proxy let through and refused in a span of time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressCounts {
+    pub allowed: u64,
+    pub refused: u64,
+    /// Allowed by the list but not carried (no such name, the upstream failed).
+    pub failed: u64,
+}
+
+impl EgressCounts {
+    /// The decisions among `events` made since `since` (seconds since the epoch).
+    pub fn of(events: &[crate::egress::log::Event], since: f64) -> EgressCounts {
+        use crate::egress::log::Verdict;
+        let mut c = EgressCounts::default();
+        for e in events.iter().filter(|e| e.ts >= since) {
+            match e.verdict {
+                Verdict::Allowed => c.allowed += 1,
+                Verdict::Refused => c.refused += 1,
+                Verdict::Failed => c.failed += 1,
+            }
+        }
+        c
+    }
+}
+
+/// What a running member uses now, as its cgroup counts it, and the limits it runs under.
+/// Each figure is absent where the kernel's files could not be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Usage {
+    /// CPU time since its container started (a counter: its rate is the CPU share).
+    pub cpu_seconds: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    /// None: no memory limit.
+    pub memory_limit_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// None: no pids limit.
+    pub pids_limit: Option<u64>,
 }
 
 /// Refusals beyond those listed: `status` stays short however much a member knocks.
@@ -515,6 +558,8 @@ pub struct MemberStatus {
     pub terminal: Option<PathBuf>,
     /// Why a member exists: a manifest, or another member's request. None for other rows.
     pub origin: Option<OriginStatus>,
+    /// What it uses now, while its container runs.
+    pub usage: Option<Usage>,
 }
 
 /// Where a member comes from.
@@ -696,6 +741,7 @@ pub fn team_status(
             egress: None,
             terminal: Some(socket),
             origin: None,
+            usage: None,
         });
     }
     for m in &team.members {
@@ -796,6 +842,7 @@ pub fn team_status(
             egress,
             terminal: None,
             origin: Some(OriginStatus::of(&m.origin)),
+            usage: None,
         });
     }
     let strangers = plan
@@ -844,6 +891,7 @@ pub fn team_status(
                 egress: None,
                 terminal: None,
                 origin: None,
+                usage: None,
             }
         };
     for (_, member, container) in strangers.filter(|(t, _, _)| **t == team.name) {
@@ -902,6 +950,7 @@ pub fn team_status(
                     egress: None,
                     terminal: None,
                     origin: None,
+                    usage: None,
                 });
             }
             Finding::OrphanSession { team: t, session } if *t == team.name => {
@@ -931,6 +980,7 @@ pub fn team_status(
                     egress: None,
                     terminal: Some(socket),
                     origin: None,
+                    usage: None,
                 });
             }
             _ => {}
@@ -981,6 +1031,7 @@ fn egress_state(
         suggested_grant: None,
         not_suggested: vec![],
         not_suggested_more: 0,
+        last_minute: EgressCounts::default(),
     });
     let Some(note) = note else {
         return (state, detail, drifted, egress);

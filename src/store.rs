@@ -1,6 +1,9 @@
 //! ateam's state folder: the last applied model of each team, and the lock that keeps two
 //! applies from interleaving. Folders are 0700, files 0600, writes atomic.
-//! Where each file lives: `core::layout`.
+//! Where each file lives: `core::layout`. `controller`: the running controller's record
+//! and lock, which status reads.
+
+pub mod controller;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

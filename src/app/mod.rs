@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod delete;
 pub mod doctor;
+pub mod status;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -73,29 +73,3 @@ pub fn proxy(cfg: proxy::Config, user: Option<&str>, detach: bool) -> anyhow::Re
     proxy::run(cfg, user).context("egress proxy")?;
     Ok(Exit::Ok)
 }
-
-/// Fills each allowlist member's refusals since the last apply, and the grant that would
-/// allow them, into the status rows.
-pub fn add_refusals(
-    state_dir: &std::path::Path,
-    desired: &ateam::model::Desired,
-    teams: &mut [ateam::report::TeamStatus],
-) {
-    for t in teams.iter_mut() {
-        let Some(team) = desired.teams.iter().find(|x| x.name == t.team) else {
-            continue;
-        };
-        for row in &mut t.members {
-            let (Some(e), Some(m)) = (
-                row.egress.as_mut(),
-                team.members.iter().find(|m| m.name == row.name),
-            ) else {
-                continue;
-            };
-            let paths = Paths::new(state_dir, &team.name, &m.name);
-            let events = egress::log::read(&paths.log);
-            let refused = egress::log::refusals(&events, egress::since_last_apply(&paths));
-            e.add_refusals(&team.name, &m.access, refused);
-        }
-    }
-}

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use ateam::app::AppError;
 use ateam::backend::BackendError;
 use ateam::controller::daemon::ControllerError;
-use ateam::controller::status::StatusError;
 use ateam::manifest::ManifestError;
 use ateam::store::StoreError;
+use ateam::store::controller::StatusError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

@@ -18,7 +18,6 @@ use tracing::{debug, info, warn};
 
 use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
 use super::queue::QueueConfig;
-use super::status::{self, ControllerRecord, LastReconcile};
 use super::{Action, Controller, Handle};
 use crate::app::apply::{ApplyOptions, Outcome, converge};
 use crate::app::delete::delete;
@@ -29,6 +28,7 @@ use crate::execute::Progress;
 use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
 use crate::plan::{Action as PlanAction, Plan, StartReason};
+use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
 /// What the controller reconciles.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

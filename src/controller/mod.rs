@@ -24,7 +24,6 @@ pub mod backoff;
 pub mod daemon;
 pub mod queue;
 mod runner;
-pub mod status;
 #[cfg(test)]
 mod tests;
 pub mod watch;

@@ -87,6 +87,7 @@ pub async fn observe(
             effective: None,
             released: false,
             last_exit: None,
+            pid: None,
         })
         .collect();
     // Only the teams in scope are planned for: another team's containers need no inspect.
@@ -325,5 +326,6 @@ fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
         effective: Some(i.effective),
         released,
         last_exit: i.last_exit,
+        pid: i.pid,
     }
 }

@@ -62,6 +62,10 @@ pub struct ObservedContainer {
     /// How it ended, while it is exited (from inspect; the planner does not read it).
     #[serde(default)]
     pub last_exit: Option<LastExit>,
+    /// The host pid of its first process while it runs (from inspect): where status reads
+    /// what it uses from its cgroup. The planner does not read it.
+    #[serde(default)]
+    pub pid: Option<u32>,
 }
 
 fn yes() -> bool {

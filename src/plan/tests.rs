@@ -93,6 +93,7 @@ fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedConta
         effective: Some(policy::compliant(&m.spec)),
         released: true,
         last_exit: None,
+        pid: None,
     }
 }
 
@@ -481,6 +482,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         effective: None,
         released: true,
         last_exit: None,
+        pid: None,
     };
     let o = Observed {
         containers: vec![foreign],

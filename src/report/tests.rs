@@ -88,6 +88,7 @@ fn in_sync(t: &Team) -> Observed {
             effective: Some(crate::policy::compliant(&m.spec)),
             released: true,
             last_exit: None,
+            pid: None,
         })
         .collect();
     Observed {

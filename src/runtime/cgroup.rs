@@ -19,31 +19,128 @@ pub struct Enforced {
 
 /// The limits in force for the process `pid`, read through the host's /sys/fs/cgroup.
 pub fn enforced(pid: u32) -> Enforced {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+    let Some(text) = read_small(Path::new(&format!("/proc/{pid}/cgroup"))) else {
         return Enforced::default();
     };
     enforced_in(Path::new("/sys/fs/cgroup"), &text)
+}
+
+/// Where one process's cgroups are: `root` is where the cgroup file systems are mounted,
+/// `proc_cgroup` the process's `/proc/<pid>/cgroup`.
+struct Dirs<'a> {
+    root: &'a Path,
+    proc_cgroup: &'a str,
+}
+
+impl Dirs<'_> {
+    /// The folder of a v1 controller (`memory`, `pids`, `cpuacct`), if it is mounted as v1.
+    fn v1(&self, controller: &str) -> Option<PathBuf> {
+        self.proc_cgroup.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+            list.split(',').any(|c| c == controller).then(|| {
+                let mount = if list.contains(',') { list } else { controller };
+                let dir = self.root.join(mount).join(path.trim_start_matches('/'));
+                // `cpu,cpuacct` is mounted once and linked under each name.
+                if dir.exists() {
+                    dir
+                } else {
+                    self.root
+                        .join(controller)
+                        .join(path.trim_start_matches('/'))
+                }
+            })
+        })
+    }
+
+    /// The folder in the unified (v2) hierarchy.
+    fn unified(&self) -> Option<PathBuf> {
+        self.proc_cgroup
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .map(|p| self.root.join(p.trim_start_matches('/')))
+    }
+}
+
+/// A small number read from a cgroup file (the files are a few bytes; more is not read).
+fn read_number(dir: &Path, file: &str) -> Option<u64> {
+    let text = read_small(&dir.join(file))?;
+    text.trim().parse().ok()
+}
+
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// What a container's processes use now, as its cgroup counts it. `None`: not readable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time used since the container started, in nanoseconds (a counter: the rate
+    /// between two reads is the CPU share).
+    pub cpu_ns: Option<u64>,
+    /// Memory charged to it, in bytes.
+    pub memory: Option<u64>,
+    /// Processes and threads in it.
+    pub pids: Option<u64>,
+}
+
+/// The usage of the cgroup of process `pid` (a container's first process).
+pub fn usage(pid: u32) -> Usage {
+    let Some(text) = read_small(Path::new(&format!("/proc/{pid}/cgroup"))) else {
+        return Usage::default();
+    };
+    usage_in(Path::new("/sys/fs/cgroup"), &text)
+}
+
+/// As `enforced_in`: a v1 controller wins over the unified hierarchy.
+fn usage_in(root: &Path, proc_cgroup: &str) -> Usage {
+    let d = Dirs { root, proc_cgroup };
+    let unified = d.unified();
+    let cpu_ns = match d.v1("cpuacct") {
+        Some(dir) => read_number(&dir, "cpuacct.usage"),
+        None => unified.as_deref().and_then(|dir| {
+            let stat = read_small(&dir.join("cpu.stat"))?;
+            stat.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us.saturating_mul(1000))
+        }),
+    };
+    let memory = match d.v1("memory") {
+        Some(dir) => read_number(&dir, "memory.usage_in_bytes"),
+        None => unified
+            .as_deref()
+            .and_then(|dir| read_number(dir, "memory.current")),
+    };
+    let pids = match d.v1("pids") {
+        Some(dir) => read_number(&dir, "pids.current"),
+        None => unified
+            .as_deref()
+            .and_then(|dir| read_number(dir, "pids.current")),
+    };
+    Usage {
+        cpu_ns,
+        memory,
+        pids,
+    }
 }
 
 /// `root` is where the cgroup file systems are mounted; `proc_cgroup` the process's
 /// `/proc/<pid>/cgroup`. A v1 controller line wins over the unified hierarchy (the hybrid
 /// layout keeps memory and pids in v1).
 fn enforced_in(root: &Path, proc_cgroup: &str) -> Enforced {
-    let v1 = |controller: &str| -> Option<PathBuf> {
-        proc_cgroup.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
-            list.split(',')
-                .any(|c| c == controller)
-                .then(|| root.join(controller).join(path.trim_start_matches('/')))
-        })
-    };
-    let unified = proc_cgroup
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(|p| root.join(p.trim_start_matches('/')));
+    let d = Dirs { root, proc_cgroup };
+    let v1 = |controller: &str| d.v1(controller);
+    let unified = d.unified();
     let read = |dir: &Path, file: &str| -> Option<u64> {
-        let text = std::fs::read_to_string(dir.join(file)).ok()?;
+        let text = read_small(&dir.join(file))?;
         parse_limit(text.trim())
     };
     let mut e = Enforced::default();
@@ -161,6 +258,33 @@ mod tests {
             (Some(1 << 20), Some(1 << 20), None)
         );
         assert_eq!(parse_limit("9223372036854771712"), Some(0));
+    }
+
+    #[test]
+    fn reads_usage_in_v1_and_v2() {
+        let t = tree(&[
+            ("cpu,cpuacct/docker/c1/cpuacct.usage", "2500000000\n"),
+            ("memory/docker/c1/memory.usage_in_bytes", "1048576\n"),
+            ("pids/docker/c1/pids.current", "3\n"),
+        ]);
+        let proc = "8:pids:/docker/c1\n4:memory:/docker/c1\n2:cpu,cpuacct:/docker/c1\n0::/\n";
+        assert_eq!(
+            usage_in(t.path(), proc),
+            Usage {
+                cpu_ns: Some(2_500_000_000),
+                memory: Some(1 << 20),
+                pids: Some(3)
+            }
+        );
+        let t = tree(&[
+            ("c2/cpu.stat", "usage_usec 1500\nuser_usec 1000\n"),
+            ("c2/memory.current", "4096\n"),
+        ]);
+        let u = usage_in(t.path(), "0::/c2\n");
+        assert_eq!(
+            (u.cpu_ns, u.memory, u.pids),
+            (Some(1_500_000), Some(4096), None)
+        );
     }
 
     #[test]
