@@ -161,6 +161,10 @@ pub enum Command {
         /// the verdict is theirs alone.
         #[arg(short = 'l', long, value_parser = Selector::parse)]
         selector: Option<Selector>,
+        /// Print again each time something changes, until interrupted (as `kubectl get -w`);
+        /// with -o json one document per line.
+        #[arg(short = 'w', long, conflicts_with = "exit_code")]
+        watch: bool,
     },
     /// Stop and remove a team's containers; transcripts stay unless --purge.
     Delete {

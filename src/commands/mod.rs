@@ -71,17 +71,18 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             output,
             exit_code,
             selector,
-        } => {
-            let only = selector.as_ref();
-            block_on(status::run(
-                g,
-                team.as_deref(),
-                &files,
+            watch,
+        } => block_on(status::run(
+            g,
+            status::Args {
+                team: team.as_deref(),
+                files: &files,
                 output,
                 exit_code,
-                only,
-            ))?
-        }
+                selector: selector.as_ref(),
+                watch,
+            },
+        ))?,
         Command::Delete {
             files,
             team,

@@ -4,58 +4,122 @@ use std::time::SystemTime;
 use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles, Output};
+use ateam::app::App;
 use ateam::core::selector::Selector;
-use ateam::report::render_status;
+use ateam::model::Desired;
+use ateam::report::{StatusDocument, render_status};
 
 use super::common::app;
 use super::exit::Exit;
 use super::output::print_document;
 
+/// What `status` is asked for.
+pub struct Args<'a> {
+    pub team: Option<&'a str>,
+    pub files: &'a OptionalFiles,
+    pub output: Output,
+    pub exit_code: bool,
+    pub selector: Option<&'a Selector>,
+    /// Print again whenever something changes (`status -w`), until interrupted.
+    pub watch: bool,
+}
+
 /// With `exit_code`: 0 in sync, 1 drift (`Plan::drifted`, as diff). Otherwise 0. Errors as
 /// `exit::classify` (an unknown team is a usage error).
-pub async fn run(
-    global: &Global,
-    team: Option<&str>,
-    files: &OptionalFiles,
-    output: Output,
-    exit_code: bool,
-    selector: Option<&Selector>,
-) -> anyhow::Result<Exit> {
+pub async fn run(global: &Global, args: Args<'_>) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let state_dir = ctx.host.state_dir.clone();
-    let mut desired = if files.files.is_empty() {
-        ctx.applied(team)?
+    if args.watch {
+        return watch(&ctx, &args).await;
+    }
+    let (desired, doc) = look(&ctx, &args).await?;
+    print(&ctx, &args, &desired, &doc, false)?;
+    Ok(Exit::verdict(args.exit_code && doc.drifted))
+}
+
+/// The teams asked for and their status.
+async fn look(ctx: &App, args: &Args<'_>) -> anyhow::Result<(Desired, StatusDocument)> {
+    let mut desired = if args.files.files.is_empty() {
+        ctx.applied(args.team)?
     } else {
-        ctx.load(&files.files)?
+        ctx.load(&args.files.files)?
     };
-    if let Some(t) = team {
+    if let Some(t) = args.team {
         desired.teams.retain(|x| x.name == t);
         if desired.teams.is_empty() {
             bail!("team `{t}` is not in these manifests");
         }
     }
-    let doc = ateam::app::status::status(&ctx, &desired, selector).await?;
+    let doc = ateam::app::status::status(ctx, &desired, args.selector).await?;
+    Ok((desired, doc))
+}
+
+/// `status -w`: looks every `WATCH_EVERY` and prints when what it shows changed (times and
+/// usage figures, which move at every look, are not a change). A failed look is printed
+/// once and the watch goes on: an engine restarting is something to watch, not the end.
+async fn watch(ctx: &App, args: &Args<'_>) -> anyhow::Result<Exit> {
+    const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+    let mut last: Option<String> = None;
+    loop {
+        let shown = match look(ctx, args).await {
+            Ok((desired, doc)) => {
+                let key = doc.fingerprint();
+                if last.as_deref() != Some(key.as_str()) {
+                    print(ctx, args, &desired, &doc, last.is_some())?;
+                }
+                key
+            }
+            Err(e) => {
+                let key = format!("error: {e:#}");
+                if last.as_deref() != Some(key.as_str()) {
+                    eprintln!("{key}");
+                }
+                key
+            }
+        };
+        last = Some(shown);
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+}
+
+/// One document: text, or JSON/YAML (`again`: a watch's next one, on one line as JSON, after
+/// `---` as YAML, so a reader can take one per line or per document).
+fn print(
+    ctx: &App,
+    args: &Args<'_>,
+    desired: &Desired,
+    doc: &StatusDocument,
+    again: bool,
+) -> anyhow::Result<()> {
     let now = SystemTime::now();
+    match args.output {
+        Output::Text if again => outln!(""),
+        Output::Yaml if again => outln!("---"),
+        Output::Text | Output::Json | Output::Yaml => {}
+    }
+    if args.watch && args.output == Output::Json {
+        outln!("{}", serde_json::to_string(doc)?);
+        return Ok(());
+    }
     if doc.teams.is_empty() && desired.teams.is_empty() {
         // For machines, an empty result is still a document.
-        match output {
+        match args.output {
             Output::Text => outln!(
                 "no teams applied (state folder {})",
                 ctx.host.state_dir.display()
             ),
-            Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
+            Output::Json | Output::Yaml => print_document(doc, args.output == Output::Yaml)?,
         }
-        return Ok(Exit::Ok);
+        return Ok(());
     }
-    match output {
+    match args.output {
         Output::Text => {
             out!("{}", render_status(&doc.teams, now));
             out!("{}", ateam::report::render_refusals(&doc.teams));
-            out!("{}", controller_line(&state_dir));
+            out!("{}", controller_line(&ctx.host.state_dir));
         }
-        Output::Json | Output::Yaml => print_document(&doc, output == Output::Yaml)?,
+        Output::Json | Output::Yaml => print_document(doc, args.output == Output::Yaml)?,
     }
-    Ok(Exit::verdict(exit_code && doc.drifted))
+    Ok(())
 }
 
 /// Whether a controller keeps this state folder converged, and what it last saw.

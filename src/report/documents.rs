@@ -39,6 +39,38 @@ pub struct StatusDocument {
 }
 
 impl StatusDocument {
+    /// What a change of status is for `status -w`: the document without what moves at every
+    /// look (times, ages, usage figures, the last minute's counts, the controller's last
+    /// reconcile), as text.
+    pub fn fingerprint(&self) -> String {
+        const MOVING: [&str; 6] = [
+            "observedAt",
+            "ageSecs",
+            "lastActivitySecs",
+            "usage",
+            "lastMinute",
+            "lastReconcile",
+        ];
+        fn strip(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for k in MOVING {
+                        map.remove(k);
+                    }
+                    map.values_mut().for_each(strip);
+                }
+                serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+                serde_json::Value::Null
+                | serde_json::Value::Bool(_)
+                | serde_json::Value::Number(_)
+                | serde_json::Value::String(_) => {}
+            }
+        }
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        strip(&mut v);
+        v.to_string()
+    }
+
     pub fn new(
         teams: Vec<TeamStatus>,
         controller: Option<ControllerStatus>,
