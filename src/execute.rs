@@ -39,6 +39,14 @@ pub trait Progress: Send + Sync {
     fn step(&self, team: &str, member: &str, step: &str);
 }
 
+/// Progress for no one: the controller, the helper server and `top` log each action
+/// (`execute` does) instead.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn step(&self, _: &str, _: &str, _: &str) {}
+}
+
 /// What went wrong for one member; the others went on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -427,6 +427,15 @@ fn escaped(s: &str, max: usize, backtick: bool) -> String {
     out
 }
 
+/// The newest file of a member's transcript folder: its name inside the folder and its last
+/// lines, both quoted as data (as the resume file quotes them), read without following any
+/// link and never blocking on a FIFO. None when the folder has no regular file.
+pub fn transcript_tail(dir: &Path) -> Option<(String, SystemTime, String)> {
+    let (rel, modified) = newest_file(dir)?;
+    let text = tail(dir, &rel).unwrap_or_default();
+    Some((quoted(&rel.display().to_string(), 200), modified, text))
+}
+
 /// The most recently changed regular file in a transcript folder (its path inside it),
 /// without following symlinks; at most a few levels and entries are looked at, so a hostile
 /// tree costs little.

@@ -24,7 +24,7 @@ use crate::app::delete::delete;
 use crate::app::{App, AppError, Manifests};
 use crate::core::container::labels;
 use crate::core::layout::store_id;
-use crate::execute::Progress;
+use crate::execute::Quiet;
 use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
 use crate::plan::{Action as PlanAction, Plan, StartReason};
@@ -79,12 +79,6 @@ pub struct Reconciler {
     opts: Options,
     state: Mutex<State>,
     handle: Handle<Key>,
-}
-
-/// Progress goes to the log (each action is logged by `execute` already).
-struct Quiet;
-impl Progress for Quiet {
-    fn step(&self, _: &str, _: &str, _: &str) {}
 }
 
 fn rfc3339(t: SystemTime) -> String {

@@ -28,7 +28,7 @@ use super::{Refusal, Request};
 use crate::app::App;
 use crate::app::apply::{ApplyOptions, Outcome, converge};
 use crate::core::container::rfc3339;
-use crate::execute::Progress;
+use crate::execute::Quiet;
 use crate::files::Owner;
 use crate::model::{Desired, Origin};
 
@@ -363,12 +363,6 @@ fn mine(cfg: &Config) -> serde_json::Value {
         .map(|r| r.member.name)
         .collect();
     json!({ "helpers": names })
-}
-
-struct Quiet;
-
-impl Progress for Quiet {
-    fn step(&self, _: &str, _: &str, _: &str) {}
 }
 
 /// An answer: a status and its JSON body.
