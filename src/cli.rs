@@ -306,6 +306,14 @@ pub enum Command {
         #[arg(long)]
         team: Option<String>,
     },
+    /// A live dashboard of every team: state, restarts, CPU, memory, pids, egress, activity;
+    /// the selected member's output, egress decisions and newest transcript file; keys to
+    /// attach, open a shell, restart and filter (`?` lists them). Changes nothing unasked.
+    Top {
+        /// Only main sessions and members whose labels match (`/` changes it).
+        #[arg(short = 'l', long, value_parser = Selector::parse)]
+        selector: Option<Selector>,
+    },
     /// Check this machine for what ateam needs: engines, rootless setup, cgroups, tmux,
     /// images, memory. Exit 0: all ok (warnings allowed), 1: something fails.
     Doctor {

@@ -133,8 +133,42 @@ impl Write for Line {
     }
 }
 
+/// While a full-screen display owns the terminal (`ateam top`), log lines are kept here (the
+/// last one) instead of written over it; the display shows it on its message line.
+static HELD: Mutex<Option<Option<String>>> = Mutex::new(None);
+
+/// Holds log lines from now on (`true`), or writes them again (`false`).
+pub fn hold(on: bool) {
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = on.then_some(None);
+}
+
+/// The last log line held since the last call, if any, without its colours.
+pub fn take_held() -> Option<String> {
+    let line = HELD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(Option::take)?;
+    // A colour is ESC '[' ... a letter.
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else if !c.is_control() {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
 impl Drop for Line {
     fn drop(&mut self) {
+        if let Some(held) = HELD.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            let text = String::from_utf8_lossy(&self.0);
+            *held = Some(text.trim_end().to_string());
+            return;
+        }
         // Nowhere to report a failed write of a log line to stderr.
         let write = || drop(io::stderr().lock().write_all(&self.0));
         let display = DISPLAY.lock().unwrap_or_else(|e| e.into_inner()).clone();

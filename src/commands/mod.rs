@@ -30,6 +30,7 @@ mod output;
 mod progress;
 mod schema;
 mod status;
+mod top;
 mod validate;
 
 use std::future::Future;
@@ -197,6 +198,13 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             block_on(member::exec(g, team.as_deref(), &member, how, &command))?
         }
         Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
+        Command::Top { selector } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            top::run(g, &rt, selector)
+        }
         Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
         Command::Completion { shell } => completion::completion(shell),
         Command::Man { dir } => completion::man(dir.as_deref()),
