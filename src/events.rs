@@ -372,5 +372,36 @@ pub fn team_events(state_dir: &Path, team: &str) -> Vec<Event> {
     all
 }
 
+/// Says when an event a member can repeat at will (a refused helper request) is worth
+/// writing: the first of its key, then at most one per `COLLAPSE_WITHIN`, saying how many
+/// were left out since. A member knocking in a loop must not push the team's history out of
+/// the bounded file. Keys are few (refusal rules); at most `MAX_KEYS` are kept.
+#[derive(Debug, Default)]
+pub struct Quieter {
+    seen: std::collections::HashMap<String, (std::time::Instant, u64)>,
+}
+
+const MAX_KEYS: usize = 64;
+
+impl Quieter {
+    /// `Some(left out since the last written)` to write it now; `None` to leave it out.
+    pub fn admit(&mut self, key: &str, now: std::time::Instant) -> Option<u64> {
+        if let Some((last, skipped)) = self.seen.get_mut(key) {
+            if now.duration_since(*last) < COLLAPSE_WITHIN {
+                *skipped += 1;
+                return None;
+            }
+            let n = *skipped;
+            (*last, *skipped) = (now, 0);
+            return Some(n);
+        }
+        if self.seen.len() >= MAX_KEYS {
+            self.seen.clear();
+        }
+        self.seen.insert(key.to_string(), (now, 0));
+        Some(0)
+    }
+}
+
 #[cfg(test)]
 mod tests;

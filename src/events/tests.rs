@@ -215,3 +215,17 @@ fn kinds_are_kebab_case_in_json() {
         );
     }
 }
+
+#[test]
+fn a_refusal_repeated_in_a_loop_is_written_once_a_minute_with_its_count() {
+    let mut q = Quieter::default();
+    let t0 = std::time::Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    assert_eq!(q.admit("rule-a", at(0)), Some(0));
+    assert_eq!(q.admit("rule-a", at(1)), None);
+    assert_eq!(q.admit("rule-a", at(59)), None);
+    // Another rule is its own.
+    assert_eq!(q.admit("rule-b", at(2)), Some(0));
+    assert_eq!(q.admit("rule-a", at(61)), Some(2));
+    assert_eq!(q.admit("rule-a", at(62)), None);
+}
