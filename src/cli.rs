@@ -166,6 +166,19 @@ pub enum Command {
         #[arg(short = 'w', long, conflicts_with = "exit_code")]
         watch: bool,
     },
+    /// What apply and the controller did and why (created, replaced because ..., restarted
+    /// after exit N, crash-loop backoff, strangers, refused egress and helper requests),
+    /// newest last.
+    Events {
+        /// Only this team (default: every team of the state folder).
+        team: Option<String>,
+        /// Keep printing new events as they come, until interrupted.
+        #[arg(short, long)]
+        watch: bool,
+        /// `json`: one array; with -w, one object per line per event.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Stop and remove a team's containers; transcripts stay unless --purge.
     Delete {
         #[command(flatten)]

@@ -143,6 +143,123 @@ fn about(a: &Action) -> About<'_> {
     }
 }
 
+/// What `ateam events` says of an action carried out (`failed`: how it failed), if anything:
+/// the changes to members and main sessions a person asks about, not the plumbing (proxies,
+/// helper servers, transcript folders), whose failures are events all the same.
+fn event_of(a: &Action, failed: Option<&ActionError>) -> Option<crate::events::Event> {
+    use crate::events::{Event, EventKind as K};
+    let (team, subject) = a.subject();
+    let ev = |kind, reason: &str| Event::new(team, subject, kind, reason);
+    let mut e = match failed {
+        Some(err) => ev(failure_kind(err), &err.to_string()),
+        None => match a {
+            Action::Create { .. } => ev(K::Created, "created and started"),
+            Action::Recreate { reason, .. } => ev(
+                K::Replaced,
+                &format!("replaced because {}", drift_text(reason)),
+            ),
+            Action::FinishReplacement { .. } => {
+                ev(K::Replaced, "an interrupted replacement finished")
+            }
+            Action::Start {
+                reason: StartReason::Restart { code, policy },
+                ..
+            } => ev(
+                K::Restarted,
+                &format!("restarted after exit {code} (restart policy {policy:?})"),
+            ),
+            Action::Start {
+                reason: StartReason::NeverStarted,
+                ..
+            } => ev(K::Started, "started: it was created but never started"),
+            Action::Start {
+                reason: StartReason::NotReleased,
+                ..
+            } => ev(
+                K::Released,
+                "held at its gate since a start ateam had not checked; checked and released",
+            ),
+            Action::RemoveOrphan { why, .. } => ev(
+                K::Removed,
+                &format!(
+                    "removed: {}",
+                    why.as_deref().unwrap_or("no manifest wants it")
+                ),
+            ),
+            Action::RemoveDuplicate { .. } => ev(K::Removed, "removed: a duplicate"),
+            Action::RemoveStranger { .. } => {
+                ev(K::Removed, "removed a container ateam did not make")
+            }
+            Action::RestoreName { name, .. } => ev(
+                K::Repaired,
+                &format!("renamed behind ateam's back; named back to {name}"),
+            ),
+            Action::Unpause { .. } => ev(K::Repaired, "paused behind ateam's back; let go on"),
+            Action::RollBackPromotion { .. } => ev(
+                K::Repaired,
+                "an interrupted promotion no manifest asks for was rolled back",
+            ),
+            Action::StartSession { .. } => ev(K::SessionStarted, "main session started"),
+            Action::StopSession {
+                taken_over_by: Some(heir),
+                ..
+            } => ev(
+                K::SessionStopped,
+                &format!("main session stopped: taken over by {heir}"),
+            ),
+            Action::StopSession { .. } => ev(
+                K::SessionStopped,
+                "main session stopped: no manifest wants it",
+            ),
+            Action::Promote { .. } => ev(K::Promoted, "promoted from a member to a main session"),
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. } => return None,
+        },
+    };
+    if let Some(c) = a.container() {
+        e = e.container(&c.id);
+    }
+    Some(e)
+}
+
+/// `held` when the checks at the gate refused a member (its container is gone before its
+/// command ran), `failed` otherwise.
+fn failure_kind(err: &ActionError) -> crate::events::EventKind {
+    fn at_gate(e: &RunError) -> bool {
+        match e {
+            RunError::Pin { .. } | RunError::PolicyViolation { .. } | RunError::Process { .. } => {
+                true
+            }
+            RunError::Rollback { cause, .. } => at_gate(cause),
+            RunError::Ca { .. }
+            | RunError::Backend { .. }
+            | RunError::LimitsNotEnforced { .. }
+            | RunError::MissingSecret { .. }
+            | RunError::NoCommand { .. }
+            | RunError::Image { .. }
+            | RunError::CommandNotFound { .. }
+            | RunError::RootlessUser { .. }
+            | RunError::Io { .. }
+            | RunError::WritableBelowReadOnly { .. }
+            | RunError::NotWritable { .. } => false,
+        }
+    }
+    match err {
+        ActionError::Run(e) if at_gate(e) => crate::events::EventKind::Held,
+        ActionError::Run(_)
+        | ActionError::Backend { .. }
+        | ActionError::Io { .. }
+        | ActionError::Egress { .. }
+        | ActionError::Helpers { .. }
+        | ActionError::Session { .. }
+        | ActionError::SessionStep { .. } => crate::events::EventKind::Failed,
+    }
+}
+
 /// Why `m`'s command cannot run in `image`, if it cannot: each program it runs, through the
 /// wrappers `image::programs` reads (`env -u X prog`, `sh -c 'exec prog'`), must be an
 /// executable file where the container would look for it. A command ateam cannot read
@@ -385,7 +502,11 @@ impl Executor<'_> {
                         );
                         let started = Instant::now();
                         let wanted = by_name.get(&(team.clone(), member.clone()));
-                        if let Err(error) = self.one(a, wanted).await {
+                        let done = self.one(a, wanted).await;
+                        if let Some(e) = event_of(a, done.as_ref().err()) {
+                            crate::events::record(&self.rt.state_dir, self.rt.owner, &e);
+                        }
+                        if let Err(error) = done {
                             if let Some(m) = wanted {
                                 self.record_failed_start(a, m, &error);
                             }
@@ -877,6 +998,65 @@ mod tests {
             id: "0123abcd".into(),
             name: "ateam-t-m".into(),
         }
+    }
+
+    #[test]
+    fn events_say_what_was_done_and_why_and_a_gate_refusal_is_held() {
+        use crate::events::EventKind;
+        let restart = Action::Start {
+            team: "t".into(),
+            member: "m".into(),
+            container: c(),
+            reason: StartReason::Restart {
+                code: 137,
+                policy: RestartPolicy::Always,
+            },
+        };
+        let e = event_of(&restart, None).unwrap();
+        assert_eq!((e.kind, e.member.as_str()), (EventKind::Restarted, "m"));
+        assert!(e.reason.contains("after exit 137"), "{}", e.reason);
+        assert_eq!(e.container.as_deref(), Some("0123abcd"));
+        let held = ActionError::Run(RunError::PolicyViolation {
+            member: "m".into(),
+            id: "0123abcd".into(),
+            stage: "after start",
+            violations: vec![],
+        });
+        assert_eq!(
+            event_of(&restart, Some(&held)).unwrap().kind,
+            EventKind::Held
+        );
+        let rolled = ActionError::Run(RunError::Rollback {
+            cause: Box::new(RunError::Process {
+                member: "m".into(),
+                id: "0123abcd".into(),
+                what: "uid 0".into(),
+            }),
+            id: "0123abcd".into(),
+            rollback: BackendError::NotFound {
+                id: "0123abcd".into(),
+            },
+        });
+        assert_eq!(
+            event_of(&restart, Some(&rolled)).unwrap().kind,
+            EventKind::Held
+        );
+        let other = ActionError::Run(RunError::MissingSecret {
+            member: "m".into(),
+            name: "KEY".into(),
+        });
+        let e = event_of(&restart, Some(&other)).unwrap();
+        assert_eq!(e.kind, EventKind::Failed);
+        assert!(e.reason.contains("secretEnv `KEY`"), "{}", e.reason);
+        let stop = Action::StopEgressProxy {
+            team: "t".into(),
+            member: "m".into(),
+        };
+        assert_eq!(event_of(&stop, None), None);
+        assert_eq!(
+            event_of(&stop, Some(&other)).unwrap().kind,
+            EventKind::Failed
+        );
     }
 
     #[test]

@@ -471,6 +471,21 @@ fn libc_nofollow() -> i32 {
     OFlags::NOFOLLOW.bits() as i32
 }
 
+/// Opens (creating, 0600, handed to `owner`) a file of ateam's to append to: each `write`
+/// lands whole at its end whoever else appends (readable too, to look at its last line). A
+/// symlink there is refused, not followed.
+pub fn open_append(path: &Path, owner: Owner) -> std::io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc_nofollow())
+        .open(path)?;
+    owner.apply(f.as_fd())?;
+    Ok(f)
+}
+
 /// Creates or truncates a log file ateam hands to a process it starts (its standard error),
 /// in a folder that may belong to a member's uid: a symlink there is refused, not followed.
 pub fn create_log(path: &Path) -> std::io::Result<File> {

@@ -9,6 +9,9 @@
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
 //!   (a member becoming a main session) step by step with their rollback;
+//! - `events`: what apply, the controller and the helper servers did and why, per team,
+//!   bounded in the state folder (below `execute` and `requests`, above `egress`, whose
+//!   refusals it reads back as events);
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
 //! - `requests`: helper members a member asks for at run time: judged as manifests, recorded,
@@ -38,6 +41,7 @@ pub mod controller;
 pub mod core;
 pub mod detached;
 pub mod egress;
+pub mod events;
 pub mod execute;
 pub mod files;
 pub mod host;

@@ -147,6 +147,7 @@ pub async fn converge(
     let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
     leaderless(desired, &look.plan, &look.observed)?;
     refresh_injected(app, &look.desired, secret);
+    record_strangers(app, &look.plan);
     adjust(&mut look.plan);
     let mut report = ApplyReport {
         engine: look.info.kind,
@@ -244,6 +245,28 @@ pub async fn converge(
         finished,
     };
     Ok(report)
+}
+
+/// A stranger is an event once per container, not at every reconcile that sees it again.
+fn record_strangers(app: &App, plan: &Plan) {
+    use crate::events::{Event, EventKind, record, stranger_recorded};
+    for f in &plan.findings {
+        if let Finding::Stranger {
+            team,
+            member,
+            container,
+        } = f
+            && !stranger_recorded(&app.host.state_dir, team, &container.id)
+        {
+            let why = format!(
+                "container {} has this store's labels but ateam did not make it: never adopted or started (--prune removes it)",
+                container.name
+            );
+            let e =
+                Event::new(team, member, EventKind::StrangerSeen, &why).container(&container.id);
+            record(&app.host.state_dir, app.owner, &e);
+        }
+    }
 }
 
 /// After a converge: forget the requested members that are no longer wanted (those whose

@@ -23,6 +23,7 @@ mod delete;
 mod diff;
 mod doctor;
 mod egress;
+mod events;
 pub mod exit;
 mod export;
 mod member;
@@ -84,6 +85,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 watch,
             },
         ))?,
+        Command::Events {
+            team,
+            watch,
+            output,
+        } => events::run(g, team.as_deref(), watch, output),
         Command::Delete {
             files,
             team,

@@ -323,7 +323,16 @@ impl Reconciler {
                 delay_s = delay.as_secs_f64(),
                 "crash loop: the restart waits"
             );
-            due_text.push((format!("{team}/{member}"), rfc3339(wall + delay)));
+            let until = rfc3339(wall + delay);
+            let why = format!(
+                "crash loop: exited again {:.1}s after its last start; backoff {} until {until}",
+                ran_for.min(Duration::from_secs(86_400)).as_secs_f64(),
+                humantime::format_duration(Duration::from_secs(delay.as_secs().max(1)))
+            );
+            let e =
+                crate::events::Event::new(team, member, crate::events::EventKind::CrashLoop, &why);
+            crate::events::record(&self.app.host.state_dir, self.app.owner, &e);
+            due_text.push((format!("{team}/{member}"), until));
             false
         });
         for (k, v) in due_text {

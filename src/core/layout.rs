@@ -8,6 +8,8 @@
 //! <state>/images/<id>.json                          what a probe found in an image (by id)
 //! <state>/teams/<team>/applied.json                 the validated model last applied
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
+//! <state>/teams/<team>/events.jsonl                 what apply and the controller did, and
+//!                                                   why (`ateam events`); rotated to `.1`
 //! <state>/teams/<team>/deleted.json                 after a delete without --purge: the team
 //!                                                   as it was, so --purge finds its transcripts
 //! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
@@ -159,6 +161,12 @@ pub fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
 /// that were kept are.
 pub fn deleted_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("deleted.json")
+}
+
+/// What apply, the controller and the helper servers did to a team and why, JSON lines
+/// (`crate::events`); rotated to `events.jsonl.1`.
+pub fn team_events_path(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("events.jsonl")
 }
 
 /// The engine a team was applied on.

@@ -128,7 +128,7 @@ pub fn run(cfg: Config) -> Result<(), ServeError> {
     };
     crate::files::write_atomic(&paths.pid, pid.as_bytes(), 0o600, me).map_err(io(&paths.pid))?;
     let busy = Arc::new(AtomicUsize::new(0));
-    let one_at_a_time = Arc::new(Mutex::new(()));
+    let one_at_a_time = Arc::new(Mutex::new(crate::events::Quieter::default()));
     let bucket = Arc::new(Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())));
     let cfg = Arc::new(cfg);
     let mut backoff = crate::detached::Backoff::default();
@@ -308,7 +308,12 @@ fn refused(r: &Refusal) -> serde_json::Value {
     json!({"refused": r.message, "rule": r.rule, "field": r.field})
 }
 
-fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>, bucket: &Mutex<Bucket>) {
+fn serve(
+    conn: &mut UnixStream,
+    cfg: &Config,
+    lock: &Mutex<crate::events::Quieter>,
+    bucket: &Mutex<Bucket>,
+) {
     let deadline = Instant::now() + READ_WITHIN;
     let _ = conn.set_read_timeout(Some(READ_WITHIN));
     let _ = conn.set_write_timeout(Some(READ_WITHIN));
@@ -337,8 +342,10 @@ fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>, bucket: &Mutex<B
     let (status, body) = match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/helpers") => match serde_json::from_slice::<Request>(&req.body) {
             Ok(r) => {
-                let _one = lock.lock().unwrap_or_else(|p| p.into_inner());
-                handle(cfg, &r)
+                let mut one = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let answer = handle(cfg, &r);
+                record(cfg, &r, &answer, &mut one);
+                answer
             }
             Err(e) => (
                 400,
@@ -353,6 +360,43 @@ fn serve(conn: &mut UnixStream, cfg: &Config, lock: &Mutex<()>, bucket: &Mutex<B
         ),
     };
     respond(conn, status, &body);
+}
+
+/// The answer to a judged request as an event of the team: granted, or refused with its
+/// rule (a refusal at most once a minute per rule: `Quieter`). The name and the reason are
+/// the member's words: `events` escapes them when it shows them.
+fn record(cfg: &Config, req: &Request, answer: &Answer, quiet: &mut crate::events::Quieter) {
+    use crate::events::{Event, EventKind};
+    let (status, body) = answer;
+    let name: String = req.name.chars().take(64).collect();
+    let e = if *status == 201 {
+        let state = body["state"].as_str().unwrap_or("");
+        let why = format!("granted helper `{name}` ({state})");
+        Event::new(&cfg.team, &cfg.member, EventKind::HelperGranted, &why)
+    } else {
+        let rule = body["rule"].as_str().unwrap_or("refused");
+        let Some(more) = quiet.admit(rule, Instant::now()) else {
+            return;
+        };
+        let also = match more {
+            0 => String::new(),
+            n => format!(" ({n} more refused by this rule since the last said)"),
+        };
+        let why = format!(
+            "refused helper `{name}` by rule {rule}: {}{also}",
+            body["refused"].as_str().unwrap_or("")
+        );
+        Event::new(&cfg.team, &cfg.member, EventKind::HelperRefused, &why)
+    };
+    // The store's owner is the state folder's.
+    let owner = match std::fs::metadata(&cfg.state_dir) {
+        Ok(m) => Owner {
+            uid: std::os::unix::fs::MetadataExt::uid(&m),
+            gid: std::os::unix::fs::MetadataExt::gid(&m),
+        },
+        Err(_) => return,
+    };
+    crate::events::record(&cfg.state_dir, owner, &e);
 }
 
 /// The helpers this member asked for that are recorded.
