@@ -2,6 +2,9 @@
 //! example team. Run by scripts/test.sh once the engines are up; ignored by a plain
 //! `cargo test`. Every case runs on Docker and on rootful Podman.
 
+mod common;
+use common::terminal::Terminal;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -1015,71 +1018,6 @@ fn label_selectors_pick_members_and_teams(engine: &'static str) {
     assert!(w.containers().is_empty(), "{:?}", w.containers());
 }
 
-/// A terminal of the test's own (a tmux server on its own socket), where commands run as a
-/// person types them; `screen` is what the person sees.
-struct Terminal {
-    socket: PathBuf,
-}
-
-impl Terminal {
-    fn new(w: &World, command: &str) -> Terminal {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let t = Terminal {
-            socket: w.root().join(format!("term{n}.sock")),
-        };
-        let ok = Command::new("tmux")
-            .arg("-S")
-            .arg(&t.socket)
-            .args(["new-session", "-d", "-x", "160", "-y", "40", "-s", "term"])
-            .arg(command)
-            .env_remove("TMUX")
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        t.tmux(&["set-option", "-t", "term", "remain-on-exit", "on"]);
-        t
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        text(&out.stdout)
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "term"];
-        args.extend(keys);
-        self.tmux(&args);
-    }
-
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "term"])
-    }
-
-    fn wait_for(&self, what: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = self.screen();
-            if s.contains(what) {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "never saw `{what}` on:\n{s}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        self.tmux(&["kill-server"]);
-    }
-}
-
 /// `attach` and `exec -it` as a person uses them, at a terminal: the way out is said first,
 /// what is typed reaches the session or the member, and detaching leaves the session running.
 fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
@@ -1093,7 +1031,7 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
         var("ATEAM_TEST_PODMAN_ROOTFUL"),
         &bin(),
     );
-    let term = Terminal::new(&w, &format!("{env} attach lead"));
+    let term = Terminal::new(&w.root(), 160, 40, &format!("{env} attach lead"));
     term.wait_for("lead session");
     // Said in tmux's status line; inside the test's own tmux, with the outer prefix first
     // (send-keys below goes to the pane directly, as the outer tmux would pass it on).
@@ -1133,7 +1071,12 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
     drop(term);
 
     // A shell in a member, as the member's user (never root), with a terminal.
-    let term = Terminal::new(&w, &format!("{env} exec -it reviewer -- sh"));
+    let term = Terminal::new(
+        &w.root(),
+        160,
+        40,
+        &format!("{env} exec -it reviewer -- sh"),
+    );
     // (Quotes in what is typed, so that only the output says `uid=`.)
     term.keys(&["tty; echo ui''d=$(id -u)", "Enter"]);
     let screen = term.wait_for("uid=");
@@ -1143,7 +1086,7 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
     drop(term);
 
     // A member's console is its output, read-only.
-    let term = Terminal::new(&w, &format!("{env} attach reviewer"));
+    let term = Terminal::new(&w.root(), 160, 40, &format!("{env} attach reviewer"));
     term.wait_for("read-only");
     term.wait_for("agent: sleeping");
     let unknown = w.bare(&["attach", "nobody"]);

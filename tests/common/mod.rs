@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::process::Command;
 
+pub mod terminal;
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Engine {
     Docker,

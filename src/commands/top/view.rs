@@ -106,10 +106,11 @@ fn footer(d: &Dashboard) -> String {
 }
 
 fn cells(r: &Row) -> [String; 9] {
-    let name = if r.kind == RowKind::MainSession {
-        format!("{}/{} (session)", r.team, r.name)
-    } else {
-        format!("{}/{}", r.team, r.name)
+    let name = format!("{}/{}", r.team, r.name);
+    // A main session is a terminal on the host, not a container.
+    let state = match r.kind {
+        RowKind::MainSession => format!("{} (tty)", r.state),
+        RowKind::Member | RowKind::Transcript => r.state.clone(),
     };
     let mem = match (r.memory, r.memory_limit) {
         (Some(m), Some(l)) => format!("{}/{}", bytes(m), bytes(l)),
@@ -118,7 +119,7 @@ fn cells(r: &Row) -> [String; 9] {
     };
     [
         name,
-        r.state.clone(),
+        state,
         r.restarts.to_string(),
         r.cpu_pct.map_or("-".into(), |c| format!("{c:.1}")),
         mem,
@@ -164,7 +165,7 @@ fn draw_table(f: &mut Frame, d: &Dashboard, area: Rect, theme: Theme) {
     });
     let widths = [
         Constraint::Min(14),
-        Constraint::Length(12),
+        Constraint::Length(13),
         Constraint::Length(3),
         Constraint::Length(5),
         Constraint::Length(11),
