@@ -223,8 +223,8 @@ fn print_table(events: &[Event], wide: bool, header: bool) {
     }
 }
 
-/// An age as kubectl shows one: `42s`, `5m`, `3h`, `2d`.
-fn age(secs: f64) -> String {
+/// An age as kubectl shows one: `42s`, `5m`, `3h`, `2d` (`top` shows them so too).
+pub(crate) fn age(secs: f64) -> String {
     let s = secs.max(0.0) as u64;
     match s {
         0..120 => format!("{s}s"),

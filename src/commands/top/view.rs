@@ -126,18 +126,9 @@ fn cells(r: &Row) -> [String; 9] {
         r.pids.map_or("-".into(), |p| p.to_string()),
         r.egress.map_or("-".into(), |(ok, no)| format!("{ok}/{no}")),
         bytes(r.transcript_bytes),
-        r.last_activity_secs.map_or("-".into(), ago),
+        r.last_activity_secs
+            .map_or("-".into(), |s| crate::commands::events::age(s as f64)),
     ]
-}
-
-/// `5s`, `3m`, `2h`, `4d`: how long ago, in its largest unit.
-fn ago(secs: u64) -> String {
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m", secs / 60),
-        3600..86400 => format!("{}h", secs / 3600),
-        _ => format!("{}d", secs / 86400),
-    }
 }
 
 fn draw_table(f: &mut Frame, d: &Dashboard, area: Rect, theme: Theme) {
