@@ -103,6 +103,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             crash_backoff,
             crash_reset,
             concurrency,
+            metrics,
+            metrics_allow_remote,
         } => controller::run(
             g,
             &files,
@@ -113,6 +115,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 crash_backoff,
                 crash_reset,
                 concurrency,
+                metrics,
+                metrics_allow_remote,
             },
         ),
         Command::Logs {

@@ -22,6 +22,7 @@
 
 pub mod backoff;
 pub mod daemon;
+pub mod metrics;
 pub mod queue;
 mod runner;
 #[cfg(test)]
@@ -31,7 +32,7 @@ pub mod watch;
 use std::time::Duration;
 
 use backoff::ErrorBackoff;
-pub use runner::{Controller, Handle, Stopped};
+pub use runner::{Controller, Handle, QueueStats, Stopped};
 
 /// What a reconcile asks for when it succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
