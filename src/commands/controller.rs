@@ -30,8 +30,10 @@ pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
             // A usage error, as clap's own: the message, the usage line, exit 2.
             Err(e) => {
                 use clap::CommandFactory;
-                crate::cli::Cli::command()
-                    .find_subcommand_mut("controller")
+                let mut cmd = crate::cli::Cli::command();
+                // Built, so that the usage line says `ateam controller`.
+                cmd.build();
+                cmd.find_subcommand_mut("controller")
                     .expect("the controller subcommand exists")
                     .error(
                         clap::error::ErrorKind::ValueValidation,
