@@ -47,17 +47,17 @@ ENV = env_file()
 TEAM = """apiVersion: ateam.dev/v1alpha1
 kind: Team
 metadata: {name: metricsbench}
-spec: {image: ateam-demo:latest, sessionDir: ./sessions, maxMembers: 20}
+spec: {image: ateam-demo:latest, sessionDir: ../sessions, maxMembers: 20}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: MainSession
 metadata: {name: lead}
-spec: {command: [sleep, "100000"], cwd: ./repo}
+spec: {command: [sleep, "100000"], cwd: ../repo}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: AccessGrant
 metadata: {name: rw}
-spec: {write: [./repo]}
+spec: {write: [../repo]}
 """
 
 MEMBER = """---
@@ -123,7 +123,9 @@ class Bench:
         deadline = time.time() + 180
         while self.running() < N:
             if time.time() > deadline:
-                sys.exit(f"{name}: the members never ran; see {self.dir}/controller.log")
+                with open(os.path.join(self.dir, "controller.log")) as f:
+                    log = f.read()[-3000:]
+                sys.exit(f"{name}: the members never ran; the controller's log ends:\n{log}")
             time.sleep(0.5)
         time.sleep(SETTLE)
         scrapes = []
