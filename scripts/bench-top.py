@@ -94,6 +94,7 @@ def main():
     with open(os.path.join(d, "team.yaml"), "w") as f:
         f.write(team_yaml(name, N))
     e["ATEAM_STATE_DIR"] = os.path.join(d, "state")
+    e["CONTAINER_HOST"] = e["ATEAM_TEST_PODMAN_ROOTFUL"]
     base = [ATEAM, "--backend", ENGINE]
     subprocess.run(base + ["apply", "-f", os.path.join(d, "team.yaml")], env=e, check=True,
                    stdout=subprocess.DEVNULL)

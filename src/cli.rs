@@ -221,6 +221,14 @@ pub enum Command {
         /// Members brought up at once within a team; default min(8, 2 x CPUs).
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Serve Prometheus metrics at http://ADDR/metrics: a loopback address
+        /// (127.0.0.1:9464, [::1]:9464, localhost:9464) unless --metrics-allow-remote.
+        #[arg(long, value_name = "ADDR", conflicts_with = "once")]
+        metrics: Option<String>,
+        /// Let --metrics listen on a non-loopback address (the figures name your teams and
+        /// members: anyone who can reach it reads them).
+        #[arg(long, requires = "metrics")]
+        metrics_allow_remote: bool,
     },
     /// Print a member's output.
     Logs {

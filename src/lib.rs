@@ -4,7 +4,8 @@
 //! - `app`: what a command or the controller asks for: read and judge manifests, find the
 //!   engine, look and plan, apply (and wait), delete;
 //! - `controller`: the long-running controller: a keyed work queue, reconcile-error and
-//!   crash-loop backoff, the driver loop, the watches and the daemon `ateam controller` runs;
+//!   crash-loop backoff, the driver loop, the watches, the daemon `ateam controller` runs and
+//!   its Prometheus metrics;
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions

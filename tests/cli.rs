@@ -690,3 +690,47 @@ spec: {parent: lead, access: g}
     );
     assert_eq!(err.matches("warning:").count(), 1, "{err}");
 }
+
+/// `controller --metrics` on an address others can reach is a usage error (the figures name
+/// teams and members) unless `--metrics-allow-remote`; nothing is started, no lock taken.
+#[test]
+fn controller_metrics_refuse_a_non_loopback_address() {
+    for addr in ["0.0.0.0:9464", "[::]:9464", "192.0.2.1:9464"] {
+        let out = ateam(&["controller", "-f", "examples", "--metrics", addr], None);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{addr}: {err}");
+        assert!(err.contains("is not a loopback address"), "{addr}: {err}");
+        assert!(err.contains("--metrics-allow-remote"), "{addr}: {err}");
+        assert!(err.contains("Usage: ateam controller"), "{addr}: {err}");
+    }
+    let out = ateam(
+        &[
+            "controller",
+            "-f",
+            "examples",
+            "--metrics",
+            "example.com:80",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not an address and port"));
+    // The flag alone means nothing; with --once there is no server to run.
+    let out = ateam(
+        &["controller", "-f", "examples", "--metrics-allow-remote"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = ateam(
+        &[
+            "controller",
+            "-f",
+            "examples",
+            "--once",
+            "--metrics",
+            "127.0.0.1:1",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

@@ -483,6 +483,286 @@ fn a_killed_egress_proxy_comes_back(engine: &'static str) {
     assert!(w.log().contains("startEgressProxy"), "{}", w.log());
 }
 
+/// A web server on the host's loopback that answers every request (the allowed endpoint).
+fn serve_ok() -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = c.read(&mut [0u8; 4096]);
+            let _ = c.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+        }
+    });
+    port
+}
+
+/// A port nothing listens on now (bound, then let go).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// One scrape, parsed by Python's `prometheus_client` (tests/support/scrape_metrics.py).
+fn scrape(port: u16) -> serde_json::Value {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/scrape_metrics.py"
+    );
+    // Debian's python3, where python3-prometheus-client is installed (not a pyenv shim).
+    let out = Command::new("/usr/bin/python3")
+        .arg(script)
+        .arg(format!("http://127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "scrape failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The value of the sample `name` whose labels include `labels`; none if absent.
+fn sample(s: &serde_json::Value, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s["samples"].as_array().unwrap().iter().find_map(|x| {
+        let ok = x[0] == name && labels.iter().all(|(k, v)| x[1][*k] == *v);
+        ok.then(|| x[2].as_f64().unwrap())
+    })
+}
+
+/// What the metrics say that `status` says too, as `(figure, value)` lines; memory apart.
+fn figures_of_status(doc: &serde_json::Value) -> Vec<(String, f64)> {
+    let rows = doc["teams"][0]["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    let mut states = std::collections::BTreeMap::<(String, String), f64>::new();
+    for r in &rows {
+        let kind = match r["kind"].as_str().unwrap() {
+            "MainSession" => "main_session",
+            "Member" => "member",
+            _ => "transcript",
+        };
+        *states
+            .entry((kind.into(), r["state"].as_str().unwrap().into()))
+            .or_default() += 1.0;
+        if kind != "member" {
+            continue;
+        }
+        let name = r["name"].as_str().unwrap();
+        out.push((format!("restarts {name}"), r["restarts"].as_f64().unwrap()));
+        if let Some(e) = r["egress"]["lastMinute"].as_object() {
+            for v in ["allowed", "refused", "failed"] {
+                out.push((format!("egress {name} {v}"), e[v].as_f64().unwrap()));
+            }
+        }
+    }
+    for ((kind, state), n) in states {
+        out.push((format!("members {kind} {state}"), n));
+    }
+    out
+}
+
+/// The same figures, read from a scrape.
+fn figures_of_scrape(
+    team: &str,
+    status: &[(String, f64)],
+    s: &serde_json::Value,
+) -> Vec<(String, f64)> {
+    status
+        .iter()
+        .map(|(k, _)| {
+            let w: Vec<&str> = k.splitn(3, ' ').collect();
+            let v = match w[0] {
+                "restarts" => sample(
+                    s,
+                    "ateam_member_restarts_total",
+                    &[("team", team), ("member", w[1])],
+                ),
+                "egress" => sample(
+                    s,
+                    "ateam_egress_decisions_last_minute",
+                    &[("team", team), ("member", w[1]), ("verdict", w[2])],
+                ),
+                _ => sample(
+                    s,
+                    "ateam_members",
+                    &[("team", team), ("kind", w[1]), ("state", w[2])],
+                ),
+            };
+            (k.clone(), v.unwrap_or(-1.0))
+        })
+        .collect()
+}
+
+/// `controller --metrics`: a scrape parsed by Python's Prometheus parser says what `status -o
+/// json` says: members by state, restarts (one member killed and healed), the egress decisions
+/// of a proxied member that made an allowed and a refused request, memory within a tolerance;
+/// reconciles are counted (an edit adds some); any other path is 404.
+fn the_metrics_match_status(engine: &'static str) {
+    let mut w = World::new(engine, "metr");
+    let web = serve_ok();
+    w.write(
+        "net.yaml",
+        &format!("apiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {{name: net}}\nspec: {{network: {{allow: [\"127.0.0.1:{web}\"]}}}}\n"),
+    );
+    w.write("a.yaml", &member("a", ""));
+    w.write("b.yaml", &member("b", ""));
+    w.write(
+        "c.yaml",
+        &member("c", "").replace("access: rw", "access: net"),
+    );
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    w.start(&["--metrics", &addr]);
+    w.until("ran the members", 90, || {
+        ["a", "b", "c"].iter().all(|m| w.running(m))
+    });
+    // c: one request its list allows, one it refuses.
+    let allowed = w.ateam(&[
+        "exec",
+        "c",
+        "--team",
+        &w.team,
+        "--",
+        "sh",
+        "-c",
+        &format!("wget -q -O - http://127.0.0.1:{web}/"),
+    ]);
+    assert!(
+        text(&allowed.stdout).contains("ok"),
+        "{engine}: {}",
+        text(&allowed.stderr)
+    );
+    let refused = w.ateam(&[
+        "exec",
+        "c",
+        "--team",
+        &w.team,
+        "--",
+        "sh",
+        "-c",
+        "wget -q -O - http://127.0.0.1:9/",
+    ]);
+    assert!(
+        !refused.status.success(),
+        "{engine}: the refused request got through"
+    );
+    // a: killed, and healed by the controller.
+    let pid = w.pid("a");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    w.until("restarted a", 30, || {
+        w.running("a") && w.row("a")["restarts"] == 1
+    });
+
+    let status = || {
+        let out = w.ateam(&["status", &w.team, "-o", "json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    // The scrape's figures are at most CACHE_FOR (5 s) old: wait until they agree.
+    let start = Instant::now();
+    let scraped = loop {
+        let doc = status();
+        let want = figures_of_status(&doc);
+        let s = scrape(port);
+        let got = figures_of_scrape(&w.team, &want, &s);
+        if !want.is_empty() && want == got {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "{engine}: the metrics never matched status:\nstatus  {want:?}\nmetrics {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let fig = figures_of_status(&status());
+    let get = |k: &str| fig.iter().find(|(n, _)| n == k).map(|x| x.1);
+    // The story happened (the comparison above is not of zeros).
+    assert_eq!(get("restarts a"), Some(1.0), "{engine}: {fig:?}");
+    assert!(get("egress c allowed") >= Some(1.0), "{engine}: {fig:?}");
+    assert!(get("egress c refused") >= Some(1.0), "{engine}: {fig:?}");
+    assert_eq!(
+        get("members member running"),
+        Some(3.0),
+        "{engine}: {fig:?}"
+    );
+    assert_eq!(scraped["otherPath"], 404);
+    assert_eq!(scraped["families"]["ateam_reconciles"], "counter");
+    assert_eq!(
+        scraped["families"]["ateam_reconcile_duration_seconds"],
+        "histogram"
+    );
+    assert_eq!(scraped["families"]["ateam_member_memory_bytes"], "gauge");
+    assert!(
+        scraped["contentType"]
+            .as_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+        "{scraped}"
+    );
+
+    // Memory moves: within a quarter (or 4 MiB) of what status read, and under the limit.
+    let doc = status();
+    let s = scrape(port);
+    for m in ["a", "b", "c"] {
+        let row = doc["teams"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == m)
+            .unwrap()
+            .clone();
+        let want = row["usage"]["memoryBytes"].as_f64().unwrap();
+        let got = sample(
+            &s,
+            "ateam_member_memory_bytes",
+            &[("team", &w.team), ("member", m)],
+        )
+        .unwrap();
+        assert!(
+            (got - want).abs() <= (want / 4.0).max(4.0 * 1024.0 * 1024.0),
+            "{engine}: {m}: {got} vs {want}"
+        );
+        assert!(got > 0.0, "{engine}: {m}");
+        let limit = sample(
+            &s,
+            "ateam_member_memory_limit_bytes",
+            &[("team", &w.team), ("member", m)],
+        );
+        assert_eq!(limit, Some(64.0 * 1024.0 * 1024.0), "{engine}: {m}");
+        assert!(
+            sample(
+                &s,
+                "ateam_member_cpu_seconds_total",
+                &[("team", &w.team), ("member", m)]
+            )
+            .is_some()
+        );
+    }
+
+    // An edit: its team is reconciled again, and counted.
+    let reconciles = |s: &serde_json::Value| {
+        s["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x[0] == "ateam_reconciles_total" && x[1]["team"] == w.team.as_str())
+            .map(|x| x[2].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    let before = reconciles(&scrape(port));
+    assert!(before >= 1.0, "{engine}: no reconcile counted");
+    w.write("b.yaml", &member("b", "").replace("64Mi", "80Mi"));
+    w.until("counted the edit's reconcile", 60, || {
+        reconciles(&scrape(port)) > before
+    });
+}
+
 /// An engine service of this test's own, to stop and start (the shared ones stay up for the
 /// other tests): a dockerd with its own data root (its containers stop with it), or a second
 /// `podman system service` over the shared storage (its containers outlive it, as with a
@@ -710,4 +990,5 @@ on_engines!(
     a_team_from_other_manifests_is_left_alone,
     a_killed_egress_proxy_comes_back,
     an_engine_restart_is_lived_through,
+    the_metrics_match_status,
 );

@@ -10,6 +10,7 @@ use super::exit::Exit;
 use crate::cli::{Files, Global};
 use ateam::controller::backoff::CrashLoopConfig;
 use ateam::controller::daemon::{self, Options};
+use ateam::controller::metrics::listen_addr;
 
 pub struct Opts {
     pub prune: bool,
@@ -18,9 +19,31 @@ pub struct Opts {
     pub crash_backoff: Duration,
     pub crash_reset: Duration,
     pub concurrency: Option<usize>,
+    pub metrics: Option<String>,
+    pub metrics_allow_remote: bool,
 }
 
 pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
+    let metrics = match &o.metrics {
+        Some(raw) => match listen_addr(raw, o.metrics_allow_remote) {
+            Ok(a) => Some(a),
+            // A usage error, as clap's own: the message, the usage line, exit 2.
+            Err(e) => {
+                use clap::CommandFactory;
+                let mut cmd = crate::cli::Cli::command();
+                // Built, so that the usage line says `ateam controller`.
+                cmd.build();
+                cmd.find_subcommand_mut("controller")
+                    .expect("the controller subcommand exists")
+                    .error(
+                        clap::error::ErrorKind::ValueValidation,
+                        format!("--metrics: {e}"),
+                    )
+                    .exit()
+            }
+        },
+        None => None,
+    };
     let app = super::common::app(global);
     let crash = CrashLoopConfig::new(
         o.crash_backoff,
@@ -34,6 +57,7 @@ pub fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
         resync: o.resync.max(Duration::from_secs(1)),
         crash,
         concurrency: o.concurrency,
+        metrics,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

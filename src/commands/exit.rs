@@ -98,6 +98,7 @@ pub fn classify(e: &anyhow::Error) -> Exit {
                 ControllerError::Lock(_) => Exit::State,
                 ControllerError::App(e) => app(e),
                 ControllerError::Watch(_) => Exit::Error,
+                ControllerError::Metrics(_) => Exit::Error,
                 ControllerError::Invalid(_) => Exit::Invalid,
                 // `#[non_exhaustive]` across the crate boundary.
                 _ => Exit::Error,

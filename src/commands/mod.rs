@@ -111,6 +111,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             crash_backoff,
             crash_reset,
             concurrency,
+            metrics,
+            metrics_allow_remote,
         } => controller::run(
             g,
             &files,
@@ -121,6 +123,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 crash_backoff,
                 crash_reset,
                 concurrency,
+                metrics,
+                metrics_allow_remote,
             },
         ),
         Command::Logs {

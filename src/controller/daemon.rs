@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
+use super::metrics::{Metrics, ReconcileResult, StatusSource};
 use super::queue::QueueConfig;
 use super::{Action, Controller, Handle};
 use crate::app::apply::{ApplyOptions, Outcome, converge};
@@ -47,6 +48,8 @@ pub struct Options {
     pub resync: Duration,
     pub crash: CrashLoopConfig,
     pub concurrency: Option<usize>,
+    /// Serve the figures at `/metrics` here (checked by `metrics::listen_addr`).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// One member's restarts, for the crash-loop policy.
@@ -349,6 +352,37 @@ impl Reconciler {
     }
 }
 
+/// The metrics' status figures: `ateam status` of the applied teams this controller keeps.
+impl StatusSource for Reconciler {
+    async fn status(&self) -> Result<crate::report::StatusDocument, AppError> {
+        let known = self.state().known.clone();
+        let mut desired = self.app.applied(None)?;
+        desired.teams.retain(|t| known.contains(&t.name));
+        crate::app::status::status(&self.app, &desired, None).await
+    }
+}
+
+/// Counts one reconcile in the metrics.
+fn count(
+    r: &Reconciler,
+    m: &Metrics,
+    key: &Key,
+    result: &Result<Action, AppError>,
+    took: Duration,
+) {
+    match key {
+        Key::Manifests => m.manifests_loaded(r.state().record.manifest_errors.is_empty()),
+        Key::Team(team) => {
+            let how = match result {
+                Ok(Action::AwaitChange) => ReconcileResult::Ok,
+                Ok(Action::Requeue(_)) => ReconcileResult::Requeue,
+                Err(_) => ReconcileResult::Error,
+            };
+            m.reconciled(team, how, took);
+        }
+    }
+}
+
 /// Runs the controller until `shutdown`; with `once`, reconciles everything one time and
 /// returns whether it all converged.
 pub async fn run(
@@ -366,6 +400,13 @@ pub async fn run(
         ErrorBackoffConfig::default(),
     );
     let handle = controller.handle();
+    let metrics = match opts.metrics.filter(|_| !once) {
+        Some(addr) => Some((
+            super::metrics::bind(addr).await?,
+            Arc::new(Metrics::new(controller.stats())),
+        )),
+        None => None,
+    };
     let record = ControllerRecord {
         version: 1,
         pid: std::process::id(),
@@ -411,6 +452,15 @@ pub async fn run(
     tasks.spawn(engine_events(r.clone(), shutdown.clone()));
     tasks.spawn(resync(r.clone(), shutdown.clone()));
     tasks.spawn(egress_probe(r.clone(), shutdown.clone()));
+    let counters = metrics.as_ref().map(|(_, m)| m.clone());
+    if let Some((listener, m)) = metrics {
+        tasks.spawn(super::metrics::serve(
+            listener,
+            m,
+            r.clone(),
+            shutdown.clone(),
+        ));
+    }
     drop(handle);
     info!(
         paths = ?r.opts.paths,
@@ -421,9 +471,17 @@ pub async fn run(
     let rr = r.clone();
     controller
         .run(
-            move |key| {
+            move |key: Key| {
                 let r = rr.clone();
-                async move { r.reconcile(key).await }
+                let counters = counters.clone();
+                async move {
+                    let start = Instant::now();
+                    let result = r.reconcile(key.clone()).await;
+                    if let Some(m) = &counters {
+                        count(&r, m, &key, &result, start.elapsed());
+                    }
+                    result
+                }
             },
             shutdown.clone(),
         )
@@ -444,6 +502,8 @@ pub enum ControllerError {
     App(#[from] AppError),
     #[error("watching the manifests: {0}")]
     Watch(#[source] notify::Error),
+    #[error(transparent)]
+    Metrics(#[from] super::metrics::ServeError),
     /// `--once` read manifests it refused (one line per problem); nothing was changed.
     #[error("the manifests are invalid; nothing was changed:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),

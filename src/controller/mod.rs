@@ -9,7 +9,8 @@
 //!   that finds an exited member asks it when the restart is due, and returns a `Requeue`
 //!   until then);
 //! - [`Controller`] (in `runner`): the one loop that feeds the queue from event sources
-//!   (through [`Handle`]s), runs reconciles as owned tasks, and applies what each returns.
+//!   (through [`Handle`]s), runs reconciles as owned tasks, and applies what each returns;
+//! - [`metrics`]: `--metrics ADDR`: its counters and `status`' figures for Prometheus.
 //!
 //! Reconcile from the whole state, never from the trigger. An event (an engine event, a
 //! manifest edit, a timer) only says *which* object to look at again; the reconcile reads what
@@ -22,6 +23,7 @@
 
 pub mod backoff;
 pub mod daemon;
+pub mod metrics;
 pub mod queue;
 mod runner;
 #[cfg(test)]
@@ -31,7 +33,7 @@ pub mod watch;
 use std::time::Duration;
 
 use backoff::ErrorBackoff;
-pub use runner::{Controller, Handle, Stopped};
+pub use runner::{Controller, Handle, QueueStats, Stopped};
 
 /// What a reconcile asks for when it succeeded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::{Debug, Display};
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -72,11 +74,36 @@ enum Failure<E> {
     Panic(JoinError),
 }
 
+/// How full the queue is, as the loop last saw it: read by the metrics without a lock.
+#[derive(Debug, Default)]
+pub struct QueueStats {
+    waiting: AtomicUsize,
+    running: AtomicUsize,
+}
+
+impl QueueStats {
+    /// Keys waiting to run (a debounce, a requeue or a backoff delay).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Reconciles running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    fn set<K: Ord + Clone>(&self, queue: &Queue<K>) {
+        self.waiting.store(queue.waiting(), Ordering::Relaxed);
+        self.running.store(queue.running(), Ordering::Relaxed);
+    }
+}
+
 /// The work queue, the per-object error backoff, and the loop that runs reconciles.
 #[derive(Debug)]
 pub struct Controller<K> {
     queue: Queue<K>,
     errors: ErrorBackoffConfig,
+    stats: Arc<QueueStats>,
     /// Kept so [`Controller::handle`] can make more handles; dropped when `run` starts.
     requests_tx: mpsc::UnboundedSender<Request<K>>,
     requests: mpsc::UnboundedReceiver<Request<K>>,
@@ -91,6 +118,7 @@ where
         Self {
             queue: Queue::new(queue),
             errors,
+            stats: Arc::default(),
             requests_tx,
             requests,
         }
@@ -101,6 +129,11 @@ where
         Handle {
             requests: self.requests_tx.clone(),
         }
+    }
+
+    /// The queue's figures, kept up to date by [`Controller::run`].
+    pub fn stats(&self) -> Arc<QueueStats> {
+        self.stats.clone()
     }
 
     /// Run reconciles until `shutdown` is cancelled, then wait for the running ones to finish
@@ -118,6 +151,7 @@ where
         let Self {
             mut queue,
             errors,
+            stats,
             requests_tx,
             mut requests,
         } = self;
@@ -147,6 +181,7 @@ where
                     settle.running.insert(task.id(), key);
                 }
             }
+            stats.set(&queue);
         }
         tracing::debug!(
             running = tasks.len(),
@@ -154,6 +189,7 @@ where
         );
         while let Some(joined) = tasks.join_next_with_id().await {
             settle.finished(&mut queue, joined);
+            stats.set(&queue);
         }
     }
 }
