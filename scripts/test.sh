@@ -19,9 +19,10 @@ cargo clippy --all-targets --locked -- -D warnings
 
 step "tests without engines"
 # Real clients, for the proxy tests that need no engine (tests/egress_proxy.rs: curl, git,
-# Python and Node against a local TLS upstream); engines.sh installs the rest.
+# Python and Node against a local TLS upstream), and tmux for the unit tests that end a real
+# main session's terminal (src/sessions.rs); engines.sh installs the rest.
 missing=()
-for p in curl git python3 nodejs; do
+for p in curl git python3 nodejs tmux; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
