@@ -19,10 +19,12 @@ cargo clippy --all-targets --locked -- -D warnings
 
 step "tests without engines"
 # Real clients, for the proxy tests that need no engine (tests/egress_proxy.rs: curl, git,
-# Python and Node against a local TLS upstream), and Python's Prometheus parser that scrapes
-# the controller's metrics (tests/controller.rs); engines.sh installs the rest.
+# Python and Node against a local TLS upstream), Python's Prometheus parser that scrapes the
+# controller's metrics (tests/controller.rs), and tmux for the unit tests that end a real main
+# session's terminal (src/sessions.rs) and drive `ateam top` (tests/top.rs); engines.sh
+# installs the rest.
 missing=()
-for p in curl git python3 python3-prometheus-client nodejs; do
+for p in curl git python3 python3-prometheus-client nodejs tmux; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

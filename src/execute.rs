@@ -715,6 +715,10 @@ impl Executor<'_> {
                     .map_err(|e| ActionError::Session {
                         session: a.subject().1.to_string(),
                         message: e.to_string(),
+                    })?
+                    .map_err(|source| ActionError::SessionStep {
+                        session: a.subject().1.to_string(),
+                        source: Box::new(source),
                     })
             }
             Action::RollBackPromotion { journal } => {

@@ -8,9 +8,11 @@
 //! ask for it, undoes it), and a step that fails undoes what went before.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{info, warn};
 
@@ -40,6 +42,13 @@ pub enum SessionError {
         .0.display()
     )]
     NotEmpty(PathBuf),
+    /// Its tmux server still listens after `kill-server`, and is not one ateam may signal
+    /// (another user's, or its pid could not be held).
+    #[error("the session's terminal on {} did not end after kill-server", .0.display())]
+    NotEnded(PathBuf),
+    /// Its tmux server outlived SIGKILL too (stuck in the kernel).
+    #[error("the session's terminal on {} did not end, even after SIGKILL of its tmux server (pid {pid})", .socket.display())]
+    OutlivedKill { socket: PathBuf, pid: i32 },
     #[error("stopping the member: {0}")]
     Stop(#[source] BackendError),
     #[error("removing the member's container: {0}")]
@@ -104,16 +113,136 @@ pub fn start(s: &DesiredSession, owner: Owner, resume: &[ResumeEntry]) -> Result
     files::write_atomic(&path, secs.to_string().as_bytes(), 0o600, owner).map_err(io(&path))
 }
 
-/// Ends the session's terminal (its tmux server), if it runs.
-pub fn stop(socket: &Path) {
-    if !is_running(socket) {
-        return;
+/// How long a session's terminal gets to end after `kill-server` before its server is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a SIGKILLed server gets to go (the kernel closing its files).
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Between two looks at a terminal that is ending.
+const STOP_POLL: Duration = Duration::from_millis(10);
+
+/// Ends the session's terminal (its tmux server), if it runs, and returns once it is gone:
+/// its server has exited and its socket no longer answers. `tmux kill-server` returns as soon
+/// as the server took the command, while the server still listens (and would be seen as
+/// running) until it has ended its panes and exited. A server still there after
+/// `STOP_GRACE` (hung, stopped) is killed, and the log says so.
+pub fn stop(socket: &Path) -> Result<(), SessionError> {
+    match end(socket, STOP_GRACE)? {
+        Ended::NotRunning | Ended::Exited => Ok(()),
+        Ended::Killed { pid } => {
+            warn!(socket = %socket.display(), pid, grace_secs = STOP_GRACE.as_secs(), "the session's terminal did not end after kill-server: its tmux server was killed (SIGKILL)");
+            Ok(())
+        }
     }
-    let _ = std::process::Command::new("tmux")
+}
+
+/// How a terminal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    NotRunning,
+    /// On `kill-server`, within the grace.
+    Exited,
+    /// By SIGKILL of its server, after the grace.
+    Killed {
+        pid: i32,
+    },
+}
+
+fn end(socket: &Path, grace: Duration) -> Result<Ended, SessionError> {
+    let Ok(conn) = UnixStream::connect(socket) else {
+        return Ok(Ended::NotRunning);
+    };
+    let server = Server::behind(&conn);
+    // An open connection is a client the server would wait for before exiting.
+    drop(conn);
+    let mut client = Command::new("tmux")
         .arg("-S")
         .arg(socket)
         .arg("kill-server")
-        .output();
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(SessionError::NoTmux)?;
+    let exited = wait_until(Instant::now() + grace, || {
+        let _ = client.try_wait();
+        gone(socket, server.as_ref())
+    });
+    // A client still waiting on a server that does not answer is of no more use.
+    if !matches!(client.try_wait(), Ok(Some(_))) {
+        let _ = client.kill();
+    }
+    let _ = client.wait();
+    if exited {
+        return Ok(Ended::Exited);
+    }
+    let Some(server) = server else {
+        return Err(SessionError::NotEnded(socket.to_path_buf()));
+    };
+    // The pidfd names this very process: the signal cannot reach one that took its pid.
+    match rustix::process::pidfd_send_signal(&server.fd, rustix::process::Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => return Err(io(socket)(e.into())),
+    }
+    if wait_until(Instant::now() + KILL_GRACE, || gone(socket, Some(&server))) {
+        Ok(Ended::Killed { pid: server.pid })
+    } else {
+        Err(SessionError::OutlivedKill {
+            socket: socket.to_path_buf(),
+            pid: server.pid,
+        })
+    }
+}
+
+/// A session's tmux server, held by a pidfd.
+struct Server {
+    pid: i32,
+    fd: OwnedFd,
+}
+
+impl Server {
+    /// The process listening on the socket, as the kernel says (SO_PEERCRED), if it runs as
+    /// ateam does: ateam never signals another user's process.
+    fn behind(conn: &UnixStream) -> Option<Server> {
+        let cred = rustix::net::sockopt::socket_peercred(conn).ok()?;
+        if cred.uid != rustix::process::geteuid() {
+            return None;
+        }
+        let fd =
+            rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()?;
+        Some(Server {
+            pid: cred.pid.as_raw_nonzero().get(),
+            fd,
+        })
+    }
+
+    /// Its pidfd is readable once the process has exited (its files closed).
+    fn exited(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0)
+    }
+}
+
+/// Gone: the server (when known) has exited and the socket does not answer.
+fn gone(socket: &Path, server: Option<&Server>) -> bool {
+    server.is_none_or(Server::exited) && !is_running(socket)
+}
+
+/// Whether `done` came true before `deadline` (looked at every `STOP_POLL`).
+fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(STOP_POLL);
+    }
 }
 
 /// When ateam last started the session (seconds since the epoch), if it did.
@@ -284,7 +413,7 @@ pub fn roll_back(rt: &Runtime, j: &Promotion) -> Result<(), SessionError> {
         &rt.state_dir,
         &j.team,
         &j.name,
-    ));
+    ))?;
     if j.had_transcript && j.to.is_dir() && !j.from.exists() {
         std::fs::rename(&j.to, &j.from).map_err(io(&j.to))?;
     } else if j.had_transcript && j.to.is_dir() && is_empty_dir(&j.from) {
@@ -635,5 +764,69 @@ mod tests {
             std::fs::read_to_string(d.path().join("RESUME.md.member")).unwrap(),
             "taken"
         );
+    }
+
+    /// A tmux server on its own socket in `dir`, running a long sleep as a session would,
+    /// and its pid as tmux says.
+    fn tmux_server(dir: &Path, name: &str) -> (PathBuf, i32) {
+        let socket = dir.join(format!("{name}.sock"));
+        let tmux = |args: &[&str]| {
+            let out = Command::new("tmux")
+                .args(["-f", "/dev/null", "-S"])
+                .arg(&socket)
+                .args(args)
+                .output()
+                .expect("tmux (scripts/test.sh installs it)");
+            assert!(out.status.success(), "tmux {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        tmux(&["new-session", "-d", "-s", name, "sleep 100000"]);
+        let pid = tmux(&["display", "-p", "#{pid}"]).trim().parse().unwrap();
+        (socket, pid)
+    }
+
+    /// Exited: no such process, or a zombie nobody reaped yet (its files are closed).
+    fn has_exited(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        }
+    }
+
+    /// Issue 18: `tmux kill-server` returns while the server still listens, so an apply that
+    /// ended a session saw it running. Right after `stop` returns, every time, the socket
+    /// does not answer and the server has exited; stopping it again is nothing.
+    #[test]
+    fn a_stopped_terminal_is_gone_when_stop_returns() {
+        let d = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            let (socket, pid) = tmux_server(d.path(), &format!("s{i}"));
+            assert!(is_running(&socket));
+            stop(&socket).unwrap();
+            assert!(!is_running(&socket), "round {i}: the socket still answers");
+            assert!(has_exited(pid), "round {i}: tmux server {pid} still runs");
+            stop(&socket).unwrap();
+        }
+        stop(&d.path().join("never.sock")).unwrap();
+    }
+
+    /// A server that does not end on `kill-server` (here: stopped, so even the command's
+    /// client hangs) is killed after the grace, and `end` says so.
+    #[test]
+    fn a_terminal_that_does_not_end_is_killed() {
+        let d = tempfile::tempdir().unwrap();
+        let (socket, pid) = tmux_server(d.path(), "hung");
+        let raw = rustix::process::Pid::from_raw(pid).unwrap();
+        rustix::process::kill_process(raw, rustix::process::Signal::STOP).unwrap();
+        let began = Instant::now();
+        assert_eq!(
+            end(&socket, Duration::from_millis(300)).unwrap(),
+            Ended::Killed { pid }
+        );
+        assert!(began.elapsed() >= Duration::from_millis(300));
+        assert!(!is_running(&socket));
+        assert!(has_exited(pid), "tmux server {pid} still runs");
     }
 }

@@ -87,8 +87,13 @@ pub async fn delete(
         {
             sockets.extend(entries.flatten().map(|e| e.path().join("tmux.sock")));
         }
+        // Each is gone when stop returns; one that outlives it fails the delete before its
+        // state (the socket's folder) is forgotten.
         for socket in &sockets {
-            crate::sessions::stop(socket);
+            crate::sessions::stop(socket).map_err(|e| AppError::Io {
+                path: socket.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::TimedOut, e),
+            })?;
         }
         if purge {
             // Every transcript folder of the team: its members', and those kept from members
