@@ -360,6 +360,37 @@ impl StatusSource for Reconciler {
         desired.teams.retain(|t| known.contains(&t.name));
         crate::app::status::status(&self.app, &desired, None).await
     }
+
+    fn helper_requests(&self) -> BTreeMap<(String, &'static str), u64> {
+        use crate::events::EventKind;
+        let known = self.state().known.clone();
+        let mut out = BTreeMap::new();
+        for team in known {
+            for e in crate::events::read(&self.app.host.state_dir, &team) {
+                let outcome = match e.kind {
+                    EventKind::HelperGranted => "granted",
+                    EventKind::HelperRefused => "refused",
+                    EventKind::Created
+                    | EventKind::Replaced
+                    | EventKind::Started
+                    | EventKind::Restarted
+                    | EventKind::Released
+                    | EventKind::Held
+                    | EventKind::Removed
+                    | EventKind::Repaired
+                    | EventKind::Failed
+                    | EventKind::StrangerSeen
+                    | EventKind::CrashLoop
+                    | EventKind::EgressRefused
+                    | EventKind::SessionStarted
+                    | EventKind::SessionStopped
+                    | EventKind::Promoted => continue,
+                };
+                *out.entry((team.clone(), outcome)).or_default() += e.count;
+            }
+        }
+        out
+    }
 }
 
 /// Counts one reconcile in the metrics.

@@ -386,7 +386,11 @@ fn record(cfg: &Config, req: &Request, answer: &Answer, quiet: &mut crate::event
             "refused helper `{name}` by rule {rule}: {}{also}",
             body["refused"].as_str().unwrap_or("")
         );
-        Event::new(&cfg.team, &cfg.member, EventKind::HelperRefused, &why)
+        // The refusals this one stands for: counted by `events` and the metrics.
+        Event {
+            count: more + 1,
+            ..Event::new(&cfg.team, &cfg.member, EventKind::HelperRefused, &why)
+        }
     };
     // The store's owner is the state folder's.
     let owner = match std::fs::metadata(&cfg.state_dir) {

@@ -205,6 +205,8 @@ pub struct Snapshot {
     pub left_out: u64,
     /// Members that exist because another member asked for them, by team.
     pub helpers: BTreeMap<String, u64>,
+    /// Helper requests by (team, outcome: granted, refused), as the kept events count them.
+    pub helper_requests: BTreeMap<(String, &'static str), u64>,
 }
 
 /// One member's figures.
@@ -385,6 +387,16 @@ impl Collector for SnapshotCell {
             "ateam_helper_members",
             "Members that exist because another member asked for them (accepted helper requests still desired).",
             helpers,
+        )?;
+        let requests = s.helper_requests.iter().map(|((t, outcome), n)| {
+            let l: Labels2 = [("team", t.as_str()), ("outcome", outcome)];
+            (l, *n as i64)
+        });
+        gauges(
+            &mut e,
+            "ateam_helper_requests",
+            "Helper requests by outcome (granted, refused) among the team's kept events (`ateam events`; bounded, so a gauge).",
+            requests,
         )?;
         gauge(
             &mut e,

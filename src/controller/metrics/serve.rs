@@ -6,6 +6,7 @@
 //! reconciles and never inside one; it takes no lock a reconcile takes (status reads the store
 //! without the store's lock, as `ateam status` does).
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +39,10 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 /// Where the status figures come from: the controller's teams, through `app::status::status`.
 pub trait StatusSource: Send + Sync + 'static {
     fn status(&self) -> impl Future<Output = Result<StatusDocument, AppError>> + Send;
+    /// Helper requests by (team, outcome) among the events the state folder keeps.
+    fn helper_requests(&self) -> BTreeMap<(String, &'static str), u64> {
+        BTreeMap::new()
+    }
 }
 
 /// Why the endpoint could not start.
@@ -76,7 +81,11 @@ impl<S: StatusSource> Shared<S> {
         }
         let start = Instant::now();
         let snapshot = match tokio::time::timeout(LOOK_TIMEOUT, self.source.status()).await {
-            Ok(Ok(doc)) => Snapshot::of(&doc, start.elapsed()),
+            Ok(Ok(doc)) => {
+                let mut s = Snapshot::of(&doc, start.elapsed());
+                s.helper_requests = self.source.helper_requests();
+                s
+            }
             Ok(Err(e)) => {
                 warn!(error = %e, "metrics: the status look failed");
                 Snapshot::failed(start.elapsed())

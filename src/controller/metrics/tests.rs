@@ -156,9 +156,15 @@ fn a_fixed_document_renders_every_family() {
     m.reconciled("alpha", ReconcileResult::Error, Duration::from_secs(2));
     m.manifests_loaded(true);
     m.manifests_loaded(false);
-    m.set_snapshot(Snapshot::of(&document(), Duration::from_millis(12)));
+    let mut snap = Snapshot::of(&document(), Duration::from_millis(12));
+    snap.helper_requests = [(("alpha".to_string(), "refused"), 7)].into();
+    m.set_snapshot(snap);
     let text = m.render();
     let expect = [
+        (
+            "ateam_helper_requests",
+            r#"ateam_helper_requests{team="alpha",outcome="refused"} 7"#,
+        ),
         (
             "ateam_reconciles_total",
             r#"ateam_reconciles_total{team="alpha",result="ok"} 2"#,
