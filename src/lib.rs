@@ -1,11 +1,12 @@
 //! ateam: a declarative controller for local containers that run teams of AI coding agents.
 //!
 //! Modules from the top down (each imports only those below it):
-//! - `app`: what a command or the controller asks for: read and judge manifests, find the
-//!   engine, look and plan, apply (and wait), delete;
 //! - `controller`: the long-running controller: a keyed work queue, reconcile-error and
 //!   crash-loop backoff, the driver loop, the watches, the daemon `ateam controller` runs and
 //!   its Prometheus metrics;
+//! - `app`: what a command or the controller asks for: read and judge manifests, find the
+//!   engine, look and plan, apply (and wait), delete, and status as one call (`app::status`,
+//!   which `status`, `status -w`, `top` and the metrics all read);
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
@@ -21,7 +22,8 @@
 //! - `report`: diff and status as text and data;
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
-//! - `store`: the state folder's versioned records, the containers ateam made, the lock;
+//! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
+//!   the running controller's record (`store::controller`), which status reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
 //! - `policy`: the container hardening as data: the create request, and the check of an
 //!   engine's inspect result against it;
