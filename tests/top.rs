@@ -95,6 +95,15 @@ spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids
         format!("ateam_{}_{member}", self.team)
     }
 
+    fn container_id(&self, member: &str) -> String {
+        let out = common::engine_command(self.engine, false)
+            .args(["inspect", "-f", "{{.Id}}", &self.container(member)])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    }
+
     /// The engine's CLI stops the member's container at once (as a crash would).
     fn kill(&self, member: &str) {
         let out = common::engine_command(self.engine, false)
@@ -200,6 +209,16 @@ fn top_shows_a_team_at_work_and_q_gives_the_terminal_back(engine: Engine) {
     t.keys(&["Tab"]);
     t.wait_until("the refusal in alpha's egress decisions", |s| {
         s.contains("REFUSED") && s.contains("refused.example")
+    });
+    // A restart asks first, then gives the member a new container through the gate.
+    let before = w.container_id("alpha");
+    t.keys(&["r"]);
+    t.wait_for("y/n");
+    t.keys(&["y"]);
+    t.wait_for(&format!("{}/alpha restarted", w.team));
+    assert_ne!(w.container_id("alpha"), before, "a new container");
+    t.wait_until("alpha running again", |s| {
+        row(s, &team, "alpha").is_some_and(|r| r.contains("running"))
     });
     t.keys(&["?"]);
     t.wait_for("any key closes");

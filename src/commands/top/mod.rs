@@ -388,8 +388,29 @@ async fn restart_one(ctx: &Arc<App>, team: &str, name: &str) -> anyhow::Result<(
         &mut |_| {},
     )
     .await?;
-    if !report.converged() {
-        anyhow::bail!("the team did not converge; see ateam status");
+    // Its own start is what was asked for; other members are status's to report.
+    use ateam::app::apply::Outcome;
+    let mine = |t: &str, m: &str| t == team && m == name;
+    match &report.outcome {
+        // A controller beside it made the new container first.
+        Outcome::NoChanges => Ok(()),
+        Outcome::Refused(f) => anyhow::bail!(
+            "refused before anything was made: {}",
+            f.iter()
+                .map(|x| x.error.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Outcome::Applied { failures, .. }
+            if let Some(x) = failures.iter().find(|x| mine(&x.team, &x.member)) =>
+        {
+            anyhow::bail!("{}", x.error)
+        }
+        Outcome::Applied { not_running, .. }
+            if let Some(n) = not_running.iter().find(|n| mine(&n.team, &n.member)) =>
+        {
+            anyhow::bail!("{}", n.why)
+        }
+        Outcome::Applied { .. } => Ok(()),
     }
-    Ok(())
 }
