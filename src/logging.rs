@@ -159,7 +159,8 @@ pub fn take_held() -> Option<String> {
             out.push(c);
         }
     }
-    Some(out)
+    // A line may quote what a member chose (a name, a host): shown, never obeyed.
+    Some(ateam::core::untrusted::shown(&out).into_owned())
 }
 
 impl Drop for Line {
