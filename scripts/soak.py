@@ -278,8 +278,12 @@ class Soak:
 
     def containers(self, team):
         """(id, name, member label) of every container with the team's label."""
+        label = ('{{.Label "ateam.dev/member"}}' if self.args.engine == "docker"
+                 else '{{index .Labels "ateam.dev/member"}}')
         out = self.engine("ps", "-a", "--no-trunc", "--filter", f"label=ateam.dev/team={team}",
-                          "--format", '{{.ID}} {{.Names}} {{.Label "ateam.dev/member"}}')
+                          "--format", "{{.ID}} {{.Names}} " + label)
+        if out is None:
+            self.violations.append(f"the engine could not list the containers of {team}")
         return [tuple(line.split()) for line in (out or "").splitlines() if line.strip()]
 
     # --- samplers ----------------------------------------------------------------------
