@@ -474,9 +474,14 @@ class Soak:
             time.sleep(0.2)
         body = json.dumps({"name": helper, "command": ["sleep", "100000"],
                            "resources": {"memory": "32Mi", "pids": 32}})
-        r = self.ateam("exec", "--team", t, rq, "--", "sh", "-c",
-                       f"wget -Y off -q -O- --post-data '{body}' \"$ATEAM_HELPERS_URL\"",
-                       timeout=60)
+        while True:
+            r = self.ateam("exec", "--team", t, rq, "--", "sh", "-c",
+                           f"wget -Y off -q -O- --post-data '{body}' \"$ATEAM_HELPERS_URL\"",
+                           timeout=60)
+            # Running before the controller's record of what it applied names it: again.
+            if "no applied team has a member" not in r.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if r.returncode == 0:
             self.helpers.append((t, helper))
         else:
