@@ -146,7 +146,15 @@ fn about(a: &Action) -> About<'_> {
 /// What `ateam events` says of an action carried out (`failed`: how it failed), if anything:
 /// the changes to members and main sessions a person asks about, not the plumbing (proxies,
 /// helper servers, transcript folders), whose failures are events all the same.
-fn event_of(a: &Action, failed: Option<&ActionError>) -> Option<crate::events::Event> {
+///
+/// `made` is the container the action made (a create's, a replacement's): the event names it,
+/// so that every start ateam released can be found by its container (a replacement's reason
+/// names the old one).
+fn event_of(
+    a: &Action,
+    made: Option<&str>,
+    failed: Option<&ActionError>,
+) -> Option<crate::events::Event> {
     use crate::events::{Event, EventKind as K};
     let (team, subject) = a.subject();
     let ev = |kind, reason: &str| Event::new(team, subject, kind, reason);
@@ -154,9 +162,13 @@ fn event_of(a: &Action, failed: Option<&ActionError>) -> Option<crate::events::E
         Some(err) => ev(failure_kind(err), &err.to_string()),
         None => match a {
             Action::Create { .. } => ev(K::Created, "created and started"),
-            Action::Recreate { reason, .. } => ev(
+            Action::Recreate { reason, old, .. } => ev(
                 K::Replaced,
-                &format!("replaced because {}", drift_text(reason)),
+                &format!(
+                    "replaced because {} (was {})",
+                    drift_text(reason),
+                    short_id(&old.id)
+                ),
             ),
             Action::FinishReplacement { .. } => {
                 ev(K::Replaced, "an interrupted replacement finished")
@@ -220,10 +232,17 @@ fn event_of(a: &Action, failed: Option<&ActionError>) -> Option<crate::events::E
             | Action::StopHelperServer { .. } => return None,
         },
     };
-    if let Some(c) = a.container() {
-        e = e.container(&c.id);
+    match (made, a.container()) {
+        (Some(id), _) => e = e.container(id),
+        (None, Some(c)) => e = e.container(&c.id),
+        (None, None) => {}
     }
     Some(e)
+}
+
+/// A container id as `events` and `status` show it.
+fn short_id(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }
 
 /// `held` when the checks at the gate refused a member (its container is gone before its
@@ -502,8 +521,11 @@ impl Executor<'_> {
                         );
                         let started = Instant::now();
                         let wanted = by_name.get(&(team.clone(), member.clone()));
-                        let done = self.one(a, wanted).await;
-                        if let Some(e) = event_of(a, done.as_ref().err()) {
+                        let (done, made) = match self.carry_out(a, wanted).await {
+                            Ok(made) => (Ok(()), made),
+                            Err(e) => (Err(e), None),
+                        };
+                        if let Some(e) = event_of(a, made.as_deref(), done.as_ref().err()) {
                             crate::events::record(&self.rt.state_dir, self.rt.owner, &e);
                         }
                         if let Err(error) = done {
@@ -546,6 +568,36 @@ impl Executor<'_> {
             .await
     }
 
+    /// Carries out an action; the id of the member's container it made, if it made one (its
+    /// event names it).
+    async fn carry_out(
+        &self,
+        a: &Action,
+        wanted: Option<&DesiredMember>,
+    ) -> Result<Option<String>, ActionError> {
+        match a {
+            Action::Create { member } => self.create(member).await.map(Some),
+            Action::Recreate { member, old, .. } => self.replace(member, old).await.map(Some),
+            Action::MakeTranscriptDir { .. }
+            | Action::Start { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::RemoveStranger { .. }
+            | Action::Unpause { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::StopSession { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::StopEgressProxy { .. } => self.one(a, wanted).await.map(|()| None),
+        }
+    }
+
     async fn one(&self, a: &Action, wanted: Option<&DesiredMember>) -> Result<(), ActionError> {
         let backend = |member: &str| {
             let member = member.to_string();
@@ -564,26 +616,8 @@ impl Executor<'_> {
                     source,
                 })
             }
-            Action::Create { member } => {
-                self.progress.step(&member.team, &member.member, "creating");
-                let p = self.rt.prepare(member, self.secret).await?;
-                self.progress
-                    .step(&member.team, &member.member, "verifying");
-                let id = match self.rt.launch(p, None).await {
-                    Err(RunError::Backend {
-                        source: BackendError::NameConflict { .. },
-                        ..
-                    }) if self.remove_unfinished(&member.spec.name).await? => {
-                        let p = self.rt.prepare(member, self.secret).await?;
-                        self.rt.launch(p, None).await?
-                    }
-                    other => other?,
-                };
-                debug!(container = %id, name = %member.spec.name, "created, verified and released");
-                self.progress.step(&member.team, &member.member, "ready");
-                Ok(())
-            }
-            Action::Recreate { member, old, .. } => self.replace(member, old).await,
+            Action::Create { member } => self.create(member).await.map(drop),
+            Action::Recreate { member, old, .. } => self.replace(member, old).await.map(drop),
             Action::Start {
                 team,
                 member,
@@ -918,7 +952,30 @@ impl Executor<'_> {
     /// temporary name, labelled with the id it replaces, verified and released; only then is
     /// the old one removed and the new one renamed. A crash anywhere leaves a state the
     /// planner finishes or undoes (see `plan`).
-    async fn replace(&self, m: &DesiredMember, old: &ContainerRef) -> Result<(), ActionError> {
+    /// Makes, verifies and releases a member's container; its id.
+    async fn create(&self, member: &DesiredMember) -> Result<String, ActionError> {
+        self.progress.step(&member.team, &member.member, "creating");
+        let p = self.rt.prepare(member, self.secret).await?;
+        self.progress
+            .step(&member.team, &member.member, "verifying");
+        let id = match self.rt.launch(p, None).await {
+            Err(RunError::Backend {
+                source: BackendError::NameConflict { .. },
+                ..
+            }) if self.remove_unfinished(&member.spec.name).await? => {
+                let p = self.rt.prepare(member, self.secret).await?;
+                self.rt.launch(p, None).await?
+            }
+            other => other?,
+        };
+        debug!(container = %id, name = %member.spec.name, "created, verified and released");
+        self.progress.step(&member.team, &member.member, "ready");
+        Ok(id)
+    }
+
+    /// Brings up a member's new container beside the old one, then removes the old one and
+    /// gives the new one its name; the new one's id.
+    async fn replace(&self, m: &DesiredMember, old: &ContainerRef) -> Result<String, ActionError> {
         let backend = |source| ActionError::Backend {
             member: m.member.clone(),
             source,
@@ -952,7 +1009,7 @@ impl Executor<'_> {
             .await
             .map_err(backend)?;
         self.progress.step(&m.team, &m.member, "ready");
-        Ok(())
+        Ok(new_id)
     }
 }
 
@@ -1016,7 +1073,7 @@ mod tests {
                 policy: RestartPolicy::Always,
             },
         };
-        let e = event_of(&restart, None).unwrap();
+        let e = event_of(&restart, None, None).unwrap();
         assert_eq!((e.kind, e.member.as_str()), (EventKind::Restarted, "m"));
         assert!(e.reason.contains("after exit 137"), "{}", e.reason);
         assert_eq!(e.container.as_deref(), Some("0123abcd"));
@@ -1027,7 +1084,7 @@ mod tests {
             violations: vec![],
         });
         assert_eq!(
-            event_of(&restart, Some(&held)).unwrap().kind,
+            event_of(&restart, None, Some(&held)).unwrap().kind,
             EventKind::Held
         );
         let rolled = ActionError::Run(RunError::Rollback {
@@ -1042,23 +1099,23 @@ mod tests {
             },
         });
         assert_eq!(
-            event_of(&restart, Some(&rolled)).unwrap().kind,
+            event_of(&restart, None, Some(&rolled)).unwrap().kind,
             EventKind::Held
         );
         let other = ActionError::Run(RunError::MissingSecret {
             member: "m".into(),
             name: "KEY".into(),
         });
-        let e = event_of(&restart, Some(&other)).unwrap();
+        let e = event_of(&restart, None, Some(&other)).unwrap();
         assert_eq!(e.kind, EventKind::Failed);
         assert!(e.reason.contains("secretEnv `KEY`"), "{}", e.reason);
         let stop = Action::StopEgressProxy {
             team: "t".into(),
             member: "m".into(),
         };
-        assert_eq!(event_of(&stop, None), None);
+        assert_eq!(event_of(&stop, None, None), None);
         assert_eq!(
-            event_of(&stop, Some(&other)).unwrap().kind,
+            event_of(&stop, None, Some(&other)).unwrap().kind,
             EventKind::Failed
         );
     }

@@ -221,6 +221,10 @@ fn events_say_what_happened_in_order(engine: Engine) {
     w.write(&[member("worker", ", command: [sleep, \"100000\"]")]);
     w.controller();
     let mut seq = vec![w.wait_event("created", "worker", "created")];
+    // Each start ateam released names its container, a create's too (the soak, scripts/
+    // soak.py, checks every start a member's command made against these).
+    let first = w.id("worker");
+    assert_eq!(seq[0]["container"], first[..12], "{engine:?}: {:#}", seq[0]);
 
     // `events -w -o json`, one object per line, read as it comes.
     let mut watch = w
@@ -243,6 +247,19 @@ fn events_say_what_happened_in_order(engine: Engine) {
     // An edit: replaced, and -w prints it within a second of its time.
     w.write(&[member("worker", ", command: [sleep, \"100000\"]").replace("64Mi", "80Mi")]);
     seq.push(w.wait_event("replaced", "worker", "replaced because"));
+    let replaced = seq.last().unwrap();
+    assert_eq!(
+        replaced["container"],
+        w.id("worker")[..12],
+        "{engine:?}: {replaced:#}"
+    );
+    assert!(
+        replaced["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("(was {})", &first[..12])),
+        "{engine:?}: {replaced:#}"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let lag = loop {
         let (got, e) = rx
