@@ -258,6 +258,59 @@ fn a_full_state_folder_fails_cleanly_then_converges(engine: Engine) {
     w.assert_one_each(4);
 }
 
+/// The state folder fills up under a running controller while an edit adds a member: the
+/// controller keeps running (and says why it cannot record), the running members are
+/// untouched, no record is cut; once space is freed it converges without being restarted.
+fn a_full_state_folder_under_the_controller(engine: Engine) {
+    let w = World::new(engine, "ctlfull", Some("2m"));
+    w.members(2);
+    let log_path = w.root().join("controller.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut controller = w
+        .cmd(&["controller", "-f", "manifests"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let until = |what: &str, ok: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !ok() {
+            assert!(Instant::now() < deadline, "never {what}; log:\n{}", log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let converged = || w.ateam(&["status", &w.team, "--exit-code"]).status.code() == Some(0);
+    until("converged", &|| converged() && w.containers().len() == 2);
+    let before = w.containers();
+    let filler = w.fill();
+    w.members(3);
+    until("said the disk is full", &|| {
+        log().contains("No space left on device")
+    });
+    assert!(
+        controller.try_wait().unwrap().is_none(),
+        "the controller died:\n{}",
+        log()
+    );
+    assert_records_whole(&w.state());
+    let now: Vec<_> = w
+        .containers()
+        .into_iter()
+        .filter(|c| !c.0.ends_with("_m2"))
+        .collect();
+    assert_eq!(now, before, "the running members keep running, untouched");
+    std::fs::remove_file(filler).unwrap();
+    until("converged once space was freed", &|| {
+        converged() && w.containers().len() == 3
+    });
+    let _ = Command::new("kill")
+        .args(["-TERM", &controller.id().to_string()])
+        .status();
+    let _ = controller.wait();
+    w.assert_one_each(3);
+}
+
 /// A state folder made read-only: exit 6 naming it, nothing changed on the engine.
 fn a_read_only_state_folder_changes_nothing(engine: Engine) {
     let w = World::new(engine, "ro", Some("4m"));
@@ -385,6 +438,7 @@ macro_rules! on_engines {
 
 on_engines!(
     a_full_state_folder_fails_cleanly_then_converges,
+    a_full_state_folder_under_the_controller,
     a_read_only_state_folder_changes_nothing,
     a_record_from_a_newer_ateam_changes_nothing,
     a_lock_left_by_a_dead_process_is_free,
