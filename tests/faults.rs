@@ -169,7 +169,7 @@ impl World {
             .arg("bs=4k")
             .output()
             .unwrap();
-        let st = rustix::fs::statvfs(&self.state()).unwrap();
+        let st = rustix::fs::statvfs(self.state()).unwrap();
         assert_eq!(st.f_bavail, 0, "the state folder is full");
         filler
     }
@@ -418,6 +418,8 @@ fn the_engine_gone_mid_apply_then_the_next_apply_converges(engine: Engine) {
         "apply succeeded without its engine:\n{said}"
     );
     eng.start();
+    let made = w.containers().len();
+    assert!(made > 0, "nothing was made before the engine went:\n{said}");
     let out = w.apply();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     w.assert_one_each(10);
