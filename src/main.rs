@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(exit) => exit.into(),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", exit::message(&e));
             exit::classify(&e).into()
         }
     }

@@ -119,6 +119,30 @@ impl Lock {
     }
 }
 
+/// Who holds the lock at `path`, as its file says. The file names the last process that
+/// announced itself: one that took the lock and has not announced yet (an apply judging its
+/// manifests) leaves a dead process's pid there, which is said as such rather than shown as
+/// the one to wait for. (A dead process's `flock` itself is gone with it.)
+fn holder(path: &Path) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    // The file is ours, but bounded and shown as data all the same.
+    let text: String = String::from_utf8_lossy(&text[..text.len().min(64)])
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    let pid = text
+        .strip_prefix("pid ")
+        .and_then(|p| p.parse::<u32>().ok());
+    match pid {
+        Some(pid) if Path::new(&format!("/proc/{pid}")).exists() => format!("pid {pid}"),
+        Some(pid) => {
+            format!("another process; the lock file names pid {pid}, which is no longer running")
+        }
+        None => "another process".to_string(),
+    }
+}
+
 impl Store {
     pub fn new(dir: PathBuf, owner: Owner) -> Store {
         Store { dir, owner }
@@ -131,15 +155,7 @@ impl Store {
         let path = layout::lock_path(&self.dir);
         let file = files::open_lock(&path).map_err(io(&path))?;
         if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
-            let holder = std::fs::read_to_string(&path)
-                .unwrap_or_default()
-                .trim()
-                .to_string();
-            let holder = if holder.is_empty() {
-                "another process".to_string()
-            } else {
-                holder
-            };
+            let holder = holder(&path);
             if no_wait {
                 return Err(StoreError::Busy { holder });
             }
@@ -253,6 +269,20 @@ impl Store {
         Ok(teams)
     }
 
+    /// Refuses to go on when a member record of `team` was written by a later ateam
+    /// (`Record::check_version`), before anything is changed.
+    pub fn check_member_records(&self, team: &str) -> Result<(), StoreError> {
+        let run = layout::team_run_dir(&self.dir, team);
+        let Ok(entries) = std::fs::read_dir(layout::members_dir(&run)) else {
+            return Ok(());
+        };
+        for e in entries.flatten() {
+            let member = e.file_name();
+            Record::check_version(&layout::member_record_path(&run, &member.to_string_lossy()))?;
+        }
+        Ok(())
+    }
+
     pub fn team(&self, name: &str) -> Result<Option<Team>, StoreError> {
         let path = self.team_file(name);
         match std::fs::read(&path) {
@@ -289,6 +319,27 @@ impl Record {
             .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
             .filter(|r| r.version == Record::VERSION)
             .unwrap_or_default()
+    }
+
+    /// Refuses a record written by a later ateam: `load` would read it as empty (nothing
+    /// trusted), and the apply that follows would replace that member's container and
+    /// overwrite the newer record with this version. Absent or unreadable records pass.
+    pub fn check_version(path: &Path) -> Result<(), StoreError> {
+        #[derive(serde::Deserialize)]
+        struct Version {
+            #[serde(default)]
+            version: u64,
+        }
+        let Ok(bytes) = std::fs::read(path) else {
+            return Ok(());
+        };
+        match serde_json::from_slice::<Version>(&bytes) {
+            Ok(v) if v.version > u64::from(Record::VERSION) => Err(StoreError::Newer {
+                path: path.to_path_buf(),
+                version: v.version,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Adds (`true`) or drops (`false`) an id, atomically.
@@ -349,6 +400,38 @@ mod tests {
         let _again = other.lock(true, |_| {}).unwrap();
     }
 
+    /// A lock file that names a process gone: free when nobody holds its `flock` (the kernel
+    /// let the dead one's go), and never shown as that pid to wait for when someone does.
+    #[test]
+    fn a_lock_file_naming_a_dead_process() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path().join("state"), me());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let path = layout::lock_path(&store.dir);
+        files::private_dir(&store.dir, me()).unwrap();
+        std::fs::write(&path, format!("pid {dead}\n")).unwrap();
+        // Held (as an apply holds it before it announces itself), the file naming the dead.
+        let file = files::open_lock(&path).unwrap();
+        flock(&file, FlockOperation::NonBlockingLockExclusive).unwrap();
+        match store.lock(true, |_| {}) {
+            Err(StoreError::Busy { holder }) => {
+                assert!(holder.contains("no longer running"), "{holder}");
+                assert!(holder.contains(&dead.to_string()), "{holder}");
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        drop(file);
+        let mut said = None;
+        let _lock = store
+            .lock(false, |who| said = Some(who.to_string()))
+            .unwrap();
+        assert_eq!(said, None, "a dead holder is not waited for");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("pid {}\n", std::process::id()));
+    }
+
     #[test]
     fn a_record_keeps_ids_and_refuses_what_it_cannot_read() {
         let t = tempfile::tempdir().unwrap();
@@ -374,8 +457,13 @@ mod tests {
         assert_eq!(Record::load(&path).last_exit, None);
         std::fs::write(&path, r#"{"version":99,"ids":["def"]}"#).unwrap();
         assert!(Record::load(&path).ids.is_empty(), "an unknown version");
+        match Record::check_version(&path) {
+            Err(StoreError::Newer { version: 99, .. }) => {}
+            other => panic!("a newer record passed: {other:?}"),
+        }
         std::fs::write(&path, "garbage").unwrap();
         assert!(Record::load(&path).ids.is_empty());
+        Record::check_version(&path).unwrap();
     }
 
     /// A store written by ateam 0.1.0 (unversioned records, no `user` fields), checked in.

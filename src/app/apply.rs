@@ -144,6 +144,9 @@ pub async fn converge(
     progress: &dyn Progress,
     adjust: &mut (dyn FnMut(&mut Plan) + Send),
 ) -> Result<ApplyReport, AppError> {
+    for t in &desired.teams {
+        app.store.check_member_records(&t.name)?;
+    }
     let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
     leaderless(desired, &look.plan, &look.observed)?;
     refresh_injected(app, &look.desired, secret);

@@ -108,6 +108,26 @@ pub fn classify(e: &anyhow::Error) -> Exit {
     Exit::Error
 }
 
+/// The error as a person reads it: its chain joined with ": ", a cause left out when the
+/// error above it says it already (the library's errors name their path and show their
+/// source, so `{:#}` would say "PATH: No space left: PATH: No space left: No space left").
+pub fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut above = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !above.is_empty() && above.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        above = text;
+    }
+    out
+}
+
 fn app(e: &AppError) -> Exit {
     match e {
         AppError::Manifest(_) => Exit::Invalid,
@@ -136,6 +156,22 @@ mod tests {
             .collect();
         let codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
         assert_eq!(rows, codes, "docs/exit-codes.md");
+    }
+
+    /// A full state folder: said once, with the file it could not write.
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let full = std::io::Error::from_raw_os_error(28);
+        let e = anyhow::Error::new(AppError::Store(StoreError::Io {
+            path: "/s/teams/t/applied.json".into(),
+            source: full,
+        }));
+        assert_eq!(
+            message(&e),
+            "the state folder: /s/teams/t/applied.json: No space left on device (os error 28)"
+        );
+        let e = anyhow::anyhow!("disk").context("writing the record");
+        assert_eq!(message(&e), "writing the record: disk");
     }
 
     #[test]

@@ -103,11 +103,19 @@ impl Event {
 /// The writer, owned by the proxy (one process per log: no locking needed). It works through
 /// its folder's descriptor, opened before the proxy gave up root: the folders above it are
 /// private to ateam's user.
+///
+/// A full disk must neither stop the proxy nor spoil the log: a write that fails (or lands in
+/// part) leaves the log "torn", and the next line that is written starts with a newline, so
+/// that the cut line stands alone (readers skip it) rather than swallowing the next one. The
+/// first failure is said once on the proxy's standard error.
 pub struct Log {
     dir: std::os::fd::OwnedFd,
     name: String,
     file: Option<File>,
     size: u64,
+    /// The file does not end with a whole line.
+    torn: bool,
+    warned: bool,
 }
 
 impl Log {
@@ -118,6 +126,8 @@ impl Log {
             name: name.to_string(),
             file: None,
             size: 0,
+            torn: false,
+            warned: false,
         };
         log.reopen();
         log
@@ -128,7 +138,7 @@ impl Log {
         self.file = openat(
             &self.dir,
             self.name.as_str(),
-            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
         )
         .ok()
@@ -139,6 +149,14 @@ impl Log {
             .and_then(|f| f.metadata().ok())
             .map(|m| m.len())
             .unwrap_or(0);
+        // A line cut by a crash or a full disk before this proxy started.
+        let mut last = [0u8; 1];
+        self.torn = self.size > 0
+            && self.file.as_ref().is_some_and(|f| {
+                std::os::unix::fs::FileExt::read_at(f, &mut last, self.size - 1)
+                    .is_ok_and(|n| n == 1)
+                    && last[0] != b'\n'
+            });
     }
 
     /// Appends one event; a log that cannot be written never stops the proxy.
@@ -152,10 +170,30 @@ impl Log {
             let _ = rustix::fs::renameat(&self.dir, self.name.as_str(), &self.dir, old.as_str());
             self.reopen();
         }
-        if let Some(f) = &mut self.file
-            && f.write_all(&line).is_ok()
-        {
-            self.size += line.len() as u64;
+        if self.torn {
+            line.insert(0, b'\n');
+        }
+        let Some(f) = &mut self.file else {
+            self.failed(&std::io::Error::other("the log could not be opened"));
+            return;
+        };
+        match f.write_all(&line) {
+            Ok(()) => {
+                self.size += line.len() as u64;
+                self.torn = false;
+            }
+            Err(err) => {
+                // Some of it may have landed: the size is looked at again, and the line ended.
+                self.size = f.metadata().map(|m| m.len()).unwrap_or(self.size);
+                self.torn = true;
+                self.failed(&err);
+            }
+        }
+    }
+
+    fn failed(&mut self, err: &std::io::Error) {
+        if !std::mem::replace(&mut self.warned, true) {
+            tracing::warn!(log = %self.name, error = %err, "cannot write the egress log; still serving (further failures are not logged)");
         }
     }
 }
@@ -178,8 +216,10 @@ pub fn read(path: &Path) -> Vec<Event> {
         let Ok(f) = crate::files::open_regular(&p) else {
             continue;
         };
-        for line in BufReader::new(f).lines().map_while(Result::ok) {
-            if let Ok(e) = serde_json::from_str::<Event>(&line) {
+        // By bytes, not `lines()`: a line cut inside a character is not UTF-8, and must be
+        // skipped, not end the reading of every line after it.
+        for line in BufReader::new(f).split(b'\n').map_while(Result::ok) {
+            if let Ok(e) = serde_json::from_slice::<Event>(&line) {
                 out.push(e.shown());
             }
         }
@@ -472,6 +512,39 @@ mod tests {
             !r[0].host.contains('\u{1b}') && !r[0].reason.contains('\u{1b}'),
             "{r:?}"
         );
+    }
+
+    /// A line cut by a full disk (here: in the middle of a character) neither hides the lines
+    /// after it from readers nor glues itself to the next line the proxy writes.
+    #[test]
+    fn a_torn_line_costs_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let open = || {
+            let fd = rustix::fs::open(
+                dir.path(),
+                rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+            Log::open(fd, "log.jsonl")
+        };
+        open().write(&ev(Verdict::Allowed, "a.example", 443, 1.0));
+        let mut whole = ev(Verdict::Refused, "b.example", 443, 2.0);
+        whole.reason = Some("é".repeat(8));
+        let line = serde_json::to_vec(&whole).unwrap();
+        let cut = line.iter().position(|&b| b == 0xc3).unwrap() + 1;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&line[..cut]).unwrap();
+        drop(f);
+        let mut log = open();
+        log.write(&ev(Verdict::Allowed, "c.example", 443, 3.0));
+        log.write(&ev(Verdict::Allowed, "d.example", 443, 4.0));
+        let hosts: Vec<String> = read(&path).into_iter().map(|e| e.host).collect();
+        assert_eq!(hosts, ["a.example", "c.example", "d.example"]);
     }
 
     #[test]
