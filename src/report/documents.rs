@@ -40,13 +40,16 @@ pub struct StatusDocument {
 
 impl StatusDocument {
     /// What a change of status is for `status -w`: the document without what moves at every
-    /// look (times, ages, usage figures, the last minute's counts, the controller's last
-    /// reconcile), as text.
+    /// look (times, ages, usage figures, transcript activity, the last minute's counts, the
+    /// controller's last reconcile), as text.
     pub fn fingerprint(&self) -> String {
-        const MOVING: [&str; 6] = [
+        // A member at work writes its transcript all the time: that is `top`'s to show.
+        const MOVING: [&str; 8] = [
             "observedAt",
             "ageSecs",
             "lastActivitySecs",
+            "lastActivityAt",
+            "transcriptBytes",
             "usage",
             "lastMinute",
             "lastReconcile",

@@ -448,3 +448,26 @@ fn the_table_says_which_secret_is_injected_where() {
     );
     assert!(!table.contains("b: injects"), "{table}");
 }
+
+/// `status -w` prints again when the state changes, not when a figure that moves at every
+/// look does (times, usage, transcript activity).
+#[test]
+fn a_watch_fingerprint_ignores_what_moves_at_every_look() {
+    let t = team(&["a"]);
+    let (s, _) = status(&t, &in_sync(&t), None);
+    let doc = |s: TeamStatus| StatusDocument::new(vec![s], None, SystemTime::now());
+    let base = doc(s.clone()).fingerprint();
+    let mut moved = s.clone();
+    let m = &mut moved.members[0];
+    m.age_secs = Some(99);
+    m.transcript_bytes += 10;
+    m.last_activity_at = Some("2026-12-02T00:00:00Z".into());
+    m.usage = Some(Usage {
+        cpu_seconds: Some(3.0),
+        ..Usage::default()
+    });
+    assert_eq!(doc(moved).fingerprint(), base);
+    let mut changed = s;
+    changed.members[0].state = "exited 137".into();
+    assert_ne!(doc(changed).fingerprint(), base);
+}
