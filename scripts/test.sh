@@ -68,9 +68,3 @@ runuser -u "$ATEAM_TEST_ROOTLESS_USER" -- env -i PATH="$PATH" HOME="/home/$ATEAM
     ATEAM_TEST_DOCKER="$ATEAM_TEST_DOCKER" ATEAM_TEST_PODMAN_ROOTLESS="$ATEAM_TEST_PODMAN_ROOTLESS" \
     ATEAM_TEST_IMAGE="$ATEAM_TEST_IMAGE" \
     "$dir/engines" --include-ignored --test-threads 2 podman_rootless::
-
-step "soak under the controller: Docker and rootful Podman (scripts/soak.py, fixed seeds)"
-# A short form of the 1,000-event runs of docs/reliability.md: about 2 min on Docker
-# (120 events) and 1.5 min on rootful Podman (100 events), each on a private engine.
-ATEAM_BIN="$dir/ateam" python3 scripts/soak.py --engine docker --events 120 --gap 0.6 --seed 18
-ATEAM_BIN="$dir/ateam" python3 scripts/soak.py --engine podman --events 100 --gap 0.6 --seed 18
