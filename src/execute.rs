@@ -143,13 +143,52 @@ fn about(a: &Action) -> About<'_> {
     }
 }
 
-/// What `ateam events` says of an action carried out (`failed`: how it failed), if anything:
-/// the changes to members and main sessions a person asks about, not the plumbing (proxies,
-/// helper servers, transcript folders), whose failures are events all the same.
+/// What `ateam events` says of an action carried out (`failed`: how it failed): the changes to
+/// members and main sessions a person asks about, not the plumbing (proxies, helper servers,
+/// transcript folders), whose failures are events all the same.
 ///
-/// `made` is the container the action made (a create's, a replacement's): the event names it,
-/// so that every start ateam released can be found by its container (a replacement's reason
-/// names the old one).
+/// `released` is the container whose command the action let run (a create's, a replacement's,
+/// a start's): the event names it, so that every start ateam released can be found by its
+/// container (a replacement's reason names the old one). An action that failed after it
+/// released one (a replacement whose old container could not be removed) says both: the
+/// start, then the failure; a start without its event would look like one past the gate.
+fn events_of(
+    a: &Action,
+    released: Option<&str>,
+    failed: Option<&ActionError>,
+) -> Vec<crate::events::Event> {
+    match (failed, released) {
+        (None, _) => event_of(a, released, None).into_iter().collect(),
+        (Some(err), None) => event_of(a, None, Some(err)).into_iter().collect(),
+        (Some(err), Some(id)) => {
+            let start = match a {
+                Action::Recreate { old, .. } => {
+                    let (team, subject) = a.subject();
+                    let reason = format!(
+                        "created and started to replace {}; the replacement did not finish",
+                        short_id(&old.id)
+                    );
+                    Some(
+                        crate::events::Event::new(
+                            team,
+                            subject,
+                            crate::events::EventKind::Created,
+                            &reason,
+                        )
+                        .container(id),
+                    )
+                }
+                _ => event_of(a, Some(id), None),
+            };
+            start
+                .into_iter()
+                .chain(event_of(a, None, Some(err)))
+                .collect()
+        }
+    }
+}
+
+/// The one event of an action that ended as `failed` says; see `events_of`.
 fn event_of(
     a: &Action,
     made: Option<&str>,
@@ -521,11 +560,8 @@ impl Executor<'_> {
                         );
                         let started = Instant::now();
                         let wanted = by_name.get(&(team.clone(), member.clone()));
-                        let (done, made) = match self.carry_out(a, wanted).await {
-                            Ok(made) => (Ok(()), made),
-                            Err(e) => (Err(e), None),
-                        };
-                        if let Some(e) = event_of(a, made.as_deref(), done.as_ref().err()) {
+                        let Carried { released, done } = self.carry_out(a, wanted).await;
+                        for e in events_of(a, released.as_deref(), done.as_ref().err()) {
                             crate::events::record(&self.rt.state_dir, self.rt.owner, &e);
                         }
                         if let Err(error) = done {
@@ -568,18 +604,47 @@ impl Executor<'_> {
             .await
     }
 
-    /// Carries out an action; the id of the member's container it made, if it made one (its
-    /// event names it).
-    async fn carry_out(
-        &self,
-        a: &Action,
-        wanted: Option<&DesiredMember>,
-    ) -> Result<Option<String>, ActionError> {
+    /// Carries out an action; with the container whose command it let run, if it got that far
+    /// (its event names it, even when a later step failed).
+    async fn carry_out(&self, a: &Action, wanted: Option<&DesiredMember>) -> Carried {
         match a {
-            Action::Create { member } => self.create(member).await.map(Some),
-            Action::Recreate { member, old, .. } => self.replace(member, old).await.map(Some),
+            Action::Create { member } => Carried::launched(self.create(member).await),
+            Action::Recreate { member, old, .. } => {
+                match self.launch_replacement(member, old).await {
+                    Ok(id) => Carried {
+                        done: self.finish_replacement(member, old, &id).await,
+                        released: Some(id),
+                    },
+                    Err(e) => Carried::launched(Err(e)),
+                }
+            }
+            Action::Start {
+                team,
+                member,
+                container,
+                reason,
+            } => {
+                // The planner starts only members the manifests want.
+                let Some(m) = wanted else {
+                    return Carried::launched(Err(ActionError::Session {
+                        session: member.clone(),
+                        message: "a start was planned for a member no manifest wants".into(),
+                    }));
+                };
+                self.progress.step(team, member, "starting");
+                if let Err(e) = self.start_again(m, &container.id, reason).await {
+                    return Carried::launched(Err(e));
+                }
+                let done = self.count_restart(m, reason);
+                if done.is_ok() {
+                    self.progress.step(team, member, "ready");
+                }
+                Carried {
+                    done,
+                    released: Some(container.id.clone()),
+                }
+            }
             Action::MakeTranscriptDir { .. }
-            | Action::Start { .. }
             | Action::RemoveOrphan { .. }
             | Action::RemoveDuplicate { .. }
             | Action::RemoveStranger { .. }
@@ -594,7 +659,10 @@ impl Executor<'_> {
             | Action::UpdateEgressPolicy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
-            | Action::StopEgressProxy { .. } => self.one(a, wanted).await.map(|()| None),
+            | Action::StopEgressProxy { .. } => Carried {
+                done: self.one(a, wanted).await,
+                released: None,
+            },
         }
     }
 
@@ -616,42 +684,9 @@ impl Executor<'_> {
                     source,
                 })
             }
-            Action::Create { member } => self.create(member).await.map(drop),
-            Action::Recreate { member, old, .. } => self.replace(member, old).await.map(drop),
-            Action::Start {
-                team,
-                member,
-                container,
-                reason,
-            } => {
-                // The planner starts only members the manifests want.
-                let m = wanted.ok_or_else(|| ActionError::Session {
-                    session: member.clone(),
-                    message: "a start was planned for a member no manifest wants".into(),
-                })?;
-                self.progress.step(team, member, "starting");
-                if let StartReason::Restart { code, .. } = reason {
-                    // The engine forgets how it ended once it starts again: keep it first.
-                    self.record_exit(m, &container.id, *code).await;
-                }
-                self.rt.restart(m, &container.id).await?;
-                if let StartReason::Restart { .. } = reason {
-                    let count = restarts(&m.ctl_dir) + 1;
-                    let path = m.ctl_dir.join("restarts");
-                    files::write_atomic_in_member_dir(
-                        &path,
-                        count.to_string().as_bytes(),
-                        0o600,
-                        self.rt.owner,
-                    )
-                    .map_err(|source| ActionError::Io {
-                        member: member.clone(),
-                        path,
-                        source,
-                    })?;
-                }
-                self.progress.step(team, member, "ready");
-                Ok(())
+            // Carried out by `carry_out`, which says what they released.
+            Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => {
+                Box::pin(self.carry_out(a, wanted)).await.done
             }
             Action::RemoveOrphan {
                 team,
@@ -973,13 +1008,13 @@ impl Executor<'_> {
         Ok(id)
     }
 
-    /// Brings up a member's new container beside the old one, then removes the old one and
-    /// gives the new one its name; the new one's id.
-    async fn replace(&self, m: &DesiredMember, old: &ContainerRef) -> Result<String, ActionError> {
-        let backend = |source| ActionError::Backend {
-            member: m.member.clone(),
-            source,
-        };
+    /// Brings up a member's new container beside the old one, under a temporary name; the new
+    /// one's id (created, verified and released: its command runs from here on).
+    async fn launch_replacement(
+        &self,
+        m: &DesiredMember,
+        old: &ContainerRef,
+    ) -> Result<String, ActionError> {
         self.progress.step(&m.team, &m.member, "creating");
         let mut p = self.rt.prepare(m, self.secret).await?;
         p.request
@@ -987,8 +1022,11 @@ impl Executor<'_> {
             .insert(labels::REPLACES.into(), old.id.clone());
         // A leftover replacement of an earlier attempt holds the temporary name.
         let temp = replacement_name(&m.spec.name);
-        if let Some(stale) = self.rt.backend.find_by_name(&temp).await.map_err(backend)?
-            && stale.labels.get(labels::STORE) == Some(&self.rt.store)
+        let found = self.rt.backend.find_by_name(&temp).await;
+        if let Some(stale) = found.map_err(|source| ActionError::Backend {
+            member: m.member.clone(),
+            source,
+        })? && stale.labels.get(labels::STORE) == Some(&self.rt.store)
         {
             info!(
                 container = %stale.id,
@@ -1001,15 +1039,81 @@ impl Executor<'_> {
         self.progress.step(&m.team, &m.member, "verifying");
         let new_id = self.rt.launch(p, Some(&temp)).await?;
         debug!(container = %new_id, name = %temp, "replacement created, verified and released");
+        Ok(new_id)
+    }
+
+    /// Removes the old container a replacement stands beside and gives the new one its name.
+    async fn finish_replacement(
+        &self,
+        m: &DesiredMember,
+        old: &ContainerRef,
+        new_id: &str,
+    ) -> Result<(), ActionError> {
         self.progress.step(&m.team, &m.member, "replacing");
         self.rt.remove(&m.team, &m.member, &old.id).await?;
         self.rt
             .backend
-            .rename(&new_id, &m.spec.name)
+            .rename(new_id, &m.spec.name)
             .await
-            .map_err(backend)?;
+            .map_err(|source| ActionError::Backend {
+                member: m.member.clone(),
+                source,
+            })?;
         self.progress.step(&m.team, &m.member, "ready");
-        Ok(new_id)
+        Ok(())
+    }
+
+    /// Starts a member's existing container again, through the gate; its last exit is kept
+    /// first (the engine forgets it once it starts again).
+    async fn start_again(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        reason: &StartReason,
+    ) -> Result<(), ActionError> {
+        if let StartReason::Restart { code, .. } = reason {
+            self.record_exit(m, id, *code).await;
+        }
+        Ok(self.rt.restart(m, id).await?)
+    }
+
+    /// Counts a restart by the member's restart policy, in its control folder.
+    fn count_restart(&self, m: &DesiredMember, reason: &StartReason) -> Result<(), ActionError> {
+        let StartReason::Restart { .. } = reason else {
+            return Ok(());
+        };
+        let count = restarts(&m.ctl_dir) + 1;
+        let path = m.ctl_dir.join("restarts");
+        files::write_atomic_in_member_dir(&path, count.to_string().as_bytes(), 0o600, self.rt.owner)
+            .map_err(|source| ActionError::Io {
+                member: m.member.clone(),
+                path,
+                source,
+            })
+    }
+}
+
+/// An action carried out: how it ended, and the container whose command it let run, if it got
+/// that far (a replacement is released before its old container is removed, and that can
+/// still fail).
+struct Carried {
+    done: Result<(), ActionError>,
+    released: Option<String>,
+}
+
+impl Carried {
+    /// A create's outcome: its container is released exactly when it succeeded.
+    fn launched(r: Result<String, ActionError>) -> Carried {
+        match r {
+            Ok(id) => Carried {
+                done: Ok(()),
+                released: Some(id),
+            },
+            Err(e) => Carried {
+                done: Err(e),
+                released: None,
+            },
+        }
     }
 }
 
@@ -1118,6 +1222,60 @@ mod tests {
             event_of(&stop, None, Some(&other)).unwrap().kind,
             EventKind::Failed
         );
+    }
+
+    /// A replacement released, then unable to remove its old container: its start is an
+    /// event naming it (the soak found a start with none), and the failure follows.
+    #[test]
+    fn a_replacement_released_then_failed_says_its_start() {
+        use crate::events::EventKind;
+        let d = crate::plan::tests::want(vec![crate::plan::tests::member("m")]);
+        let recreate = Action::Recreate {
+            member: Box::new(d.members[0].clone()),
+            old: c(),
+            reason: Drift::Dead,
+        };
+        let gone = ActionError::Backend {
+            member: "m".into(),
+            source: BackendError::NotFound {
+                id: "0123abcd".into(),
+            },
+        };
+        let said = |released, failed| {
+            events_of(&recreate, released, failed)
+                .into_iter()
+                .map(|e| (e.kind, e.container))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            said(Some("feed0001"), Some(&gone)),
+            vec![
+                (EventKind::Created, Some("feed0001".to_string())),
+                (EventKind::Failed, Some("0123abcd".to_string())),
+            ]
+        );
+        let e = &events_of(&recreate, Some("feed0001"), Some(&gone))[0];
+        assert!(e.reason.contains("to replace 0123abcd"), "{}", e.reason);
+        assert_eq!(
+            said(None, Some(&gone)),
+            vec![(EventKind::Failed, Some("0123abcd".to_string()))]
+        );
+        assert_eq!(
+            said(Some("feed0001"), None),
+            vec![(EventKind::Replaced, Some("feed0001".to_string()))]
+        );
+        // A restart released, then unable to count itself: the restart is said too.
+        let restart = Action::Start {
+            team: "t".into(),
+            member: "m".into(),
+            container: c(),
+            reason: StartReason::NotReleased,
+        };
+        let kinds: Vec<_> = events_of(&restart, Some("0123abcd"), Some(&gone))
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(kinds, vec![EventKind::Released, EventKind::Failed]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
+use common::faulty_socket::FaultySocket;
 use common::private_engine::PrivateEngine;
 use common::{Engine, ateam_command, text, var};
 
@@ -425,6 +426,67 @@ fn the_engine_gone_mid_apply_then_the_next_apply_converges(engine: Engine) {
     w.assert_one_each(10);
 }
 
+/// A replacement is released (its command runs), then its old container cannot be removed
+/// (the engine fails that one call): the new container's start is in ateam's events all the
+/// same, so that every start of a member's command can be found as one ateam released (the
+/// soak saw one with none, when an engine restart fell between the two steps); the next
+/// apply converges with one container.
+fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
+    let mut w = World::new(engine, "half", None);
+    w.members(1);
+    let out = w.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let old = w.containers()[0].1.clone();
+    let path = w.root().join("manifests/team.yaml");
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, yaml.replace("memory: 32Mi", "memory: 48Mi")).unwrap();
+    let upstream = match engine {
+        Engine::Docker => var("ATEAM_TEST_DOCKER"),
+        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
+    };
+    let short = old[..12].to_string();
+    let socket = FaultySocket::new(
+        &upstream,
+        Box::new(move |method, target| method == "DELETE" && target.contains(&short)),
+    );
+    w.uri = Some(socket.uri());
+    let out = w.apply();
+    w.uri = None;
+    let said = text(&out.stderr);
+    assert!(
+        socket.injected() > 0,
+        "the old container was never removed:\n{said}"
+    );
+    assert!(
+        !out.status.success(),
+        "apply succeeded with the fault:\n{said}"
+    );
+    let now = w.containers();
+    let new: Vec<&String> = now
+        .iter()
+        .filter(|(_, id, running)| *id != old && *running)
+        .map(|(_, id, _)| id)
+        .collect();
+    assert_eq!(new.len(), 1, "{now:?}\n{said}");
+    let out = w.ateam(&["events", &w.team, "-o", "json"]);
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let starts = ["created", "replaced", "started", "restarted", "released"];
+    let released = events.iter().any(|e| {
+        starts.contains(&e["kind"].as_str().unwrap_or(""))
+            && e["container"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty() && new[0].starts_with(c))
+    });
+    assert!(
+        released,
+        "no event says {} was started: {events:#?}",
+        new[0]
+    );
+    let out = w.apply();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    w.assert_one_each(1);
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -444,6 +506,7 @@ on_engines!(
     a_read_only_state_folder_changes_nothing,
     a_record_from_a_newer_ateam_changes_nothing,
     a_lock_left_by_a_dead_process_is_free,
+    a_replacement_whose_old_container_stays_says_its_start,
 );
 
 mod private_docker {

@@ -6,7 +6,7 @@ pub mod observed;
 mod sessions;
 pub mod spec;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

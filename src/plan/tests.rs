@@ -26,7 +26,7 @@ fn host() -> Host {
     }
 }
 
-fn member(name: &str) -> Member {
+pub(crate) fn member(name: &str) -> Member {
     Member {
         name: name.into(),
         user: None,
@@ -77,7 +77,7 @@ fn team(members: Vec<Member>) -> Desired {
     }
 }
 
-fn want(members: Vec<Member>) -> DesiredState {
+pub(crate) fn want(members: Vec<Member>) -> DesiredState {
     desired_state(&team(members), &host())
 }
 

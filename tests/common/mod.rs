@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
+pub mod faulty_socket;
 pub mod private_engine;
 pub mod terminal;
 
