@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::faulty_socket::FaultySocket;
+use common::faulty_socket::{Fault, FaultySocket};
 use common::private_engine::PrivateEngine;
 use common::{Engine, ateam_command, text, var};
 
@@ -447,7 +447,13 @@ fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
     let short = old[..12].to_string();
     let socket = FaultySocket::new(
         &upstream,
-        Box::new(move |method, target| method == "DELETE" && target.contains(&short)),
+        Box::new(move |method, target, _| {
+            if method == "DELETE" && target.contains(&short) {
+                Fault::Fail
+            } else {
+                Fault::Pass
+            }
+        }),
     );
     w.uri = Some(socket.uri());
     let out = w.apply();
@@ -487,6 +493,66 @@ fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
     w.assert_one_each(1);
 }
 
+/// A member's command runs from its release on, while the apply that made it may still be
+/// making others (here the engine holds the second member's create): `exec` finds the first
+/// one at once, through the record of what was applied (it was written after the whole run,
+/// so a member just up was `no applied team has a member` until then).
+fn a_member_up_is_found_while_its_apply_goes_on(engine: Engine) {
+    let mut w = World::new(engine, "early", None);
+    w.members(2);
+    let upstream = match engine {
+        Engine::Docker => var("ATEAM_TEST_DOCKER"),
+        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
+    };
+    let second = format!("ateam_{}_m1", w.team);
+    let socket = FaultySocket::new(
+        &upstream,
+        Box::new(move |method, target, body| {
+            let named = target.contains(&second)
+                || String::from_utf8_lossy(body).contains(&format!("\"{second}\""));
+            if method == "POST" && target.contains("/containers/create") && named {
+                Fault::Hold
+            } else {
+                Fault::Pass
+            }
+        }),
+    );
+    w.uri = Some(socket.uri());
+    let mut apply = w
+        .cmd(&["apply", "--concurrency", "2", "-f", "manifests"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    w.uri = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last;
+    loop {
+        last = w.ateam(&["exec", "m0", "--", "true"]);
+        if last.status.success() {
+            break;
+        }
+        assert!(
+            apply.try_wait().unwrap().is_none(),
+            "the apply ended before the test let the held create go"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "exec never found m0 while its apply went on: {}",
+            text(&last.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(socket.injected() > 0, "the second create was never held");
+    assert!(
+        apply.try_wait().unwrap().is_none(),
+        "the apply was not still going"
+    );
+    socket.let_go();
+    assert!(apply.wait().unwrap().success());
+    w.assert_one_each(2);
+}
+
 macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
@@ -507,6 +573,7 @@ on_engines!(
     a_record_from_a_newer_ateam_changes_nothing,
     a_lock_left_by_a_dead_process_is_free,
     a_replacement_whose_old_container_stays_says_its_start,
+    a_member_up_is_found_while_its_apply_goes_on,
 );
 
 mod private_docker {

@@ -191,11 +191,13 @@ pub async fn converge(
         report.outcome = Outcome::Refused(refused);
         return Ok(report);
     }
-    let failures = exec.run(&look.plan, &look.desired.members).await;
+    // Recorded before the members come up, not after: a member's command runs from its
+    // release on, and `exec`, `logs` and the helper server find it through this record.
     for t in &desired.teams {
         app.store.save_team(t)?;
     }
     app.remember_engine(&desired.teams, look.backend.as_ref())?;
+    let failures = exec.run(&look.plan, &look.desired.members).await;
     forget_dropped(app, &look, &failures);
 
     // Wait-until-running: one more look, and the reason for every member that is not up.
