@@ -297,7 +297,7 @@ class Soak:
                                    if line.startswith("VmRSS:"))
                     fds = len(os.listdir(f"/proc/{pid}/fd"))
                     with self.lock:
-                        self.samples.append((time.monotonic(), rss, fds))
+                        self.samples.append((time.monotonic(), rss, fds, pid))
                 except (OSError, StopIteration):
                     pass
             self.check_transcripts()
@@ -474,14 +474,12 @@ class Soak:
             time.sleep(0.2)
         body = json.dumps({"name": helper, "command": ["sleep", "100000"],
                            "resources": {"memory": "32Mi", "pids": 32}})
-        while True:
-            r = self.ateam("exec", "--team", t, rq, "--", "sh", "-c",
-                           f"wget -Y off -q -O- --post-data '{body}' \"$ATEAM_HELPERS_URL\"",
-                           timeout=60)
-            # Running before the controller's record of what it applied names it: again.
-            if "no applied team has a member" not in r.stderr or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        r = self.ateam("exec", "--team", t, rq, "--", "sh", "-c",
+                       f"wget -Y off -q -O- --post-data '{body}' \"$ATEAM_HELPERS_URL\"",
+                       timeout=60)
+        # Running, so applied: the record of what was applied names it before its release.
+        if "no applied team has a member" in r.stderr:
+            self.violations.append(f"{t}/{rq} runs, but exec does not find it: {r.stderr}")
         if r.returncode == 0:
             self.helpers.append((t, helper))
         else:
@@ -565,22 +563,34 @@ class Soak:
                     self.violations.append(f"{name} ({cid[:12]}) runs but never wrote its start")
 
     def check_resources(self):
+        """RSS and fds may not grow from the first quarter to the last: over the whole run (each
+        controller SIGTERMed starts afresh), and over the longest-lived controller's own life,
+        which is where a leak in one controller shows."""
         with self.lock:
             s = list(self.samples)
         if len(s) < 8:
             self.violations.append(f"only {len(s)} samples of the controller's RSS and fds")
             return None
+        self.grew("controller", s)
+        lives = collections.defaultdict(list)
+        for x in s:
+            lives[x[3]].append(x)
+        self.longest = max(lives.values(), key=len)
+        if len(self.longest) >= 40:
+            self.grew("the longest-lived controller", self.longest)
+        return s
+
+    def grew(self, who, s):
         q = len(s) // 4
         first, last = s[:q], s[-q:]
         rss0, rss1 = max(x[1] for x in first), max(x[1] for x in last)
         fd0, fd1 = max(x[2] for x in first), max(x[2] for x in last)
         if rss1 > rss0 * RSS_SLACK_RATIO + RSS_SLACK_KB:
-            self.violations.append(f"controller RSS grew: first quarter peak {rss0} kB, "
+            self.violations.append(f"{who}'s RSS grew: first quarter peak {rss0} kB, "
                                    f"last quarter peak {rss1} kB")
         if fd1 > fd0 + FD_SLACK:
-            self.violations.append(f"controller fds grew: first quarter peak {fd0}, "
+            self.violations.append(f"{who}'s fds grew: first quarter peak {fd0}, "
                                    f"last quarter peak {fd1}")
-        return s
 
     def check_logs(self):
         for path in self.ctl_logs + [p for _, p in self.applies]:
@@ -683,6 +693,14 @@ class Soak:
                   f"{max(x[1] for x in samples[-q:]) / 1024:.1f} MB "
                   f"{max(x[2] for x in samples[-q:])} fds; overall peak "
                   f"{max(x[1] for x in samples) / 1024:.1f} MB {max(x[2] for x in samples)} fds")
+            life = getattr(self, "longest", [])
+            if len(life) >= 8:
+                q = len(life) // 4
+                print(f"  longest-lived controller: {life[-1][0] - life[0][0]:.0f} s, RSS "
+                      f"{life[0][1] / 1024:.1f} MB at its start, first quarter peak "
+                      f"{max(x[1] for x in life[:q]) / 1024:.1f} MB, last quarter peak "
+                      f"{max(x[1] for x in life[-q:]) / 1024:.1f} MB; fds "
+                      f"{max(x[2] for x in life[:q])} / {max(x[2] for x in life[-q:])}")
         if self.violations:
             print(f"\n{len(self.violations)} VIOLATIONS (folder kept: {self.root}):")
             for v in self.violations[:50]:

@@ -68,3 +68,9 @@ runuser -u "$ATEAM_TEST_ROOTLESS_USER" -- env -i PATH="$PATH" HOME="/home/$ATEAM
     ATEAM_TEST_DOCKER="$ATEAM_TEST_DOCKER" ATEAM_TEST_PODMAN_ROOTLESS="$ATEAM_TEST_PODMAN_ROOTLESS" \
     ATEAM_TEST_IMAGE="$ATEAM_TEST_IMAGE" \
     "$dir/engines" --include-ignored --test-threads 2 podman_rootless::
+
+step "soak under the controller: Docker and rootful Podman (scripts/soak.py, fixed seeds)"
+# A short form of the 1,000-event runs of docs/reliability.md: about 2.5 min each, on an
+# engine of its own (a private dockerd; a second Podman service over the rootful store).
+ATEAM_BIN="$dir/ateam" python3 scripts/soak.py --engine docker --events 150 --gap 0.6 --seed 18
+ATEAM_BIN="$dir/ateam" python3 scripts/soak.py --engine podman --events 150 --gap 0.6 --seed 18
