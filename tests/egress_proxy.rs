@@ -39,7 +39,7 @@ impl Proxy {
             dir,
         };
         p.set(allow);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while UnixStream::connect(p.socket()).is_err() {
             assert!(Instant::now() < deadline, "the proxy never answered");
             std::thread::sleep(Duration::from_millis(10));
