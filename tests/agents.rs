@@ -67,7 +67,7 @@ impl Model {
             .stdout(Stdio::null())
             .spawn()
             .expect("python3 runs the stand-in model");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         let port = loop {
             if let Some(p) = std::fs::read_to_string(&port_file)
                 .ok()
@@ -369,7 +369,7 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     // The egress log: the model host, allowed, and nothing else. The proxy writes a line when
     // a connection ends, which may be just after the agent exited: wait a little for both.
     let model_requests = requests.iter().filter(|r| r["method"] == "POST").count();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let egress = loop {
         let out = text(&w.ateam(&["logs", "coder", "--egress"]).stdout);
         let n = out.lines().filter(|l| l.contains("allowed")).count();

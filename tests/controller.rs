@@ -296,6 +296,12 @@ fn a_removed_file_leaves_its_member_reported(engine: &'static str) {
     w.until("ran both", 60, || w.running("a") && w.running("b"));
     std::fs::remove_file(w.root().join("manifests/b.yaml")).unwrap();
     w.until("noticed", 20, || w.log().contains("changed=1"));
+    // It reconciles after noticing (a debounce, then the team): wait until status reports b
+    // as an orphan (or b is gone, which the assertion below names)...
+    w.until("reported b as an orphan", 60, || {
+        w.row("b")["state"] == "orphan" || w.id("b").is_none()
+    });
+    // ...then give it time to do what it must not.
     std::thread::sleep(Duration::from_secs(2));
     assert!(w.id("b").is_some(), "{engine}: removed without --prune");
     assert_eq!(w.row("b")["state"], "orphan");

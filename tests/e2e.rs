@@ -539,23 +539,43 @@ fn logs_and_exec_look_inside(engine: &'static str) {
     assert_eq!(exec.status.code(), Some(3), "exec passes the exit code on");
     assert_eq!(text(&exec.stdout).trim(), "lo");
     // -f follows until the member stops: the agent's goodbye arrives, then the command ends.
-    let follow = w
-        .cmd(&["logs", "-f", "reviewer", "--tail", "0"])
+    // With `--tail 1` it first shows the agent's last line: once that is there it follows, and
+    // only then is the member stopped (after a fixed pause, a follower slow to start on a
+    // loaded machine would find the member stopped and miss the goodbye).
+    let mut follow = w
+        .cmd(&["logs", "-f", "reviewer", "--tail", "1"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let followed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let mut stdout = follow.stdout.take().unwrap();
+        let followed = followed.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut buf) {
+                followed.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let shown = || text(&followed.lock().unwrap());
+    let attached = common::eventually(Duration::from_secs(30), || {
+        shown().contains("agent: sleeping")
+    });
+    assert!(
+        attached,
+        "logs -f never showed the agent's last line: {}",
+        shown()
+    );
     assert!(
         w.engine_cli(&["stop", "-t", "5", &w.name("reviewer")])
             .status
             .success()
     );
     let out = follow.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let stdout = shown();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("stopping on signal"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert!(stdout.contains("stopping on signal"), "{stdout}");
     let unknown = w.bare(&["logs", "nobody"]);
     assert_eq!(unknown.status.code(), Some(2), "a usage error");
     assert!(

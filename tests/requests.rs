@@ -405,7 +405,10 @@ fn a_member_asks_for_helpers(engine: Engine) {
     let pid = std::fs::read_to_string(&pid_file).unwrap();
     let killed = Command::new("kill").arg(pid.trim()).status().unwrap();
     assert!(killed.success());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // It ends on SIGTERM in its own time: wait until status sees it down.
+    common::eventually(Duration::from_secs(30), || {
+        w.row("a").is_some_and(|a| a["state"] == "helpers down")
+    });
     let a = w.row("a").unwrap();
     assert_eq!(a["state"], "helpers down", "{engine:?}: {a}");
     assert_eq!(a["drifted"], true, "{engine:?}: {a}");
@@ -509,7 +512,10 @@ fn a_helper_may_not_take_a_main_sessions_name(engine: Engine) {
         .output()
         .unwrap();
     assert!(killed.status.success(), "{}", text(&killed.stderr));
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // tmux's server goes after `kill-server` has returned: wait until status sees it gone.
+    common::eventually(Duration::from_secs(30), || {
+        w.row("lead").is_some_and(|r| r["state"] != "running")
+    });
     assert_ne!(w.row("lead").unwrap()["state"], "running", "{engine:?}");
     let got = w.ask("a", r#"{"name": "lead", "command": ["sleep", "100000"]}"#);
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -815,7 +821,7 @@ fn servers_of_a_replaced_binary_are_started_again(engine: Engine) {
     let member = w.path("state/teams").join(&w.team).join("members/a");
     // A server writes its own pid file as it starts: wait for it.
     let pid = |f: &str| -> u32 {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(p) = std::fs::read_to_string(member.join(f))
                 .ok()
@@ -828,7 +834,7 @@ fn servers_of_a_replaced_binary_are_started_again(engine: Engine) {
         }
     };
     let gone = |pid: u32| {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while std::path::Path::new(&format!("/proc/{pid}")).exists() {
             if Instant::now() > deadline {
                 let what = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -996,7 +1002,7 @@ fn the_helper_server_withstands_hostile_clients() {
             .unwrap(),
     );
     let socket = member.join("ctl/helpers.sock");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while UnixStream::connect(&socket).is_err() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -1032,8 +1038,13 @@ fn the_helper_server_withstands_hostile_clients() {
     assert!(got.starts_with("HTTP/1.1 503"), "{got}");
     drop(fourth);
     drop(idle);
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let got = ask("POST /helpers HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n");
+    // The server frees their places as it sees them close, in its own time: until then it
+    // turns a client away (503). Ask again until it has room.
+    let mut got = String::new();
+    common::eventually(Duration::from_secs(30), || {
+        got = ask("POST /helpers HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n");
+        !got.starts_with("HTTP/1.1 503")
+    });
     assert!(got.starts_with("HTTP/1.1 413"), "{got}");
     let got = ask("POST /helpers HTTP/1.1\r\nContent-Length: 5\r\n\r\n{nope");
     assert!(

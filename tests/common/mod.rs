@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 pub mod faulty_socket;
 pub mod private_engine;
@@ -28,6 +29,23 @@ pub fn var(k: &str) -> String {
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Polls `ok` every 100 ms until it holds or `limit` has passed; whether it held. In place of
+/// a fixed sleep before an assertion that needs something to have happened meanwhile (on a
+/// loaded machine it may take longer): wait on that condition, then assert as before, with
+/// the assertion's own message.
+pub fn eventually(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if ok() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The unprivileged user of the rootless engine: (name, uid, gid).
