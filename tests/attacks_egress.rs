@@ -405,8 +405,10 @@ fn the_bridge_does_not_spin_out_of_descriptors(engine: Engine) {
     let w = World::applied(engine, "bridge", serve("unused"), "-");
     let got = w.inside(
         "ulimit -n 24; /.ateam/bridge --listen 127.0.0.1:4000 --socket /.ateam/egress.sock >/dev/null 2>&1 & b=$!; \
-         sleep 0.3; mkfifo /tmp/f; exec 3<>/tmp/f; \
-         for i in $(seq 1 12); do nc 127.0.0.1 4000 <&3 >/dev/null 2>&1 & done; sleep 1; \
+         i=0; until grep -q ':0FA0 00000000:0000 0A' /proc/net/tcp || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done; \
+         mkfifo /tmp/f; exec 3<>/tmp/f; \
+         for i in $(seq 1 12); do nc 127.0.0.1 4000 <&3 >/dev/null 2>&1 & done; \
+         i=0; until [ $(ls /proc/$b/fd | wc -l) -ge 24 ] || [ $i -ge 300 ]; do i=$((i+1)); sleep 0.1; done; sleep 1; \
          echo fds $(ls /proc/$b/fd | wc -l); \
          echo ticks $(cut -d' ' -f14,15 /proc/$b/stat); sleep 3; echo ticks $(cut -d' ' -f14,15 /proc/$b/stat); kill $b",
     );

@@ -442,7 +442,12 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
     let got = w.inside(
         "b",
         &format!(
-            "ls -la /.ateam/; test -e {} && echo SEEN; /.ateam/bridge --listen 127.0.0.1:4000 --socket {} & sleep 0.5; env -u http_proxy -u HTTP_PROXY wget -q -O - http://127.0.0.1:4000/ 2>&1; kill %1",
+            // Asked again while the bridge is not listening yet (a loaded machine), not after
+            // a fixed pause.
+            "ls -la /.ateam/; test -e {} && echo SEEN; /.ateam/bridge --listen 127.0.0.1:4000 --socket {} & \
+             i=0; while :; do out=$(env -u http_proxy -u HTTP_PROXY wget -q -O - http://127.0.0.1:4000/ 2>&1); \
+             case \"$out\" in *refused*) i=$((i+1)); if [ $i -lt 300 ]; then sleep 0.1; continue; fi;; esac; \
+             echo \"$out\"; break; done; kill %1",
             a_socket.display(),
             a_socket.display()
         ),
