@@ -4,7 +4,9 @@
 //! finds; a later stage only runs on objects an earlier one could read.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
@@ -24,7 +26,6 @@ use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path, session_socket_pa
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
-const KINDS: [&str; 4] = ["Team", "MainSession", "AccessGrant", "Member"];
 const DEFAULT_MAX_MEMBERS: u32 = 10;
 const DEFAULT_MAX_DEPTH: u32 = 3;
 /// A member's memory cap when its manifest names none.
@@ -33,6 +34,65 @@ const DEFAULT_PIDS: u32 = 512;
 /// Share of host memory that members' caps may add up to (the admission rule; `doctor`
 /// reports against it too).
 pub const MEMORY_SHARE: f64 = 0.75;
+
+/// What `kind` says an object is. A string that names no kind is refused (`FromStr`), so no
+/// object is ever read as a kind it does not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Team,
+    MainSession,
+    AccessGrant,
+    Member,
+}
+
+impl Kind {
+    /// In the order messages list them.
+    const ALL: [Kind; 4] = [
+        Kind::Team,
+        Kind::MainSession,
+        Kind::AccessGrant,
+        Kind::Member,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Team => "Team",
+            Kind::MainSession => "MainSession",
+            Kind::AccessGrant => "AccessGrant",
+            Kind::Member => "Member",
+        }
+    }
+
+    fn names() -> [&'static str; 4] {
+        Kind::ALL.map(Kind::as_str)
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    /// The refusal names the nearest kind, and all of them.
+    fn from_str(k: &str) -> Result<Kind, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|x| x.as_str() == k)
+            .ok_or_else(|| {
+                let hint = did_you_mean(k, Kind::names())
+                    .map(|m| format!(" (did you mean `{m}`?)"))
+                    .unwrap_or_default();
+                format!(
+                    "unknown kind `{k}`{hint}; kinds are {}",
+                    Kind::names().join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, Clone)]
 enum Spec {
@@ -47,15 +107,24 @@ enum Spec {
 struct Parsed<'a> {
     src: &'a Source,
     doc: Document,
-    kind: &'static str,
     name: String,
     labels: BTreeMap<String, String>,
     spec: Spec,
 }
 
 impl Parsed<'_> {
+    /// Read from the spec, so that it cannot disagree with it.
+    fn kind(&self) -> Kind {
+        match &self.spec {
+            Spec::Team(_) => Kind::Team,
+            Spec::MainSession(_) => Kind::MainSession,
+            Spec::AccessGrant(_) => Kind::AccessGrant,
+            Spec::Member(_) => Kind::Member,
+        }
+    }
+
     fn id(&self) -> String {
-        format!("{}/{}", self.kind, self.name)
+        format!("{}/{}", self.kind(), self.name)
     }
 
     fn problem(&self, field: &str, message: impl Into<String>) -> Problem {
@@ -173,7 +242,7 @@ pub fn validate_given(
 
 /// Objects that were found but could not be read, by kind and name: references to them are
 /// not reported again as missing.
-type Broken = BTreeSet<(&'static str, String)>;
+type Broken = BTreeSet<(Kind, String)>;
 
 fn parse_object<'a>(
     src: &'a Source,
@@ -208,22 +277,14 @@ fn parse_object<'a>(
                 &doc,
                 "",
                 None,
-                format!("missing field `kind` (one of {})", KINDS.join(", ")),
+                format!("missing field `kind` (one of {})", Kind::names().join(", ")),
             ));
             return None;
         }
-        Some(Value::String(k)) => match KINDS.iter().find(|x| *x == k) {
-            Some(k) => *k,
-            None => {
-                let hint = did_you_mean(k, KINDS)
-                    .map(|m| format!(" (did you mean `{m}`?)"))
-                    .unwrap_or_default();
-                problems.push(at(
-                    &doc,
-                    "kind",
-                    None,
-                    format!("unknown kind `{k}`{hint}; kinds are {}", KINDS.join(", ")),
-                ));
+        Some(Value::String(k)) => match k.parse::<Kind>() {
+            Ok(k) => k,
+            Err(e) => {
+                problems.push(at(&doc, "kind", None, e));
                 return None;
             }
         },
@@ -251,19 +312,19 @@ fn parse_object<'a>(
         }
     };
     let parsed = match kind {
-        "Team" => typed(&doc.value, &mut report)
+        Kind::Team => typed(&doc.value, &mut report)
             .map(|o: raw::Object<raw::TeamSpec>| (o.api_version, o.metadata, Spec::Team(o.spec))),
-        "MainSession" => {
+        Kind::MainSession => {
             typed(&doc.value, &mut report).map(|o: raw::Object<raw::MainSessionSpec>| {
                 (o.api_version, o.metadata, Spec::MainSession(o.spec))
             })
         }
-        "AccessGrant" => {
+        Kind::AccessGrant => {
             typed(&doc.value, &mut report).map(|o: raw::Object<raw::AccessGrantSpec>| {
                 (o.api_version, o.metadata, Spec::AccessGrant(o.spec))
             })
         }
-        _ => typed(&doc.value, &mut report).map(|o: raw::Object<raw::MemberSpec>| {
+        Kind::Member => typed(&doc.value, &mut report).map(|o: raw::Object<raw::MemberSpec>| {
             (o.api_version, o.metadata, Spec::Member(o.spec))
         }),
     };
@@ -289,7 +350,6 @@ fn parse_object<'a>(
     Some(Parsed {
         src,
         doc,
-        kind,
         name: metadata.name,
         labels: metadata.labels,
         spec,
@@ -606,7 +666,7 @@ fn report_twice(twice: &[(&Parsed, &Parsed, String)], problems: &mut Vec<Problem
     for (again_file, first_file, members) in pairs {
         let (again, first, team) = &twice[members[0]];
         let pos = first.doc.pos_of("metadata.name");
-        let within = if again.kind == "Team" {
+        let within = if again.kind() == Kind::Team {
             String::new()
         } else {
             format!(" in team `{team}`")
@@ -650,14 +710,14 @@ fn build(
     // reported with the other objects defined twice), so that its copy's objects are not
     // also refused for naming "several teams".
     let mut teams: Vec<&Parsed> = Vec::new();
-    for o in objects.iter().filter(|o| o.kind == "Team") {
+    for o in objects.iter().filter(|o| o.kind() == Kind::Team) {
         if !teams.iter().any(|t| t.name == o.name) {
             teams.push(o);
         }
     }
     let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
-    let broken_teams = broken.iter().filter(|(k, _)| *k == "Team").count();
-    let mut seen: BTreeMap<(String, &str, String), &Parsed> = BTreeMap::new();
+    let broken_teams = broken.iter().filter(|(k, _)| *k == Kind::Team).count();
+    let mut seen: BTreeMap<(String, Kind, String), &Parsed> = BTreeMap::new();
     // Objects defined again: (the second, the first, their team).
     let mut twice: Vec<(&Parsed, &Parsed, String)> = Vec::new();
     let mut by_team: BTreeMap<String, Vec<&Parsed>> = BTreeMap::new();
@@ -665,7 +725,7 @@ fn build(
         let team = match o.team_field() {
             Some(t) if team_names.contains(&t) => t.to_string(),
             // Its Team could not be read; that problem is reported already.
-            Some(t) if broken.contains(&("Team", t.to_string())) => continue,
+            Some(t) if broken.contains(&(Kind::Team, t.to_string())) => continue,
             None if teams.is_empty() && broken_teams > 0 => continue,
             Some(t) => {
                 let hint = did_you_mean(t, team_names.iter().copied())
@@ -693,7 +753,7 @@ fn build(
                 continue;
             }
         };
-        let key = (team.clone(), o.kind, o.name.clone());
+        let key = (team.clone(), o.kind(), o.name.clone());
         if let Some(first) = seen.get(&key) {
             twice.push((o, first, team));
             continue;
@@ -714,7 +774,7 @@ fn build(
         .chain(
             broken
                 .iter()
-                .filter(|(k, _)| *k == "Team")
+                .filter(|(k, _)| *k == Kind::Team)
                 .map(|(_, n)| n.as_str()),
         )
         .collect();
@@ -1022,7 +1082,8 @@ fn build(
         let mut parents: BTreeMap<&str, Parent> = BTreeMap::new();
         let is_broken = |parent: &str| {
             let name = parent.rsplit('/').next().unwrap_or(parent).to_string();
-            broken.contains(&("Member", name.clone())) || broken.contains(&("MainSession", name))
+            broken.contains(&(Kind::Member, name.clone()))
+                || broken.contains(&(Kind::MainSession, name))
         };
         for (name, (o, m)) in &members {
             match resolve_parent(&m.parent, &session_names, &taken_over, &members) {
@@ -1049,7 +1110,7 @@ fn build(
             }
             if let Some(a) = &m.access
                 && !grants.contains_key(a.as_str())
-                && !broken.contains(&("AccessGrant", a.clone()))
+                && !broken.contains(&(Kind::AccessGrant, a.clone()))
             {
                 let hint = did_you_mean(a, grants.keys().copied())
                     .map(|m| format!(" (did you mean `{m}`?)"))
@@ -1329,6 +1390,16 @@ fn quantity_text(q: &Quantity) -> String {
     }
 }
 
+/// The kind a member's `parent` names: `MainSession/x`, `Member/x`, or a bare `x` for either.
+#[derive(Debug, Clone, Copy)]
+enum ParentKind<'a> {
+    MainSession,
+    Member,
+    Either,
+    /// A kind that is never a parent, as written.
+    Other(&'a str),
+}
+
 fn resolve_parent(
     parent: &str,
     sessions: &BTreeSet<&str>,
@@ -1336,11 +1407,13 @@ fn resolve_parent(
     members: &BTreeMap<&str, (&Parsed, &raw::MemberSpec)>,
 ) -> Result<Parent, String> {
     let (kind, name) = match parent.split_once('/') {
-        Some((k, n)) => (Some(k), n),
-        None => (None, parent),
+        Some(("MainSession", n)) => (ParentKind::MainSession, n),
+        Some(("Member", n)) => (ParentKind::Member, n),
+        Some((k, n)) => (ParentKind::Other(k), n),
+        None => (ParentKind::Either, parent),
     };
     if let Some(heir) = taken_over.get(name)
-        && kind != Some("Member")
+        && !matches!(kind, ParentKind::Member)
         && !members.contains_key(name)
     {
         return Ok(Parent::MainSession(heir.to_string()));
@@ -1348,17 +1421,21 @@ fn resolve_parent(
     let is_session = sessions.contains(name);
     let is_member = members.contains_key(name);
     match (kind, is_session, is_member) {
-        (Some("MainSession"), true, _) | (None, true, false) => {
+        (ParentKind::MainSession, true, _) | (ParentKind::Either, true, false) => {
             Ok(Parent::MainSession(name.into()))
         }
-        (Some("Member"), _, true) | (None, false, true) => Ok(Parent::Member(name.into())),
-        (None, true, true) => Err(format!(
+        (ParentKind::Member, _, true) | (ParentKind::Either, false, true) => {
+            Ok(Parent::Member(name.into()))
+        }
+        (ParentKind::Either, true, true) => Err(format!(
             "`{name}` is both a MainSession and a Member; write `MainSession/{name}` or `Member/{name}`"
         )),
-        (Some(k), _, _) if k != "MainSession" && k != "Member" => {
+        (ParentKind::Other(k), _, _) => {
             Err(format!("a parent is a MainSession or a Member, not a {k}"))
         }
-        _ => {
+        (ParentKind::MainSession, false, _)
+        | (ParentKind::Member, _, false)
+        | (ParentKind::Either, false, false) => {
             let candidates = sessions.iter().copied().chain(members.keys().copied());
             let hint = did_you_mean(name, candidates)
                 .map(|m| format!(" (did you mean `{m}`?)"))
@@ -1534,6 +1611,17 @@ mod tests {
         assert!(check_socket_path("tmux", &path(107)).is_ok());
         let e = check_socket_path("tmux", &path(108)).unwrap_err();
         assert!(e.contains("is 108 bytes, longer than the 107"), "{e}");
+    }
+
+    #[test]
+    fn a_kind_is_read_from_its_own_name_only() {
+        for k in Kind::ALL {
+            assert_eq!(k.as_str().parse::<Kind>(), Ok(k));
+        }
+        let e = "Membr".parse::<Kind>().unwrap_err();
+        assert!(e.contains("(did you mean `Member`?)"), "{e}");
+        assert!("member".parse::<Kind>().is_err());
+        assert!("".parse::<Kind>().is_err());
     }
 
     #[test]
