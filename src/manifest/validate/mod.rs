@@ -23,16 +23,14 @@ use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path, session_socket_pa
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
+mod limits;
 mod shape;
+mod teams;
 
-const DEFAULT_MAX_MEMBERS: u32 = 10;
-const DEFAULT_MAX_DEPTH: u32 = 3;
-/// A member's memory cap when its manifest names none.
-pub const DEFAULT_MEMORY: u64 = 1 << 30;
+use limits::Admission;
+pub use limits::{DEFAULT_MEMORY, MEMORY_SHARE};
+
 const DEFAULT_PIDS: u32 = 512;
-/// Share of host memory that members' caps may add up to (the admission rule; `doctor`
-/// reports against it too).
-pub const MEMORY_SHARE: f64 = 0.75;
 
 /// What `kind` says an object is. A string that names no kind is refused (`FromStr`), so no
 /// object is ever read as a kind it does not name.
@@ -341,53 +339,34 @@ fn rules_within(
         .map_err(|w| (format!("network.allow[{}]", w.index), w.reason))
 }
 
-/// One problem per pair of files for objects defined twice: a copy of a manifest (`team
-/// copy.yaml` beside `team.yaml`, both read from the folder) is one mistake, reported at the
-/// first object it repeats, naming both places and how many more it repeats.
-fn report_twice(twice: &[(&Parsed, &Parsed, String)], problems: &mut Vec<Problem>) {
-    let mut pairs: Vec<(&Path, &Path, Vec<usize>)> = Vec::new();
-    for (i, (again, first, _)) in twice.iter().enumerate() {
-        let key = (again.src.path.as_path(), first.src.path.as_path());
-        match pairs.iter_mut().find(|(a, f, _)| (*a, *f) == key) {
-            Some((_, _, members)) => members.push(i),
-            None => pairs.push((key.0, key.1, vec![i])),
-        }
-    }
-    for (again_file, first_file, members) in pairs {
-        let (again, first, team) = &twice[members[0]];
-        let pos = first.doc.pos_of("metadata.name");
-        let within = if again.kind() == Kind::Team {
-            String::new()
-        } else {
-            format!(" in team `{team}`")
-        };
-        let more = match members.len() - 1 {
-            0 => String::new(),
-            n => {
-                let objects = if n == 1 { "object" } else { "objects" };
-                if again_file == first_file {
-                    format!("; so are {n} more {objects} in this file (the same documents twice?)")
-                } else {
-                    format!(
-                        "; so are {n} more {objects} of this file, first defined in {} (a copy of the same manifests? keep one)",
-                        first_file.display()
-                    )
-                }
-            }
-        };
-        problems.push(again.problem(
-            "metadata.name",
-            format!(
-                "{} is defined twice{within}; the first is at {}:{}{more}",
-                again.id(),
-                first.src.path.display(),
-                pos.line
-            ),
-        ));
-    }
+/// What the stages after parsing share: the machine, the store, the objects that could not be
+/// read, what grants and transcripts folders must keep clear of, the members' memory so far,
+/// and the problems they all add to, in the order they find them.
+struct Build<'a> {
+    host: &'a Host,
+    applied: &'a [model::Team],
+    /// The `-f` paths: the model's teams record them, and no member may write there.
+    given: &'a [PathBuf],
+    broken: &'a Broken,
+    fence: Fence<'a>,
+    admission: Admission,
+    problems: &'a mut Vec<Problem>,
 }
 
-/// The stages after parsing: names, teams, references, grants, members, limits.
+/// One team and its objects by kind, as the stages after `teams` read them.
+struct TeamObjects<'o> {
+    team: &'o Parsed<'o>,
+    spec: &'o raw::TeamSpec,
+    session_dir: PathBuf,
+    /// In reading order.
+    sessions: Vec<(&'o Parsed<'o>, &'o raw::MainSessionSpec)>,
+    /// In reading order.
+    grants: Vec<(&'o Parsed<'o>, &'o raw::AccessGrantSpec)>,
+    members: BTreeMap<&'o str, (&'o Parsed<'o>, &'o raw::MemberSpec)>,
+}
+
+/// The stages after parsing: teams, then team by team its sessions, grants and members, with
+/// their limits.
 fn build(
     objects: &[Parsed],
     broken: &Broken,
@@ -396,183 +375,39 @@ fn build(
     given: &[PathBuf],
     problems: &mut Vec<Problem>,
 ) -> Desired {
-    // Teams and their membership. A Team defined twice counts once here (the second is
-    // reported with the other objects defined twice), so that its copy's objects are not
-    // also refused for naming "several teams".
-    let mut teams: Vec<&Parsed> = Vec::new();
-    for o in objects.iter().filter(|o| o.kind() == Kind::Team) {
-        if !teams.iter().any(|t| t.name == o.name) {
-            teams.push(o);
-        }
-    }
-    let team_names: Vec<&str> = teams.iter().map(|t| t.name.as_str()).collect();
-    let broken_teams = broken.iter().filter(|(k, _)| *k == Kind::Team).count();
-    let mut seen: BTreeMap<(String, Kind, String), &Parsed> = BTreeMap::new();
-    // Objects defined again: (the second, the first, their team).
-    let mut twice: Vec<(&Parsed, &Parsed, String)> = Vec::new();
-    let mut by_team: BTreeMap<String, Vec<&Parsed>> = BTreeMap::new();
-    for o in objects {
-        let team = match o.team_field() {
-            Some(t) if team_names.contains(&t) => t.to_string(),
-            // Its Team could not be read; that problem is reported already.
-            Some(t) if broken.contains(&(Kind::Team, t.to_string())) => continue,
-            None if teams.is_empty() && broken_teams > 0 => continue,
-            Some(t) => {
-                let hint = did_you_mean(t, team_names.iter().copied())
-                    .map(|m| format!(" (did you mean `{m}`?)"))
-                    .unwrap_or_default();
-                problems.push(o.value_problem(
-                    "spec.team",
-                    format!("team `{t}` is not defined in these manifests{hint}"),
-                ));
-                continue;
-            }
-            None if teams.len() == 1 => teams[0].name.clone(),
-            None if teams.is_empty() => {
-                problems.push(o.problem("spec", "no Team in these manifests: add a `kind: Team` object or name one in spec.team"));
-                continue;
-            }
-            None => {
-                problems.push(o.problem(
-                    "spec",
-                    format!(
-                        "several teams are defined ({}); say which with spec.team",
-                        team_names.join(", ")
-                    ),
-                ));
-                continue;
-            }
-        };
-        let key = (team.clone(), o.kind(), o.name.clone());
-        if let Some(first) = seen.get(&key) {
-            twice.push((o, first, team));
-            continue;
-        }
-        seen.insert(key, o);
-        by_team.entry(team).or_default().push(o);
-    }
-    report_twice(&twice, problems);
-
-    let mut desired = Desired::default();
-    let mut memory_total: u64 = 0;
-    let memory_limit = (host.memory_bytes as f64 * MEMORY_SHARE) as u64;
-    // Teams these manifests define (also those that could not be read) replace their stored
-    // versions; the store's other teams stay as they are.
-    let redefined: Vec<&str> = team_names
-        .iter()
-        .copied()
-        .chain(
-            broken
-                .iter()
-                .filter(|(k, _)| *k == Kind::Team)
-                .map(|(_, n)| n.as_str()),
-        )
-        .collect();
+    let grouped = teams::group(objects, broken, problems);
+    let redefined = grouped.redefined(broken);
     let engine_dirs: Vec<EngineDir> = engines::defaults()
         .into_iter()
         .chain(host.engine_dirs.get().iter().cloned())
         .collect();
-    let mut fence = Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given);
-    // Admission counts the members of every team in the store that stays as it is.
-    let earlier: Vec<&model::Team> = applied
-        .iter()
-        .filter(|t| !redefined.contains(&t.name.as_str()))
-        .collect();
-    let earlier_memory: u64 = earlier
-        .iter()
-        .flat_map(|t| &t.members)
-        .map(|m| m.memory_bytes)
-        .sum();
-    memory_total += earlier_memory;
-    let earlier_share = if earlier_memory == 0 {
-        String::new()
-    } else {
-        let names: Vec<String> = earlier
-            .iter()
-            .filter(|t| !t.members.is_empty())
-            .map(|t| format!("`{}`", t.name))
-            .collect();
-        format!(
-            " ({} of it in teams applied before: team {})",
-            human_bytes(earlier_memory),
-            names.join(", team ")
-        )
+    let mut stages = Build {
+        host,
+        applied,
+        given,
+        broken,
+        fence: Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given),
+        admission: Admission::new(host, applied, &redefined),
+        problems,
     };
-    let mut team_models = Vec::new();
-    for t in &teams {
-        let Spec::Team(spec) = &t.spec else { continue };
-        if !by_team.contains_key(&t.name) {
-            continue;
-        }
-        let session_dir = match &spec.session_dir {
-            Some(d) => resolve(d, &t.src.dir, &host.home),
-            None => host.home.join(".local/share/ateam").join(&t.name),
-        };
-        team_models.push((*t, spec, session_dir));
+    let mut desired = Desired::default();
+    for t in stages.teams(grouped) {
+        let team = stages.team(t);
+        desired.teams.push(team);
     }
-    let session_dirs: Vec<(&str, PathBuf)> = team_models
-        .iter()
-        .map(|(t, _, d)| (t.name.as_str(), d.clone()))
-        .collect();
-    for (t, _, session_dir) in &team_models {
-        match check_session_dir(session_dir, host)
-            .and_then(|()| fence.check_session_dir(&t.name, session_dir, &session_dirs))
-            .and_then(|()| fence.check_writable(&crate::core::layout::transcripts_dir(session_dir)))
-        {
-            Ok(()) => fence.add_session_dir(&t.name, session_dir),
-            Err(e) => problems.push(t.value_problem("spec.sessionDir", e)),
-        }
-    }
+    desired
+}
 
-    for (t, spec, session_dir) in team_models {
-        let objs = &by_team[&t.name];
-        let team_user = spec
-            .user
-            .as_deref()
-            .and_then(|u| match u.parse::<UserId>() {
-                Ok(u) => Some(u),
-                Err(e) => {
-                    problems.push(t.value_problem("spec.user", e));
-                    None
-                }
-            });
-        if let Some(u) = team_user
-            && u.is_root()
-            && !spec.allow_root_user
-        {
-            problems.push(t.value_problem("spec.user", root_user_refused(u)));
-        }
-        // A root caller with no sudo user: the owner of the team's folder, whose files the
-        // members are there to change, rather than nobody (who can write none of them).
-        let team_user = team_user.or_else(|| host.folder_owner_user(&t.src.dir));
-        let mut team = model::Team {
-            name: t.name.clone(),
-            labels: t.labels.clone(),
-            backend: spec.backend,
-            user: team_user,
-            allow_root_user: spec.allow_root_user,
-            image: spec.image.clone(),
-            max_members: spec.max_members.unwrap_or(DEFAULT_MAX_MEMBERS),
-            max_depth: spec.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
-            session_dir: session_dir.clone(),
-            allow_unenforced_limits: spec.allow_unenforced_limits,
-            helper_requests: spec.helper_requests,
-            manifests: given.to_vec(),
-            sessions: vec![],
-            grants: vec![],
-            members: vec![],
-        };
-        if let Some(img) = &spec.image
-            && let Err(e) = check_image(img)
-        {
-            problems.push(t.value_problem("spec.image", e));
-        }
-
+impl Build<'_> {
+    fn team(&mut self, t: TeamObjects) -> model::Team {
+        let mut team = self.team_model(&t);
+        let team_user = team.user;
+        let (host, applied, broken) = (self.host, self.applied, self.broken);
+        let fence = &self.fence;
+        let admission = &mut self.admission;
+        let problems = &mut *self.problems;
         // Main sessions.
-        for o in objs {
-            let Spec::MainSession(s) = &o.spec else {
-                continue;
-            };
+        for (o, s) in &t.sessions {
             let cwd = s
                 .cwd
                 .as_deref()
@@ -587,7 +422,7 @@ fn build(
                     "the command must name a program, for example [claude]",
                 ));
             }
-            let socket = session_socket_path(&host.state_dir, &t.name, &o.name);
+            let socket = session_socket_path(&host.state_dir, &t.team.name, &o.name);
             if let Err(e) = check_socket_path("tmux", &socket) {
                 problems.push(o.problem("metadata.name", e));
             }
@@ -602,13 +437,10 @@ fn build(
                     "`members` is the folder of the members' transcripts in the sessionDir; name the main session otherwise",
                 ));
             }
-            let member_named = |n: &str| {
-                objs.iter()
-                    .any(|x| x.name == n && matches!(x.spec, Spec::Member(_)))
-            };
+            let member_named = |n: &str| t.members.contains_key(n);
             let was_member = applied
                 .iter()
-                .find(|a| a.name == t.name)
+                .find(|a| a.name == t.team.name)
                 .is_some_and(|a| a.members.iter().any(|m| m.name == o.name));
             match &s.promoted_from {
                 Some(from) if *from != o.name => problems.push(o.value_problem(
@@ -629,16 +461,13 @@ fn build(
                     "metadata.name",
                     format!(
                         "`{}` was a Member of team `{}`: turning it into a MainSession moves its transcript and runs it on the host with your full access; say so with `promotedFrom: {}`",
-                        o.name, t.name, o.name
+                        o.name, t.team.name, o.name
                     ),
                 )),
                 None => {}
             }
             if let Some(old) = &s.takes_over {
-                let session_named = |n: &str| {
-                    objs.iter()
-                        .any(|x| x.name == n && matches!(x.spec, Spec::MainSession(_)))
-                };
+                let session_named = |n: &str| t.sessions.iter().any(|(x, _)| x.name == n);
                 if session_named(old) {
                     problems.push(o.value_problem(
                         "spec.takesOver",
@@ -663,7 +492,10 @@ fn build(
                 command: s.command.clone(),
                 env: s.env.clone(),
                 labels: o.labels.clone(),
-                transcript_dir: crate::core::layout::session_transcript_dir(&session_dir, &o.name),
+                transcript_dir: crate::core::layout::session_transcript_dir(
+                    &t.session_dir,
+                    &o.name,
+                ),
                 promoted_from: s.promoted_from.clone(),
                 takes_over: s.takes_over.clone(),
             });
@@ -671,10 +503,7 @@ fn build(
 
         // Grants.
         let mut grants: BTreeMap<&str, (AccessGrant, &Parsed)> = BTreeMap::new();
-        for o in objs {
-            let Spec::AccessGrant(g) = &o.spec else {
-                continue;
-            };
+        for (o, g) in &t.grants {
             let mut check = |list: &[String], field: &str| -> Vec<PathBuf> {
                 let mut out = Vec::new();
                 for (i, raw) in list.iter().enumerate() {
@@ -749,13 +578,7 @@ fn build(
         team.grants = grants.values().map(|(g, _)| g.clone()).collect();
 
         // Members: references first, then depth and narrowing along the parent chain.
-        let members: BTreeMap<&str, (&Parsed, &raw::MemberSpec)> = objs
-            .iter()
-            .filter_map(|o| match &o.spec {
-                Spec::Member(m) => Some((o.name.as_str(), (*o, m))),
-                _ => None,
-            })
-            .collect();
+        let members = &t.members;
         let session_names: BTreeSet<&str> = team.sessions.iter().map(|s| s.name.as_str()).collect();
         // A removed session's name still leads to the one that took it over.
         let taken_over: BTreeMap<&str, &str> = team
@@ -765,7 +588,7 @@ fn build(
             .collect();
         let removed_sessions: BTreeSet<&str> = applied
             .iter()
-            .filter(|a| a.name == t.name)
+            .filter(|a| a.name == t.team.name)
             .flat_map(|a| a.sessions.iter().map(|s| s.name.as_str()))
             .filter(|n| !session_names.contains(n) && !taken_over.contains_key(n))
             .collect();
@@ -775,8 +598,8 @@ fn build(
             broken.contains(&(Kind::Member, name.clone()))
                 || broken.contains(&(Kind::MainSession, name))
         };
-        for (name, (o, m)) in &members {
-            match resolve_parent(&m.parent, &session_names, &taken_over, &members) {
+        for (name, (o, m)) in members {
+            match resolve_parent(&m.parent, &session_names, &taken_over, members) {
                 Ok(p) => {
                     parents.insert(name, p);
                 }
@@ -809,7 +632,7 @@ fn build(
                     "spec.access",
                     format!(
                         "AccessGrant `{a}` is not defined in team `{}`{hint}",
-                        t.name
+                        t.team.name
                     ),
                 ));
             }
@@ -854,23 +677,23 @@ fn build(
             }
         }
         if members.len() as u32 > team.max_members {
-            let field = if spec.max_members.is_some() {
+            let field = if t.spec.max_members.is_some() {
                 "spec.maxMembers"
             } else {
                 "spec"
             };
-            problems.push(t.problem(
+            problems.push(t.team.problem(
                 field,
                 format!(
                     "team `{}` has {} members, more than maxMembers {}; to allow more, set spec.maxMembers explicitly",
-                    t.name,
+                    t.team.name,
                     members.len(),
                     team.max_members
                 ),
             ));
         }
 
-        for (name, (o, m)) in &members {
+        for (name, (o, m)) in members {
             let access = m
                 .access
                 .as_deref()
@@ -892,7 +715,7 @@ fn build(
                     ));
                 }
             }
-            let image = match m.image.clone().or_else(|| spec.image.clone()) {
+            let image = match m.image.clone().or_else(|| t.spec.image.clone()) {
                 Some(i) => {
                     if let Err(e) = check_image(&i) {
                         problems.push(o.value_problem("spec.image", e));
@@ -907,7 +730,7 @@ fn build(
                     String::new()
                 }
             };
-            let socket = egress_socket_path(&host.state_dir, &t.name, name);
+            let socket = egress_socket_path(&host.state_dir, &t.team.name, name);
             if let Err(e) = check_socket_path("egress", &socket) {
                 problems.push(o.problem("metadata.name", e));
             }
@@ -919,7 +742,7 @@ fn build(
                     "the command must name a program; leave it out to use the image's own",
                 ));
             }
-            let transcript_dir = crate::core::layout::transcript_dir(&session_dir, name);
+            let transcript_dir = crate::core::layout::transcript_dir(&t.session_dir, name);
             let cwd = match &m.cwd {
                 Some(c) => {
                     let p = resolve(c, &o.src.dir, &host.home);
@@ -1012,7 +835,7 @@ fn build(
             }
             let user = match m.user.as_deref().map(str::parse::<UserId>) {
                 Some(Ok(u)) => {
-                    if u.is_root() && !spec.allow_root_user {
+                    if u.is_root() && !t.spec.allow_root_user {
                         problems.push(o.value_problem("spec.user", root_user_refused(u)));
                     }
                     Some(u)
@@ -1023,17 +846,8 @@ fn build(
                 }
                 None => team_user,
             };
-            memory_total += memory_bytes;
-            if memory_total > memory_limit && memory_total - memory_bytes <= memory_limit {
-                problems.push(o.value_problem(
-                    "spec.resources.memory",
-                    format!(
-                        "members' memory caps add up to {} with this one{earlier_share}, more than 75% of this host's {} ({}); lower some caps or run fewer members",
-                        human_bytes(memory_total),
-                        human_bytes(host.memory_bytes),
-                        human_bytes(memory_limit)
-                    ),
-                ));
+            if let Err(e) = admission.admit(memory_bytes) {
+                problems.push(o.value_problem("spec.resources.memory", e));
             }
             team.members.push(model::Member {
                 name: name.to_string(),
@@ -1055,16 +869,15 @@ fn build(
                 restart: m.restart,
                 image_pull_policy: m
                     .image_pull_policy
-                    .or(spec.image_pull_policy)
+                    .or(t.spec.image_pull_policy)
                     .unwrap_or_default(),
                 labels: o.labels.clone(),
                 transcript_dir,
                 origin: model::Origin::Manifest,
             });
         }
-        desired.teams.push(team);
+        team
     }
-    desired
 }
 
 fn root_user_refused(u: UserId) -> String {
@@ -1160,61 +973,6 @@ fn check_image(image: &str) -> Result<(), String> {
     }
 }
 
-/// Folders a transcripts folder may neither be nor contain: the system's, or shared by every
-/// user. Members' transcript folders are made in it, and each is mounted into its member.
-const SESSION_NEVER: [&str; 7] = ["/", "/proc", "/dev", "/sys", "/run", "/var/run", "/tmp"];
-/// Folders it may not lie inside either: the kernel's, and the runtime's (lost at reboot, and
-/// where engines keep their sockets). A private folder made inside /tmp is fine for a
-/// throwaway team.
-const SESSION_NOT_INSIDE: [&str; 5] = ["/proc", "/dev", "/sys", "/run", "/var/run"];
-
-/// The transcripts folder need not exist yet, but what exists of it must be a real directory
-/// path (no symlink), and it must be a place of its own.
-fn check_session_dir(dir: &Path, host: &Host) -> Result<(), String> {
-    session_dir_place(dir, host)?;
-    let mut existing = dir.to_path_buf();
-    while !existing.exists() {
-        if !existing.pop() {
-            break;
-        }
-    }
-    check_dir(&existing).map_err(|e| format!("transcripts folder: {e}"))
-}
-
-/// Where a transcripts folder may be, by name: not one of the shared folders themselves, not
-/// around them, not inside the system's.
-fn session_dir_place(dir: &Path, host: &Host) -> Result<(), String> {
-    let shown = dir.display();
-    let own = "choose a folder of its own, such as the default ~/.local/share/ateam/<team>";
-    if SESSION_NEVER.iter().any(|f| dir == Path::new(f)) {
-        return Err(format!(
-            "`{shown}` is a folder the system or every user shares; {own}"
-        ));
-    }
-    if dir == host.home {
-        return Err(format!("`{shown}` is your home folder itself; {own}"));
-    }
-    if let Some(f) = SESSION_NEVER.iter().find(|f| Path::new(f).starts_with(dir)) {
-        return Err(format!("`{shown}` contains {f}; {own}"));
-    }
-    if host.home.starts_with(dir) {
-        return Err(format!(
-            "`{shown}` contains your home folder {}; {own}",
-            host.home.display()
-        ));
-    }
-    if dir.starts_with(&host.state_dir) || host.state_dir.starts_with(dir) {
-        return Err(format!(
-            "`{shown}` overlaps ateam's own state folder {}",
-            host.state_dir.display()
-        ));
-    }
-    if let Some(f) = SESSION_NOT_INSIDE.iter().find(|f| dir.starts_with(f)) {
-        return Err(format!("`{shown}` is inside {f}; {own}"));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1230,59 +988,6 @@ mod tests {
         assert!(check_host_pattern("*.example.com").is_ok());
         assert!(check_host_pattern("http://x").is_err());
         assert!(check_host_pattern("a..b").is_err());
-    }
-
-    #[test]
-    fn session_dir_places() {
-        let host = Host {
-            uid: 1000,
-            gid: 1000,
-            home: "/home/u".into(),
-            memory_bytes: 1 << 34,
-            state_dir: "/home/u/.local/state/ateam".into(),
-            engine_dirs: Default::default(),
-            sudo_user: None,
-        };
-        for (dir, refusal) in [
-            (
-                "/tmp",
-                Some("`/tmp` is a folder the system or every user shares"),
-            ),
-            (
-                "/run",
-                Some("`/run` is a folder the system or every user shares"),
-            ),
-            (
-                "/var/run",
-                Some("`/var/run` is a folder the system or every user shares"),
-            ),
-            (
-                "/proc",
-                Some("`/proc` is a folder the system or every user shares"),
-            ),
-            ("/", Some("`/` is a folder the system or every user shares")),
-            ("/home/u", Some("`/home/u` is your home folder itself")),
-            ("/home", Some("`/home` contains your home folder /home/u")),
-            ("/var", Some("`/var` contains /var/run")),
-            (
-                "/run/user/1000/s",
-                Some("`/run/user/1000/s` is inside /run"),
-            ),
-            ("/sys/x", Some("`/sys/x` is inside /sys")),
-            (
-                "/home/u/.local/state",
-                Some("overlaps ateam's own state folder"),
-            ),
-            ("/tmp/team-x", None),
-            ("/home/u/.local/share/ateam/t", None),
-            ("/srv/sessions", None),
-        ] {
-            let got = session_dir_place(Path::new(dir), &host);
-            match refusal {
-                None => assert_eq!(got, Ok(()), "{dir}"),
-                Some(r) => assert!(got.as_ref().is_err_and(|e| e.contains(r)), "{dir}: {got:?}"),
-            }
-        }
     }
 
     #[test]
