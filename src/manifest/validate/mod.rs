@@ -19,11 +19,12 @@ use super::rules;
 use super::yaml::Document;
 use super::{Problem, Source, did_you_mean};
 use crate::core::egress;
-use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path, session_socket_path};
+use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path};
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
 mod limits;
+mod sessions;
 mod shape;
 mod teams;
 
@@ -401,106 +402,12 @@ fn build(
 impl Build<'_> {
     fn team(&mut self, t: TeamObjects) -> model::Team {
         let mut team = self.team_model(&t);
+        team.sessions = self.sessions(&t);
         let team_user = team.user;
         let (host, applied, broken) = (self.host, self.applied, self.broken);
         let fence = &self.fence;
         let admission = &mut self.admission;
         let problems = &mut *self.problems;
-        // Main sessions.
-        for (o, s) in &t.sessions {
-            let cwd = s
-                .cwd
-                .as_deref()
-                .map(|c| resolve(c, &o.src.dir, &host.home))
-                .unwrap_or_else(|| o.src.dir.clone());
-            if let Err(e) = check_dir(&cwd) {
-                problems.push(o.value_problem("spec.cwd", e));
-            }
-            if s.command.is_empty() || s.command[0].trim().is_empty() {
-                problems.push(o.problem(
-                    "spec.command",
-                    "the command must name a program, for example [claude]",
-                ));
-            }
-            let socket = session_socket_path(&host.state_dir, &t.team.name, &o.name);
-            if let Err(e) = check_socket_path("tmux", &socket) {
-                problems.push(o.problem("metadata.name", e));
-            }
-            for k in s.env.keys() {
-                if let Err(e) = check_env_name(k) {
-                    problems.push(o.problem(&format!("spec.env.{k}"), e));
-                }
-            }
-            if o.name == "members" {
-                problems.push(o.value_problem(
-                    "metadata.name",
-                    "`members` is the folder of the members' transcripts in the sessionDir; name the main session otherwise",
-                ));
-            }
-            let member_named = |n: &str| t.members.contains_key(n);
-            let was_member = applied
-                .iter()
-                .find(|a| a.name == t.team.name)
-                .is_some_and(|a| a.members.iter().any(|m| m.name == o.name));
-            match &s.promoted_from {
-                Some(from) if *from != o.name => problems.push(o.value_problem(
-                    "spec.promotedFrom",
-                    format!(
-                        "a promoted member keeps its name: `promotedFrom` must be `{}` (the session's own name), not `{from}`",
-                        o.name
-                    ),
-                )),
-                Some(from) if member_named(from) => problems.push(o.value_problem(
-                    "spec.promotedFrom",
-                    format!(
-                        "Member `{from}` is still in the manifests: a promoted member becomes this MainSession, so remove its Member"
-                    ),
-                )),
-                Some(_) => {}
-                None if was_member && !member_named(&o.name) => problems.push(o.problem(
-                    "metadata.name",
-                    format!(
-                        "`{}` was a Member of team `{}`: turning it into a MainSession moves its transcript and runs it on the host with your full access; say so with `promotedFrom: {}`",
-                        o.name, t.team.name, o.name
-                    ),
-                )),
-                None => {}
-            }
-            if let Some(old) = &s.takes_over {
-                let session_named = |n: &str| t.sessions.iter().any(|(x, _)| x.name == n);
-                if session_named(old) {
-                    problems.push(o.value_problem(
-                        "spec.takesOver",
-                        format!(
-                            "MainSession `{old}` is still in the manifests: a session takes over one that is removed in the same change"
-                        ),
-                    ));
-                } else if let Some(other) = team
-                    .sessions
-                    .iter()
-                    .find(|x| x.takes_over.as_deref() == Some(old.as_str()))
-                {
-                    problems.push(o.value_problem(
-                        "spec.takesOver",
-                        format!("MainSession `{}` takes over `{old}` already", other.name),
-                    ));
-                }
-            }
-            team.sessions.push(model::MainSession {
-                name: o.name.clone(),
-                cwd,
-                command: s.command.clone(),
-                env: s.env.clone(),
-                labels: o.labels.clone(),
-                transcript_dir: crate::core::layout::session_transcript_dir(
-                    &t.session_dir,
-                    &o.name,
-                ),
-                promoted_from: s.promoted_from.clone(),
-                takes_over: s.takes_over.clone(),
-            });
-        }
-
         // Grants.
         let mut grants: BTreeMap<&str, (AccessGrant, &Parsed)> = BTreeMap::new();
         for (o, g) in &t.grants {
