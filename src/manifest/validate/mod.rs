@@ -11,23 +11,24 @@ use std::time::Instant;
 
 use tracing::info;
 
-use super::paths::{check_dir, check_grant, resolve, within};
+use super::paths::{check_dir, resolve, within};
 use super::quantity::{human_bytes, parse_cpus, parse_memory};
-use super::raw::{self, NetworkSpec, Quantity};
+use super::raw::{self, Quantity};
 use super::reach::Fence;
 use super::rules;
 use super::yaml::Document;
 use super::{Problem, Source, did_you_mean};
-use crate::core::egress;
 use crate::core::layout::{MAX_SOCKET_PATH, egress_socket_path};
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, AccessGrant, Desired, Network, Parent, UserId};
 
+mod grants;
 mod limits;
 mod sessions;
 mod shape;
 mod teams;
 
+pub(crate) use grants::narrower;
 use limits::Admission;
 pub use limits::{DEFAULT_MEMORY, MEMORY_SHARE};
 
@@ -254,92 +255,6 @@ pub(super) fn check_env_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_host_pattern(h: &str) -> Result<(), String> {
-    egress::Entry::parse(h).map(|_| ())
-}
-
-/// Does the allowlist entry `outer` let through everything `inner` does.
-fn host_covers(outer: &str, inner: &str) -> bool {
-    match (egress::Entry::parse(outer), egress::Entry::parse(inner)) {
-        (Ok(o), Ok(i)) => o.covers(&i),
-        _ => false,
-    }
-}
-
-/// Is `child` the same as or narrower than `parent`; the first way it is wider if not.
-pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), (String, String)> {
-    for (i, r) in child.read.iter().enumerate() {
-        if !parent
-            .read
-            .iter()
-            .chain(&parent.write)
-            .any(|p| within(r, p))
-        {
-            return Err((
-                format!("read[{i}]"),
-                format!("reads `{}`, which its parent may not read", r.display()),
-            ));
-        }
-    }
-    for (i, w) in child.write.iter().enumerate() {
-        if !parent.write.iter().any(|p| within(w, p)) {
-            return Err((
-                format!("write[{i}]"),
-                format!("writes `{}`, which its parent may not write", w.display()),
-            ));
-        }
-    }
-    let ok = match (&child.network, &parent.network) {
-        (Network::None, _) | (Network::Open, Network::Open) => true,
-        (Network::Allow(c), Network::Allow(p)) => {
-            if let Some((i, h)) = c
-                .iter()
-                .enumerate()
-                .find(|(_, h)| !p.iter().any(|o| host_covers(o, h)))
-            {
-                return Err((
-                    format!("network.allow[{i}]"),
-                    format!(
-                        "allows `{h}`, which its parent's allow list does not cover (an entry without a port is 443 and 80)"
-                    ),
-                ));
-            }
-            rules_within(child, c, Some((p, parent)))?;
-            true
-        }
-        (Network::Allow(c), Network::Open) => {
-            rules_within(child, c, None)?;
-            true
-        }
-        (Network::Allow(_) | Network::Open, _) => false,
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err((
-            "network".into(),
-            "allows more network than its parent's grant".into(),
-        ))
-    }
-}
-
-/// The child's hosts with rules within its parent's (`core::intercept::covers`); `None`
-/// for a parent with open network.
-fn rules_within(
-    child: &AccessGrant,
-    allow: &[String],
-    parent: Option<(&[String], &AccessGrant)>,
-) -> Result<(), (String, String)> {
-    use crate::core::intercept::{EgressPolicy, covers};
-    let policy = |allow: &[String], g: &AccessGrant| EgressPolicy {
-        allow: allow.to_vec(),
-        intercept: g.intercept.clone(),
-    };
-    let parent = parent.map(|(a, g)| policy(a, g));
-    covers::within(&policy(allow, child), parent.as_ref())
-        .map_err(|w| (format!("network.allow[{}]", w.index), w.reason))
-}
-
 /// What the stages after parsing share: the machine, the store, the objects that could not be
 /// read, what grants and transcripts folders must keep clear of, the members' memory so far,
 /// and the problems they all add to, in the order they find them.
@@ -403,87 +318,12 @@ impl Build<'_> {
     fn team(&mut self, t: TeamObjects) -> model::Team {
         let mut team = self.team_model(&t);
         team.sessions = self.sessions(&t);
+        let grants = self.grants(&t);
+        team.grants = grants.values().cloned().collect();
         let team_user = team.user;
         let (host, applied, broken) = (self.host, self.applied, self.broken);
-        let fence = &self.fence;
         let admission = &mut self.admission;
         let problems = &mut *self.problems;
-        // Grants.
-        let mut grants: BTreeMap<&str, (AccessGrant, &Parsed)> = BTreeMap::new();
-        for (o, g) in &t.grants {
-            let mut check = |list: &[String], field: &str| -> Vec<PathBuf> {
-                let mut out = Vec::new();
-                for (i, raw) in list.iter().enumerate() {
-                    let p = resolve(raw, &o.src.dir, &host.home);
-                    let f = format!("spec.{field}[{i}]");
-                    let judged = check_grant(&p, host)
-                        .and_then(|()| fence.check_grant(&p))
-                        .and_then(|()| match field {
-                            "write" => fence.check_writable(&p),
-                            _ => Ok(()),
-                        });
-                    if let Err(e) = judged {
-                        problems.push(o.value_problem(&f, e));
-                    }
-                    out.push(p);
-                }
-                out
-            };
-            let write = check(&g.write, "write");
-            let read: Vec<PathBuf> = check(&g.read, "read")
-                .into_iter()
-                .filter(|r| !write.contains(r))
-                .collect();
-            let mut intercept = Vec::new();
-            let network = match &g.network {
-                NetworkSpec::None => Network::None,
-                NetworkSpec::Open => Network::Open,
-                NetworkSpec::Allow(hosts) => {
-                    if hosts.is_empty() {
-                        problems.push(o.problem(
-                            "spec.network",
-                            "an empty allow list: write `network: none` for no network",
-                        ));
-                    }
-                    for (i, entry) in hosts.iter().enumerate() {
-                        let at = format!("spec.network.allow[{i}]");
-                        match entry {
-                            raw::AllowEntry::Host(h) => {
-                                if let Err(e) = check_host_pattern(h) {
-                                    problems.push(o.value_problem(&at, e));
-                                }
-                            }
-                            raw::AllowEntry::Rules(r) => {
-                                let (i, bad) = rules::intercept_of(r, &o.src.dir, &host.home);
-                                for (field, e) in bad {
-                                    problems.push(o.value_problem(&format!("{at}.{field}"), e));
-                                }
-                                intercept.push(i);
-                            }
-                        }
-                    }
-                    for (j, e) in rules::overlaps(hosts) {
-                        problems.push(o.value_problem(&format!("spec.network.allow[{j}]"), e));
-                    }
-                    Network::Allow(hosts.iter().map(|h| h.host().to_string()).collect())
-                }
-            };
-            grants.insert(
-                &o.name,
-                (
-                    AccessGrant {
-                        name: o.name.clone(),
-                        read,
-                        write,
-                        network,
-                        intercept,
-                    },
-                    o,
-                ),
-            );
-        }
-        team.grants = grants.values().map(|(g, _)| g.clone()).collect();
-
         // Members: references first, then depth and narrowing along the parent chain.
         let members = &t.members;
         let session_names: BTreeSet<&str> = team.sessions.iter().map(|s| s.name.as_str()).collect();
@@ -605,16 +445,14 @@ impl Build<'_> {
                 .access
                 .as_deref()
                 .and_then(|a| grants.get(a))
-                .map(|(g, _)| g.clone())
+                .cloned()
                 .unwrap_or_else(AccessGrant::empty);
             if let Some(Parent::Member(p)) = parents.get(name) {
                 let parent_access = members
                     .get(p.as_str())
                     .and_then(|(_, pm)| pm.access.as_deref())
                     .and_then(|a| grants.get(a));
-                let parent_grant = parent_access
-                    .map(|(g, _)| g.clone())
-                    .unwrap_or_else(AccessGrant::empty);
+                let parent_grant = parent_access.cloned().unwrap_or_else(AccessGrant::empty);
                 if let Err((field, why)) = narrower(&access, &parent_grant) {
                     problems.push(o.value_problem(
                         "spec.access",
@@ -883,19 +721,6 @@ fn check_image(image: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_patterns() {
-        assert!(host_covers("*.example.com", "api.example.com"));
-        assert!(host_covers("*.example.com", "*.a.example.com"));
-        assert!(!host_covers("*.example.com", "example.com"));
-        assert!(host_covers("api.example.com", "api.example.com:443"));
-        assert!(!host_covers("api.example.com:443", "api.example.com"));
-        assert!(check_host_pattern("api.example.com:443").is_ok());
-        assert!(check_host_pattern("*.example.com").is_ok());
-        assert!(check_host_pattern("http://x").is_err());
-        assert!(check_host_pattern("a..b").is_err());
-    }
 
     #[test]
     fn names_fit_every_identifier_made_from_them() {
