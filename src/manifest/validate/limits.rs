@@ -1,8 +1,10 @@
 //! Limits: each member's resources, and admission: members' memory caps, with those of the
 //! store's teams that stay, must fit in a share of the host's memory.
 
+use super::{Build, Parsed};
 use crate::host::Host;
-use crate::manifest::quantity::human_bytes;
+use crate::manifest::quantity::{human_bytes, parse_cpus, parse_memory};
+use crate::manifest::raw::{self, Quantity};
 use crate::model;
 
 /// A member's memory cap when its manifest names none.
@@ -10,6 +12,16 @@ pub const DEFAULT_MEMORY: u64 = 1 << 30;
 /// Share of host memory that members' caps may add up to (the admission rule; `doctor`
 /// reports against it too).
 pub const MEMORY_SHARE: f64 = 0.75;
+const DEFAULT_PIDS: u32 = 512;
+/// The least memory the engines start a container with.
+const MIN_MEMORY: u64 = 6 << 20;
+
+/// A member's resources, as the model has them.
+pub(super) struct Resources {
+    pub(super) memory_bytes: u64,
+    pub(super) nano_cpus: Option<u64>,
+    pub(super) pids: u32,
+}
 
 /// Members' memory caps so far, across all the teams judged, against the host's share for
 /// them.
@@ -71,5 +83,79 @@ impl Admission {
             ));
         }
         Ok(())
+    }
+}
+
+impl Build<'_> {
+    /// The member's limits; a value that cannot be used is reported, and the default (or no
+    /// limit, for cpus) taken in its place so that the checks after still run.
+    pub(super) fn resources(&mut self, o: &Parsed, r: &raw::Resources) -> Resources {
+        let memory_bytes = self.memory(o, r);
+        let nano_cpus = self.cpus(o, r);
+        let pids = self.pids(o, r);
+        Resources {
+            memory_bytes,
+            nano_cpus,
+            pids,
+        }
+    }
+
+    fn memory(&mut self, o: &Parsed, r: &raw::Resources) -> u64 {
+        let Some(q) = &r.memory else {
+            return DEFAULT_MEMORY;
+        };
+        match parse_memory(&quantity_text(q)) {
+            Ok(b) if b >= MIN_MEMORY => b,
+            Ok(b) => {
+                self.problems.push(o.value_problem(
+                    "spec.resources.memory",
+                    format!("{} is below the engines' minimum of 6MiB", human_bytes(b)),
+                ));
+                DEFAULT_MEMORY
+            }
+            Err(e) => {
+                self.problems
+                    .push(o.value_problem("spec.resources.memory", e));
+                DEFAULT_MEMORY
+            }
+        }
+    }
+
+    fn cpus(&mut self, o: &Parsed, r: &raw::Resources) -> Option<u64> {
+        let q = r.cpus.as_ref()?;
+        match parse_cpus(&quantity_text(q)) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                self.problems
+                    .push(o.value_problem("spec.resources.cpus", e));
+                None
+            }
+        }
+    }
+
+    fn pids(&mut self, o: &Parsed, r: &raw::Resources) -> u32 {
+        let pids = r.pids.unwrap_or(DEFAULT_PIDS);
+        if pids < 8 {
+            self.problems.push(o.value_problem(
+                "spec.resources.pids",
+                format!("pids {pids} is too low to start anything; use at least 8"),
+            ));
+        }
+        pids
+    }
+
+    /// Counts the member's memory cap toward admission.
+    pub(super) fn admit(&mut self, o: &Parsed, memory_bytes: u64) {
+        if let Err(e) = self.admission.admit(memory_bytes) {
+            self.problems
+                .push(o.value_problem("spec.resources.memory", e));
+        }
+    }
+}
+
+fn quantity_text(q: &Quantity) -> String {
+    match q {
+        Quantity::Text(s) => s.clone(),
+        Quantity::Number(n) => n.to_string(),
     }
 }
