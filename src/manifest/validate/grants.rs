@@ -124,7 +124,7 @@ fn check_host_pattern(h: &str) -> Result<(), String> {
 fn host_covers(outer: &str, inner: &str) -> bool {
     match (egress::Entry::parse(outer), egress::Entry::parse(inner)) {
         (Ok(o), Ok(i)) => o.covers(&i),
-        _ => false,
+        (Err(_), _) | (_, Err(_)) => false,
     }
 }
 

@@ -93,6 +93,7 @@ impl fmt::Display for Kind {
     }
 }
 
+/// An object's spec, typed by its kind.
 #[derive(Debug, Clone)]
 enum Spec {
     Team(raw::TeamSpec),
@@ -159,6 +160,10 @@ impl Parsed<'_> {
     }
 }
 
+/// Objects that were found but could not be read, by kind and name: references to them are
+/// not reported again as missing.
+type Broken = BTreeSet<(Kind, String)>;
+
 /// Checks `sources` against every rule; the model when all pass, else every problem found.
 /// `applied` are the teams in the store: the manifests' grants must not reach their
 /// transcripts, nor their grants the manifests' transcripts, and their members' memory counts
@@ -219,42 +224,6 @@ pub fn validate_given(
     }
 }
 
-/// Objects that were found but could not be read, by kind and name: references to them are
-/// not reported again as missing.
-type Broken = BTreeSet<(Kind, String)>;
-
-fn check_dns_label(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{name}` is not a valid name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
-        ))
-    }
-}
-
-pub(super) fn check_env_name(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !ok {
-        return Err(format!("`{name}` is not a valid environment variable name"));
-    }
-    if name.starts_with("ATEAM_") {
-        return Err(format!(
-            "`{name}`: names starting with ATEAM_ are set by ateam itself"
-        ));
-    }
-    Ok(())
-}
-
 /// What the stages after parsing share: the machine, the store, the objects that could not be
 /// read, what grants and transcripts folders must keep clear of, the members' memory so far,
 /// and the problems they all add to, in the order they find them.
@@ -278,6 +247,7 @@ struct TeamObjects<'o> {
     sessions: Vec<(&'o Parsed<'o>, &'o raw::MainSessionSpec)>,
     /// In reading order.
     grants: Vec<(&'o Parsed<'o>, &'o raw::AccessGrantSpec)>,
+    /// By name.
     members: BTreeMap<&'o str, (&'o Parsed<'o>, &'o raw::MemberSpec)>,
 }
 
@@ -326,6 +296,8 @@ impl Build<'_> {
     }
 }
 
+// Checks of one value, for several stages.
+
 fn root_user_refused(u: UserId) -> String {
     format!(
         "`{u}` is root: a member running as uid or gid 0 owns every root-owned file in its grants; use an unprivileged UID:GID, or set `allowRootUser: true` in the Team to say you mean it"
@@ -353,6 +325,41 @@ fn check_image(image: &str) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// Kubernetes' rule for names (DNS-1123 labels): a name becomes part of container names,
+/// hostnames and paths.
+fn check_dns_label(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a valid name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// A name a shell can export, and not one of the ATEAM_ names ateam sets itself.
+pub(super) fn check_env_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(format!("`{name}` is not a valid environment variable name"));
+    }
+    if name.starts_with("ATEAM_") {
+        return Err(format!(
+            "`{name}`: names starting with ATEAM_ are set by ateam itself"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ fn count_values(v: &Value) -> usize {
     1 + match v {
         Value::Array(a) => a.iter().map(count_values).sum(),
         Value::Object(m) => m.values().map(count_values).sum(),
-        _ => 0,
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => 0,
     }
 }
 
