@@ -13,6 +13,7 @@ use crate::core::layout::{egress_socket_path, transcript_dir};
 use crate::manifest::paths::{check_dir, resolve, within};
 use crate::manifest::{did_you_mean, raw, rules};
 use crate::model::{self, AccessGrant, Network, Parent, UserId};
+use crate::plan::spec::reserved_env;
 
 /// A team as each of its members is judged against it.
 struct Tree<'t, 'o> {
@@ -95,17 +96,20 @@ impl Build<'_> {
         removed: &BTreeSet<&str>,
         e: String,
     ) {
-        let name = m.parent.rsplit('/').next().unwrap_or(&m.parent).to_string();
-        if self.broken.contains(&(Kind::Member, name.clone()))
-            || self.broken.contains(&(Kind::MainSession, name))
+        // The parent's name, without a `Kind/` before it.
+        let named = m.parent.rsplit('/').next().unwrap_or(&m.parent);
+        if self.broken.contains(&(Kind::Member, named.to_string()))
+            || self
+                .broken
+                .contains(&(Kind::MainSession, named.to_string()))
         {
             return;
         }
-        if !removed.contains(m.parent.rsplit('/').next().unwrap_or("")) {
+        if !removed.contains(named) {
             self.problems.push(o.value_problem("spec.parent", e));
             return;
         }
-        let gone = m.parent.rsplit('/').next().unwrap_or("");
+        let gone = named;
         let reporting: Vec<&str> = t
             .members
             .iter()
@@ -178,8 +182,8 @@ impl Build<'_> {
         depth
     }
 
-    /// A team may not have more members than `maxMembers`; more must be asked for in so many
-    /// words, as the default is a guard against a runaway.
+    /// A team has at most `maxMembers` members (10 unless written); past the default, the
+    /// refusal points at the spec, as there is no field to point at.
     fn team_size(&mut self, t: &TeamObjects, max_members: u32) {
         if t.members.len() as u32 > max_members {
             let field = if t.spec.max_members.is_some() {
@@ -362,7 +366,6 @@ impl Build<'_> {
     /// network goes through it), secrets apart from plain values, and every secret its grant
     /// injects declared.
     fn member_env(&mut self, o: &Parsed, m: &raw::MemberSpec, access: &AccessGrant) {
-        use crate::plan::spec::reserved_env;
         let problems = &mut *self.problems;
         let proxied = matches!(access.network, Network::Allow(_));
         for k in m.env.keys() {
@@ -442,6 +445,8 @@ enum ParentKind<'a> {
     Other(&'a str),
 }
 
+/// The member or session `parent` names. A session taken over still names its heir, unless
+/// `Member/` says otherwise or a member has that name.
 fn resolve_parent(
     parent: &str,
     sessions: &BTreeSet<&str>,
