@@ -111,7 +111,22 @@ fn key(a: &Action) -> (String, String) {
         Action::StartSession { .. } | Action::Promote { .. } | Action::StopSession { .. } => {
             format!("session/{subject}")
         }
-        _ => subject.to_string(),
+        Action::RollBackPromotion { .. }
+        | Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::Create { .. }
+        | Action::Recreate { .. }
+        | Action::Start { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. }
+        | Action::RemoveStranger { .. } => subject.to_string(),
     };
     (team.to_string(), subject)
 }
@@ -138,7 +153,23 @@ fn about(a: &Action) -> About<'_> {
         detail: match a {
             Action::Recreate { reason, .. } => Some(drift_text(reason)),
             Action::Start { reason, .. } => Some(start_text(reason)),
-            _ => None,
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::StartSession { .. }
+            | Action::StopSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::Create { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. }
+            | Action::RemoveStranger { .. } => None,
         },
     }
 }
@@ -178,7 +209,24 @@ fn events_of(
                         .container(id),
                     )
                 }
-                _ => event_of(a, Some(id), None),
+                Action::MakeTranscriptDir { .. }
+                | Action::StartEgressProxy { .. }
+                | Action::UpdateEgressPolicy { .. }
+                | Action::StopEgressProxy { .. }
+                | Action::StartHelperServer { .. }
+                | Action::StopHelperServer { .. }
+                | Action::StartSession { .. }
+                | Action::StopSession { .. }
+                | Action::Promote { .. }
+                | Action::RollBackPromotion { .. }
+                | Action::Create { .. }
+                | Action::Start { .. }
+                | Action::RemoveOrphan { .. }
+                | Action::RemoveDuplicate { .. }
+                | Action::FinishReplacement { .. }
+                | Action::RestoreName { .. }
+                | Action::Unpause { .. }
+                | Action::RemoveStranger { .. } => event_of(a, Some(id), None),
             };
             start
                 .into_iter()
@@ -444,7 +492,23 @@ impl Executor<'_> {
                         .find(|m| m.team == *team && m.member == *member),
                     false,
                 ),
-                _ => continue,
+                // Nothing else brings a member up.
+                Action::MakeTranscriptDir { .. }
+                | Action::StartEgressProxy { .. }
+                | Action::UpdateEgressPolicy { .. }
+                | Action::StopEgressProxy { .. }
+                | Action::StartHelperServer { .. }
+                | Action::StopHelperServer { .. }
+                | Action::StartSession { .. }
+                | Action::StopSession { .. }
+                | Action::Promote { .. }
+                | Action::RollBackPromotion { .. }
+                | Action::RemoveOrphan { .. }
+                | Action::RemoveDuplicate { .. }
+                | Action::FinishReplacement { .. }
+                | Action::RestoreName { .. }
+                | Action::Unpause { .. }
+                | Action::RemoveStranger { .. } => continue,
             };
             let Some(m) = m else { continue };
             if let Err(e) = self
