@@ -15,11 +15,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backend::BackendError;
 use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
+use crate::core::intercept::EgressPolicy;
 use crate::egress;
 use crate::files;
 use crate::model::PullPolicy;
-use crate::plan::spec::DesiredMember;
-use crate::plan::{Action, ContainerRef, Plan, StartReason};
+use crate::plan::spec::{DesiredMember, DesiredSession};
+use crate::plan::{Action, ContainerRef, Plan, Promotion, ResumeEntry, StartReason};
 use crate::report::{drift_text, start_text};
 use crate::runtime::{RunError, Runtime, image};
 use crate::sessions;
@@ -730,23 +731,12 @@ impl Executor<'_> {
         }
     }
 
+    /// Every action but those that bring a member's container up (`carry_out`'s own): the
+    /// match only says which family carries it out, so that each family reads on its own.
     async fn one(&self, a: &Action, wanted: Option<&DesiredMember>) -> Result<(), ActionError> {
-        let backend = |member: &str| {
-            let member = member.to_string();
-            move |source| ActionError::Backend { member, source }
-        };
         match a {
             Action::MakeTranscriptDir { member, path, .. } => {
-                // The member's own: it writes its transcript there as the user it runs as.
-                let owner = match wanted {
-                    Some(m) => self.rt.member_owner(m)?,
-                    None => self.rt.owner,
-                };
-                files::member_dir(path, self.rt.owner, owner).map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: path.clone(),
-                    source,
-                })
+                self.make_transcript_dir(wanted, member, path)
             }
             // Carried out by `carry_out`, which says what they released.
             Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => {
@@ -762,40 +752,17 @@ impl Executor<'_> {
                 team,
                 member,
                 container,
-            } => {
-                self.progress.step(team, member, "removing");
-                self.rt
-                    .remove(team, member, &container.id)
-                    .await
-                    .map_err(ActionError::from)
-            }
+            } => self.remove_recorded(team, member, container).await,
             Action::RemoveStranger {
                 team,
                 member,
                 container,
-            } => {
-                // Never recorded, so nothing to forget.
-                self.progress.step(team, member, "removing");
-                self.rt
-                    .backend
-                    .remove(&container.id)
-                    .await
-                    .map_err(backend(member))
-            }
+            } => self.remove_stranger(team, member, container).await,
             Action::Unpause {
                 team,
                 member,
                 container,
-            } => {
-                self.progress.step(team, member, "starting");
-                self.rt
-                    .backend
-                    .unpause(&container.id)
-                    .await
-                    .map_err(backend(member))?;
-                self.progress.step(team, member, "ready");
-                Ok(())
-            }
+            } => self.unpause(team, member, container).await,
             Action::FinishReplacement {
                 team,
                 member,
@@ -807,149 +774,255 @@ impl Executor<'_> {
                 member,
                 container,
                 name,
-            } => {
-                self.progress.step(team, member, "replacing");
-                self.rt
-                    .backend
-                    .rename(&container.id, name)
-                    .await
-                    .map_err(backend(member))?;
-                self.progress.step(team, member, "ready");
-                Ok(())
-            }
-            Action::StartSession { session, resume } => {
-                let (s, resume, owner) = (session.clone(), resume.clone(), self.rt.owner);
-                tokio::task::spawn_blocking(move || sessions::start(&s, owner, &resume))
-                    .await
-                    .map_err(|e| ActionError::Session {
-                        session: session.name.clone(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::SessionStep {
-                        session: session.name.clone(),
-                        source: Box::new(source),
-                    })
-            }
+            } => self.rename(team, member, container, name).await,
+            Action::StartSession { session, resume } => self.start_session(session, resume).await,
             Action::Promote {
                 session,
                 containers,
                 journal,
                 resume,
-            } => sessions::promote(self.rt, session, containers, journal.as_deref(), resume)
-                .await
-                .map_err(|source| ActionError::SessionStep {
-                    session: session.name.clone(),
-                    source: Box::new(source),
-                }),
-            Action::StopSession { socket, .. } => {
-                let socket = socket.clone();
-                tokio::task::spawn_blocking(move || sessions::stop(&socket))
+            } => {
+                self.promote(session, containers, journal.as_deref(), resume)
                     .await
-                    .map_err(|e| ActionError::Session {
-                        session: a.subject().1.to_string(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::SessionStep {
-                        session: a.subject().1.to_string(),
-                        source: Box::new(source),
-                    })
             }
-            Action::RollBackPromotion { journal } => {
-                sessions::roll_back(self.rt, journal).map_err(|source| ActionError::SessionStep {
-                    session: journal.name.clone(),
-                    source: Box::new(source),
-                })
-            }
+            Action::StopSession {
+                session, socket, ..
+            } => self.stop_session(session, socket).await,
+            Action::RollBackPromotion { journal } => self.roll_back(journal),
             Action::StartEgressProxy {
                 team,
                 member,
                 policy,
                 ..
-            } => {
-                let owner = self.member_of(wanted, member)?;
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                self.write_intercepts(wanted, &paths, policy, owner)?;
-                let policy = egress::PolicyFile::new(team, member, policy);
-                let store_owner = self.rt.owner;
-                tokio::task::spawn_blocking(move || {
-                    egress::start(&paths, &policy, store_owner, owner)
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Egress {
-                    member: member.clone(),
-                    source,
-                })
-            }
+            } => self.start_egress_proxy(wanted, team, member, policy).await,
             Action::UpdateEgressPolicy {
                 team,
                 member,
                 policy,
-            } => {
-                let owner = self.member_of(wanted, member)?;
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                self.write_intercepts(wanted, &paths, policy, owner)?;
-                let policy = egress::PolicyFile::new(team, member, policy);
-                egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: paths.policy.clone(),
-                    source,
-                })
-            }
+            } => self.update_egress_policy(wanted, team, member, policy),
+            Action::StopEgressProxy { team, member } => self.stop_egress_proxy(team, member).await,
             Action::StartHelperServer { team, member } => {
-                let owner = self.member_of(wanted, member)?;
-                let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
-                let (t, m) = (team.clone(), member.clone());
-                tokio::task::spawn_blocking(move || {
-                    crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Helpers {
-                    member: member.clone(),
-                    source,
-                })
+                self.start_helper_server(wanted, team, member).await
             }
             Action::StopHelperServer { team, member } => {
-                let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
-                let pid = paths.pid.clone();
-                tokio::task::spawn_blocking(move || crate::requests::servers::stop(&paths))
-                    .await
-                    .map_err(|e| ActionError::Session {
-                        session: member.clone(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::Io {
-                        member: member.clone(),
-                        path: pid,
-                        source,
-                    })
-            }
-            Action::StopEgressProxy { team, member } => {
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                let pid = paths.pid.clone();
-                // No certificate or secret value outlives the proxy that needed it.
-                tokio::task::spawn_blocking(move || {
-                    egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: pid,
-                    source,
-                })
+                self.stop_helper_server(team, member).await
             }
         }
+    }
+
+    /// Makes a member's transcript folder. The member's own: it writes its transcript there
+    /// as the user it runs as.
+    fn make_transcript_dir(
+        &self,
+        wanted: Option<&DesiredMember>,
+        member: &str,
+        path: &Path,
+    ) -> Result<(), ActionError> {
+        let owner = match wanted {
+            Some(m) => self.rt.member_owner(m)?,
+            None => self.rt.owner,
+        };
+        files::member_dir(path, self.rt.owner, owner).map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Removes a container ateam made (an orphan, a duplicate), and forgets it.
+    async fn remove_recorded(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "removing");
+        self.rt
+            .remove(team, member, &container.id)
+            .await
+            .map_err(ActionError::from)
+    }
+
+    /// Removes a container with ateam's labels that ateam did not make: never recorded, so
+    /// nothing to forget.
+    async fn remove_stranger(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "removing");
+        self.rt
+            .backend
+            .remove(&container.id)
+            .await
+            .map_err(backend_error(member))
+    }
+
+    /// Lets a member go on that someone paused.
+    async fn unpause(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "starting");
+        self.rt
+            .backend
+            .unpause(&container.id)
+            .await
+            .map_err(backend_error(member))?;
+        self.progress.step(team, member, "ready");
+        Ok(())
+    }
+
+    /// Gives a member's container its name: a verified replacement whose predecessor is
+    /// gone, or one someone renamed.
+    async fn rename(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+        name: &str,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "replacing");
+        self.rt
+            .backend
+            .rename(&container.id, name)
+            .await
+            .map_err(backend_error(member))?;
+        self.progress.step(team, member, "ready");
+        Ok(())
+    }
+
+    /// Starts a main session's terminal on the host.
+    async fn start_session(
+        &self,
+        session: &DesiredSession,
+        resume: &[ResumeEntry],
+    ) -> Result<(), ActionError> {
+        let (s, resume, owner) = (session.clone(), resume.to_vec(), self.rt.owner);
+        blocking(&session.name, move || sessions::start(&s, owner, &resume))
+            .await?
+            .map_err(|source| session_step(&session.name, source))
+    }
+
+    /// Turns a member into a main session, step by step (`sessions::promote`).
+    async fn promote(
+        &self,
+        session: &DesiredSession,
+        containers: &[ContainerRef],
+        journal: Option<&Promotion>,
+        resume: &[ResumeEntry],
+    ) -> Result<(), ActionError> {
+        sessions::promote(self.rt, session, containers, journal, resume)
+            .await
+            .map_err(|source| session_step(&session.name, source))
+    }
+
+    /// Ends a main session's terminal that no manifest wants.
+    async fn stop_session(&self, session: &str, socket: &Path) -> Result<(), ActionError> {
+        let socket = socket.to_path_buf();
+        blocking(session, move || sessions::stop(&socket))
+            .await?
+            .map_err(|source| session_step(session, source))
+    }
+
+    /// Undoes an interrupted promotion that no manifest asks for any more.
+    fn roll_back(&self, journal: &Promotion) -> Result<(), ActionError> {
+        sessions::roll_back(self.rt, journal).map_err(|source| session_step(&journal.name, source))
+    }
+
+    /// Starts a member's egress proxy, as the member's user, once the certificates and
+    /// secrets its policy names are in place.
+    async fn start_egress_proxy(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        self.write_intercepts(wanted, &paths, policy, owner)?;
+        let policy = egress::PolicyFile::new(team, member, policy);
+        let store_owner = self.rt.owner;
+        blocking(member, move || {
+            egress::start(&paths, &policy, store_owner, owner)
+        })
+        .await?
+        .map_err(|source| ActionError::Egress {
+            member: member.to_string(),
+            source,
+        })
+    }
+
+    /// Gives a running egress proxy the member's new allowlist (its intercepts first).
+    fn update_egress_policy(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        self.write_intercepts(wanted, &paths, policy, owner)?;
+        let policy = egress::PolicyFile::new(team, member, policy);
+        egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: paths.policy.clone(),
+            source,
+        })
+    }
+
+    /// Stops a member's egress proxy and removes its intercepts: no certificate or secret
+    /// value outlives the proxy that needed it.
+    async fn stop_egress_proxy(&self, team: &str, member: &str) -> Result<(), ActionError> {
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        let pid = paths.pid.clone();
+        blocking(member, move || {
+            egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
+        })
+        .await?
+        .map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: pid,
+            source,
+        })
+    }
+
+    /// Starts a member's helper server, as the member's user.
+    async fn start_helper_server(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
+        let (t, m) = (team.to_string(), member.to_string());
+        blocking(member, move || {
+            crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
+        })
+        .await?
+        .map_err(|source| ActionError::Helpers {
+            member: member.to_string(),
+            source,
+        })
+    }
+
+    /// Stops a member's helper server.
+    async fn stop_helper_server(&self, team: &str, member: &str) -> Result<(), ActionError> {
+        let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
+        let pid = paths.pid.clone();
+        blocking(member, move || crate::requests::servers::stop(&paths))
+            .await?
+            .map_err(|source| ActionError::Io {
+                member: member.to_string(),
+                path: pid,
+                source,
+            })
     }
 
     /// Keeps how a member's container ended before ateam restarts it (for `status`), as the
@@ -982,7 +1055,6 @@ impl Executor<'_> {
         }
     }
 
-    /// The user a wanted member runs as (its proxy runs as that user too).
     /// The certificates and secrets of a member's intercepted hosts, before its proxy reads
     /// a policy that names them.
     fn write_intercepts(
@@ -1007,6 +1079,7 @@ impl Executor<'_> {
         })
     }
 
+    /// The user a wanted member runs as (its proxy runs as that user too).
     fn member_of(
         &self,
         wanted: Option<&DesiredMember>,
@@ -1179,6 +1252,34 @@ impl Carried {
             },
         }
     }
+}
+
+/// The error of a failed engine call for `member`, for `map_err`.
+fn backend_error(member: &str) -> impl FnOnce(BackendError) -> ActionError {
+    let member = member.to_string();
+    move |source| ActionError::Backend { member, source }
+}
+
+/// A failed step of a main session's start, stop, promotion or rollback.
+fn session_step(session: &str, source: sessions::SessionError) -> ActionError {
+    ActionError::SessionStep {
+        session: session.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// Runs `f` (a terminal, a detached process, their files) off the async workers; a task that
+/// panicked or was cancelled is said as a failure of `subject`.
+async fn blocking<T: Send + 'static>(
+    subject: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ActionError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ActionError::Session {
+            session: subject.to_string(),
+            message: e.to_string(),
+        })
 }
 
 /// How often ateam restarted a member (by its restart policy), kept in its control folder
