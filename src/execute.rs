@@ -367,6 +367,67 @@ fn failure_kind(err: &ActionError) -> crate::events::EventKind {
     }
 }
 
+/// The member an action brings up, and whether the action creates its container (true) or
+/// starts the one it has (false, when a manifest still wants the member).
+fn brought_up<'p>(
+    a: &'p Action,
+    desired: &'p [DesiredMember],
+) -> Option<(&'p DesiredMember, bool)> {
+    match a {
+        Action::Create { member } | Action::Recreate { member, .. } => Some((member, true)),
+        Action::Start { team, member, .. } => desired
+            .iter()
+            .find(|m| m.team == *team && m.member == *member)
+            .map(|m| (m, false)),
+        // Nothing else brings a member up.
+        Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::StartSession { .. }
+        | Action::StopSession { .. }
+        | Action::Promote { .. }
+        | Action::RollBackPromotion { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. }
+        | Action::RemoveStranger { .. } => None,
+    }
+}
+
+/// The members preflight refused, in the order it found them: all of them, not only the
+/// first, each said at `info` as it is found.
+#[derive(Default)]
+struct Refusals(Vec<Failure>);
+
+impl Refusals {
+    fn refuse(&mut self, m: &DesiredMember, error: RunError) {
+        info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
+        self.0.push(Failure {
+            team: m.team.clone(),
+            member: m.member.clone(),
+            error: error.into(),
+        });
+    }
+
+    /// Every member of an image the engine cannot give (pull it, or say what it runs).
+    fn refuse_image(&mut self, members: &[&DesiredMember], e: &BackendError) {
+        for m in members {
+            self.refuse(
+                m,
+                RunError::Image {
+                    member: m.member.clone(),
+                    reason: e.to_string(),
+                },
+            );
+        }
+    }
+}
+
 /// Why `m`'s command cannot run in `image`, if it cannot: each program it runs, through the
 /// wrappers `image::programs` reads (`env -u X prog`, `sh -c 'exec prog'`), must be an
 /// executable file where the container would look for it. A command ateam cannot read
@@ -472,46 +533,35 @@ impl Executor<'_> {
     /// not only the first. (`Runtime` checks the same again before each container is made.)
     pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
         let started = Instant::now();
-        let mut failures = Vec::new();
-        let mut refuse = |m: &DesiredMember, error: RunError| {
-            info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
-            failures.push(Failure {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                error: error.into(),
-            });
-        };
+        let mut refused = Refusals::default();
+        let created = self.check_members(plan, desired, &mut refused);
+        let images = created.len();
+        for (image, members) in created {
+            self.check_image(image, &members, &mut refused).await;
+        }
+        debug!(
+            images,
+            refused = refused.0.len(),
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+            "checked before any change"
+        );
+        refused.0
+    }
+
+    /// The preflight checks that need no engine, member by member in the plan's order: its
+    /// limits, folders and user; for a member created, its secrets too. Returns the members
+    /// created that passed them, by image, for the checks that need the engine.
+    fn check_members<'p>(
+        &self,
+        plan: &'p Plan,
+        desired: &'p [DesiredMember],
+        refused: &mut Refusals,
+    ) -> BTreeMap<&'p str, Vec<&'p DesiredMember>> {
         let mut created: BTreeMap<&str, Vec<&DesiredMember>> = BTreeMap::new();
         for a in &plan.actions {
-            let (m, creates) = match a {
-                Action::Create { member } | Action::Recreate { member, .. } => {
-                    (Some(&**member), true)
-                }
-                Action::Start { team, member, .. } => (
-                    desired
-                        .iter()
-                        .find(|m| m.team == *team && m.member == *member),
-                    false,
-                ),
-                // Nothing else brings a member up.
-                Action::MakeTranscriptDir { .. }
-                | Action::StartEgressProxy { .. }
-                | Action::UpdateEgressPolicy { .. }
-                | Action::StopEgressProxy { .. }
-                | Action::StartHelperServer { .. }
-                | Action::StopHelperServer { .. }
-                | Action::StartSession { .. }
-                | Action::StopSession { .. }
-                | Action::Promote { .. }
-                | Action::RollBackPromotion { .. }
-                | Action::RemoveOrphan { .. }
-                | Action::RemoveDuplicate { .. }
-                | Action::FinishReplacement { .. }
-                | Action::RestoreName { .. }
-                | Action::Unpause { .. }
-                | Action::RemoveStranger { .. } => continue,
+            let Some((m, creates)) = brought_up(a, desired) else {
+                continue;
             };
-            let Some(m) = m else { continue };
             if let Err(e) = self
                 .rt
                 .check_limits(m)
@@ -519,7 +569,7 @@ impl Executor<'_> {
                 .and_then(|()| self.rt.member_owner(m).map(|_| ()))
                 .and_then(|()| self.rt.check_writable(m))
             {
-                refuse(m, e);
+                refused.refuse(m, e);
                 continue;
             }
             if !creates {
@@ -532,7 +582,7 @@ impl Executor<'_> {
                 .filter(|name| (self.secret)(name).is_none())
                 .collect();
             for name in &missing {
-                refuse(
+                refused.refuse(
                     m,
                     RunError::MissingSecret {
                         member: m.member.clone(),
@@ -542,58 +592,39 @@ impl Executor<'_> {
             }
             created.entry(&m.spec.image).or_default().push(m);
         }
-        let images = created.len();
-        for (image, members) in created {
-            if let Err(e) = self.pull_if_wanted(image, &members).await {
-                for m in members {
-                    refuse(
-                        m,
-                        RunError::Image {
-                            member: m.member.clone(),
-                            reason: e.to_string(),
-                        },
-                    );
-                }
-                continue;
+        created
+    }
+
+    /// The preflight checks of the members created from one image that need the engine: the
+    /// image is there (pulled as their `imagePullPolicy` asks) and each one's command is in
+    /// it, looked for with one probe container, removed after.
+    async fn check_image(&self, image: &str, members: &[&DesiredMember], refused: &mut Refusals) {
+        if let Err(e) = self.pull_if_wanted(image, members).await {
+            refused.refuse_image(members, &e);
+            return;
+        }
+        let config = match self.rt.backend.image_config(image).await {
+            Ok(c) => c,
+            Err(e) => {
+                refused.refuse_image(members, &e);
+                return;
             }
-            let config = match self.rt.backend.image_config(image).await {
-                Ok(c) => c,
-                Err(e) => {
-                    for m in members {
-                        refuse(
-                            m,
-                            RunError::Image {
-                                member: m.member.clone(),
-                                reason: e.to_string(),
-                            },
-                        );
-                    }
-                    continue;
-                }
-            };
-            let mut probe = image::Probe::new(
-                self.rt.backend.as_ref(),
-                image,
-                &config,
-                &self.rt.store,
-                Some((&self.rt.state_dir, self.rt.owner)),
-            );
-            for m in members {
-                if let Some(e) = command_missing(m, image, &config, &mut probe).await {
-                    refuse(m, e);
-                }
-            }
-            if let Err(e) = probe.remove().await {
-                warn!(image, error = %e, "cannot remove the probe container");
+        };
+        let mut probe = image::Probe::new(
+            self.rt.backend.as_ref(),
+            image,
+            &config,
+            &self.rt.store,
+            Some((&self.rt.state_dir, self.rt.owner)),
+        );
+        for m in members {
+            if let Some(e) = command_missing(m, image, &config, &mut probe).await {
+                refused.refuse(m, e);
             }
         }
-        debug!(
-            images,
-            refused = failures.len(),
-            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
-            "checked before any change"
-        );
-        failures
+        if let Err(e) = probe.remove().await {
+            warn!(image, error = %e, "cannot remove the probe container");
+        }
     }
 
     /// Runs every action; returns the failures (empty when all went well).
