@@ -15,11 +15,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backend::BackendError;
 use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
+use crate::core::intercept::EgressPolicy;
 use crate::egress;
 use crate::files;
 use crate::model::PullPolicy;
-use crate::plan::spec::DesiredMember;
-use crate::plan::{Action, ContainerRef, Plan, StartReason};
+use crate::plan::spec::{DesiredMember, DesiredSession};
+use crate::plan::{Action, ContainerRef, Plan, Promotion, ResumeEntry, StartReason};
 use crate::report::{drift_text, start_text};
 use crate::runtime::{RunError, Runtime, image};
 use crate::sessions;
@@ -111,7 +112,22 @@ fn key(a: &Action) -> (String, String) {
         Action::StartSession { .. } | Action::Promote { .. } | Action::StopSession { .. } => {
             format!("session/{subject}")
         }
-        _ => subject.to_string(),
+        Action::RollBackPromotion { .. }
+        | Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::Create { .. }
+        | Action::Recreate { .. }
+        | Action::Start { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. }
+        | Action::RemoveStranger { .. } => subject.to_string(),
     };
     (team.to_string(), subject)
 }
@@ -138,7 +154,23 @@ fn about(a: &Action) -> About<'_> {
         detail: match a {
             Action::Recreate { reason, .. } => Some(drift_text(reason)),
             Action::Start { reason, .. } => Some(start_text(reason)),
-            _ => None,
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::StartSession { .. }
+            | Action::StopSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::Create { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::FinishReplacement { .. }
+            | Action::RestoreName { .. }
+            | Action::Unpause { .. }
+            | Action::RemoveStranger { .. } => None,
         },
     }
 }
@@ -178,7 +210,24 @@ fn events_of(
                         .container(id),
                     )
                 }
-                _ => event_of(a, Some(id), None),
+                Action::MakeTranscriptDir { .. }
+                | Action::StartEgressProxy { .. }
+                | Action::UpdateEgressPolicy { .. }
+                | Action::StopEgressProxy { .. }
+                | Action::StartHelperServer { .. }
+                | Action::StopHelperServer { .. }
+                | Action::StartSession { .. }
+                | Action::StopSession { .. }
+                | Action::Promote { .. }
+                | Action::RollBackPromotion { .. }
+                | Action::Create { .. }
+                | Action::Start { .. }
+                | Action::RemoveOrphan { .. }
+                | Action::RemoveDuplicate { .. }
+                | Action::FinishReplacement { .. }
+                | Action::RestoreName { .. }
+                | Action::Unpause { .. }
+                | Action::RemoveStranger { .. } => event_of(a, Some(id), None),
             };
             start
                 .into_iter()
@@ -318,6 +367,67 @@ fn failure_kind(err: &ActionError) -> crate::events::EventKind {
     }
 }
 
+/// The member an action brings up, and whether the action creates its container (true) or
+/// starts the one it has (false, when a manifest still wants the member).
+fn brought_up<'p>(
+    a: &'p Action,
+    desired: &'p [DesiredMember],
+) -> Option<(&'p DesiredMember, bool)> {
+    match a {
+        Action::Create { member } | Action::Recreate { member, .. } => Some((member, true)),
+        Action::Start { team, member, .. } => desired
+            .iter()
+            .find(|m| m.team == *team && m.member == *member)
+            .map(|m| (m, false)),
+        // Nothing else brings a member up.
+        Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::StartSession { .. }
+        | Action::StopSession { .. }
+        | Action::Promote { .. }
+        | Action::RollBackPromotion { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. }
+        | Action::RemoveStranger { .. } => None,
+    }
+}
+
+/// The members preflight refused, in the order it found them: all of them, not only the
+/// first, each said at `info` as it is found.
+#[derive(Default)]
+struct Refusals(Vec<Failure>);
+
+impl Refusals {
+    fn refuse(&mut self, m: &DesiredMember, error: RunError) {
+        info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
+        self.0.push(Failure {
+            team: m.team.clone(),
+            member: m.member.clone(),
+            error: error.into(),
+        });
+    }
+
+    /// Every member of an image the engine cannot give (pull it, or say what it runs).
+    fn refuse_image(&mut self, members: &[&DesiredMember], e: &BackendError) {
+        for m in members {
+            self.refuse(
+                m,
+                RunError::Image {
+                    member: m.member.clone(),
+                    reason: e.to_string(),
+                },
+            );
+        }
+    }
+}
+
 /// Why `m`'s command cannot run in `image`, if it cannot: each program it runs, through the
 /// wrappers `image::programs` reads (`env -u X prog`, `sh -c 'exec prog'`), must be an
 /// executable file where the container would look for it. A command ateam cannot read
@@ -423,30 +533,35 @@ impl Executor<'_> {
     /// not only the first. (`Runtime` checks the same again before each container is made.)
     pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
         let started = Instant::now();
-        let mut failures = Vec::new();
-        let mut refuse = |m: &DesiredMember, error: RunError| {
-            info!(team = %m.team, member = %m.member, error = %error, "refused before any change");
-            failures.push(Failure {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                error: error.into(),
-            });
-        };
+        let mut refused = Refusals::default();
+        let created = self.check_members(plan, desired, &mut refused);
+        let images = created.len();
+        for (image, members) in created {
+            self.check_image(image, &members, &mut refused).await;
+        }
+        debug!(
+            images,
+            refused = refused.0.len(),
+            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+            "checked before any change"
+        );
+        refused.0
+    }
+
+    /// The preflight checks that need no engine, member by member in the plan's order: its
+    /// limits, folders and user; for a member created, its secrets too. Returns the members
+    /// created that passed them, by image, for the checks that need the engine.
+    fn check_members<'p>(
+        &self,
+        plan: &'p Plan,
+        desired: &'p [DesiredMember],
+        refused: &mut Refusals,
+    ) -> BTreeMap<&'p str, Vec<&'p DesiredMember>> {
         let mut created: BTreeMap<&str, Vec<&DesiredMember>> = BTreeMap::new();
         for a in &plan.actions {
-            let (m, creates) = match a {
-                Action::Create { member } | Action::Recreate { member, .. } => {
-                    (Some(&**member), true)
-                }
-                Action::Start { team, member, .. } => (
-                    desired
-                        .iter()
-                        .find(|m| m.team == *team && m.member == *member),
-                    false,
-                ),
-                _ => continue,
+            let Some((m, creates)) = brought_up(a, desired) else {
+                continue;
             };
-            let Some(m) = m else { continue };
             if let Err(e) = self
                 .rt
                 .check_limits(m)
@@ -454,7 +569,7 @@ impl Executor<'_> {
                 .and_then(|()| self.rt.member_owner(m).map(|_| ()))
                 .and_then(|()| self.rt.check_writable(m))
             {
-                refuse(m, e);
+                refused.refuse(m, e);
                 continue;
             }
             if !creates {
@@ -467,7 +582,7 @@ impl Executor<'_> {
                 .filter(|name| (self.secret)(name).is_none())
                 .collect();
             for name in &missing {
-                refuse(
+                refused.refuse(
                     m,
                     RunError::MissingSecret {
                         member: m.member.clone(),
@@ -477,58 +592,39 @@ impl Executor<'_> {
             }
             created.entry(&m.spec.image).or_default().push(m);
         }
-        let images = created.len();
-        for (image, members) in created {
-            if let Err(e) = self.pull_if_wanted(image, &members).await {
-                for m in members {
-                    refuse(
-                        m,
-                        RunError::Image {
-                            member: m.member.clone(),
-                            reason: e.to_string(),
-                        },
-                    );
-                }
-                continue;
+        created
+    }
+
+    /// The preflight checks of the members created from one image that need the engine: the
+    /// image is there (pulled as their `imagePullPolicy` asks) and each one's command is in
+    /// it, looked for with one probe container, removed after.
+    async fn check_image(&self, image: &str, members: &[&DesiredMember], refused: &mut Refusals) {
+        if let Err(e) = self.pull_if_wanted(image, members).await {
+            refused.refuse_image(members, &e);
+            return;
+        }
+        let config = match self.rt.backend.image_config(image).await {
+            Ok(c) => c,
+            Err(e) => {
+                refused.refuse_image(members, &e);
+                return;
             }
-            let config = match self.rt.backend.image_config(image).await {
-                Ok(c) => c,
-                Err(e) => {
-                    for m in members {
-                        refuse(
-                            m,
-                            RunError::Image {
-                                member: m.member.clone(),
-                                reason: e.to_string(),
-                            },
-                        );
-                    }
-                    continue;
-                }
-            };
-            let mut probe = image::Probe::new(
-                self.rt.backend.as_ref(),
-                image,
-                &config,
-                &self.rt.store,
-                Some((&self.rt.state_dir, self.rt.owner)),
-            );
-            for m in members {
-                if let Some(e) = command_missing(m, image, &config, &mut probe).await {
-                    refuse(m, e);
-                }
-            }
-            if let Err(e) = probe.remove().await {
-                warn!(image, error = %e, "cannot remove the probe container");
+        };
+        let mut probe = image::Probe::new(
+            self.rt.backend.as_ref(),
+            image,
+            &config,
+            &self.rt.store,
+            Some((&self.rt.state_dir, self.rt.owner)),
+        );
+        for m in members {
+            if let Some(e) = command_missing(m, image, &config, &mut probe).await {
+                refused.refuse(m, e);
             }
         }
-        debug!(
-            images,
-            refused = failures.len(),
-            elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
-            "checked before any change"
-        );
-        failures
+        if let Err(e) = probe.remove().await {
+            warn!(image, error = %e, "cannot remove the probe container");
+        }
     }
 
     /// Runs every action; returns the failures (empty when all went well).
@@ -666,23 +762,12 @@ impl Executor<'_> {
         }
     }
 
+    /// Every action but those that bring a member's container up (`carry_out`'s own): the
+    /// match only says which family carries it out, so that each family reads on its own.
     async fn one(&self, a: &Action, wanted: Option<&DesiredMember>) -> Result<(), ActionError> {
-        let backend = |member: &str| {
-            let member = member.to_string();
-            move |source| ActionError::Backend { member, source }
-        };
         match a {
             Action::MakeTranscriptDir { member, path, .. } => {
-                // The member's own: it writes its transcript there as the user it runs as.
-                let owner = match wanted {
-                    Some(m) => self.rt.member_owner(m)?,
-                    None => self.rt.owner,
-                };
-                files::member_dir(path, self.rt.owner, owner).map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: path.clone(),
-                    source,
-                })
+                self.make_transcript_dir(wanted, member, path)
             }
             // Carried out by `carry_out`, which says what they released.
             Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => {
@@ -698,40 +783,17 @@ impl Executor<'_> {
                 team,
                 member,
                 container,
-            } => {
-                self.progress.step(team, member, "removing");
-                self.rt
-                    .remove(team, member, &container.id)
-                    .await
-                    .map_err(ActionError::from)
-            }
+            } => self.remove_recorded(team, member, container).await,
             Action::RemoveStranger {
                 team,
                 member,
                 container,
-            } => {
-                // Never recorded, so nothing to forget.
-                self.progress.step(team, member, "removing");
-                self.rt
-                    .backend
-                    .remove(&container.id)
-                    .await
-                    .map_err(backend(member))
-            }
+            } => self.remove_stranger(team, member, container).await,
             Action::Unpause {
                 team,
                 member,
                 container,
-            } => {
-                self.progress.step(team, member, "starting");
-                self.rt
-                    .backend
-                    .unpause(&container.id)
-                    .await
-                    .map_err(backend(member))?;
-                self.progress.step(team, member, "ready");
-                Ok(())
-            }
+            } => self.unpause(team, member, container).await,
             Action::FinishReplacement {
                 team,
                 member,
@@ -743,149 +805,255 @@ impl Executor<'_> {
                 member,
                 container,
                 name,
-            } => {
-                self.progress.step(team, member, "replacing");
-                self.rt
-                    .backend
-                    .rename(&container.id, name)
-                    .await
-                    .map_err(backend(member))?;
-                self.progress.step(team, member, "ready");
-                Ok(())
-            }
-            Action::StartSession { session, resume } => {
-                let (s, resume, owner) = (session.clone(), resume.clone(), self.rt.owner);
-                tokio::task::spawn_blocking(move || sessions::start(&s, owner, &resume))
-                    .await
-                    .map_err(|e| ActionError::Session {
-                        session: session.name.clone(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::SessionStep {
-                        session: session.name.clone(),
-                        source: Box::new(source),
-                    })
-            }
+            } => self.rename(team, member, container, name).await,
+            Action::StartSession { session, resume } => self.start_session(session, resume).await,
             Action::Promote {
                 session,
                 containers,
                 journal,
                 resume,
-            } => sessions::promote(self.rt, session, containers, journal.as_deref(), resume)
-                .await
-                .map_err(|source| ActionError::SessionStep {
-                    session: session.name.clone(),
-                    source: Box::new(source),
-                }),
-            Action::StopSession { socket, .. } => {
-                let socket = socket.clone();
-                tokio::task::spawn_blocking(move || sessions::stop(&socket))
+            } => {
+                self.promote(session, containers, journal.as_deref(), resume)
                     .await
-                    .map_err(|e| ActionError::Session {
-                        session: a.subject().1.to_string(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::SessionStep {
-                        session: a.subject().1.to_string(),
-                        source: Box::new(source),
-                    })
             }
-            Action::RollBackPromotion { journal } => {
-                sessions::roll_back(self.rt, journal).map_err(|source| ActionError::SessionStep {
-                    session: journal.name.clone(),
-                    source: Box::new(source),
-                })
-            }
+            Action::StopSession {
+                session, socket, ..
+            } => self.stop_session(session, socket).await,
+            Action::RollBackPromotion { journal } => self.roll_back(journal),
             Action::StartEgressProxy {
                 team,
                 member,
                 policy,
                 ..
-            } => {
-                let owner = self.member_of(wanted, member)?;
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                self.write_intercepts(wanted, &paths, policy, owner)?;
-                let policy = egress::PolicyFile::new(team, member, policy);
-                let store_owner = self.rt.owner;
-                tokio::task::spawn_blocking(move || {
-                    egress::start(&paths, &policy, store_owner, owner)
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Egress {
-                    member: member.clone(),
-                    source,
-                })
-            }
+            } => self.start_egress_proxy(wanted, team, member, policy).await,
             Action::UpdateEgressPolicy {
                 team,
                 member,
                 policy,
-            } => {
-                let owner = self.member_of(wanted, member)?;
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                self.write_intercepts(wanted, &paths, policy, owner)?;
-                let policy = egress::PolicyFile::new(team, member, policy);
-                egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: paths.policy.clone(),
-                    source,
-                })
-            }
+            } => self.update_egress_policy(wanted, team, member, policy),
+            Action::StopEgressProxy { team, member } => self.stop_egress_proxy(team, member).await,
             Action::StartHelperServer { team, member } => {
-                let owner = self.member_of(wanted, member)?;
-                let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
-                let (t, m) = (team.clone(), member.clone());
-                tokio::task::spawn_blocking(move || {
-                    crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Helpers {
-                    member: member.clone(),
-                    source,
-                })
+                self.start_helper_server(wanted, team, member).await
             }
             Action::StopHelperServer { team, member } => {
-                let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
-                let pid = paths.pid.clone();
-                tokio::task::spawn_blocking(move || crate::requests::servers::stop(&paths))
-                    .await
-                    .map_err(|e| ActionError::Session {
-                        session: member.clone(),
-                        message: e.to_string(),
-                    })?
-                    .map_err(|source| ActionError::Io {
-                        member: member.clone(),
-                        path: pid,
-                        source,
-                    })
-            }
-            Action::StopEgressProxy { team, member } => {
-                let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-                let pid = paths.pid.clone();
-                // No certificate or secret value outlives the proxy that needed it.
-                tokio::task::spawn_blocking(move || {
-                    egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
-                })
-                .await
-                .map_err(|e| ActionError::Session {
-                    session: member.clone(),
-                    message: e.to_string(),
-                })?
-                .map_err(|source| ActionError::Io {
-                    member: member.clone(),
-                    path: pid,
-                    source,
-                })
+                self.stop_helper_server(team, member).await
             }
         }
+    }
+
+    /// Makes a member's transcript folder. The member's own: it writes its transcript there
+    /// as the user it runs as.
+    fn make_transcript_dir(
+        &self,
+        wanted: Option<&DesiredMember>,
+        member: &str,
+        path: &Path,
+    ) -> Result<(), ActionError> {
+        let owner = match wanted {
+            Some(m) => self.rt.member_owner(m)?,
+            None => self.rt.owner,
+        };
+        files::member_dir(path, self.rt.owner, owner).map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Removes a container ateam made (an orphan, a duplicate), and forgets it.
+    async fn remove_recorded(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "removing");
+        self.rt
+            .remove(team, member, &container.id)
+            .await
+            .map_err(ActionError::from)
+    }
+
+    /// Removes a container with ateam's labels that ateam did not make: never recorded, so
+    /// nothing to forget.
+    async fn remove_stranger(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "removing");
+        self.rt
+            .backend
+            .remove(&container.id)
+            .await
+            .map_err(backend_error(member))
+    }
+
+    /// Lets a member go on that someone paused.
+    async fn unpause(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "starting");
+        self.rt
+            .backend
+            .unpause(&container.id)
+            .await
+            .map_err(backend_error(member))?;
+        self.progress.step(team, member, "ready");
+        Ok(())
+    }
+
+    /// Gives a member's container its name: a verified replacement whose predecessor is
+    /// gone, or one someone renamed.
+    async fn rename(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+        name: &str,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, "replacing");
+        self.rt
+            .backend
+            .rename(&container.id, name)
+            .await
+            .map_err(backend_error(member))?;
+        self.progress.step(team, member, "ready");
+        Ok(())
+    }
+
+    /// Starts a main session's terminal on the host.
+    async fn start_session(
+        &self,
+        session: &DesiredSession,
+        resume: &[ResumeEntry],
+    ) -> Result<(), ActionError> {
+        let (s, resume, owner) = (session.clone(), resume.to_vec(), self.rt.owner);
+        blocking(&session.name, move || sessions::start(&s, owner, &resume))
+            .await?
+            .map_err(|source| session_step(&session.name, source))
+    }
+
+    /// Turns a member into a main session, step by step (`sessions::promote`).
+    async fn promote(
+        &self,
+        session: &DesiredSession,
+        containers: &[ContainerRef],
+        journal: Option<&Promotion>,
+        resume: &[ResumeEntry],
+    ) -> Result<(), ActionError> {
+        sessions::promote(self.rt, session, containers, journal, resume)
+            .await
+            .map_err(|source| session_step(&session.name, source))
+    }
+
+    /// Ends a main session's terminal that no manifest wants.
+    async fn stop_session(&self, session: &str, socket: &Path) -> Result<(), ActionError> {
+        let socket = socket.to_path_buf();
+        blocking(session, move || sessions::stop(&socket))
+            .await?
+            .map_err(|source| session_step(session, source))
+    }
+
+    /// Undoes an interrupted promotion that no manifest asks for any more.
+    fn roll_back(&self, journal: &Promotion) -> Result<(), ActionError> {
+        sessions::roll_back(self.rt, journal).map_err(|source| session_step(&journal.name, source))
+    }
+
+    /// Starts a member's egress proxy, as the member's user, once the certificates and
+    /// secrets its policy names are in place.
+    async fn start_egress_proxy(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        self.write_intercepts(wanted, &paths, policy, owner)?;
+        let policy = egress::PolicyFile::new(team, member, policy);
+        let store_owner = self.rt.owner;
+        blocking(member, move || {
+            egress::start(&paths, &policy, store_owner, owner)
+        })
+        .await?
+        .map_err(|source| ActionError::Egress {
+            member: member.to_string(),
+            source,
+        })
+    }
+
+    /// Gives a running egress proxy the member's new allowlist (its intercepts first).
+    fn update_egress_policy(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        self.write_intercepts(wanted, &paths, policy, owner)?;
+        let policy = egress::PolicyFile::new(team, member, policy);
+        egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: paths.policy.clone(),
+            source,
+        })
+    }
+
+    /// Stops a member's egress proxy and removes its intercepts: no certificate or secret
+    /// value outlives the proxy that needed it.
+    async fn stop_egress_proxy(&self, team: &str, member: &str) -> Result<(), ActionError> {
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        let pid = paths.pid.clone();
+        blocking(member, move || {
+            egress::stop(&paths).and_then(|()| files::remove_if_present(&paths.intercept))
+        })
+        .await?
+        .map_err(|source| ActionError::Io {
+            member: member.to_string(),
+            path: pid,
+            source,
+        })
+    }
+
+    /// Starts a member's helper server, as the member's user.
+    async fn start_helper_server(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+    ) -> Result<(), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
+        let (t, m) = (team.to_string(), member.to_string());
+        blocking(member, move || {
+            crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
+        })
+        .await?
+        .map_err(|source| ActionError::Helpers {
+            member: member.to_string(),
+            source,
+        })
+    }
+
+    /// Stops a member's helper server.
+    async fn stop_helper_server(&self, team: &str, member: &str) -> Result<(), ActionError> {
+        let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
+        let pid = paths.pid.clone();
+        blocking(member, move || crate::requests::servers::stop(&paths))
+            .await?
+            .map_err(|source| ActionError::Io {
+                member: member.to_string(),
+                path: pid,
+                source,
+            })
     }
 
     /// Keeps how a member's container ended before ateam restarts it (for `status`), as the
@@ -918,7 +1086,6 @@ impl Executor<'_> {
         }
     }
 
-    /// The user a wanted member runs as (its proxy runs as that user too).
     /// The certificates and secrets of a member's intercepted hosts, before its proxy reads
     /// a policy that names them.
     fn write_intercepts(
@@ -943,6 +1110,7 @@ impl Executor<'_> {
         })
     }
 
+    /// The user a wanted member runs as (its proxy runs as that user too).
     fn member_of(
         &self,
         wanted: Option<&DesiredMember>,
@@ -1115,6 +1283,34 @@ impl Carried {
             },
         }
     }
+}
+
+/// The error of a failed engine call for `member`, for `map_err`.
+fn backend_error(member: &str) -> impl FnOnce(BackendError) -> ActionError {
+    let member = member.to_string();
+    move |source| ActionError::Backend { member, source }
+}
+
+/// A failed step of a main session's start, stop, promotion or rollback.
+fn session_step(session: &str, source: sessions::SessionError) -> ActionError {
+    ActionError::SessionStep {
+        session: session.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// Runs `f` (a terminal, a detached process, their files) off the async workers; a task that
+/// panicked or was cancelled is said as a failure of `subject`.
+async fn blocking<T: Send + 'static>(
+    subject: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ActionError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ActionError::Session {
+            session: subject.to_string(),
+            message: e.to_string(),
+        })
 }
 
 /// How often ateam restarted a member (by its restart policy), kept in its control folder

@@ -49,25 +49,48 @@ pub fn verify(spec: &ContainerSpec, found: &Effective, limits: Limits) -> Vec<Vi
     v
 }
 
+/// Each group of checks in turn, each adding what it finds to one list, so that the
+/// violations keep one order (the order `status` and the refusals show them in).
 fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
-    let mut v = Vec::new();
-    let mut check = |item: &str, ok: bool, expected: String, got: String| {
+    let mut v = Violations::default();
+    what_runs(&mut v, spec, found);
+    confinement(&mut v, found);
+    privileges(&mut v, found);
+    network(&mut v, spec, found);
+    mounts(&mut v, spec, found);
+    limits(&mut v, spec, found);
+    host_resources(&mut v, found);
+    v.0
+}
+
+/// The violations found so far, in the order they were checked.
+#[derive(Default)]
+struct Violations(Vec<Violation>);
+
+impl Violations {
+    /// Adds a violation of `item` unless `ok`.
+    fn check(&mut self, item: &str, ok: bool, expected: String, found: String) {
         if !ok {
-            v.push(Violation {
+            self.0.push(Violation {
                 item: item.into(),
                 expected,
-                found: got,
+                found,
             });
         }
-    };
-    check(
+    }
+}
+
+/// What the container runs, and as whom: the image, the gate before the command, the
+/// command, the user.
+fn what_runs(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
+    v.check(
         "image",
         same_image(&found.image, &spec.image),
         spec.image.clone(),
         found.image.clone(),
     );
     let gate: Vec<String> = GATE_ENTRYPOINT.iter().map(|s| s.to_string()).collect();
-    check(
+    v.check(
         "entrypoint",
         found.entrypoint == gate,
         gate.join(" "),
@@ -76,32 +99,37 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
     // Without a command in the manifest it is the image's own, found at create; it cannot
     // change afterwards.
     if let Some(cmd) = &spec.command {
-        check(
+        v.check(
             "command",
             &found.cmd == cmd,
             cmd.join(" "),
             found.cmd.join(" "),
         );
     }
-    check(
+    v.check(
         "user",
         found.user == spec.user,
         spec.user.clone(),
         found.user.clone(),
     );
+}
+
+/// The confinement the engine applies by default (seccomp, AppArmor, masked and read-only
+/// kernel paths, the cgroup), which a create request can loosen.
+fn confinement(v: &mut Violations, found: &Effective) {
     let unknown_opts: Vec<String> = found
         .security_opt
         .iter()
         .filter(|o| !ALLOWED_SECURITY_OPTS.contains(&o.as_str()))
         .cloned()
         .collect();
-    check(
+    v.check(
         "security options",
         unknown_opts.is_empty(),
         "no-new-privileges only (default seccomp, AppArmor and SELinux)".into(),
         unknown_opts.join(","),
     );
-    check(
+    v.check(
         "AppArmor profile",
         found.apparmor_profile != "unconfined",
         "the engine's default".into(),
@@ -121,7 +149,7 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
                 .filter(|p| !list.iter().any(|l| l == *p))
                 .copied()
                 .collect();
-            check(
+            v.check(
                 item,
                 missing.is_empty(),
                 format!("at least {}", must.join(",")),
@@ -129,61 +157,71 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
             );
         }
     }
-    check(
+    v.check(
         "sysctls",
         found.sysctls.is_empty(),
         "none".into(),
         found.sysctls.join(","),
     );
-    check(
+    v.check(
         "cgroup parent",
         found.cgroup_parent.is_empty(),
         "the engine's default".into(),
         found.cgroup_parent.clone(),
     );
-    check(
+    v.check(
         "OOM killer",
         !found.oom_kill_disable,
         "enabled".into(),
         "disabled".into(),
     );
-    check(
+    v.check(
         "device cgroup rules",
         found.device_cgroup_rules.is_empty(),
         "none".into(),
         found.device_cgroup_rules.join(","),
     );
-    check(
+}
+
+/// What the member's processes may do: no privilege, no capability, no gaining one, a
+/// read-only root, and an init that reaps them.
+fn privileges(v: &mut Violations, found: &Effective) {
+    v.check(
         "privileged",
         !found.privileged,
         "false".into(),
         found.privileged.to_string(),
     );
-    check(
+    v.check(
         "capabilities added",
         found.cap_add.is_empty(),
         "none".into(),
         found.cap_add.join(","),
     );
-    check(
+    v.check(
         "capabilities dropped",
         found.cap_drop_all,
         "ALL".into(),
         "not all".into(),
     );
-    check(
+    v.check(
         "no-new-privileges",
         found.no_new_privileges,
         "on".into(),
         "off".into(),
     );
-    check(
+    v.check(
         "read-only root filesystem",
         found.read_only_rootfs,
         "on".into(),
         "off".into(),
     );
-    check("init", found.init, "on".into(), "off".into());
+    v.check("init", found.init, "on".into(), "off".into());
+}
+
+/// The network: none at all for a member without one or behind its egress proxy, its
+/// team's network alone otherwise.
+fn network(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
     let net_ok = match &spec.network {
         // An allowlist reaches the network only through the egress proxy's socket.
         SpecNetwork::None | SpecNetwork::Proxy => found.network_mode == "none",
@@ -203,7 +241,7 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
                     == found.networks
         }
     };
-    check(
+    v.check(
         "network",
         net_ok,
         match spec.network.name() {
@@ -216,11 +254,15 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
             format!("{} ({})", found.network_mode, found.networks.join(","))
         },
     );
+}
+
+/// The file systems: exactly the bind mounts and tmpfs mounts of the spec, nothing else.
+fn mounts(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
     let mut want = spec.mounts.clone();
     want.sort();
     let mut got = found.bind_mounts.clone();
     got.sort();
-    check(
+    v.check(
         "bind mounts",
         want == got,
         show_mounts(&want),
@@ -232,57 +274,67 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
             .collect::<Vec<_>>()
     };
     let found_tmpfs = found_tmpfs(&found.tmpfs, &spec.user);
-    check(
+    v.check(
         "tmpfs",
         tmpfs(&spec.tmpfs) == tmpfs(&found_tmpfs),
         tmpfs(&spec.tmpfs).join(" "),
         tmpfs(&found_tmpfs).join(" "),
     );
-    check(
+    v.check(
         "other mounts",
         found.other_mounts.is_empty(),
         "none".into(),
         found.other_mounts.join(","),
     );
-    check(
+}
+
+/// The resource limits; their items are `LIMIT_ITEMS`, which `Limits::Unenforced` waives.
+fn limits(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
+    v.check(
         "memory",
         found.memory_bytes == spec.memory_bytes,
         spec.memory_bytes.to_string(),
         found.memory_bytes.to_string(),
     );
-    check(
+    v.check(
         "memory+swap",
         found.memory_swap_bytes == spec.memory_bytes as i64,
         spec.memory_bytes.to_string(),
         found.memory_swap_bytes.to_string(),
     );
-    check(
+    v.check(
         "pids limit",
         found.pids_limit == i64::from(spec.pids),
         spec.pids.to_string(),
         found.pids_limit.to_string(),
     );
     let cpus = spec.nano_cpus.unwrap_or(0);
-    check(
+    v.check(
         "cpus",
         found.nano_cpus == cpus,
         cpus.to_string(),
         found.nano_cpus.to_string(),
     );
+}
+
+/// What the container may share with the host or have the engine do for it: no engine
+/// restarts (ateam restarts, through the gate), no devices, groups, shared namespaces or
+/// published ports.
+fn host_resources(v: &mut Violations, found: &Effective) {
     let restart_ok = matches!(found.restart_policy.as_str(), "" | "no");
-    check(
+    v.check(
         "engine restart policy",
         restart_ok,
         "no".into(),
         found.restart_policy.clone(),
     );
-    check(
+    v.check(
         "devices",
         found.devices.is_empty(),
         "none".into(),
         found.devices.join(","),
     );
-    check(
+    v.check(
         "extra groups",
         found.group_add.is_empty(),
         "none".into(),
@@ -294,19 +346,18 @@ fn verify_all(spec: &ContainerSpec, found: &Effective) -> Vec<Violation> {
         .filter(|(ns, mode)| !private_namespace(ns, mode))
         .map(|(ns, mode)| format!("{ns}={mode}"))
         .collect();
-    check(
+    v.check(
         "namespaces",
         shared.is_empty(),
         "private".into(),
         shared.join(","),
     );
-    check(
+    v.check(
         "published ports",
         found.published_ports.is_empty(),
         "none".into(),
         found.published_ports.join(","),
     );
-    v
 }
 
 /// The only `--security-opt` values a member may have: anything else (seccomp or AppArmor
