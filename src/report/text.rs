@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use super::rows::{Grants, NetworkMode, RowKind, TeamStatus};
+use super::rows::{Grants, MemberStatus, NetworkMode, RowKind, TeamStatus};
 use crate::core::container::{ExitReason, LastExit};
 use crate::manifest::quantity::human_bytes;
 
@@ -178,131 +178,155 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
             t.engine,
             if t.drifted { ": drifted" } else { "" }
         ));
-        let header = [
-            "NAME",
-            "KIND",
-            "PARENT",
-            "STATE",
-            "AGE",
-            "RESTARTS",
-            "LAST EXIT",
-            "TRANSCRIPT",
-            "ACTIVE",
-            "GRANTS",
-        ];
-        let rows: Vec<[String; 10]> = t
-            .members
-            .iter()
-            .map(|m| {
-                let mut state = m.state.clone();
-                if m.limits_unenforced {
-                    state.push_str(", limits not enforced");
-                }
-                [
-                    m.name.clone(),
-                    m.kind.as_str().to_string(),
-                    m.parent.clone().unwrap_or_else(|| "-".into()),
-                    state,
-                    ago(m.age_secs),
-                    m.restarts.to_string(),
-                    m.last_exit
-                        .as_ref()
-                        .map(|e| last_exit_cell(e, now))
-                        .unwrap_or_else(|| "-".into()),
-                    human_bytes(m.transcript_bytes),
-                    ago(m.last_activity_secs),
-                    match (&m.grants, m.kind) {
-                        (Some(g), _) => g.summary(),
-                        (None, RowKind::MainSession) => "host (your own access)".into(),
-                        (None, RowKind::Member | RowKind::Transcript) => "-".into(),
-                    },
-                ]
-            })
-            .collect();
-        let mut width = header.map(str::len);
-        for r in &rows {
-            for (i, c) in r.iter().enumerate() {
-                width[i] = width[i].max(c.chars().count());
-            }
-        }
-        let line = |cells: Vec<&str>| {
-            let mut s = String::new();
-            for (i, c) in cells.iter().enumerate() {
-                if i + 1 == cells.len() {
-                    s.push_str(c);
-                } else {
-                    s.push_str(&format!("{c:<w$}  ", w = width[i]));
-                }
-            }
-            s.trim_end().to_string() + "\n"
-        };
-        out.push_str(&line(header.to_vec()));
-        for r in &rows {
-            out.push_str(&line(r.iter().map(String::as_str).collect()));
-        }
+        out.push_str(&table(&t.members, now));
         for m in &t.members {
-            let asked: Vec<&str> = t
-                .members
-                .iter()
-                .filter(|h| {
-                    h.origin.as_ref().and_then(|o| o.requested_by.as_deref())
-                        == Some(m.name.as_str())
-                })
-                .map(|h| h.name.as_str())
-                .collect();
-            if !asked.is_empty() {
-                out.push_str(&format!(
-                    "  {}: asked for helpers {}\n",
-                    m.name,
-                    asked.join(", ")
-                ));
-            }
-            if let Some(o) = &m.origin
-                && let Some(by) = &o.requested_by
-            {
-                out.push_str(&format!(
-                    "  {}: requested by {by}{}\n",
-                    m.name,
-                    o.requested_at
-                        .as_deref()
-                        .map(|t| format!(" at {t}"))
-                        .unwrap_or_default()
-                ));
-            }
-            if let Some(d) = &m.detail {
-                out.push_str(&format!("  {}: {d}\n", m.name));
-            }
-            for i in m.grants.iter().flat_map(|g| &g.network.injected) {
-                out.push_str(&format!("  {}: injects {i}\n", m.name));
-            }
-            if let Some(e) = &m.last_exit
-                && let Some(msg) = &e.message
-            {
-                out.push_str(&format!(
-                    "  {}: last exit{}: {msg}\n",
-                    m.name,
-                    e.at.as_deref()
-                        .map(|t| format!(" at {t}"))
-                        .unwrap_or_default()
-                ));
-            }
+            out.push_str(&row_notes(m, &t.members));
         }
         for m in t.members.iter().filter(|m| m.kind == RowKind::MainSession) {
-            if let Some(sock) = &m.terminal
-                && m.state == "running"
-            {
-                out.push_str(&format!(
-                    "  {}: terminal `tmux -S {} attach` (or `ateam attach {}`)\n",
-                    m.name,
-                    sock.display(),
-                    m.name
-                ));
-            }
-            if let Some(dir) = &m.transcript {
-                out.push_str(&format!("  {}: transcript {}\n", m.name, dir.display()));
-            }
+            out.push_str(&session_notes(m));
         }
         out.push('\n');
+    }
+    out
+}
+
+/// The columns of the status table.
+const HEADER: [&str; 10] = [
+    "NAME",
+    "KIND",
+    "PARENT",
+    "STATE",
+    "AGE",
+    "RESTARTS",
+    "LAST EXIT",
+    "TRANSCRIPT",
+    "ACTIVE",
+    "GRANTS",
+];
+
+/// A team's rows under `HEADER`, each column as wide as its widest cell.
+fn table(rows: &[MemberStatus], now: SystemTime) -> String {
+    let cells: Vec<[String; 10]> = rows.iter().map(|m| table_row(m, now)).collect();
+    let mut width = HEADER.map(str::len);
+    for r in &cells {
+        for (i, c) in r.iter().enumerate() {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let mut out = table_line(&HEADER, &width);
+    for r in &cells {
+        out.push_str(&table_line(&r.each_ref().map(String::as_str), &width));
+    }
+    out
+}
+
+/// One line of the table: every cell but the last padded to its column's width, and no
+/// blanks at the end.
+fn table_line(cells: &[&str; 10], width: &[usize; 10]) -> String {
+    let mut s = String::new();
+    for (i, c) in cells.iter().enumerate() {
+        if i + 1 == cells.len() {
+            s.push_str(c);
+        } else {
+            s.push_str(&format!("{c:<w$}  ", w = width[i]));
+        }
+    }
+    s.trim_end().to_string() + "\n"
+}
+
+/// A row's cells, in the order of `HEADER`.
+fn table_row(m: &MemberStatus, now: SystemTime) -> [String; 10] {
+    let mut state = m.state.clone();
+    if m.limits_unenforced {
+        state.push_str(", limits not enforced");
+    }
+    [
+        m.name.clone(),
+        m.kind.as_str().to_string(),
+        m.parent.clone().unwrap_or_else(|| "-".into()),
+        state,
+        ago(m.age_secs),
+        m.restarts.to_string(),
+        m.last_exit
+            .as_ref()
+            .map(|e| last_exit_cell(e, now))
+            .unwrap_or_else(|| "-".into()),
+        human_bytes(m.transcript_bytes),
+        ago(m.last_activity_secs),
+        match (&m.grants, m.kind) {
+            (Some(g), _) => g.summary(),
+            (None, RowKind::MainSession) => "host (your own access)".into(),
+            (None, RowKind::Member | RowKind::Transcript) => "-".into(),
+        },
+    ]
+}
+
+/// The notes under the table about one of a team's `rows`: the helpers it asked for, who
+/// asked for it, why it is in its state, the secrets its proxy injects, and what its last
+/// exit said.
+fn row_notes(m: &MemberStatus, rows: &[MemberStatus]) -> String {
+    let mut out = String::new();
+    let asked: Vec<&str> = rows
+        .iter()
+        .filter(|h| {
+            h.origin.as_ref().and_then(|o| o.requested_by.as_deref()) == Some(m.name.as_str())
+        })
+        .map(|h| h.name.as_str())
+        .collect();
+    if !asked.is_empty() {
+        out.push_str(&format!(
+            "  {}: asked for helpers {}\n",
+            m.name,
+            asked.join(", ")
+        ));
+    }
+    if let Some(o) = &m.origin
+        && let Some(by) = &o.requested_by
+    {
+        out.push_str(&format!(
+            "  {}: requested by {by}{}\n",
+            m.name,
+            o.requested_at
+                .as_deref()
+                .map(|t| format!(" at {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(d) = &m.detail {
+        out.push_str(&format!("  {}: {d}\n", m.name));
+    }
+    for i in m.grants.iter().flat_map(|g| &g.network.injected) {
+        out.push_str(&format!("  {}: injects {i}\n", m.name));
+    }
+    if let Some(e) = &m.last_exit
+        && let Some(msg) = &e.message
+    {
+        out.push_str(&format!(
+            "  {}: last exit{}: {msg}\n",
+            m.name,
+            e.at.as_deref()
+                .map(|t| format!(" at {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// Where to find a main session: its terminal while it runs, and its transcript.
+fn session_notes(m: &MemberStatus) -> String {
+    let mut out = String::new();
+    if let Some(sock) = &m.terminal
+        && m.state == "running"
+    {
+        out.push_str(&format!(
+            "  {}: terminal `tmux -S {} attach` (or `ateam attach {}`)\n",
+            m.name,
+            sock.display(),
+            m.name
+        ));
+    }
+    if let Some(dir) = &m.transcript {
+        out.push_str(&format!("  {}: transcript {}\n", m.name, dir.display()));
     }
     out
 }
