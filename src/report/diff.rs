@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::{Action, Drift, Finding, Plan, StartReason};
+use crate::plan::spec::DesiredSession;
+use crate::plan::{Action, Drift, Finding, Plan, Promotion, StartReason};
 
 /// The plan, one line per change, grouped by team; then whether the machine differs from
 /// the manifests (`Plan::drifted`), in words.
@@ -59,42 +60,16 @@ pub fn action_text(a: &Action) -> String {
         Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
         Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),
         Action::StopHelperServer { member, .. } => format!("- helper server of {member}"),
-        Action::StartSession { session, resume } => format!(
-            "+ start main session {} (tmux -S {}){}",
-            session.name,
-            session.socket.display(),
-            match &session.takes_over {
-                Some(old) => format!(
-                    ", taking over {old}'s members ({}) with a resume file",
-                    resume.len()
-                ),
-                None => String::new(),
-            }
-        ),
+        Action::StartSession { session, resume } => start_session_text(session, resume.len()),
         Action::Promote {
             session, journal, ..
-        } => format!(
-            "~ promote member {} to main session{}: stop it, move its transcript to {}, start the session",
-            session.name,
-            journal
-                .as_ref()
-                .map(|j| format!(" (interrupted after step `{}`: go on)", j.step.as_str()))
-                .unwrap_or_default(),
-            session.transcript_dir.display()
-        ),
+        } => promote_text(session, journal.as_deref()),
         Action::StopSession {
             session,
             taken_over_by,
             ..
-        } => match taken_over_by {
-            Some(heir) => format!("- stop main session {session}: {heir} takes it over"),
-            None => format!("- stop main session {session}: no manifest wants it"),
-        },
-        Action::RollBackPromotion { journal } => format!(
-            "~ undo the interrupted promotion of {} (after step `{}`): the manifests no longer ask for it",
-            journal.name,
-            journal.step.as_str()
-        ),
+        } => stop_session_text(session, taken_over_by.as_deref()),
+        Action::RollBackPromotion { journal } => rollback_text(journal),
         Action::Create { member } => {
             format!("+ create {} ({})", member.member, member.spec.name)
         }
@@ -142,6 +117,51 @@ pub fn action_text(a: &Action) -> String {
             short(&container.id)
         ),
     }
+}
+
+/// Starting a main session's terminal; one that takes over another's members is handed a
+/// resume file with `resumed` of them.
+fn start_session_text(session: &DesiredSession, resumed: usize) -> String {
+    format!(
+        "+ start main session {} (tmux -S {}){}",
+        session.name,
+        session.socket.display(),
+        match &session.takes_over {
+            Some(old) => format!(", taking over {old}'s members ({resumed}) with a resume file"),
+            None => String::new(),
+        }
+    )
+}
+
+/// A member becoming a main session, step by step; `journal`: a promotion interrupted,
+/// taken up again after the step it recorded.
+fn promote_text(session: &DesiredSession, journal: Option<&Promotion>) -> String {
+    format!(
+        "~ promote member {} to main session{}: stop it, move its transcript to {}, start the session",
+        session.name,
+        journal
+            .map(|j| format!(" (interrupted after step `{}`: go on)", j.step.as_str()))
+            .unwrap_or_default(),
+        session.transcript_dir.display()
+    )
+}
+
+/// Ending a main session's terminal: another session takes it over (`heir`), or no manifest
+/// wants it.
+fn stop_session_text(session: &str, heir: Option<&str>) -> String {
+    match heir {
+        Some(heir) => format!("- stop main session {session}: {heir} takes it over"),
+        None => format!("- stop main session {session}: no manifest wants it"),
+    }
+}
+
+/// Undoing a promotion the manifests no longer ask for.
+fn rollback_text(journal: &Promotion) -> String {
+    format!(
+        "~ undo the interrupted promotion of {} (after step `{}`): the manifests no longer ask for it",
+        journal.name,
+        journal.step.as_str()
+    )
 }
 
 /// What apply leaves alone, as `diff` says it (`?` and `!` are drift, `=` is not); none for
