@@ -212,20 +212,7 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
                 reason: a.reason().into(),
                 description: action_text(a),
                 container: a.container().map(container_id),
-                field_changes: match a {
-                    Action::Recreate {
-                        reason: Drift::Spec { changes },
-                        ..
-                    } => changes
-                        .iter()
-                        .map(|c| FieldChange {
-                            field: c.field.clone(),
-                            from: c.from.clone(),
-                            to: c.to.clone(),
-                        })
-                        .collect(),
-                    _ => vec![],
-                },
+                field_changes: field_changes(a),
             }
         })
         .collect();
@@ -262,6 +249,43 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
         drifted: plan.drifted(),
         changes,
         findings,
+    }
+}
+
+/// The fields a recreate changes because the manifest changed; none for any other action
+/// or reason (the hash alone, a policy violation, a dead container say no field).
+fn field_changes(a: &Action) -> Vec<FieldChange> {
+    let reason = match a {
+        Action::Recreate { reason, .. } => reason,
+        Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::StartSession { .. }
+        | Action::Promote { .. }
+        | Action::RollBackPromotion { .. }
+        | Action::StopSession { .. }
+        | Action::Create { .. }
+        | Action::Start { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. }
+        | Action::RemoveStranger { .. } => return vec![],
+    };
+    match reason {
+        Drift::Spec { changes } => changes
+            .iter()
+            .map(|c| FieldChange {
+                field: c.field.clone(),
+                from: c.from.clone(),
+                to: c.to.clone(),
+            })
+            .collect(),
+        Drift::SpecHash { .. } | Drift::Policy { .. } | Drift::Dead => vec![],
     }
 }
 

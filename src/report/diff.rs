@@ -1,0 +1,235 @@
+//! The plan in words: `diff`'s lines, and the phrase for each change, finding, drift and
+//! start reason, which status, apply's log and the documents reuse (one wording everywhere).
+
+use std::collections::BTreeMap;
+
+use crate::plan::spec::DesiredSession;
+use crate::plan::{Action, Drift, Finding, Plan, Promotion, StartReason};
+
+/// The plan, one line per change, grouped by team; then whether the machine differs from
+/// the manifests (`Plan::drifted`), in words.
+pub fn render_diff(plan: &Plan) -> String {
+    let mut by_team: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for a in &plan.actions {
+        let (team, _) = a.subject();
+        by_team
+            .entry(team.to_string())
+            .or_default()
+            .push(format!("  {}", action_text(a)));
+    }
+    for f in &plan.findings {
+        if let Some(line) = finding_text(f) {
+            let (team, _) = f.subject();
+            by_team
+                .entry(team.to_string())
+                .or_default()
+                .push(format!("  {line}"));
+        }
+    }
+    let mut out = String::new();
+    for (team, lines) in by_team {
+        out.push_str(&format!("team {team}:\n"));
+        for l in lines {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    if plan.actions.is_empty() {
+        out.push_str(if plan.drifted() {
+            "no changes apply would make, but the machine differs from the manifests (above)\n"
+        } else {
+            "no changes\n"
+        });
+    }
+    out
+}
+
+/// One change, as `diff` says it (`+` adds, `-` removes, `~` changes, `>` starts).
+pub fn action_text(a: &Action) -> String {
+    match a {
+        Action::MakeTranscriptDir { member, path, .. } => {
+            format!("+ transcript folder of {member}: {}", path.display())
+        }
+        Action::StartEgressProxy { member, .. } => format!("+ egress proxy of {member}"),
+        Action::UpdateEgressPolicy { member, policy, .. } => {
+            format!(
+                "~ egress allow list of {member}: {}",
+                policy.allow.join(",")
+            )
+        }
+        Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
+        Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),
+        Action::StopHelperServer { member, .. } => format!("- helper server of {member}"),
+        Action::StartSession { session, resume } => start_session_text(session, resume.len()),
+        Action::Promote {
+            session, journal, ..
+        } => promote_text(session, journal.as_deref()),
+        Action::StopSession {
+            session,
+            taken_over_by,
+            ..
+        } => stop_session_text(session, taken_over_by.as_deref()),
+        Action::RollBackPromotion { journal } => rollback_text(journal),
+        Action::Create { member } => {
+            format!("+ create {} ({})", member.member, member.spec.name)
+        }
+        Action::Recreate { member, reason, .. } => {
+            format!("~ recreate {}: {}", member.member, drift_text(reason))
+        }
+        Action::Start { member, reason, .. } => {
+            format!("> start {member}: {}", start_text(reason))
+        }
+        Action::RemoveOrphan {
+            member,
+            container,
+            why,
+            ..
+        } => format!(
+            "- remove {member} ({}): {}",
+            container.name,
+            why.as_deref().unwrap_or("no manifest wants it")
+        ),
+        Action::RemoveDuplicate {
+            member, container, ..
+        } => format!(
+            "- remove duplicate of {member} ({} {})",
+            container.name,
+            short(&container.id)
+        ),
+        Action::FinishReplacement { member, name, .. } => {
+            format!("~ finish replacing {member}: rename to {name}")
+        }
+        Action::RestoreName {
+            member,
+            container,
+            name,
+            ..
+        } => format!(
+            "~ rename {member} back: {} was renamed, its name is {name}",
+            container.name
+        ),
+        Action::Unpause { member, .. } => format!("> unpause {member}: someone paused it"),
+        Action::RemoveStranger {
+            member, container, ..
+        } => format!(
+            "- remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
+            container.name,
+            short(&container.id)
+        ),
+    }
+}
+
+/// Starting a main session's terminal; one that takes over another's members is handed a
+/// resume file with `resumed` of them.
+fn start_session_text(session: &DesiredSession, resumed: usize) -> String {
+    format!(
+        "+ start main session {} (tmux -S {}){}",
+        session.name,
+        session.socket.display(),
+        match &session.takes_over {
+            Some(old) => format!(", taking over {old}'s members ({resumed}) with a resume file"),
+            None => String::new(),
+        }
+    )
+}
+
+/// A member becoming a main session, step by step; `journal`: a promotion interrupted,
+/// taken up again after the step it recorded.
+fn promote_text(session: &DesiredSession, journal: Option<&Promotion>) -> String {
+    format!(
+        "~ promote member {} to main session{}: stop it, move its transcript to {}, start the session",
+        session.name,
+        journal
+            .map(|j| format!(" (interrupted after step `{}`: go on)", j.step.as_str()))
+            .unwrap_or_default(),
+        session.transcript_dir.display()
+    )
+}
+
+/// Ending a main session's terminal: another session takes it over (`heir`), or no manifest
+/// wants it.
+fn stop_session_text(session: &str, heir: Option<&str>) -> String {
+    match heir {
+        Some(heir) => format!("- stop main session {session}: {heir} takes it over"),
+        None => format!("- stop main session {session}: no manifest wants it"),
+    }
+}
+
+/// Undoing a promotion the manifests no longer ask for.
+fn rollback_text(journal: &Promotion) -> String {
+    format!(
+        "~ undo the interrupted promotion of {} (after step `{}`): the manifests no longer ask for it",
+        journal.name,
+        journal.step.as_str()
+    )
+}
+
+/// What apply leaves alone, as `diff` says it (`?` and `!` are drift, `=` is not); none for
+/// a finished member (its state says it).
+pub fn finding_text(f: &Finding) -> Option<String> {
+    Some(match f {
+        Finding::Orphan {
+            member, container, ..
+        } => format!(
+            "? orphan {member} ({}): kept; --prune removes it",
+            container.name
+        ),
+        Finding::Conflict {
+            container, member, ..
+        } => format!(
+            "! conflict: {} exists and ateam did not make it; {member} cannot be created",
+            container.name
+        ),
+        Finding::OrphanSession { session, .. } => format!(
+            "? main session {session}: its terminal runs, no manifest wants it; --prune stops it"
+        ),
+        Finding::RetainedTranscript { member, path, .. } => format!(
+            "= transcript of removed member {member} kept: {}",
+            path.display()
+        ),
+        Finding::Stranger {
+            member, container, ..
+        } => format!(
+            "! stranger {} {}: it carries the labels of {member} but ateam did not make it; never adopted, --prune removes it",
+            container.name,
+            short(&container.id)
+        ),
+        Finding::Finished { .. } => return None,
+    })
+}
+
+pub(super) fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+pub fn drift_text(d: &Drift) -> String {
+    match d {
+        Drift::Spec { changes } => changes
+            .iter()
+            .map(|c| format!("{} changed from {} to {}", c.field, c.from, c.to))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Drift::SpecHash { from, to } => format!("spec hash changed from {from} to {to}"),
+        Drift::Policy { violations } => format!(
+            "policy violation: {}",
+            violations
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Drift::Dead => "the engine marks it dead".into(),
+    }
+}
+
+pub fn start_text(r: &StartReason) -> String {
+    match r {
+        StartReason::NeverStarted => "created but never started".into(),
+        StartReason::NotReleased => {
+            "held at its gate: started since ateam last checked it (a restart, or an interrupted apply)".into()
+        }
+        StartReason::Restart { code, policy } => {
+            format!("exited {code}, restart policy {policy:?}")
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! A team's status as data: its rows (main sessions, members, orphans, strangers, kept
+//! transcripts) and what each holds. These are the parts of `StatusDocument`: their doc
+//! comments are the schema's words (`manifests/status.schema.json`).
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::core::container::LastExit;
+use crate::model::{AccessGrant, Network};
+
+/// What a row of `status` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+pub enum RowKind {
+    /// A main session: a terminal on the host, with your own access.
+    MainSession,
+    /// A member's container (or a container with a member's labels: an orphan, a stranger).
+    Member,
+    /// The kept transcript of a member no manifest wants any more.
+    Transcript,
+}
+
+/// A member's egress: its proxy, and what it refused since the last apply.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressStatus {
+    /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
+    pub proxy: String,
+    /// The most refused destinations (at most `egress::log::SHOWN`), most frequent first.
+    pub refused: Vec<crate::egress::log::Refusal>,
+    /// The refused destinations not in `refused`, and how many refusals they had.
+    pub refused_left_out: LeftOut,
+    /// The AccessGrant that would allow the most refused, ready to paste: never with a
+    /// local, metadata or private address or a port that serves more than the web.
+    pub suggested_grant: Option<String>,
+    /// Entries left out of `suggested_grant` on purpose, each saying what it would open.
+    pub not_suggested: Vec<String>,
+    /// Entries left out of `suggested_grant` to keep it short.
+    pub not_suggested_more: usize,
+    /// What its proxy decided in the last minute.
+    pub last_minute: EgressCounts,
+}
+
+/// How many requests a proxy let through and refused in a span of time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EgressCounts {
+    pub allowed: u64,
+    pub refused: u64,
+    /// Allowed by the list but not carried (no such name, the upstream failed).
+    pub failed: u64,
+}
+
+impl EgressCounts {
+    /// The decisions among `events` made since `since` (seconds since the epoch).
+    pub fn of(events: &[crate::egress::log::Event], since: f64) -> EgressCounts {
+        use crate::egress::log::Verdict;
+        let mut c = EgressCounts::default();
+        for e in events.iter().filter(|e| e.ts >= since) {
+            match e.verdict {
+                Verdict::Allowed => c.allowed += 1,
+                Verdict::Refused => c.refused += 1,
+                Verdict::Failed => c.failed += 1,
+            }
+        }
+        c
+    }
+}
+
+/// What a running member uses now, as its cgroup counts it, and the limits it runs under.
+/// Each figure is absent where the kernel's files could not be read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Usage {
+    /// CPU time since its container started (a counter: its rate is the CPU share).
+    pub cpu_seconds: Option<f64>,
+    pub memory_bytes: Option<u64>,
+    /// None: no memory limit.
+    pub memory_limit_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    /// None: no pids limit.
+    pub pids_limit: Option<u64>,
+}
+
+/// Refusals beyond those listed: `status` stays short however much a member knocks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeftOut {
+    pub destinations: usize,
+    pub refusals: u64,
+}
+
+impl EgressStatus {
+    /// Takes in the refusals since the last apply (`refused`: most frequent first) of a
+    /// member of `team` with `grant`: the top ones, a count of the rest, and the grant to paste.
+    pub fn add_refusals(
+        &mut self,
+        team: &str,
+        grant: &AccessGrant,
+        mut refused: Vec<crate::egress::log::Refusal>,
+    ) {
+        use crate::egress::log::{SHOWN, suggest};
+        let s = suggest(team, grant, &refused);
+        self.suggested_grant = s.grant;
+        self.not_suggested = s.withheld;
+        self.not_suggested_more = s.more;
+        let rest = refused.split_off(refused.len().min(SHOWN));
+        self.refused_left_out = LeftOut {
+            destinations: rest.len(),
+            refusals: rest.iter().map(|r| r.count).sum(),
+        };
+        self.refused = refused;
+    }
+}
+
+impl RowKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowKind::MainSession => "MainSession",
+            RowKind::Member => "Member",
+            RowKind::Transcript => "Transcript",
+        }
+    }
+}
+
+/// What a member may use: its AccessGrant, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grants {
+    /// The AccessGrant's name.
+    pub name: String,
+    /// Folders mounted read-only.
+    pub read: Vec<PathBuf>,
+    /// Folders mounted read-write.
+    pub write: Vec<PathBuf>,
+    /// Those of `write` the member's uid cannot write (by owner, group and mode bits): the
+    /// table shows them as `rw!:`, never as writable. Empty when all are writable.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_writable: Vec<PathBuf>,
+    /// The uid the member runs as, when some of `write` is not writable by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_writable_by: Option<u32>,
+    pub network: NetworkGrant,
+}
+
+/// The network a member may use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkGrant {
+    pub mode: NetworkMode,
+    /// The hosts of an `allow` grant; empty otherwise.
+    pub allow: Vec<String>,
+    /// Those of `allow` tunnelled as they are (end-to-end TLS).
+    pub tunnelled: Vec<String>,
+    /// Those of `allow` with rules: the proxy reads and judges each request.
+    pub intercepted: Vec<String>,
+    /// The credentials the proxy puts on requests, by secret name (never a value).
+    pub injected: Vec<Injection>,
+}
+
+/// One credential the proxy injects: `ANTHROPIC_API_KEY -> api.anthropic.com (x-api-key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Injection {
+    /// The member's `secretEnv` whose value the proxy holds.
+    pub secret: String,
+    pub host: String,
+    /// The header it goes in: a header name, `bearer` or `basic` (both `Authorization`).
+    pub how: String,
+}
+
+impl std::fmt::Display for Injection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} -> {} ({})", self.secret, self.host, self.how)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NetworkMode {
+    /// No network at all.
+    None,
+    /// Only the listed hosts (through the egress proxy).
+    Allow,
+    /// The engine's default network.
+    Open,
+}
+
+impl Grants {
+    pub fn of(g: &AccessGrant) -> Grants {
+        let (mode, allow) = match &g.network {
+            Network::None => (NetworkMode::None, vec![]),
+            Network::Allow(hosts) => (NetworkMode::Allow, hosts.clone()),
+            Network::Open => (NetworkMode::Open, vec![]),
+        };
+        use crate::core::intercept::Credential;
+        let ruled = |h: &String| g.intercept.iter().any(|i| i.host == *h);
+        let (intercepted, tunnelled) = allow.iter().cloned().partition(ruled);
+        let injected = g
+            .intercept
+            .iter()
+            .filter_map(|i| {
+                let c = i.credentials.as_ref()?;
+                let how = match c {
+                    Credential::Header { header, .. } => header.clone(),
+                    Credential::Bearer { .. } => "bearer".into(),
+                    Credential::Basic { .. } => "basic".into(),
+                };
+                Some(Injection {
+                    secret: c.secret().to_string(),
+                    host: i.host.clone(),
+                    how,
+                })
+            })
+            .collect();
+        Grants {
+            name: g.name.clone(),
+            read: g.read.clone(),
+            write: g.write.clone(),
+            not_writable: vec![],
+            not_writable_by: None,
+            network: NetworkGrant {
+                mode,
+                allow,
+                tunnelled,
+                intercepted,
+                injected,
+            },
+        }
+    }
+}
+
+/// One row of `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberStatus {
+    pub name: String,
+    pub kind: RowKind,
+    /// The main session or member it works for; none for a main session, an orphan, a
+    /// stranger, a kept transcript.
+    pub parent: Option<String>,
+    /// `running`, `exited N`, `missing`, `drifted`, `policy violation`, `held at gate`,
+    /// `orphan`, `stranger`, `conflict`, `retained`, ... (for people; `drifted` is the
+    /// verdict).
+    pub state: String,
+    /// Why, when the state is not plain (the drifted field, the violations, what apply does).
+    pub detail: Option<String>,
+    /// This row differs from the manifests (`Plan::drifted`, the definition diff shares).
+    pub drifted: bool,
+    /// The container's name.
+    pub container: Option<String>,
+    /// The container's id.
+    pub container_id: Option<String>,
+    /// When the container was created (RFC 3339).
+    pub created_at: Option<String>,
+    /// Seconds since `createdAt`.
+    pub age_secs: Option<u64>,
+    /// How often ateam restarted it by its restart policy.
+    pub restarts: u64,
+    /// When a running controller restarts this crash-looping member next (RFC 3339).
+    pub next_restart: Option<String>,
+    /// How it last ended: the engine's record while its container is exited, else the last
+    /// exit or failed start ateam saw (kept across restarts).
+    pub last_exit: Option<LastExit>,
+    /// Its transcript folder.
+    pub transcript: Option<PathBuf>,
+    pub transcript_bytes: u64,
+    /// When its transcript last changed (RFC 3339).
+    pub last_activity_at: Option<String>,
+    /// Seconds since `lastActivityAt`.
+    pub last_activity_secs: Option<u64>,
+    /// Its AccessGrant; none for a main session (your own access) and for rows no manifest
+    /// describes.
+    pub grants: Option<Grants>,
+    /// Memory and pids limits are not enforced by this engine (allowed by the team).
+    pub limits_unenforced: bool,
+    /// Its egress proxy, for a member whose network is an allow list.
+    pub egress: Option<EgressStatus>,
+    /// A main session's terminal: the tmux socket (`tmux -S <it> attach`, or `ateam attach`).
+    pub terminal: Option<PathBuf>,
+    /// Why a member exists: a manifest, or another member's request. None for other rows.
+    pub origin: Option<OriginStatus>,
+    /// What it uses now, while its container runs.
+    pub usage: Option<Usage>,
+}
+
+/// Where a member comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OriginStatus {
+    /// `manifest` or `requested`.
+    pub kind: String,
+    /// The member that asked for it (`requested`).
+    pub requested_by: Option<String>,
+    /// When it asked (RFC 3339).
+    pub requested_at: Option<String>,
+}
+
+impl OriginStatus {
+    pub(super) fn of(o: &crate::model::Origin) -> OriginStatus {
+        match o {
+            crate::model::Origin::Manifest => OriginStatus {
+                kind: "manifest".into(),
+                requested_by: None,
+                requested_at: None,
+            },
+            crate::model::Origin::Requested { by, at } => OriginStatus {
+                kind: "requested".into(),
+                requested_by: Some(by.clone()),
+                requested_at: Some(at.clone()),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TeamStatus {
+    pub team: String,
+    /// `docker`, `podman` or `podman (rootless)`.
+    pub engine: String,
+    pub members: Vec<MemberStatus>,
+    /// Anything of this team differs from the manifests.
+    pub drifted: bool,
+}

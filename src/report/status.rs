@@ -1,0 +1,622 @@
+//! Building a team's status from its model, what was observed and the plan made from them.
+//! Pure: the facts on disk come in through `Extras`, so every row is tested without an
+//! engine, and a row's verdict is the plan's (status, diff and apply --dry-run agree).
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::diff::{action_text, drift_text, short};
+use super::rows::{
+    EgressCounts, EgressStatus, Grants, LeftOut, MemberStatus, OriginStatus, RowKind, TeamStatus,
+};
+use crate::core::container::{LastExit, labels, rfc3339, rfc3339_epoch};
+use crate::model::{MainSession, Member, Network, Parent, Team};
+use crate::plan::{
+    Action, ContainerRef, ContainerState, Drift, Finding, Observed, ObservedContainer, Plan,
+};
+
+/// Facts status needs that are not in the plan: read from disk by the caller.
+pub struct Extras<'a> {
+    pub now: SystemTime,
+    pub transcript_usage: &'a dyn Fn(&std::path::Path) -> (u64, Option<SystemTime>),
+    pub restarts: &'a dyn Fn(&str, &str) -> u64,
+    /// The last exit ateam recorded for `(team, member)` (`store::Record`).
+    pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
+    /// A main session's terminal, by team and name.
+    pub session: &'a dyn Fn(&str, &str) -> SessionFacts,
+    /// `Some(uid)` when a member of this `user` (`None`: the host's default) runs as `uid`
+    /// and cannot write this folder (`host::access`).
+    pub not_writable: &'a dyn Fn(&std::path::Path, Option<crate::model::UserId>) -> Option<u32>,
+}
+
+/// A member's grants, with the write grants its uid cannot write marked.
+fn grants_of(m: &Member, extras: &Extras<'_>) -> Grants {
+    let mut g = Grants::of(&m.access);
+    for p in &m.access.write {
+        if let Some(uid) = (extras.not_writable)(p, m.user) {
+            g.not_writable.push(p.clone());
+            g.not_writable_by = Some(uid);
+        }
+    }
+    g
+}
+
+/// What status shows of a main session beyond the plan.
+pub struct SessionFacts {
+    /// Its tmux socket.
+    pub socket: PathBuf,
+    /// When ateam started it, in seconds since the epoch.
+    pub started: Option<i64>,
+}
+
+impl Extras<'_> {
+    fn secs_since(&self, t: SystemTime) -> u64 {
+        self.now.duration_since(t).map(|d| d.as_secs()).unwrap_or(0)
+    }
+
+    /// Now, in seconds since the epoch (the unit of a container's and a session's start).
+    fn now_secs(&self) -> i64 {
+        self.now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+    }
+
+    fn age(&self, c: &ObservedContainer) -> u64 {
+        (self.now_secs() - c.created).max(0) as u64
+    }
+}
+
+/// The later of two exits (RFC 3339 UTC times compare as text; one without a time is older).
+fn later(a: Option<LastExit>, b: Option<LastExit>) -> Option<LastExit> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.at > a.at { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The status of one team, from its model, what was observed and the plan made from them.
+/// A row is drifted exactly when the plan says so (`Plan::subject_drifted`): status, diff
+/// and apply --dry-run give one verdict. Rows come in a fixed order: main sessions, members,
+/// strangers, then what the plan found and leaves alone.
+pub fn team_status(
+    team: &Team,
+    engine: &str,
+    observed: &Observed,
+    plan: &Plan,
+    extras: &Extras,
+) -> TeamStatus {
+    let inputs = Inputs {
+        team,
+        observed,
+        plan,
+        extras,
+    };
+    let mut rows: Vec<MemberStatus> = team
+        .sessions
+        .iter()
+        .map(|s| inputs.session_row(s))
+        .collect();
+    rows.extend(team.members.iter().map(|m| inputs.member_row(m)));
+    rows.extend(inputs.stranger_rows());
+    rows.extend(plan.findings.iter().filter_map(|f| inputs.finding_row(f)));
+    TeamStatus {
+        team: team.name.clone(),
+        engine: engine.to_string(),
+        members: rows,
+        drifted: plan.team_drifted(&team.name),
+    }
+}
+
+/// What a team's rows are built from, so that each kind of row is a function of its own.
+struct Inputs<'a> {
+    team: &'a Team,
+    observed: &'a Observed,
+    plan: &'a Plan,
+    extras: &'a Extras<'a>,
+}
+
+impl<'a> Inputs<'a> {
+    /// The container of `member` that the row shows: one ateam made and recorded, and not a
+    /// replacement still under its temporary name.
+    fn container(&self, member: &str) -> Option<&'a ObservedContainer> {
+        let team = self.team.name.as_str();
+        self.observed.containers.iter().find(|c| {
+            c.labels.get(labels::TEAM).map(String::as_str) == Some(team)
+                && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
+                && self.observed.recorded.contains(&c.id)
+                && !crate::core::container::is_replacement(
+                    &crate::core::container::container_name(team, member),
+                    &c.name,
+                    &c.labels,
+                )
+        })
+    }
+
+    /// What the plan would do about this row, in diff's words: the detail of a row whose
+    /// state alone does not say why it drifted.
+    fn apply_would(&self, subject: &str) -> Option<String> {
+        let lines: Vec<String> = self
+            .plan
+            .actions
+            .iter()
+            .filter(|a| a.subject() == (self.team.name.as_str(), subject))
+            .map(action_text)
+            .collect();
+        (!lines.is_empty()).then(|| format!("apply would: {}", lines.join("; ")))
+    }
+
+    fn drifted(&self, subject: &str) -> bool {
+        self.plan.subject_drifted(&self.team.name, subject)
+    }
+
+    /// A main session's row: running unless the plan starts it (or promotes a member into
+    /// it), with its terminal, its transcript and where it came from.
+    fn session_row(&self, s: &MainSession) -> MemberStatus {
+        let (team, extras) = (self.team, self.extras);
+        let running = !self.plan.actions.iter().any(|a| matches!(a, Action::StartSession { session, .. } | Action::Promote { session, .. } if session.name == s.name && session.team == team.name));
+        let SessionFacts { socket, started } = (extras.session)(&team.name, &s.name);
+        let transcript = if s.transcript_dir.as_os_str().is_empty() {
+            crate::core::layout::session_transcript_dir(&team.session_dir, &s.name)
+        } else {
+            s.transcript_dir.clone()
+        };
+        let (bytes, last) = (extras.transcript_usage)(&transcript);
+        let started = started.filter(|_| running);
+        let origin = match (&s.promoted_from, &s.takes_over) {
+            (Some(m), _) => Some(format!("promoted from member {m}")),
+            (None, Some(old)) => Some(format!("took over from {old}")),
+            (None, None) => None,
+        };
+        MemberStatus {
+            name: s.name.clone(),
+            kind: RowKind::MainSession,
+            parent: None,
+            state: if running {
+                "running".into()
+            } else {
+                "not running".into()
+            },
+            detail: if running {
+                origin
+            } else {
+                self.apply_would(&s.name)
+            },
+            drifted: self.drifted(&s.name),
+            container: None,
+            container_id: None,
+            created_at: started.and_then(rfc3339_epoch),
+            age_secs: started.map(|t| (extras.now_secs() - t).max(0) as u64),
+            restarts: 0,
+            next_restart: None,
+            last_exit: None,
+            transcript: Some(transcript),
+            transcript_bytes: bytes,
+            last_activity_at: last.map(rfc3339),
+            last_activity_secs: last.map(|t| extras.secs_since(t)),
+            grants: None,
+            limits_unenforced: false,
+            egress: None,
+            terminal: Some(socket),
+            origin: None,
+            usage: None,
+        }
+    }
+
+    /// A member's row: the state of its container (or why apply would touch it), then of
+    /// its egress proxy and its helper server; what it used and what it may use.
+    fn member_row(&self, m: &Member) -> MemberStatus {
+        let (team, extras) = (self.team, self.extras);
+        let c = self.container(&m.name);
+        let (state, detail) = self.member_state(m, c);
+        let drifted = self.drifted(&m.name);
+        let detail = match detail {
+            None if drifted => self.apply_would(&m.name),
+            d => d,
+        };
+        let (state, detail, drifted, egress) =
+            egress_state(team, m, self.plan, state, detail, drifted);
+        let state = if self.helpers_down(m) && state == "running" {
+            "helpers down".to_string()
+        } else {
+            state
+        };
+        let (bytes, last) = (extras.transcript_usage)(&m.transcript_dir);
+        MemberStatus {
+            name: m.name.clone(),
+            kind: RowKind::Member,
+            parent: Some(match &m.parent {
+                Parent::MainSession(p) | Parent::Member(p) => p.clone(),
+            }),
+            state,
+            detail,
+            drifted,
+            container: c.map(|c| c.name.clone()),
+            container_id: c.map(|c| c.id.clone()),
+            created_at: c.and_then(|c| rfc3339_epoch(c.created)),
+            age_secs: c.map(|c| extras.age(c)),
+            restarts: (extras.restarts)(&team.name, &m.name),
+            next_restart: None,
+            last_exit: later(
+                (extras.last_exit)(&team.name, &m.name),
+                c.and_then(|c| c.last_exit.clone()),
+            ),
+            transcript: Some(m.transcript_dir.clone()),
+            transcript_bytes: bytes,
+            last_activity_at: last.map(rfc3339),
+            last_activity_secs: last.map(|t| extras.secs_since(t)),
+            grants: Some(grants_of(m, extras)),
+            limits_unenforced: self.observed.limits_unenforced && c.is_some(),
+            egress,
+            terminal: None,
+            origin: Some(OriginStatus::of(&m.origin)),
+            usage: None,
+        }
+    }
+
+    /// A member's state and why, from its container `c` and what the plan does to it: a
+    /// conflict or a missing container first, then a planned replacement or rename, else
+    /// what the engine says.
+    fn member_state(&self, m: &Member, c: Option<&ObservedContainer>) -> (String, Option<String>) {
+        let team = self.team.name.as_str();
+        let conflict = self.plan.findings.iter().any(|f| matches!(f, Finding::Conflict { team: t, member, .. } if *t == team && *member == m.name));
+        if conflict {
+            return (
+                "conflict".to_string(),
+                Some("a container ateam did not make holds its name".to_string()),
+            );
+        }
+        let Some(c) = c else {
+            return ("missing".into(), None);
+        };
+        let planned = self
+            .plan
+            .actions
+            .iter()
+            .filter(|a| a.subject() == (team, m.name.as_str()))
+            .find_map(ContainerPlan::of);
+        match planned {
+            Some(ContainerPlan::Recreate(reason)) => {
+                let state = match reason {
+                    Drift::Policy { .. } => "policy violation",
+                    Drift::Spec { .. } | Drift::SpecHash { .. } | Drift::Dead => "drifted",
+                };
+                (state.into(), Some(drift_text(reason)))
+            }
+            Some(ContainerPlan::RestoreName(name)) => (
+                "renamed".into(),
+                Some(format!(
+                    "renamed to {}; apply names it {name} again",
+                    c.name
+                )),
+            ),
+            Some(ContainerPlan::BringUp) => engine_state(c, true),
+            None => engine_state(c, false),
+        }
+    }
+
+    /// The member's helper server is silent (the plan starts it): its requests fail until
+    /// apply, or the controller, starts the server.
+    fn helpers_down(&self, m: &Member) -> bool {
+        self.plan.actions.iter().any(|a| {
+            matches!(a, Action::StartHelperServer { team: t, member } if *t == self.team.name && *member == m.name)
+        })
+    }
+
+    /// Containers with a member's labels that ateam did not make: those the plan leaves,
+    /// then those it removes, a row each.
+    fn stranger_rows(&self) -> Vec<MemberStatus> {
+        let found = self.plan.findings.iter().filter_map(stranger_found);
+        let removed = self.plan.actions.iter().filter_map(stranger_removed);
+        found
+            .chain(removed)
+            .filter(|(t, _, _)| **t == self.team.name)
+            .map(|(_, member, container)| {
+                self.unwanted_row(
+                    member,
+                    container,
+                    "stranger",
+                    format!(
+                        "{} {} carries ateam's labels but ateam did not make it: never adopted nor released; apply removes it when it holds a member's name, --prune in any case",
+                        container.name,
+                        short(&container.id)
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// The row of something the plan found and leaves alone: an orphan container, a kept
+    /// transcript, a terminal no manifest wants. The other findings show elsewhere: a
+    /// conflict and a finished member on the member's row, a stranger among the strangers.
+    fn finding_row(&self, f: &Finding) -> Option<MemberStatus> {
+        let ours = |t: &String| *t == self.team.name;
+        match f {
+            Finding::Orphan {
+                team,
+                member,
+                container,
+            } => ours(team).then(|| {
+                self.unwanted_row(
+                    member,
+                    container,
+                    "orphan",
+                    "no manifest wants it; apply --prune removes it".into(),
+                )
+            }),
+            Finding::RetainedTranscript { team, member, path } => {
+                ours(team).then(|| self.retained_row(member, path))
+            }
+            Finding::OrphanSession { team, session } => {
+                ours(team).then(|| self.orphan_session_row(session))
+            }
+            Finding::Conflict { .. } | Finding::Stranger { .. } | Finding::Finished { .. } => None,
+        }
+    }
+
+    /// A container that is no member of the manifests: an orphan or a stranger.
+    fn unwanted_row(
+        &self,
+        member: &str,
+        container: &ContainerRef,
+        state: &str,
+        detail: String,
+    ) -> MemberStatus {
+        let c = self
+            .observed
+            .containers
+            .iter()
+            .find(|c| c.id == container.id);
+        MemberStatus {
+            name: member.to_string(),
+            kind: RowKind::Member,
+            parent: None,
+            state: state.into(),
+            detail: Some(detail),
+            drifted: true,
+            container: Some(container.name.clone()),
+            container_id: Some(container.id.clone()),
+            created_at: c.and_then(|c| rfc3339_epoch(c.created)),
+            age_secs: c.map(|c| self.extras.age(c)),
+            restarts: 0,
+            next_restart: None,
+            last_exit: c.and_then(|c| c.last_exit.clone()),
+            transcript: None,
+            transcript_bytes: 0,
+            last_activity_at: None,
+            last_activity_secs: None,
+            grants: None,
+            limits_unenforced: false,
+            egress: None,
+            terminal: None,
+            origin: None,
+            usage: None,
+        }
+    }
+
+    /// The kept transcript of a member no manifest wants any more.
+    fn retained_row(&self, member: &str, path: &Path) -> MemberStatus {
+        let (bytes, last) = (self.extras.transcript_usage)(path);
+        MemberStatus {
+            name: member.to_string(),
+            kind: RowKind::Transcript,
+            parent: None,
+            state: "retained".into(),
+            detail: Some(
+                "the member is gone; its transcript is kept (delete --purge removes it)".into(),
+            ),
+            drifted: false,
+            container: None,
+            container_id: None,
+            created_at: None,
+            age_secs: None,
+            restarts: 0,
+            next_restart: None,
+            last_exit: None,
+            transcript: Some(path.to_path_buf()),
+            transcript_bytes: bytes,
+            last_activity_at: last.map(rfc3339),
+            last_activity_secs: last.map(|t| self.extras.secs_since(t)),
+            grants: None,
+            limits_unenforced: false,
+            egress: None,
+            terminal: None,
+            origin: None,
+            usage: None,
+        }
+    }
+
+    /// A main session whose terminal runs though no manifest wants it.
+    fn orphan_session_row(&self, session: &str) -> MemberStatus {
+        let SessionFacts { socket, started } = (self.extras.session)(&self.team.name, session);
+        MemberStatus {
+            name: session.to_string(),
+            kind: RowKind::MainSession,
+            parent: None,
+            state: "orphan".into(),
+            detail: Some(
+                "its terminal runs but no manifest wants it; apply --prune stops it".into(),
+            ),
+            drifted: true,
+            container: None,
+            container_id: None,
+            created_at: started.and_then(rfc3339_epoch),
+            age_secs: None,
+            restarts: 0,
+            next_restart: None,
+            last_exit: None,
+            transcript: None,
+            transcript_bytes: 0,
+            last_activity_at: None,
+            last_activity_secs: None,
+            grants: None,
+            limits_unenforced: false,
+            egress: None,
+            terminal: Some(socket),
+            origin: None,
+            usage: None,
+        }
+    }
+}
+
+/// What the plan does to a member's own container, as far as the state on its row tells.
+#[derive(Clone, Copy)]
+enum ContainerPlan<'p> {
+    /// Replaced, for this reason.
+    Recreate(&'p Drift),
+    /// Renamed back to this name.
+    RestoreName(&'p str),
+    /// Created, started, or its replacement renamed into place: the engine's state says
+    /// the rest.
+    BringUp,
+}
+
+impl<'p> ContainerPlan<'p> {
+    /// `a` as such; none for an action on anything else (a proxy, a session, a folder,
+    /// another container).
+    fn of(a: &'p Action) -> Option<ContainerPlan<'p>> {
+        match a {
+            Action::Recreate { reason, .. } => Some(ContainerPlan::Recreate(reason)),
+            Action::RestoreName { name, .. } => Some(ContainerPlan::RestoreName(name)),
+            Action::Create { .. } | Action::Start { .. } | Action::FinishReplacement { .. } => {
+                Some(ContainerPlan::BringUp)
+            }
+            Action::MakeTranscriptDir { .. }
+            | Action::StartEgressProxy { .. }
+            | Action::UpdateEgressPolicy { .. }
+            | Action::StopEgressProxy { .. }
+            | Action::StartHelperServer { .. }
+            | Action::StopHelperServer { .. }
+            | Action::StartSession { .. }
+            | Action::Promote { .. }
+            | Action::RollBackPromotion { .. }
+            | Action::StopSession { .. }
+            | Action::RemoveOrphan { .. }
+            | Action::RemoveDuplicate { .. }
+            | Action::Unpause { .. }
+            | Action::RemoveStranger { .. } => None,
+        }
+    }
+}
+
+/// A member's state as the engine reports its container; `brought_up`: the plan starts it
+/// (an exited one: its restart policy asks for a restart).
+fn engine_state(c: &ObservedContainer, brought_up: bool) -> (String, Option<String>) {
+    match c.state {
+        ContainerState::Running if !c.released => (
+            "held at gate".into(),
+            Some("started since ateam last checked it (a restart, or an interrupted apply): its command does not run; apply checks and releases it".into()),
+        ),
+        ContainerState::Running | ContainerState::Restarting => ("running".into(), None),
+        ContainerState::Exited { code } => (
+            format!("exited {code}"),
+            brought_up.then(|| "the restart policy asks for a restart".to_string()),
+        ),
+        ContainerState::Created => ("created".into(), Some("never started".into())),
+        ContainerState::Paused => (
+            "paused".into(),
+            Some("someone paused it; apply lets it go on".into()),
+        ),
+        ContainerState::Removing => ("removing".into(), None),
+        ContainerState::Dead => ("dead".into(), None),
+    }
+}
+
+/// A stranger the plan leaves: `(team, member, container)`.
+fn stranger_found(f: &Finding) -> Option<(&String, &String, &ContainerRef)> {
+    match f {
+        Finding::Stranger {
+            team,
+            member,
+            container,
+        } => Some((team, member, container)),
+        Finding::Orphan { .. }
+        | Finding::Conflict { .. }
+        | Finding::OrphanSession { .. }
+        | Finding::RetainedTranscript { .. }
+        | Finding::Finished { .. } => None,
+    }
+}
+
+/// A stranger the plan removes: `(team, member, container)`.
+fn stranger_removed(a: &Action) -> Option<(&String, &String, &ContainerRef)> {
+    match a {
+        Action::RemoveStranger {
+            team,
+            member,
+            container,
+        } => Some((team, member, container)),
+        Action::MakeTranscriptDir { .. }
+        | Action::StartEgressProxy { .. }
+        | Action::UpdateEgressPolicy { .. }
+        | Action::StopEgressProxy { .. }
+        | Action::StartHelperServer { .. }
+        | Action::StopHelperServer { .. }
+        | Action::StartSession { .. }
+        | Action::Promote { .. }
+        | Action::RollBackPromotion { .. }
+        | Action::StopSession { .. }
+        | Action::Create { .. }
+        | Action::Recreate { .. }
+        | Action::Start { .. }
+        | Action::RemoveOrphan { .. }
+        | Action::RemoveDuplicate { .. }
+        | Action::FinishReplacement { .. }
+        | Action::RestoreName { .. }
+        | Action::Unpause { .. } => None,
+    }
+}
+
+/// A member's egress proxy as the plan sees it: down (to start), or holding an old list.
+fn egress_state(
+    team: &Team,
+    m: &Member,
+    plan: &Plan,
+    state: String,
+    detail: Option<String>,
+    drifted: bool,
+) -> (String, Option<String>, bool, Option<EgressStatus>) {
+    if !matches!(m.access.network, Network::Allow(_)) {
+        return (state, detail, drifted, None);
+    }
+    let ours = |t: &String, member: &String| *t == team.name && *member == m.name;
+    let down = plan
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::StartEgressProxy { team: t, member, .. } if ours(t, member)));
+    let stale = plan.actions.iter().any(
+        |a| matches!(a, Action::UpdateEgressPolicy { team: t, member, .. } if ours(t, member)),
+    );
+    let (proxy, note) = if down {
+        ("down", Some("egress proxy not running; apply starts it"))
+    } else if stale {
+        (
+            "stale list",
+            Some("egress allow list changed; apply gives the proxy the new list"),
+        )
+    } else {
+        ("running", None)
+    };
+    let egress = Some(EgressStatus {
+        proxy: proxy.into(),
+        refused: vec![],
+        refused_left_out: LeftOut::default(),
+        suggested_grant: None,
+        not_suggested: vec![],
+        not_suggested_more: 0,
+        last_minute: EgressCounts::default(),
+    });
+    let Some(note) = note else {
+        return (state, detail, drifted, egress);
+    };
+    let state = if down && state == "running" {
+        "egress down".to_string()
+    } else {
+        state
+    };
+    let detail = Some(match detail {
+        Some(d) => format!("{d}; {note}"),
+        None => note.to_string(),
+    });
+    (state, detail, true, egress)
+}
