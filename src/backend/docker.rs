@@ -14,10 +14,10 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig,
-    HostConfigCgroupnsModeEnum, Mount as BollardMount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, RestartPolicy, RestartPolicyNameEnum,
-    SystemInfoCgroupVersionEnum,
+    ContainerConfig, ContainerCreateBody, ContainerInspectResponse, ContainerState as EngineState,
+    ContainerSummary, HostConfig, HostConfigCgroupnsModeEnum, Mount as BollardMount,
+    MountBindOptions, MountBindOptionsPropagationEnum, MountPoint, MountType, RestartPolicy,
+    RestartPolicyNameEnum, SystemInfoCgroupVersionEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptionsBuilder, EventsOptions, ListContainersOptions,
@@ -650,7 +650,6 @@ fn create_body(req: &CreateRequest) -> ContainerCreateBody {
     }
 }
 
-/// An inspect reduced to what the policy judges, plus what the controller tracks.
 /// The names of the networks a container is attached to (`none` is not one).
 fn networks_of(c: &ContainerInspectResponse) -> Vec<String> {
     let mut v: Vec<String> = c
@@ -663,17 +662,15 @@ fn networks_of(c: &ContainerInspectResponse) -> Vec<String> {
     v
 }
 
-fn inspected(c: ContainerInspectResponse) -> Inspected {
-    let networks = networks_of(&c);
-    let config = c.config.unwrap_or_default();
-    let hc = c.host_config.unwrap_or_default();
-    let state = c.state.unwrap_or_default();
+/// The mounts by kind: binds, tmpfs (with `HostConfig.Tmpfs`'s options) and any other.
+type MountsOf = (Vec<Mount>, BTreeMap<String, String>, Vec<String>);
 
+fn mounts_of(mounts: Vec<MountPoint>, hc: &HostConfig) -> MountsOf {
     let mut bind_mounts = Vec::new();
     let mut tmpfs: BTreeMap<String, String> =
         hc.tmpfs.clone().unwrap_or_default().into_iter().collect();
     let mut other_mounts = Vec::new();
-    for m in c.mounts.unwrap_or_default() {
+    for m in mounts {
         let typ = m.typ.unwrap_or_default();
         let source = m.source.unwrap_or_default();
         let destination = m.destination.unwrap_or_default();
@@ -690,17 +687,23 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
             _ => other_mounts.push(format!("{typ}:{source}:{destination}")),
         }
     }
+    (bind_mounts, tmpfs, other_mounts)
+}
 
-    let nano_cpus = match (hc.nano_cpus.unwrap_or(0), hc.cpu_quota.unwrap_or(0)) {
+/// The CPU limit in billionths of a CPU, whether set as `NanoCpus` or as a CFS quota.
+fn nano_cpus_of(hc: &HostConfig) -> u64 {
+    match (hc.nano_cpus.unwrap_or(0), hc.cpu_quota.unwrap_or(0)) {
         (0, quota) if quota > 0 => {
             // The kernel's default CFS period when none is set.
             let period = hc.cpu_period.filter(|p| *p > 0).unwrap_or(100_000);
             u64::try_from(i128::from(quota) * 1_000_000_000 / i128::from(period)).unwrap_or(0)
         }
         (n, _) => u64::try_from(n).unwrap_or(0),
-    };
+    }
+}
 
-    let namespaces = [
+fn namespaces_of(hc: &HostConfig) -> BTreeMap<String, String> {
+    [
         ("pid", hc.pid_mode.clone()),
         ("ipc", hc.ipc_mode.clone()),
         ("uts", hc.uts_mode.clone()),
@@ -709,8 +712,11 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
     ]
     .into_iter()
     .map(|(ns, mode)| (ns.to_string(), mode.unwrap_or_default()))
-    .collect();
+    .collect()
+}
 
+/// Ports published to the host (`all` for `-P`), then those the image exposes.
+fn published_ports_of(hc: &HostConfig, config: &ContainerConfig) -> Vec<String> {
     let mut published_ports: Vec<String> = hc
         .port_bindings
         .clone()
@@ -732,9 +738,19 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         .collect();
     exposed.sort();
     published_ports.extend(exposed);
+    published_ports
+}
 
+/// What the policy judges of a container, from its inspect.
+fn effective_of(
+    c: &ContainerInspectResponse,
+    config: &ContainerConfig,
+    hc: &HostConfig,
+    mounts: MountsOf,
+) -> Effective {
+    let (bind_mounts, tmpfs, other_mounts) = mounts;
     let security_opt = hc.security_opt.clone().unwrap_or_default();
-    let effective = Effective {
+    Effective {
         image: config.image.clone().unwrap_or_default(),
         entrypoint: config.entrypoint.clone().unwrap_or_default(),
         cmd: config.cmd.clone().unwrap_or_default(),
@@ -767,14 +783,14 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
         read_only_rootfs: hc.readonly_rootfs.unwrap_or(false),
         init: hc.init == Some(true),
         network_mode: hc.network_mode.clone().unwrap_or_default(),
-        networks,
+        networks: networks_of(c),
         bind_mounts,
         tmpfs,
         other_mounts,
         memory_bytes: u64::try_from(hc.memory.unwrap_or(0)).unwrap_or(0),
         memory_swap_bytes: hc.memory_swap.unwrap_or(0),
         pids_limit: hc.pids_limit.unwrap_or(0),
-        nano_cpus,
+        nano_cpus: nano_cpus_of(hc),
         restart_policy: hc
             .restart_policy
             .as_ref()
@@ -795,17 +811,14 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
             })
             .collect(),
         group_add: hc.group_add.clone().unwrap_or_default(),
-        namespaces,
-        published_ports,
-    };
+        namespaces: namespaces_of(hc),
+        published_ports: published_ports_of(hc, config),
+    }
+}
 
-    let status_word = state
-        .status
-        .map(|s| s.as_ref().to_string())
-        .unwrap_or_default();
-    let running = state.running == Some(true);
-    let container_state = state_from(&status_word, state.exit_code.unwrap_or(0));
-    let last_exit = match container_state {
+/// How an exited container last ended (none while it runs or before it ran).
+fn last_exit_of(state: &EngineState, container_state: &ContainerState) -> Option<LastExit> {
+    match *container_state {
         ContainerState::Exited { code } => Some(LastExit::exited(
             code,
             state.oom_killed == Some(true),
@@ -817,7 +830,23 @@ fn inspected(c: ContainerInspectResponse) -> Inspected {
             state.error.clone(),
         )),
         _ => None,
-    };
+    }
+}
+
+/// An inspect reduced to what the policy judges, plus what the controller tracks.
+fn inspected(mut c: ContainerInspectResponse) -> Inspected {
+    let config = c.config.take().unwrap_or_default();
+    let hc = c.host_config.take().unwrap_or_default();
+    let state = c.state.take().unwrap_or_default();
+    let mounts = mounts_of(c.mounts.take().unwrap_or_default(), &hc);
+    let effective = effective_of(&c, &config, &hc, mounts);
+    let status_word = state
+        .status
+        .map(|s| s.as_ref().to_string())
+        .unwrap_or_default();
+    let running = state.running == Some(true);
+    let container_state = state_from(&status_word, state.exit_code.unwrap_or(0));
+    let last_exit = last_exit_of(&state, &container_state);
     Inspected {
         summary: Summary {
             id: c.id.unwrap_or_default(),

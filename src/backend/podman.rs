@@ -33,7 +33,9 @@ use containers_api::conn::{Payload, RequestClient, Transport, TtyChunk};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use podman_api::Podman;
-use podman_api::models::{ContainerInspectResponseLibpod, ListContainer};
+use podman_api::models::{
+    ContainerInspectResponseLibpod, InspectContainerHostConfig, ListContainer,
+};
 use podman_api::opts::{
     ContainerDeleteOpts, ContainerListFilter, ContainerListOpts, ContainerLogsOpts, EventsOpts,
     ExecCreateOpts, ExecStartOpts, PullOpts,
@@ -373,6 +375,15 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
     // The bounding set is what the process can ever hold; libpod reports it as null when
     // everything is dropped, while HostConfig.CapDrop lists names and never says "ALL".
     e.cap_drop_all = d.bounding_caps.as_ref().is_none_or(|c| c.is_empty());
+    add_mounts(&mut e, d);
+    if let Some(hc) = hc {
+        add_host_config(&mut e, d, hc);
+    }
+    e
+}
+
+/// Binds, tmpfs and any other mount, from the container's mount list.
+fn add_mounts(e: &mut Effective, d: &ContainerInspectResponseLibpod) {
     for m in d.mounts.iter().flatten() {
         let kind = m.type_.as_deref().unwrap_or("");
         let dest = m.destination.clone().unwrap_or_default();
@@ -395,9 +406,14 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
             }
         }
     }
-    let Some(hc) = hc else {
-        return e;
-    };
+}
+
+/// What the policy judges of libpod's HostConfig.
+fn add_host_config(
+    e: &mut Effective,
+    d: &ContainerInspectResponseLibpod,
+    hc: &InspectContainerHostConfig,
+) {
     e.privileged = hc.privileged.unwrap_or(false);
     e.cap_add = hc.cap_add.clone().unwrap_or_default();
     e.no_new_privileges = hc.security_opt.iter().flatten().any(|o| {
@@ -462,6 +478,11 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
         e.namespaces
             .insert(ns.to_string(), mode.clone().unwrap_or_default());
     }
+    e.published_ports = published_ports(hc);
+}
+
+/// Published ports as `ip:port->port`, `exposed:port`, and `publish-all` for `-P`.
+fn published_ports(hc: &InspectContainerHostConfig) -> Vec<String> {
     // Libpod 4.x has no Config.ExposedPorts: an exposed port is a PortBindings entry without
     // bindings.
     let mut ports: Vec<String> = Vec::new();
@@ -481,8 +502,7 @@ fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
     if hc.publish_all_ports.unwrap_or(false) {
         ports.push("publish-all".into());
     }
-    e.published_ports = ports;
-    e
+    ports
 }
 
 fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
