@@ -535,6 +535,35 @@ pub fn judge(
     host: &Host,
     at: &str,
 ) -> Result<Member, Refusal> {
+    let parent = requester(req, by, team)?;
+    absolute_paths(req)?;
+    outside_requester(req, parent)?;
+    plain_text(req)?;
+    if let Some(c) = &req.cwd
+        && !c.starts_with('/')
+    {
+        return Err(Refusal::new(
+            400,
+            "absolute-paths",
+            Some("cwd"),
+            format!("`{c}` is not an absolute path"),
+        ));
+    }
+    image_from_manifests(req, team)?;
+    let (secret_env, refusal) = request_rules(req, parent);
+    if let Some(r) = refusal {
+        return Err(r);
+    }
+    let (child, text) = as_manifests(req, by, team, parent, secret_env, at)?;
+    let mut made = validated(text, req, host, applied)?;
+    made.origin = child.origin;
+    resources_within(&made, parent)?;
+    Ok(made)
+}
+
+/// The member asking, when its team lets members ask and the name is free of its members and
+/// main sessions.
+fn requester<'t>(req: &Request, by: &str, team: &'t Team) -> Result<&'t Member, Refusal> {
     if !team.helper_requests {
         return Err(Refusal::new(
             403,
@@ -576,6 +605,11 @@ pub fn judge(
             ),
         ));
     }
+    Ok(parent)
+}
+
+/// Folders are named as the requester sees them: absolute paths.
+fn absolute_paths(req: &Request) -> Result<(), Refusal> {
     for (field, list) in [("read", &req.read), ("write", &req.write)] {
         for (i, p) in list.iter().enumerate() {
             if !p.starts_with('/') {
@@ -590,22 +624,14 @@ pub fn judge(
             }
         }
     }
-    outside_requester(req, parent)?;
-    plain_text(req)?;
-    if let Some(c) = &req.cwd
-        && !c.starts_with('/')
-    {
-        return Err(Refusal::new(
-            400,
-            "absolute-paths",
-            Some("cwd"),
-            format!("`{c}` is not an absolute path"),
-        ));
-    }
-    // An image is a name the engine may fetch from a registry, on the host's network: a
-    // member choosing any would have a way out that its grant does not give it (an image
-    // name can carry data to a registry of its choosing). So: an image a person named for
-    // this team.
+    Ok(())
+}
+
+/// An image is a name the engine may fetch from a registry, on the host's network: a
+/// member choosing any would have a way out that its grant does not give it (an image
+/// name can carry data to a registry of its choosing). So: an image a person named for
+/// this team.
+fn image_from_manifests(req: &Request, team: &Team) -> Result<(), Refusal> {
     if let Some(image) = &req.image
         && team.image.as_ref() != Some(image)
         && !team.members.iter().any(|m| m.image == *image)
@@ -619,10 +645,19 @@ pub fn judge(
             ),
         ));
     }
-    let (secret_env, refusal) = request_rules(req, parent);
-    if let Some(r) = refusal {
-        return Err(r);
-    }
+    Ok(())
+}
+
+/// The requested member as a person would write it: the team's manifests, a grant and a
+/// member; with the member as the model holds it before judging.
+fn as_manifests(
+    req: &Request,
+    by: &str,
+    team: &Team,
+    parent: &Member,
+    secret_env: Vec<String>,
+    at: &str,
+) -> Result<(Member, String), Refusal> {
     // The member as a manifest would write it.
     let grant = crate::model::AccessGrant {
         name: grant_name(&req.name),
@@ -682,6 +717,17 @@ pub fn judge(
             format!("the request cannot be written as a manifest: {e}"),
         )
     })?;
+    Ok((child, text))
+}
+
+/// The manifests judged by every rule a person's are, with the other teams applied: the member
+/// they make.
+fn validated(
+    text: String,
+    req: &Request,
+    host: &Host,
+    applied: &[Team],
+) -> Result<Member, Refusal> {
     let source = Source {
         path: REQUEST_FILE.into(),
         dir: "/".into(),
@@ -690,7 +736,7 @@ pub fn judge(
     };
     let desired = crate::manifest::validate(std::slice::from_ref(&source), host, applied)
         .map_err(|problems| refusal_of(&problems, &req.name))?;
-    let mut made = desired
+    desired
         .teams
         .into_iter()
         .flat_map(|t| t.members)
@@ -702,10 +748,7 @@ pub fn judge(
                 None,
                 "the request was judged but its member is not in the result",
             )
-        })?;
-    made.origin = child.origin;
-    resources_within(&made, parent)?;
-    Ok(made)
+        })
 }
 
 /// Whether the store or the machine remembers something by `name` in `team`, which a new
