@@ -199,63 +199,9 @@ pub enum Command {
     ///
     /// Runs until SIGINT or SIGTERM (a second one stops at once). One controller per state
     /// folder; `ateam apply` beside it works (the same lock). Logs at info by default.
-    Controller {
-        #[command(flatten)]
-        files: Files,
-        /// Remove what no manifest wants: members, strangers, teams whose manifests are gone.
-        #[arg(long)]
-        prune: bool,
-        /// Look at everything again this often, in case an event was missed.
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        resync: std::time::Duration,
-        /// Reconcile everything once and exit (for cron and CI): 0 converged, 1 not.
-        #[arg(long)]
-        once: bool,
-        /// First delay of the crash-loop backoff (doubling up to 5 min, reset after 10 min
-        /// of running).
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        crash_backoff: std::time::Duration,
-        /// A member that ran this long before it exited starts a new count (no delay).
-        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-        crash_reset: std::time::Duration,
-        /// Members brought up at once within a team; default min(8, 2 x CPUs).
-        #[arg(long)]
-        concurrency: Option<usize>,
-        /// Serve Prometheus metrics at http://ADDR/metrics: a loopback address
-        /// (127.0.0.1:9464, [::1]:9464, localhost:9464) unless --metrics-allow-remote.
-        #[arg(long, value_name = "ADDR", conflicts_with = "once")]
-        metrics: Option<String>,
-        /// Let --metrics listen on a non-loopback address (the figures name your teams and
-        /// members: anyone who can reach it reads them).
-        #[arg(long, requires = "metrics")]
-        metrics_allow_remote: bool,
-    },
+    Controller(ControllerFlags),
     /// Print a member's output.
-    Logs {
-        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
-        member: Option<String>,
-        #[arg(long)]
-        team: Option<String>,
-        /// Lines from the end.
-        #[arg(long, default_value_t = 100)]
-        tail: usize,
-        /// Keep printing new output until the member stops.
-        #[arg(short, long, conflicts_with = "egress")]
-        follow: bool,
-        /// Every member whose labels match, each line prefixed with `[member]` (instead of
-        /// MEMBER; not with -f).
-        #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with = "follow")]
-        selector: Option<Selector>,
-        /// Only output newer than this: an age (`10m`, `2h`) or an RFC 3339 time.
-        #[arg(long, value_parser = parse_since)]
-        since: Option<i64>,
-        /// Prefix each line with the time the engine received it (RFC 3339).
-        #[arg(short = 't', long)]
-        timestamps: bool,
-        /// The member's egress instead: connections its proxy allowed and refused.
-        #[arg(long)]
-        egress: bool,
-    },
+    Logs(LogsFlags),
     /// Write a team as it now stands, helpers its members asked for included, as manifests
     /// a person can check in (they pass `validate`, and an apply of them changes nothing).
     Export {
@@ -381,4 +327,66 @@ fn parse_since(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("`{text}` is before the epoch"))?
         .as_secs();
     i64::try_from(secs).map_err(|e| e.to_string())
+}
+
+/// `ateam controller`'s flags (apart, so the verb's handler takes them as one value).
+#[derive(Debug, Args)]
+pub struct ControllerFlags {
+    #[command(flatten)]
+    pub files: Files,
+    /// Remove what no manifest wants: members, strangers, teams whose manifests are gone.
+    #[arg(long)]
+    pub prune: bool,
+    /// Look at everything again this often, in case an event was missed.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub resync: std::time::Duration,
+    /// Reconcile everything once and exit (for cron and CI): 0 converged, 1 not.
+    #[arg(long)]
+    pub once: bool,
+    /// First delay of the crash-loop backoff (doubling up to 5 min, reset after 10 min
+    /// of running).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub crash_backoff: std::time::Duration,
+    /// A member that ran this long before it exited starts a new count (no delay).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub crash_reset: std::time::Duration,
+    /// Members brought up at once within a team; default min(8, 2 x CPUs).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Serve Prometheus metrics at http://ADDR/metrics: a loopback address
+    /// (127.0.0.1:9464, [::1]:9464, localhost:9464) unless --metrics-allow-remote.
+    #[arg(long, value_name = "ADDR", conflicts_with = "once")]
+    pub metrics: Option<String>,
+    /// Let --metrics listen on a non-loopback address (the figures name your teams and
+    /// members: anyone who can reach it reads them).
+    #[arg(long, requires = "metrics")]
+    pub metrics_allow_remote: bool,
+}
+
+/// `ateam logs`' flags.
+#[derive(Debug, Args)]
+pub struct LogsFlags {
+    #[arg(required_unless_present = "selector", conflicts_with = "selector")]
+    pub member: Option<String>,
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Lines from the end.
+    #[arg(long, default_value_t = 100)]
+    pub tail: usize,
+    /// Keep printing new output until the member stops.
+    #[arg(short, long, conflicts_with = "egress")]
+    pub follow: bool,
+    /// Every member whose labels match, each line prefixed with `[member]` (instead of
+    /// MEMBER; not with -f).
+    #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with = "follow")]
+    pub selector: Option<Selector>,
+    /// Only output newer than this: an age (`10m`, `2h`) or an RFC 3339 time.
+    #[arg(long, value_parser = parse_since)]
+    pub since: Option<i64>,
+    /// Prefix each line with the time the engine received it (RFC 3339).
+    #[arg(short = 't', long)]
+    pub timestamps: bool,
+    /// The member's egress instead: connections its proxy allowed and refused.
+    #[arg(long)]
+    pub egress: bool,
 }

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     // Commands are short and watched by a person (`logging::COMMAND_DEFAULT`); the controller
     // runs unwatched, and its log is the record of what it did.
     let default = match args.command {
-        cli::Command::Controller { .. } => tracing::Level::INFO,
+        cli::Command::Controller(_) => tracing::Level::INFO,
         _ => logging::COMMAND_DEFAULT,
     };
     if let Err(e) = logging::init(&args.log, default) {

@@ -36,7 +36,7 @@ mod validate;
 
 use std::future::Future;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, ControllerFlags, LogsFlags};
 use ateam::backend::LogOptions;
 use exit::Exit;
 
@@ -103,76 +103,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             };
             block_on(delete::run(g, &files, which, purge, no_wait))?
         }
-        Command::Controller {
-            files,
-            prune,
-            resync,
-            once,
-            crash_backoff,
-            crash_reset,
-            concurrency,
-            metrics,
-            metrics_allow_remote,
-        } => controller::run(
-            g,
-            &files,
-            controller::Opts {
-                prune,
-                resync,
-                once,
-                crash_backoff,
-                crash_reset,
-                concurrency,
-                metrics,
-                metrics_allow_remote,
-            },
-        ),
-        Command::Logs {
-            member: Some(member),
-            team,
-            tail,
-            since,
-            egress: true,
-            ..
-        } => egress::logs(g, team.as_deref(), &member, tail, since),
-        Command::Logs { egress: true, .. } => {
-            anyhow::bail!("--egress shows one member's connections: name it")
-        }
-        Command::Logs {
-            member: None,
-            team,
-            tail,
-            since,
-            timestamps,
-            selector: Some(selector),
-            ..
-        } => {
-            let opts = LogOptions {
-                tail,
-                follow: false,
-                since,
-                timestamps,
-            };
-            block_on(member::logs_selected(g, team.as_deref(), &selector, opts))?
-        }
-        Command::Logs {
-            member,
-            team,
-            tail,
-            follow,
-            since,
-            timestamps,
-            ..
-        } => {
-            let member = member.unwrap_or_default();
-            let opts = LogOptions {
-                tail,
-                follow,
-                since,
-                timestamps,
-            };
-            block_on(member::logs(g, team.as_deref(), &member, opts))?
-        }
+        Command::Controller(args) => controller(g, args),
+        Command::Logs(args) => logs(g, args),
         Command::Export { team, output } => export::run(g, &team, output.as_deref()),
         Command::RotateCa { team } => egress::rotate_ca(g, &team),
         Command::HelperServer {
@@ -218,6 +150,50 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
         Command::Completion { shell } => completion::completion(shell),
         Command::Man { dir } => completion::man(dir.as_deref()),
+    }
+}
+
+/// `ateam controller`: the flags as the daemon's options.
+fn controller(g: &crate::cli::Global, a: ControllerFlags) -> anyhow::Result<Exit> {
+    controller::run(
+        g,
+        &a.files,
+        controller::Opts {
+            prune: a.prune,
+            resync: a.resync,
+            once: a.once,
+            crash_backoff: a.crash_backoff,
+            crash_reset: a.crash_reset,
+            concurrency: a.concurrency,
+            metrics: a.metrics,
+            metrics_allow_remote: a.metrics_allow_remote,
+        },
+    )
+}
+
+/// `ateam logs`: one member's output, its egress (`--egress`), or every member a selector
+/// matches.
+fn logs(g: &crate::cli::Global, a: LogsFlags) -> anyhow::Result<Exit> {
+    let opts = LogOptions {
+        tail: a.tail,
+        follow: a.follow,
+        since: a.since,
+        timestamps: a.timestamps,
+    };
+    match (a.member, a.selector, a.egress) {
+        (Some(member), _, true) => egress::logs(g, a.team.as_deref(), &member, a.tail, a.since),
+        (None, _, true) => anyhow::bail!("--egress shows one member's connections: name it"),
+        (None, Some(selector), false) => {
+            let opts = LogOptions {
+                follow: false,
+                ..opts
+            };
+            block_on(member::logs_selected(g, a.team.as_deref(), &selector, opts))?
+        }
+        (member, _, false) => {
+            let member = member.unwrap_or_default();
+            block_on(member::logs(g, a.team.as_deref(), &member, opts))?
+        }
     }
 }
 
