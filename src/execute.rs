@@ -36,8 +36,48 @@ pub fn default_concurrency() -> usize {
 
 /// Where an apply reports progress (a terminal display, or plain lines).
 pub trait Progress: Send + Sync {
-    /// `step` is one of: creating, verifying, starting, ready, replacing, removing, failed.
-    fn step(&self, team: &str, member: &str, step: &str);
+    fn step(&self, team: &str, member: &str, step: Step);
+}
+
+/// A member's step in an apply, as its progress line shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Creating,
+    Verifying,
+    Starting,
+    Replacing,
+    Removing,
+    Ready,
+    Failed,
+}
+
+impl Step {
+    /// The word a person reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Creating => "creating",
+            Step::Verifying => "verifying",
+            Step::Starting => "starting",
+            Step::Replacing => "replacing",
+            Step::Removing => "removing",
+            Step::Ready => "ready",
+            Step::Failed => "failed",
+        }
+    }
+
+    /// Whether nothing follows it for this member in this apply.
+    pub fn is_last(self) -> bool {
+        match self {
+            Step::Ready | Step::Removing | Step::Failed => true,
+            Step::Creating | Step::Verifying | Step::Starting | Step::Replacing => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Progress for no one: the controller, the helper server and `top` log each action
@@ -45,7 +85,7 @@ pub trait Progress: Send + Sync {
 pub struct Quiet;
 
 impl Progress for Quiet {
-    fn step(&self, _: &str, _: &str, _: &str) {}
+    fn step(&self, _: &str, _: &str, _: Step) {}
 }
 
 /// What went wrong for one member; the others went on.
@@ -677,7 +717,7 @@ impl Executor<'_> {
                                 elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
                                 "action failed; the member's next actions are skipped"
                             );
-                            self.progress.step(&team, &member, "failed");
+                            self.progress.step(&team, &member, Step::Failed);
                             return Some(Failure {
                                 team,
                                 member,
@@ -727,13 +767,13 @@ impl Executor<'_> {
                         message: "a start was planned for a member no manifest wants".into(),
                     }));
                 };
-                self.progress.step(team, member, "starting");
+                self.progress.step(team, member, Step::Starting);
                 if let Err(e) = self.start_again(m, &container.id, reason).await {
                     return Carried::launched(Err(e));
                 }
                 let done = self.count_restart(m, reason);
                 if done.is_ok() {
-                    self.progress.step(team, member, "ready");
+                    self.progress.step(team, member, Step::Ready);
                 }
                 Carried {
                     done,
@@ -867,7 +907,7 @@ impl Executor<'_> {
         member: &str,
         container: &ContainerRef,
     ) -> Result<(), ActionError> {
-        self.progress.step(team, member, "removing");
+        self.progress.step(team, member, Step::Removing);
         self.rt
             .remove(team, member, &container.id)
             .await
@@ -882,7 +922,7 @@ impl Executor<'_> {
         member: &str,
         container: &ContainerRef,
     ) -> Result<(), ActionError> {
-        self.progress.step(team, member, "removing");
+        self.progress.step(team, member, Step::Removing);
         self.rt
             .backend
             .remove(&container.id)
@@ -897,13 +937,13 @@ impl Executor<'_> {
         member: &str,
         container: &ContainerRef,
     ) -> Result<(), ActionError> {
-        self.progress.step(team, member, "starting");
+        self.progress.step(team, member, Step::Starting);
         self.rt
             .backend
             .unpause(&container.id)
             .await
             .map_err(backend_error(member))?;
-        self.progress.step(team, member, "ready");
+        self.progress.step(team, member, Step::Ready);
         Ok(())
     }
 
@@ -916,13 +956,13 @@ impl Executor<'_> {
         container: &ContainerRef,
         name: &str,
     ) -> Result<(), ActionError> {
-        self.progress.step(team, member, "replacing");
+        self.progress.step(team, member, Step::Replacing);
         self.rt
             .backend
             .rename(&container.id, name)
             .await
             .map_err(backend_error(member))?;
-        self.progress.step(team, member, "ready");
+        self.progress.step(team, member, Step::Ready);
         Ok(())
     }
 
@@ -973,10 +1013,7 @@ impl Executor<'_> {
         member: &str,
         policy: &EgressPolicy,
     ) -> Result<(), ActionError> {
-        let owner = self.member_of(wanted, member)?;
-        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-        self.write_intercepts(wanted, &paths, policy, owner)?;
-        let policy = egress::PolicyFile::new(team, member, policy);
+        let (owner, paths, policy) = self.egress_files(wanted, team, member, policy)?;
         let store_owner = self.rt.owner;
         blocking(member, move || {
             egress::start(&paths, &policy, store_owner, owner)
@@ -996,10 +1033,7 @@ impl Executor<'_> {
         member: &str,
         policy: &EgressPolicy,
     ) -> Result<(), ActionError> {
-        let owner = self.member_of(wanted, member)?;
-        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
-        self.write_intercepts(wanted, &paths, policy, owner)?;
-        let policy = egress::PolicyFile::new(team, member, policy);
+        let (owner, paths, policy) = self.egress_files(wanted, team, member, policy)?;
         egress::write_policy(&paths, &policy, owner).map_err(|source| ActionError::Io {
             member: member.to_string(),
             path: paths.policy.clone(),
@@ -1111,6 +1145,21 @@ impl Executor<'_> {
     }
 
     /// The user a wanted member runs as (its proxy runs as that user too).
+    /// What a proxy starts from or reloads: the member's user, its paths, its intercepts
+    /// written, and its policy file.
+    fn egress_files(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<(files::Owner, egress::Paths, egress::PolicyFile), ActionError> {
+        let owner = self.member_of(wanted, member)?;
+        let paths = egress::Paths::new(&self.rt.state_dir, team, member);
+        self.write_intercepts(wanted, &paths, policy, owner)?;
+        Ok((owner, paths, egress::PolicyFile::new(team, member, policy)))
+    }
+
     fn member_of(
         &self,
         wanted: Option<&DesiredMember>,
@@ -1157,10 +1206,11 @@ impl Executor<'_> {
     /// planner finishes or undoes (see `plan`).
     /// Makes, verifies and releases a member's container; its id.
     async fn create(&self, member: &DesiredMember) -> Result<String, ActionError> {
-        self.progress.step(&member.team, &member.member, "creating");
+        self.progress
+            .step(&member.team, &member.member, Step::Creating);
         let p = self.rt.prepare(member, self.secret).await?;
         self.progress
-            .step(&member.team, &member.member, "verifying");
+            .step(&member.team, &member.member, Step::Verifying);
         let id = match self.rt.launch(p, None).await {
             Err(RunError::Backend {
                 source: BackendError::NameConflict { .. },
@@ -1172,7 +1222,8 @@ impl Executor<'_> {
             other => other?,
         };
         debug!(container = %id, name = %member.spec.name, "created, verified and released");
-        self.progress.step(&member.team, &member.member, "ready");
+        self.progress
+            .step(&member.team, &member.member, Step::Ready);
         Ok(id)
     }
 
@@ -1183,7 +1234,7 @@ impl Executor<'_> {
         m: &DesiredMember,
         old: &ContainerRef,
     ) -> Result<String, ActionError> {
-        self.progress.step(&m.team, &m.member, "creating");
+        self.progress.step(&m.team, &m.member, Step::Creating);
         let mut p = self.rt.prepare(m, self.secret).await?;
         p.request
             .labels
@@ -1204,7 +1255,7 @@ impl Executor<'_> {
             );
             self.rt.remove(&m.team, &m.member, &stale.id).await?;
         }
-        self.progress.step(&m.team, &m.member, "verifying");
+        self.progress.step(&m.team, &m.member, Step::Verifying);
         let new_id = self.rt.launch(p, Some(&temp)).await?;
         debug!(container = %new_id, name = %temp, "replacement created, verified and released");
         Ok(new_id)
@@ -1217,7 +1268,7 @@ impl Executor<'_> {
         old: &ContainerRef,
         new_id: &str,
     ) -> Result<(), ActionError> {
-        self.progress.step(&m.team, &m.member, "replacing");
+        self.progress.step(&m.team, &m.member, Step::Replacing);
         self.rt.remove(&m.team, &m.member, &old.id).await?;
         self.rt
             .backend
@@ -1227,7 +1278,7 @@ impl Executor<'_> {
                 member: m.member.clone(),
                 source,
             })?;
-        self.progress.step(&m.team, &m.member, "ready");
+        self.progress.step(&m.team, &m.member, Step::Ready);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use ateam::execute::Progress;
+use ateam::execute::{Progress, Step};
 
 pub enum Display {
     Terminal {
@@ -42,7 +42,7 @@ impl Drop for Display {
 }
 
 impl Progress for Display {
-    fn step(&self, team: &str, member: &str, step: &str) {
+    fn step(&self, team: &str, member: &str, step: Step) {
         let who = format!("{team}/{member}");
         match self {
             Display::Plain => eprintln!("{who}: {step}"),
@@ -58,9 +58,10 @@ impl Progress for Display {
                     b.enable_steady_tick(std::time::Duration::from_millis(120));
                     b
                 });
-                match step {
-                    "ready" | "removing" | "failed" => bar.finish_with_message(step.to_string()),
-                    _ => bar.set_message(step.to_string()),
+                if step.is_last() {
+                    bar.finish_with_message(step.as_str());
+                } else {
+                    bar.set_message(step.as_str());
                 }
             }
         }
