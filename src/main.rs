@@ -22,6 +22,8 @@ fn main() -> ExitCode {
     // runs unwatched, and its log is the record of what it did.
     let default = match args.command {
         cli::Command::Controller(_) => tracing::Level::INFO,
+        // Every other verb: short and watched.
+        #[allow(clippy::wildcard_enum_match_arm)]
         _ => logging::COMMAND_DEFAULT,
     };
     if let Err(e) = logging::init(&args.log, default) {

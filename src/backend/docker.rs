@@ -485,7 +485,11 @@ impl Backend for DockerBackend {
                     bollard::container::LogOutput::StdErr { message } => {
                         stderr.extend_from_slice(&message)
                     }
-                    other => stdout.extend_from_slice(&other.into_bytes()),
+                    other @ (bollard::container::LogOutput::StdOut { .. }
+                    | bollard::container::LogOutput::StdIn { .. }
+                    | bollard::container::LogOutput::Console { .. }) => {
+                        stdout.extend_from_slice(&other.into_bytes())
+                    }
                 }
             }
         }
@@ -829,7 +833,12 @@ fn last_exit_of(state: &EngineState, container_state: &ContainerState) -> Option
                 .and_then(rfc3339_epoch),
             state.error.clone(),
         )),
-        _ => None,
+        ContainerState::Created
+        | ContainerState::Running
+        | ContainerState::Paused
+        | ContainerState::Restarting
+        | ContainerState::Removing
+        | ContainerState::Dead => None,
     }
 }
 
@@ -959,9 +968,10 @@ fn epoch_seconds(s: &str) -> Option<i64> {
 }
 
 fn status(e: &BollardError) -> Option<u16> {
-    match e {
-        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
+    if let BollardError::DockerResponseServerError { status_code, .. } = e {
+        Some(*status_code)
+    } else {
+        None
     }
 }
 
@@ -995,10 +1005,15 @@ fn io_kind(e: &BollardError) -> Option<ErrorKind> {
     None
 }
 
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "another crate's enum, which grows"
+)]
 fn is_connection_error(e: &BollardError) -> bool {
     match e {
         BollardError::HyperLegacyError { err } => err.is_connect(),
         BollardError::SocketNotFoundError(_) => true,
+        // bollard's other errors (two dozen, growing): judged by the I/O error under them.
         _ => matches!(
             io_kind(e),
             Some(

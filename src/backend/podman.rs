@@ -184,16 +184,25 @@ fn validate_response(response: Response<Body>) -> Validated {
 }
 
 /// The HTTP status of an engine answer, if the error is one.
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "another crate's enum, which grows"
+)]
 fn status_of(e: &podman_api::Error) -> Option<StatusCode> {
     match e {
         podman_api::Error::Fault { code, .. } => Some(*code),
         podman_api::Error::Error(containers_api::conn::Error::Fault { code, .. }) => Some(*code),
+        // podman-api's other errors carry no HTTP status.
         _ => None,
     }
 }
 
 /// Podman's own words. podman-api formats faults as `"{message}: {cause}"` and the message
 /// usually already ends with the cause, so the repeat is dropped.
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "another crate's enum, which grows"
+)]
 fn message_of(e: &podman_api::Error) -> String {
     match e {
         podman_api::Error::Fault { message, .. }
@@ -203,6 +212,7 @@ fn message_of(e: &podman_api::Error) -> String {
                 _ => message.clone(),
             }
         }
+        // podman-api's own errors: their text as it is.
         other => other.to_string(),
     }
 }
@@ -533,7 +543,12 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
                 .and_then(|t| rfc3339_epoch(t.timestamp())),
             state.and_then(|s| s.error.clone()),
         )),
-        _ => None,
+        ContainerState::Created
+        | ContainerState::Running
+        | ContainerState::Paused
+        | ContainerState::Restarting
+        | ContainerState::Removing
+        | ContainerState::Dead => None,
     };
     Inspected {
         summary: Summary {

@@ -312,7 +312,9 @@ fn address_opens(ip: std::net::IpAddr) -> &'static str {
         IpAddr::V6(a) if a.segments()[..2] == [0xfd00, 0xec2] => {
             "the cloud metadata service, which hands out this machine's cloud credentials"
         }
-        _ => "machines of this host's own networks, out of the internet's reach",
+        IpAddr::V4(_) | IpAddr::V6(_) => {
+            "machines of this host's own networks, out of the internet's reach"
+        }
     }
 }
 

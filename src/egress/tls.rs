@@ -124,6 +124,10 @@ impl TeamCa {
 
     /// A certificate for one intercepted entry (`api.example.com`, `git.example.com:8443`,
     /// `10.0.0.5:443`): for its name or address, whatever the port.
+    #[allow(
+        clippy::wildcard_enum_match_arm,
+        reason = "rcgen's SanType is non-exhaustive"
+    )]
     pub fn issue(&self, entry: &str) -> Result<Leaf, TlsError> {
         let fail = |why: String| TlsError::Issue {
             host: entry.to_string(),
@@ -146,6 +150,7 @@ impl TeamCa {
         let shown = match &san {
             SanType::DnsName(n) => n.as_str().to_string(),
             SanType::IpAddress(ip) => ip.to_string(),
+            // rcgen's SanType is non-exhaustive: every other kind is shown as written.
             _ => entry.to_string(),
         };
         p.distinguished_name.push(DnType::CommonName, shown);

@@ -232,7 +232,7 @@ fn prune(v: &mut serde_json::Value) {
             Value::Null => false,
             Value::Object(o) => !o.is_empty(),
             Value::Array(a) => !a.is_empty(),
-            _ => true,
+            Value::Bool(_) | Value::Number(_) | Value::String(_) => true,
         });
     } else if let Value::Array(a) = v {
         a.iter_mut().for_each(prune);

@@ -331,7 +331,10 @@ fn file_problem(path: &Path, e: ReadError) -> Problem {
     let (line, column) = match e {
         ReadError::NotUtf8 { line, column, .. } => (line, column),
         ReadError::Utf16 => (1, 1),
-        _ => (0, 0),
+        ReadError::NotRegular(_)
+        | ReadError::TooLarge
+        | ReadError::LinkLeaves { .. }
+        | ReadError::Io(_) => (0, 0),
     };
     Problem {
         file: path.to_path_buf(),

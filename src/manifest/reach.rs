@@ -310,7 +310,9 @@ impl<'a> Fence<'a> {
                             | Reach::Inside { alias: true } => {
                                 " under another name (same device and inode)".into()
                             }
-                            _ => String::new(),
+                            Reach::Is { alias: false }
+                            | Reach::Contains { alias: false }
+                            | Reach::Inside { alias: false } => String::new(),
                         };
                         return Err(format!(
                             "`{}` would be reached by `{}`, a folder team `{}` grants its members (AccessGrant `{}`){how}; {TRANSCRIPTS}",

@@ -113,7 +113,7 @@ impl Document {
                 Node::Seq(items, _) => index_step(rest)
                     .and_then(|(i, after)| items.get(i).map(|n| (n, n.shown_pos(), after))),
                 Node::Map(pairs, _) => key_step(pairs, rest.strip_prefix('.').unwrap_or(rest)),
-                _ => None,
+                Node::Scalar(..) | Node::Shared(_) => None,
             };
             let Some((next, pos, after)) = step else {
                 return (node, at, false);
@@ -146,7 +146,7 @@ fn key_step<'a, 'p>(pairs: &'a [(Node, Node)], path: &'p str) -> Option<(&'a Nod
                     rest,
                 ))
             }
-            _ => None,
+            Node::Seq(..) | Node::Map(..) | Node::Shared(_) => None,
         })
         .max_by_key(|(len, ..)| *len)
         .map(|(_, v, pos, rest)| (v, pos, rest))
@@ -166,7 +166,7 @@ impl Node {
     fn resolved(&self) -> &Node {
         match self {
             Node::Shared(n) => n.resolved(),
-            n => n,
+            n @ (Node::Scalar(..) | Node::Seq(..) | Node::Map(..)) => n,
         }
     }
 
@@ -182,7 +182,7 @@ impl Node {
     fn shown_pos(&self) -> Pos {
         match self.resolved() {
             Node::Map(pairs, p) => pairs.first().map_or(*p, |(k, _)| k.pos()),
-            n => n.pos(),
+            n @ (Node::Scalar(..) | Node::Seq(..) | Node::Shared(_)) => n.pos(),
         }
     }
 }
@@ -393,7 +393,9 @@ fn scalar(s: &str, style: TScalarStyle) -> Value {
             .and_then(Number::from_f64)
             .map(Value::Number)
             .unwrap_or_else(|| Value::String(s.to_string())),
-        _ => Value::String(s.to_string()),
+        Yaml::String(_) | Yaml::Array(_) | Yaml::Hash(_) | Yaml::Alias(_) | Yaml::BadValue => {
+            Value::String(s.to_string())
+        }
     }
 }
 

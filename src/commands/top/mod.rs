@@ -183,6 +183,8 @@ fn read_key(ev: Event) -> Option<Key> {
         KeyCode::Esc => Key::Esc,
         KeyCode::Backspace => Key::Backspace,
         KeyCode::Char(c) => Key::Char(c),
+        // crossterm's other keys (function, media, modifier keys...) do nothing here.
+        #[allow(clippy::wildcard_enum_match_arm)]
         _ => return None,
     })
 }

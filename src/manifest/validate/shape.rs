@@ -266,6 +266,10 @@ fn path_string(segments: &[Segment]) -> String {
 }
 
 /// Maps a path in the pruned value back to the path the user wrote.
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "another crate's enum, which grows"
+)]
 fn original_path(segments: &[Segment], removed: &BTreeMap<String, Vec<usize>>) -> String {
     let mut fixed = Vec::new();
     for seg in segments {
@@ -283,6 +287,7 @@ fn original_path(segments: &[Segment], removed: &BTreeMap<String, Vec<usize>>) -
                 }
                 fixed.push(Segment::Seq { index: orig });
             }
+            // The schema crate's segments other than an index are kept as they are.
             other => fixed.push(other.clone()),
         }
     }
