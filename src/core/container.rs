@@ -9,8 +9,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::model::Network;
-
 /// What a member's container has for a network. An allowlist's entries are not part of it:
 /// they live in the egress proxy's policy file, so that a new list needs no new container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,15 +23,6 @@ pub enum SpecNetwork {
 }
 
 impl SpecNetwork {
-    /// A member's network, from its grant; `team_net` is its team's network name.
-    pub fn of(n: &Network, team_net: impl FnOnce() -> String) -> SpecNetwork {
-        match n {
-            Network::None => SpecNetwork::None,
-            Network::Allow(_) => SpecNetwork::Proxy,
-            Network::Open => SpecNetwork::Open(team_net()),
-        }
-    }
-
     /// The engine network to attach to, for `Open`.
     pub fn name(&self) -> Option<&str> {
         match self {

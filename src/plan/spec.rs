@@ -222,7 +222,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     };
     env.insert("ATEAM_READ_DIRS".into(), join(&m.access.read));
     env.insert("ATEAM_WRITE_DIRS".into(), join(&m.access.write));
-    let network = SpecNetwork::of(&m.access.network, || {
+    let network = spec_network(&m.access.network, || {
         team_network_name(&store_id(&host.state_dir), &team.name)
     });
     if network == SpecNetwork::Proxy {
@@ -359,5 +359,14 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
             .collect(),
         sessions,
         members,
+    }
+}
+
+/// A member's network, from its grant; `team_net` is its team's network name.
+fn spec_network(n: &crate::model::Network, team_net: impl FnOnce() -> String) -> SpecNetwork {
+    match n {
+        crate::model::Network::None => SpecNetwork::None,
+        crate::model::Network::Allow(_) => SpecNetwork::Proxy,
+        crate::model::Network::Open => SpecNetwork::Open(team_net()),
     }
 }

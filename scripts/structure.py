@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The structure figures issue 21 asked for, rerunnable: functions over 100 and 120 lines
+(tests apart), imports between top-level modules that close a cycle (arrows back up), state-folder names joined
+outside core/layout.rs, and unit tests of the I/O layers (execute, observe, runtime, app).
+
+Usage: python3 scripts/structure.py [--top N]
+"""
+import os
+import re
+import sys
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+FN = re.compile(r'^(\s*)(pub(\([^)]*\))?\s+)?(async\s+)?(const\s+)?(unsafe\s+)?fn\s+(\w+)')
+# The binary's edge, which may import anything of the library.
+EDGE = {"main", "cli", "commands", "logging", "lib"}
+# Names of the state folder's files and folders (core/layout.rs owns them).
+STATE_NAMES = ["go", "secrets", "tmux.sock", "proxy.err", "restarts", "sessions", "ctl",
+               "record.json", "policy.json", "proxy.sock", "helpers.sock", "events.jsonl"]
+
+
+def rust_files():
+    for d, _, fs in os.walk(SRC):
+        for f in fs:
+            if f.endswith(".rs"):
+                yield os.path.join(d, f)
+
+
+def code_lines(path):
+    """The file's lines before its `#[cfg(test)] mod` (test files: none)."""
+    if os.path.basename(path) == "tests.rs" or "/tests/" in path:
+        return []
+    lines = open(path).read().split("\n")
+    for i, l in enumerate(lines):
+        if re.match(r'^\s*mod \w+\s*(\{|;)', l) and i > 0 and "cfg(test)" in lines[i - 1]:
+            if l.rstrip().endswith("{"):
+                return lines[:i]
+    return lines
+
+
+def functions():
+    out = []
+    for p in rust_files():
+        lines = code_lines(p)
+        for i, l in enumerate(lines):
+            m = FN.match(l)
+            if not m or l.rstrip().endswith("{}"):
+                continue
+            j = i
+            while j < len(lines) and not lines[j].rstrip().endswith(("{", ";", "{}")):
+                j += 1
+            if j >= len(lines) or not lines[j].rstrip().endswith("{"):
+                continue
+            k = j + 1
+            while k < len(lines) and lines[k] != m.group(1) + "}":
+                k += 1
+            out.append((k - i + 1, os.path.relpath(p, SRC), m.group(7), i + 1))
+    return sorted(out, reverse=True)
+
+
+def imports():
+    """Every `crate::x` a top-level module's code (not its comments, not its tests) names."""
+    found = {}
+    for p in rust_files():
+        rel = os.path.relpath(p, SRC)
+        me = rel.split("/")[0].removesuffix(".rs")
+        if me in EDGE:
+            continue
+        for n, l in enumerate(code_lines(p), 1):
+            if l.strip().startswith("//"):
+                continue
+            for m in re.finditer(r'crate::(\w+)', l):
+                if m.group(1) != me:
+                    found.setdefault((me, m.group(1)), []).append(f"{rel}:{n}")
+    return found
+
+
+def arrows_in_cycles():
+    """The imports between top-level modules that close a cycle (an arrow that runs back up
+    whichever way the map is drawn), found as the edges inside a strongly connected group."""
+    found = imports()
+    graph = {}
+    for a, b in found:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, group = {}, {}, [], set(), {}
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group[w] = v
+                if w == v:
+                    break
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(f"{a} -> {b} ({', '.join(at[:3])}{' ...' if len(at) > 3 else ''})"
+                  for (a, b), at in found.items() if group[a] == group[b])
+
+
+def state_joins():
+    found = []
+    names = "|".join(re.escape(n) for n in STATE_NAMES)
+    pat = re.compile(r'\.join\("(' + names + r')"\)')
+    for p in rust_files():
+        rel = os.path.relpath(p, SRC)
+        if rel == "core/layout.rs":
+            continue
+        for n, l in enumerate(code_lines(p), 1):
+            if pat.search(l):
+                found.append(f"{rel}:{n} {l.strip()}")
+    return found
+
+
+def io_unit_tests():
+    counts = {}
+    for p in rust_files():
+        rel = os.path.relpath(p, SRC)
+        top = rel.split("/")[0].removesuffix(".rs")
+        if top not in ("execute", "observe", "runtime", "app"):
+            continue
+        text = open(p).read()
+        counts[top] = counts.get(top, 0) + len(re.findall(r'#\[(tokio::)?test\b', text))
+    return counts
+
+
+def main():
+    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 10
+    fns = functions()
+    for n, p, name, line in fns[:top]:
+        print(f"{n:5d}  {p}:{line} {name}")
+    print(f"functions: {len(fns)}; over 100 lines: {sum(1 for f in fns if f[0] > 100)}; "
+          f"over 120: {sum(1 for f in fns if f[0] > 120)}")
+    up = arrows_in_cycles()
+    print(f"imports between top-level modules that close a cycle: {len(up)}")
+    for u in up:
+        print("  " + u)
+    joins = state_joins()
+    print(f"state-folder names joined outside core/layout.rs: {len(joins)}")
+    for j in joins:
+        print("  " + j)
+    print("unit tests of the I/O layers: " +
+          ", ".join(f"{k} {v}" for k, v in sorted(io_unit_tests().items())))
+
+
+if __name__ == "__main__":
+    main()
