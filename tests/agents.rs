@@ -7,6 +7,11 @@
 //! ignored by a plain `cargo test`. ATEAM_TEST_BIN picks the ateam binary (default: this
 //! build's; for rootless Podman a copy that user can reach).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 mod common;
 
 use std::os::unix::fs::MetadataExt;

@@ -8,6 +8,11 @@
 //! Every case names the attack it tries. Pointing ATEAM_TEST_BIN at an older ateam shows which
 //! attacks it let through.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -8,6 +8,11 @@
 //! services and sessions (the rootless user's login here has that already). Ignored by a
 //! plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;

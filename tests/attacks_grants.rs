@@ -13,6 +13,11 @@
 //! `#[ignore]`d engine tests, run by scripts/test.sh on Docker and rootful Podman. Bind and
 //! tmpfs mounts need root, as the engine tests do.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -7,6 +7,11 @@
 //! machine, and with a hard time limit, so that a loader that blocks fails the test instead of
 //! hanging it.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,6 +5,11 @@
 //! glob, and to find the real values or a private key in what it can read (`/.ateam`, its
 //! mounts). On Docker, rootful Podman and rootless Podman. Ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 #[macro_use]
 mod common;
 use common::Engine;

@@ -18,6 +18,11 @@
 //! The validation cases need no engine and run in every test run; the others are ignored
 //! engine tests, run on Docker, rootful Podman and rootless Podman by scripts/test.sh.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

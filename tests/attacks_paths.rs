@@ -5,6 +5,11 @@
 //! Docker, rootful Podman and rootless Podman (ateam as the unprivileged user) by
 //! scripts/test.sh; ignored by a plain `cargo test`. ATEAM_TEST_BIN picks the binary.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -5,6 +5,11 @@
 //! outside and from inside the member. Run on Docker, rootful Podman and rootless Podman
 //! (ateam as the unprivileged user) by scripts/test.sh; ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,5 +1,10 @@
 //! The `ateam` binary as a user runs it: exit codes and what it prints.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

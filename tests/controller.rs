@@ -2,6 +2,11 @@
 //! engine (Docker and rootful Podman), judged from the engine's CLI and `ateam status`.
 //! Run by scripts/test.sh once the engines are up; ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -2,6 +2,11 @@
 //! example team. Run by scripts/test.sh once the engines are up; ignored by a plain
 //! `cargo test`. Every case runs on Docker and on rootful Podman.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 mod common;
 use common::terminal::Terminal;
 

@@ -9,6 +9,11 @@
 //! list; a killed proxy is seen by `status` and healed by `apply`; a new list works without a
 //! new container; delete stops the proxy. Ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;

@@ -7,6 +7,11 @@
 //! Podman (ateam then runs as the unprivileged user, through runuser). Ignored by a plain
 //! `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;

@@ -8,6 +8,11 @@
 //! needs no new container. On Docker, rootful Podman and rootless Podman. Ignored by a plain
 //! `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::PathBuf;
 
 #[macro_use]

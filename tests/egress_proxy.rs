@@ -1,6 +1,11 @@
 //! The egress proxy on its own, without an engine: the real `ateam egress-proxy` on a socket
 //! in a temp folder, spoken to as the bridge would. Runs in every test run.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;

@@ -6,6 +6,11 @@
 //! up through `ateam::runtime`, then checks through the engine (inspect), from inside the
 //! container (exec) and on the host (file owners).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,6 +3,11 @@
 //! history outlives a controller restart. The real binary, a real controller in the
 //! background, judged from `ateam events -o json`. Ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -5,6 +5,11 @@
 //! the fault is gone converges. The real binary against real Docker and rootful Podman, as
 //! root (mounting needs it). Ignored by a plain `cargo test`: scripts/test.sh runs it.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -6,6 +6,11 @@
 //! structures, and deep nesting. A failure prints the seed and case; set `ATEAM_FUZZ_SEED` and
 //! `ATEAM_FUZZ_CASES` to replay it or to search longer.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

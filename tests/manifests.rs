@@ -8,6 +8,11 @@
 //! (`-` for no object or no field; `$DIR` stands for this folder). The problem must be reported at that place, and it must be
 //! the only one unless `# problems: N` says otherwise.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

@@ -10,6 +10,11 @@
 //! container), the requester chain and maxDepth, loops of requests.
 //! Ignored by a plain `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -798,6 +803,7 @@ fn a_helpers_command_reads_as_it_runs(engine: Engine) {
 /// egress proxy and helper server still run the old one. They still answer, so nothing said
 /// so; a request then started no helper. Now `status` says they are down and `apply` starts
 /// them again from the new binary, and a request works.
+#[allow(unsafe_code, reason = "set_var in a test process nextest runs alone")]
 fn servers_of_a_replaced_binary_are_started_again(engine: Engine) {
     use std::os::unix::fs::PermissionsExt;
     let bin_dir = tempfile::Builder::new()

@@ -4,6 +4,11 @@
 //! as it was; `status -w` prints a new document soon after a change. Ignored by a plain
 //! `cargo test`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

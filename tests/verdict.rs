@@ -4,6 +4,11 @@
 //! `jsonschema` package). The cases without an engine run in a plain `cargo test`; the
 //! others are ignored there and run by scripts/test.sh on Docker and rootful Podman.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test that unwraps fails loudly, which is its job"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
