@@ -1,7 +1,9 @@
 //! Observing the machine: one list call, inspects in parallel (or kept ones, see `cache`),
-//! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads.
+//! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads;
+//! `facts` reads what status shows beyond the plan, after a look.
 
 pub mod cache;
+mod facts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -18,6 +20,7 @@ use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 use cache::Cache;
+pub use facts::{controller_status, status_facts};
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;

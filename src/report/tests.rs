@@ -131,21 +131,23 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
         &host(),
     );
     let p = plan(&d, o, PlanOptions::default());
-    let usage = |_: &std::path::Path| (0, None);
-    let restarts = |_: &str, _: &str| 0;
-    let last = move |_: &str, _: &str| record.clone();
-    let extras = Extras {
-        now: SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
-        transcript_usage: &usage,
-        restarts: &restarts,
-        last_exit: &last,
-        session: &|_: &str, _: &str| crate::report::SessionFacts {
+    let mut facts = StatusFacts::empty(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
+    for m in &t.members {
+        let f = MemberFacts {
+            last_exit: record.clone(),
+            ..Default::default()
+        };
+        facts.members.insert((t.name.clone(), m.name.clone()), f);
+    }
+    let live = o.live_sessions.iter().map(|(_, name)| name);
+    for name in t.sessions.iter().map(|s| &s.name).chain(live) {
+        let f = SessionFacts {
             socket: "/run/tmux.sock".into(),
             started: None,
-        },
-        not_writable: &|_: &std::path::Path, _| None,
-    };
-    (team_status(t, "docker", o, &p, &extras), p)
+        };
+        facts.sessions.insert((t.name.clone(), name.clone()), f);
+    }
+    (team_status(t, "docker", o, &p, &facts), p)
 }
 
 fn row<'a>(s: &'a TeamStatus, name: &str) -> &'a MemberStatus {
