@@ -206,6 +206,8 @@ impl std::str::FromStr for UserId {
 }
 
 /// Which container engine a team runs on.
+// Flat rather than `Auto | Engine(Engine)`: these are the manifest's words and its schema's
+// (`manifests/ateam.schema.json`); `engine()` names the engine a choice fixes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
@@ -214,6 +216,18 @@ pub enum BackendChoice {
     Auto,
     Docker,
     Podman,
+}
+
+impl BackendChoice {
+    /// The engine this choice fixes; none for `Auto`.
+    pub fn engine(self) -> Option<crate::core::container::Engine> {
+        use crate::core::container::Engine;
+        match self {
+            BackendChoice::Auto => None,
+            BackendChoice::Docker => Some(Engine::Docker),
+            BackendChoice::Podman => Some(Engine::Podman),
+        }
+    }
 }
 
 /// When the engine fetches a member's image from its registry, as Kubernetes' `imagePullPolicy`.

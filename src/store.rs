@@ -11,14 +11,15 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, flock};
 
-use crate::core::container::LastExit;
+use crate::core::container::{Engine, LastExit};
 use crate::core::layout;
 use crate::model::Team;
 
-/// Where a team was applied: `docker` or `podman`, and the engine's address.
+/// Where a team was applied: the engine (written `"docker"` or `"podman"`, as since the
+/// first records) and its address.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineRecord {
-    pub engine: String,
+    pub engine: Engine,
     pub uri: String,
 }
 use crate::files::{self, Owner};
@@ -48,6 +49,14 @@ pub enum StoreError {
         "{}: written by a newer ateam (record version {version}, this one reads up to {}); upgrade ateam", .path.display(), RECORD_VERSION
     )]
     Newer { path: PathBuf, version: u64 },
+    /// A team's engine record names no engine this ateam knows (or is broken): its engine is
+    /// not guessed.
+    #[error("{}: not an engine record ateam wrote ({source}); remove it, or pass --backend", .path.display())]
+    EngineRecord {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -213,10 +222,22 @@ impl Store {
         files::write_atomic(&path, &json, 0o600, self.owner).map_err(io(&path))
     }
 
-    pub fn engine(&self, team: &str) -> Option<EngineRecord> {
+    /// The engine `team` was applied on; none when no record was written. A record that
+    /// cannot be read, or names an unknown engine, is an error rather than a guess.
+    pub fn engine(&self, team: &str) -> Result<Option<EngineRecord>, StoreError> {
         let path = layout::engine_path(&self.dir, team);
-        let bytes = std::fs::read(&path).ok()?;
-        read_versioned(&path, &bytes).ok()
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&path)(e)),
+        };
+        match read_versioned(&path, &bytes) {
+            Ok(r) => Ok(Some(r)),
+            Err(StoreError::Corrupt { path, source }) => {
+                Err(StoreError::EngineRecord { path, source })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Remembers a team deleted without `--purge` (its containers gone, its transcripts
@@ -476,7 +497,10 @@ mod tests {
         assert_eq!(teams[0].name, "demo");
         assert_eq!(teams[0].members.len(), 3);
         assert_eq!(teams[0].user, None);
-        assert_eq!(store.engine("demo").unwrap().engine, "docker");
+        assert_eq!(
+            store.engine("demo").unwrap().unwrap().engine,
+            Engine::Docker
+        );
     }
 
     #[test]
@@ -487,7 +511,7 @@ mod tests {
             .save_engine(
                 "x",
                 &EngineRecord {
-                    engine: "podman".into(),
+                    engine: Engine::Podman,
                     uri: "unix:///s".into(),
                 },
             )
@@ -495,13 +519,38 @@ mod tests {
         let path = layout::engine_path(&store.dir, "x");
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(r#""version":1"#), "{text}");
-        assert_eq!(store.engine("x").unwrap().engine, "podman");
+        assert!(text.contains(r#""engine":"podman""#), "{text}");
+        assert_eq!(store.engine("x").unwrap().unwrap().engine, Engine::Podman);
         let applied = layout::applied_path(&store.dir, "x");
         std::fs::write(&applied, r#"{"version": 99, "name": "x"}"#).unwrap();
         match store.team("x") {
             Err(StoreError::Newer { version: 99, .. }) => {}
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An engine record ateam does not know is an error, never taken for Docker; no record
+    /// at all is none.
+    #[test]
+    fn an_unknown_engine_record_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let store = Store::new(t.path().join("state"), me());
+        assert!(store.engine("x").unwrap().is_none());
+        let path = layout::engine_path(&store.dir, "x");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, r#"{"version":1,"engine":"lxc","uri":"unix:///s"}"#).unwrap();
+        match store.engine("x") {
+            Err(e @ StoreError::EngineRecord { .. }) => {
+                assert!(e.to_string().contains("unknown variant `lxc`"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::write(
+            &path,
+            r#"{"version":1,"engine":"docker","uri":"unix:///s"}"#,
+        )
+        .unwrap();
+        assert_eq!(store.engine("x").unwrap().unwrap().engine, Engine::Docker);
     }
 
     #[test]

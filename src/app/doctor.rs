@@ -18,7 +18,6 @@ use super::{App, Manifests};
 use crate::backend::BackendError;
 use crate::backend::connect::{Candidate, Env, candidates, connect_to, start_hint};
 use crate::backend::host_cgroup_version;
-use crate::core::container::EngineKind;
 use crate::host::{memory_available, which};
 use crate::manifest::quantity::human_bytes;
 use crate::manifest::validate::{DEFAULT_MEMORY, MEMORY_SHARE};
@@ -497,10 +496,7 @@ async fn images(app: &App, team: &Team) -> Vec<Check> {
             )];
         }
     };
-    let engine = match backend.kind() {
-        EngineKind::Docker => "docker",
-        EngineKind::Podman { .. } => "podman",
-    };
+    let engine = backend.kind().engine();
     let mut checks = Vec::new();
     for image in wanted {
         let place = format!(

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::connect::{self, Candidate, Engine, Env};
-use crate::backend::{Backend, BackendError, EngineInfo, EngineKind};
+use crate::backend::{Backend, BackendError, EngineInfo};
 use crate::files::Owner;
 use crate::host::Host;
 use crate::manifest::{self, ManifestError, Problem, Source};
@@ -39,7 +39,7 @@ pub enum AppError {
     )]
     RecordedEngine {
         team: String,
-        engine: String,
+        engine: Engine,
         uri: String,
         #[source]
         source: Box<BackendError>,
@@ -188,29 +188,25 @@ impl App {
         &self,
         teams: &[Team],
     ) -> Result<(Arc<dyn Backend>, EngineInfo), AppError> {
-        if self.backend.is_none()
-            && let Some((team, r)) = teams
-                .iter()
-                .find_map(|t| self.store.engine(&t.name).map(|r| (t, r)))
-        {
-            let engine = if r.engine == "podman" {
-                Engine::Podman
-            } else {
-                Engine::Docker
-            };
-            let c = Candidate {
-                engine,
-                uri: r.uri.clone(),
-                origin: "applied state",
-            };
-            return connect::connect_to(&c)
-                .await
-                .map_err(|source| AppError::RecordedEngine {
-                    team: team.name.clone(),
-                    engine: r.engine.clone(),
+        if self.backend.is_none() {
+            for team in teams {
+                let Some(r) = self.store.engine(&team.name)? else {
+                    continue;
+                };
+                let c = Candidate {
+                    engine: r.engine,
                     uri: r.uri.clone(),
-                    source: Box::new(source),
-                });
+                    origin: "applied state",
+                };
+                return connect::connect_to(&c)
+                    .await
+                    .map_err(|source| AppError::RecordedEngine {
+                        team: team.name.clone(),
+                        engine: r.engine,
+                        uri: r.uri,
+                        source: Box::new(source),
+                    });
+            }
         }
         let choice = match self.backend {
             Some(c) => c,
@@ -250,13 +246,9 @@ impl App {
 
     /// Records the engine `teams` were applied on.
     pub fn remember_engine(&self, teams: &[Team], backend: &dyn Backend) -> Result<(), AppError> {
-        let engine = match backend.kind() {
-            EngineKind::Docker => "docker",
-            EngineKind::Podman { .. } => "podman",
-        };
         for t in teams {
             let record = EngineRecord {
-                engine: engine.into(),
+                engine: backend.kind().engine(),
                 uri: backend.endpoint().to_string(),
             };
             self.store.save_engine(&t.name, &record)?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::docker::DockerBackend;
 use super::podman::PodmanBackend;
 use super::{Backend, BackendError, EngineInfo};
+pub use crate::core::container::Engine;
 use crate::host::which;
 use crate::model::BackendChoice;
 
@@ -19,21 +20,6 @@ pub struct Candidate {
     pub uri: String,
     /// Where the candidate came from, for messages (`DOCKER_HOST`, `rootless default`...).
     pub origin: &'static str,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    Docker,
-    Podman,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Docker => "docker",
-            Engine::Podman => "podman",
-        }
-    }
 }
 
 /// The environment that decides where engines are looked for; a value so it can be tested.
@@ -98,10 +84,10 @@ pub fn candidates(choice: BackendChoice, env: &Env) -> Vec<Candidate> {
         uri: "unix:///var/run/docker.sock".into(),
         origin: "Docker socket",
     });
-    match choice {
-        BackendChoice::Docker => docker,
-        BackendChoice::Podman => podman,
-        BackendChoice::Auto => {
+    match choice.engine() {
+        Some(Engine::Docker) => docker,
+        Some(Engine::Podman) => podman,
+        None => {
             // Explicit variables first, in the order: CONTAINER_HOST, DOCKER_HOST.
             let (mut explicit, mut rest): (Vec<_>, Vec<_>) = podman
                 .into_iter()

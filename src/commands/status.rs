@@ -1,4 +1,6 @@
-use std::path::Path;
+//! `ateam status`: the teams asked for, `app::status::status` over them, and the document
+//! printed as a table or for machines (`-w`: again whenever it changes).
+
 use std::time::SystemTime;
 
 use anyhow::bail;
@@ -7,7 +9,7 @@ use crate::cli::{Global, OptionalFiles, Output};
 use ateam::app::App;
 use ateam::core::selector::Selector;
 use ateam::model::Desired;
-use ateam::report::{StatusDocument, render_status};
+use ateam::report::{StatusDocument, render_controller, render_refusals, render_status};
 
 use super::common::app;
 use super::exit::Exit;
@@ -114,49 +116,10 @@ fn print(
     match args.output {
         Output::Text => {
             out!("{}", render_status(&doc.teams, now));
-            out!("{}", ateam::report::render_refusals(&doc.teams));
-            out!("{}", controller_line(&ctx.host.state_dir));
+            out!("{}", render_refusals(&doc.teams));
+            out!("{}", render_controller(doc.controller.as_ref()));
         }
         Output::Json | Output::Yaml => print_document(doc, args.output == Output::Yaml)?,
     }
     Ok(())
-}
-
-/// Whether a controller keeps this state folder converged, and what it last saw.
-fn controller_line(state_dir: &Path) -> String {
-    use ateam::store::controller as status;
-    let Some(r) = status::read(state_dir) else {
-        return "controller: not running (ateam controller keeps teams converged)\n".into();
-    };
-    if !status::running(state_dir) {
-        return format!(
-            "controller: not running (the last one started {})\n",
-            r.since
-        );
-    }
-    let mut out = format!("controller: running since {} (pid {})", r.since, r.pid);
-    if let Some(l) = &r.last_reconcile {
-        out.push_str(&format!(
-            "; last reconcile {} of team {} ({})",
-            l.at,
-            l.team,
-            if l.ok { "ok" } else { "failed" }
-        ));
-    }
-    out.push('\n');
-    for (member, due) in &r.restarts_due {
-        out.push_str(&format!(
-            "  {member}: crash-looping, next restart at {due}\n"
-        ));
-    }
-    for (team, e) in &r.errors {
-        out.push_str(&format!("  team {team}: {e}\n"));
-    }
-    if !r.manifest_errors.is_empty() {
-        out.push_str("  the manifests were refused; the last good state stays:\n");
-        for l in &r.manifest_errors {
-            out.push_str(&format!("    {l}\n"));
-        }
-    }
-    out
 }

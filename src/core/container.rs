@@ -228,12 +228,49 @@ pub fn rfc3339_epoch(secs: i64) -> Option<String> {
     ))
 }
 
-/// Which engine, and how it runs.
+/// Which engine: the one name for it, from where `connect` looks to the record of where a
+/// team was applied (`store::EngineRecord`, written as `"docker"` or `"podman"`). What the
+/// user may choose, `Auto` included, is `model::BackendChoice`; how a connected engine runs
+/// is `EngineKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    Docker,
+    Podman,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which engine answers, and how it runs: the detail (rootless) that decides user
+/// namespaces, tmpfs options and limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EngineKind {
     Docker,
     Podman { rootless: bool },
+}
+
+impl EngineKind {
+    /// The engine, without how it runs.
+    pub fn engine(self) -> Engine {
+        match self {
+            EngineKind::Docker => Engine::Docker,
+            EngineKind::Podman { .. } => Engine::Podman,
+        }
+    }
 }
 
 impl std::fmt::Display for EngineKind {

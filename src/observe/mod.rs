@@ -1,10 +1,13 @@
 //! Observing the machine: one list call, inspects in parallel (or kept ones, see `cache`),
-//! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads.
+//! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads;
+//! `facts` reads what status shows beyond the plan, after a look.
 
 pub mod cache;
+mod facts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
@@ -18,6 +21,7 @@ use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 use cache::Cache;
+pub use facts::{controller_status, status_facts};
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
@@ -38,6 +42,44 @@ pub async fn observe(
     ]);
     let summaries = backend.list(&ours).await?;
     let listed = summaries.len();
+    let recorded = recorded(desired);
+    let (foreign, listed_all) = foreign(backend, desired, &summaries, &recorded).await?;
+    let (mut containers, reused) = inspect_in_scope(backend, info, desired, summaries).await?;
+    let inspected = containers.len() - reused;
+    let foreign_count = foreign.len();
+    containers.extend(foreign);
+    let transcript_dirs = transcript_dirs(desired);
+    let (live_sessions, promotions) = sessions(desired);
+    let live_sockets = live_sockets(desired);
+    let servers = servers(desired);
+    debug!(
+        listed,
+        inspected,
+        reused,
+        listed_all,
+        foreign = foreign_count,
+        recorded = recorded.len(),
+        transcript_dirs = transcript_dirs.len(),
+        live_sockets = live_sockets.len(),
+        elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+        "observed"
+    );
+    Ok(Observed {
+        containers,
+        transcript_dirs,
+        live_sockets,
+        egress_policies: servers.egress_policies,
+        egress_proxies: servers.egress_proxies,
+        helper_servers: servers.helper_servers,
+        limits_unenforced: !info.limits_enforced,
+        recorded,
+        live_sessions,
+        promotions,
+    })
+}
+
+/// Ids of the containers this store made (its records), for the teams in scope.
+fn recorded(desired: &DesiredState) -> BTreeSet<String> {
     let mut recorded = BTreeSet::new();
     for t in &desired.teams {
         if let Ok(entries) = std::fs::read_dir(layout::members_dir(&t.run_dir)) {
@@ -52,6 +94,17 @@ pub async fn observe(
             }
         }
     }
+    recorded
+}
+
+/// Containers not ours that hold the name of a wanted member with no container of ours (a
+/// conflict), and whether everything had to be listed to find them.
+async fn foreign(
+    backend: &dyn Backend,
+    desired: &DesiredState,
+    summaries: &[Summary],
+    recorded: &BTreeSet<String>,
+) -> Result<(Vec<ObservedContainer>, bool), BackendError> {
     let have: BTreeSet<(&str, &str)> = summaries
         .iter()
         .filter(|s| recorded.contains(&s.id))
@@ -90,6 +143,17 @@ pub async fn observe(
             pid: None,
         })
         .collect();
+    Ok((foreign, !missing.is_empty()))
+}
+
+/// Our containers of the teams in scope, inspected (or kept from the last look, see
+/// `cache`), sorted by name then id; with how many were kept.
+async fn inspect_in_scope(
+    backend: &dyn Backend,
+    info: &EngineInfo,
+    desired: &DesiredState,
+    summaries: Vec<Summary>,
+) -> Result<(Vec<ObservedContainer>, usize), BackendError> {
     // Only the teams in scope are planned for: another team's containers need no inspect.
     let scope: BTreeMap<&str, &TeamScope> =
         desired.teams.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -139,10 +203,12 @@ pub async fn observe(
         c.save();
     }
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-    let inspected = containers.len() - reused;
-    let foreign_count = foreign.len();
-    containers.extend(foreign);
+    Ok((containers, reused))
+}
 
+/// The transcript folders that exist: the members' of the teams in scope, and the wanted
+/// main sessions'.
+fn transcript_dirs(desired: &DesiredState) -> BTreeSet<PathBuf> {
     let mut transcript_dirs = BTreeSet::new();
     for t in &desired.teams {
         if let Ok(entries) = std::fs::read_dir(layout::transcripts_dir(&t.session_dir)) {
@@ -161,6 +227,16 @@ pub async fn observe(
             .filter(|s| s.transcript_dir.is_dir())
             .map(|s| s.transcript_dir.clone()),
     );
+    transcript_dirs
+}
+
+/// The main sessions whose terminal answers, and the promotions under way (their journals).
+fn sessions(
+    desired: &DesiredState,
+) -> (
+    BTreeSet<(String, String)>,
+    Vec<crate::core::session::Promotion>,
+) {
     let mut promotions = Vec::new();
     let mut live_sessions = BTreeSet::new();
     for t in &desired.teams {
@@ -186,6 +262,12 @@ pub async fn observe(
             }
         }
     }
+    (live_sessions, promotions)
+}
+
+/// The wanted sockets something answers on, less those that cannot serve their member as
+/// it is now (`not_live_for_their_member`).
+fn live_sockets(desired: &DesiredState) -> BTreeSet<PathBuf> {
     let sockets = desired
         .sessions
         .iter()
@@ -202,6 +284,22 @@ pub async fn observe(
         .cloned()
         .collect();
     not_live_for_their_member(desired, &mut live_sockets);
+    live_sockets
+}
+
+/// What the members' egress proxies and helper servers left in the state folder.
+struct Servers {
+    /// The allowlist each proxy's policy file holds, by socket.
+    egress_policies: BTreeMap<PathBuf, crate::core::intercept::EgressPolicy>,
+    /// Members (team, member) with a proxy's pid file.
+    egress_proxies: BTreeSet<(String, String)>,
+    /// Members (team, member) with a helper server's pid file.
+    helper_servers: BTreeSet<(String, String)>,
+}
+
+/// The servers of the teams in scope: each proxy's policy, and the pid files of those that
+/// may run.
+fn servers(desired: &DesiredState) -> Servers {
     let mut egress_policies = BTreeMap::new();
     let mut egress_proxies = BTreeSet::new();
     let mut helper_servers = BTreeSet::new();
@@ -228,30 +326,11 @@ pub async fn observe(
             }
         }
     }
-    debug!(
-        listed,
-        inspected,
-        reused,
-        listed_all = !missing.is_empty(),
-        foreign = foreign_count,
-        recorded = recorded.len(),
-        transcript_dirs = transcript_dirs.len(),
-        live_sockets = live_sockets.len(),
-        elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
-        "observed"
-    );
-    Ok(Observed {
-        containers,
-        transcript_dirs,
-        live_sockets,
+    Servers {
         egress_policies,
         egress_proxies,
         helper_servers,
-        limits_unenforced: !info.limits_enforced,
-        recorded,
-        live_sessions,
-        promotions,
-    })
+    }
 }
 
 /// Drops from `live` the member sockets that answer ateam but cannot serve the member as it is

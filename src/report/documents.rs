@@ -104,6 +104,11 @@ pub struct ControllerStatus {
     pub errors: std::collections::BTreeMap<String, String>,
     /// The problems of manifests it refused (the last good state stays).
     pub manifest_errors: Vec<String>,
+    /// `team/member` -> when it restarts a crash-looping member (RFC 3339). Not in the
+    /// document (each member's row says its own `nextRestart`): the text's controller line
+    /// lists them all.
+    #[serde(skip)]
+    pub restarts_due: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

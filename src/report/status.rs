@@ -1,11 +1,11 @@
 //! Building a team's status from its model, what was observed and the plan made from them.
-//! Pure: the facts on disk come in through `Extras`, so every row is tested without an
+//! Pure: the facts on disk come in as `StatusFacts`, so every row is tested without an
 //! engine, and a row's verdict is the plan's (status, diff and apply --dry-run agree).
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::diff::{action_text, drift_text, short};
+use super::facts::{MemberFacts, StatusFacts, TranscriptUsage};
 use super::rows::{
     EgressCounts, EgressStatus, Grants, LeftOut, MemberStatus, OriginStatus, RowKind, TeamStatus,
 };
@@ -15,55 +15,23 @@ use crate::plan::{
     Action, ContainerRef, ContainerState, Drift, Finding, Observed, ObservedContainer, Plan,
 };
 
-/// Facts status needs that are not in the plan: read from disk by the caller.
-pub struct Extras<'a> {
-    pub now: SystemTime,
-    pub transcript_usage: &'a dyn Fn(&std::path::Path) -> (u64, Option<SystemTime>),
-    pub restarts: &'a dyn Fn(&str, &str) -> u64,
-    /// The last exit ateam recorded for `(team, member)` (`store::Record`).
-    pub last_exit: &'a dyn Fn(&str, &str) -> Option<LastExit>,
-    /// A main session's terminal, by team and name.
-    pub session: &'a dyn Fn(&str, &str) -> SessionFacts,
-    /// `Some(uid)` when a member of this `user` (`None`: the host's default) runs as `uid`
-    /// and cannot write this folder (`host::access`).
-    pub not_writable: &'a dyn Fn(&std::path::Path, Option<crate::model::UserId>) -> Option<u32>,
-}
-
 /// A member's grants, with the write grants its uid cannot write marked.
-fn grants_of(m: &Member, extras: &Extras<'_>) -> Grants {
+fn grants_of(m: &Member, facts: Option<&MemberFacts>) -> Grants {
     let mut g = Grants::of(&m.access);
-    for p in &m.access.write {
-        if let Some(uid) = (extras.not_writable)(p, m.user) {
-            g.not_writable.push(p.clone());
-            g.not_writable_by = Some(uid);
-        }
+    if let Some(f) = facts {
+        g.not_writable = f.not_writable.clone();
+        g.not_writable_by = f.not_writable_by;
     }
     g
 }
 
-/// What status shows of a main session beyond the plan.
-pub struct SessionFacts {
-    /// Its tmux socket.
-    pub socket: PathBuf,
-    /// When ateam started it, in seconds since the epoch.
-    pub started: Option<i64>,
-}
-
-impl Extras<'_> {
-    fn secs_since(&self, t: SystemTime) -> u64 {
-        self.now.duration_since(t).map(|d| d.as_secs()).unwrap_or(0)
-    }
-
-    /// Now, in seconds since the epoch (the unit of a container's and a session's start).
-    fn now_secs(&self) -> i64 {
-        self.now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0)
-    }
-
-    fn age(&self, c: &ObservedContainer) -> u64 {
-        (self.now_secs() - c.created).max(0) as u64
+/// Where a main session's transcript is: its own `transcriptDir`, else in the team's
+/// session folder.
+pub fn session_transcript(team: &Team, s: &MainSession) -> PathBuf {
+    if s.transcript_dir.as_os_str().is_empty() {
+        crate::core::layout::session_transcript_dir(&team.session_dir, &s.name)
+    } else {
+        s.transcript_dir.clone()
     }
 }
 
@@ -84,13 +52,13 @@ pub fn team_status(
     engine: &str,
     observed: &Observed,
     plan: &Plan,
-    extras: &Extras,
+    facts: &StatusFacts,
 ) -> TeamStatus {
     let inputs = Inputs {
         team,
         observed,
         plan,
-        extras,
+        facts,
     };
     let mut rows: Vec<MemberStatus> = team
         .sessions
@@ -100,6 +68,9 @@ pub fn team_status(
     rows.extend(team.members.iter().map(|m| inputs.member_row(m)));
     rows.extend(inputs.stranger_rows());
     rows.extend(plan.findings.iter().filter_map(|f| inputs.finding_row(f)));
+    for row in &mut rows {
+        inputs.pace(row);
+    }
     TeamStatus {
         team: team.name.clone(),
         engine: engine.to_string(),
@@ -113,7 +84,7 @@ struct Inputs<'a> {
     team: &'a Team,
     observed: &'a Observed,
     plan: &'a Plan,
-    extras: &'a Extras<'a>,
+    facts: &'a StatusFacts,
 }
 
 impl<'a> Inputs<'a> {
@@ -131,6 +102,17 @@ impl<'a> Inputs<'a> {
                     &c.labels,
                 )
         })
+    }
+
+    /// A crash-looping row the running controller waits to restart: when, and why it is
+    /// not running meanwhile.
+    fn pace(&self, row: &mut MemberStatus) {
+        if let Some(due) = self.facts.restart_due(&self.team.name, &row.name) {
+            row.next_restart = Some(due.clone());
+            row.detail = Some(format!(
+                "crash-looping; the controller restarts it at {due}"
+            ));
+        }
     }
 
     /// What the plan would do about this row, in diff's words: the detail of a row whose
@@ -153,16 +135,12 @@ impl<'a> Inputs<'a> {
     /// A main session's row: running unless the plan starts it (or promotes a member into
     /// it), with its terminal, its transcript and where it came from.
     fn session_row(&self, s: &MainSession) -> MemberStatus {
-        let (team, extras) = (self.team, self.extras);
+        let (team, facts) = (self.team, self.facts);
         let running = !self.plan.actions.iter().any(|a| matches!(a, Action::StartSession { session, .. } | Action::Promote { session, .. } if session.name == s.name && session.team == team.name));
-        let SessionFacts { socket, started } = (extras.session)(&team.name, &s.name);
-        let transcript = if s.transcript_dir.as_os_str().is_empty() {
-            crate::core::layout::session_transcript_dir(&team.session_dir, &s.name)
-        } else {
-            s.transcript_dir.clone()
-        };
-        let (bytes, last) = (extras.transcript_usage)(&transcript);
-        let started = started.filter(|_| running);
+        let terminal = facts.session(&team.name, &s.name);
+        let transcript = session_transcript(team, s);
+        let TranscriptUsage { bytes, last_change } = facts.transcript(&transcript);
+        let started = terminal.and_then(|t| t.started).filter(|_| running);
         let origin = match (&s.promoted_from, &s.takes_over) {
             (Some(m), _) => Some(format!("promoted from member {m}")),
             (None, Some(old)) => Some(format!("took over from {old}")),
@@ -186,18 +164,18 @@ impl<'a> Inputs<'a> {
             container: None,
             container_id: None,
             created_at: started.and_then(rfc3339_epoch),
-            age_secs: started.map(|t| (extras.now_secs() - t).max(0) as u64),
+            age_secs: started.map(|t| (facts.now_secs() - t).max(0) as u64),
             restarts: 0,
             next_restart: None,
             last_exit: None,
             transcript: Some(transcript),
             transcript_bytes: bytes,
-            last_activity_at: last.map(rfc3339),
-            last_activity_secs: last.map(|t| extras.secs_since(t)),
+            last_activity_at: last_change.map(rfc3339),
+            last_activity_secs: last_change.map(|t| facts.secs_since(t)),
             grants: None,
             limits_unenforced: false,
             egress: None,
-            terminal: Some(socket),
+            terminal: terminal.map(|t| t.socket.clone()),
             origin: None,
             usage: None,
         }
@@ -206,22 +184,27 @@ impl<'a> Inputs<'a> {
     /// A member's row: the state of its container (or why apply would touch it), then of
     /// its egress proxy and its helper server; what it used and what it may use.
     fn member_row(&self, m: &Member) -> MemberStatus {
-        let (team, extras) = (self.team, self.extras);
+        let (team, facts) = (self.team, self.facts);
         let c = self.container(&m.name);
+        let known = facts.member(&team.name, &m.name);
         let (state, detail) = self.member_state(m, c);
         let drifted = self.drifted(&m.name);
         let detail = match detail {
             None if drifted => self.apply_would(&m.name),
             d => d,
         };
-        let (state, detail, drifted, egress) =
+        let (state, detail, drifted, mut egress) =
             egress_state(team, m, self.plan, state, detail, drifted);
+        if let (Some(e), Some(logged)) = (egress.as_mut(), known.and_then(|k| k.egress.as_ref())) {
+            e.add_refusals(&team.name, &m.access, logged.refused.clone());
+            e.last_minute = logged.last_minute;
+        }
         let state = if self.helpers_down(m) && state == "running" {
             "helpers down".to_string()
         } else {
             state
         };
-        let (bytes, last) = (extras.transcript_usage)(&m.transcript_dir);
+        let TranscriptUsage { bytes, last_change } = facts.transcript(&m.transcript_dir);
         MemberStatus {
             name: m.name.clone(),
             kind: RowKind::Member,
@@ -234,23 +217,23 @@ impl<'a> Inputs<'a> {
             container: c.map(|c| c.name.clone()),
             container_id: c.map(|c| c.id.clone()),
             created_at: c.and_then(|c| rfc3339_epoch(c.created)),
-            age_secs: c.map(|c| extras.age(c)),
-            restarts: (extras.restarts)(&team.name, &m.name),
+            age_secs: c.map(|c| facts.age(c)),
+            restarts: known.map_or(0, |k| k.restarts),
             next_restart: None,
             last_exit: later(
-                (extras.last_exit)(&team.name, &m.name),
+                known.and_then(|k| k.last_exit.clone()),
                 c.and_then(|c| c.last_exit.clone()),
             ),
             transcript: Some(m.transcript_dir.clone()),
             transcript_bytes: bytes,
-            last_activity_at: last.map(rfc3339),
-            last_activity_secs: last.map(|t| extras.secs_since(t)),
-            grants: Some(grants_of(m, extras)),
+            last_activity_at: last_change.map(rfc3339),
+            last_activity_secs: last_change.map(|t| facts.secs_since(t)),
+            grants: Some(grants_of(m, known)),
             limits_unenforced: self.observed.limits_unenforced && c.is_some(),
             egress,
             terminal: None,
             origin: Some(OriginStatus::of(&m.origin)),
-            usage: None,
+            usage: c.and_then(|c| facts.usage_of(c)),
         }
     }
 
@@ -377,7 +360,7 @@ impl<'a> Inputs<'a> {
             container: Some(container.name.clone()),
             container_id: Some(container.id.clone()),
             created_at: c.and_then(|c| rfc3339_epoch(c.created)),
-            age_secs: c.map(|c| self.extras.age(c)),
+            age_secs: c.map(|c| self.facts.age(c)),
             restarts: 0,
             next_restart: None,
             last_exit: c.and_then(|c| c.last_exit.clone()),
@@ -390,13 +373,13 @@ impl<'a> Inputs<'a> {
             egress: None,
             terminal: None,
             origin: None,
-            usage: None,
+            usage: c.and_then(|c| self.facts.usage_of(c)),
         }
     }
 
     /// The kept transcript of a member no manifest wants any more.
     fn retained_row(&self, member: &str, path: &Path) -> MemberStatus {
-        let (bytes, last) = (self.extras.transcript_usage)(path);
+        let TranscriptUsage { bytes, last_change } = self.facts.transcript(path);
         MemberStatus {
             name: member.to_string(),
             kind: RowKind::Transcript,
@@ -415,8 +398,8 @@ impl<'a> Inputs<'a> {
             last_exit: None,
             transcript: Some(path.to_path_buf()),
             transcript_bytes: bytes,
-            last_activity_at: last.map(rfc3339),
-            last_activity_secs: last.map(|t| self.extras.secs_since(t)),
+            last_activity_at: last_change.map(rfc3339),
+            last_activity_secs: last_change.map(|t| self.facts.secs_since(t)),
             grants: None,
             limits_unenforced: false,
             egress: None,
@@ -428,7 +411,7 @@ impl<'a> Inputs<'a> {
 
     /// A main session whose terminal runs though no manifest wants it.
     fn orphan_session_row(&self, session: &str) -> MemberStatus {
-        let SessionFacts { socket, started } = (self.extras.session)(&self.team.name, session);
+        let terminal = self.facts.session(&self.team.name, session);
         MemberStatus {
             name: session.to_string(),
             kind: RowKind::MainSession,
@@ -440,7 +423,7 @@ impl<'a> Inputs<'a> {
             drifted: true,
             container: None,
             container_id: None,
-            created_at: started.and_then(rfc3339_epoch),
+            created_at: terminal.and_then(|t| t.started).and_then(rfc3339_epoch),
             age_secs: None,
             restarts: 0,
             next_restart: None,
@@ -452,7 +435,7 @@ impl<'a> Inputs<'a> {
             grants: None,
             limits_unenforced: false,
             egress: None,
-            terminal: Some(socket),
+            terminal: terminal.map(|t| t.socket.clone()),
             origin: None,
             usage: None,
         }

@@ -131,21 +131,23 @@ fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan
         &host(),
     );
     let p = plan(&d, o, PlanOptions::default());
-    let usage = |_: &std::path::Path| (0, None);
-    let restarts = |_: &str, _: &str| 0;
-    let last = move |_: &str, _: &str| record.clone();
-    let extras = Extras {
-        now: SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
-        transcript_usage: &usage,
-        restarts: &restarts,
-        last_exit: &last,
-        session: &|_: &str, _: &str| crate::report::SessionFacts {
+    let mut facts = StatusFacts::empty(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
+    for m in &t.members {
+        let f = MemberFacts {
+            last_exit: record.clone(),
+            ..Default::default()
+        };
+        facts.members.insert((t.name.clone(), m.name.clone()), f);
+    }
+    let live = o.live_sessions.iter().map(|(_, name)| name);
+    for name in t.sessions.iter().map(|s| &s.name).chain(live) {
+        let f = SessionFacts {
             socket: "/run/tmux.sock".into(),
             started: None,
-        },
-        not_writable: &|_: &std::path::Path, _| None,
-    };
-    (team_status(t, "docker", o, &p, &extras), p)
+        };
+        facts.sessions.insert((t.name.clone(), name.clone()), f);
+    }
+    (team_status(t, "docker", o, &p, &facts), p)
 }
 
 fn row<'a>(s: &'a TeamStatus, name: &str) -> &'a MemberStatus {
@@ -470,4 +472,78 @@ fn a_watch_fingerprint_ignores_what_moves_at_every_look() {
     let mut changed = s;
     changed.members[0].state = "exited 137".into();
     assert_ne!(doc(changed).fingerprint(), base);
+}
+
+/// The facts beside the plan reach the rows: a running container's usage with the limits it
+/// runs under, and a running controller's pacing (a stopped controller paces nothing); the
+/// controller line lists every restart it waits for.
+#[test]
+fn facts_reach_the_rows_and_the_controller_line() {
+    let t = team(&["a", "b"]);
+    let o = in_sync(&t);
+    let d = desired_state(
+        &Desired {
+            teams: vec![t.clone()],
+        },
+        &host(),
+    );
+    let p = plan(&d, &o, PlanOptions::default());
+    let mut facts = StatusFacts::empty(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
+    let counted = crate::runtime::cgroup::Usage {
+        cpu_ns: Some(2_500_000_000),
+        memory: Some(1 << 20),
+        pids: Some(3),
+    };
+    facts.usage.insert("id-a".into(), counted);
+    let controller = ControllerStatus {
+        running: true,
+        pid: 7,
+        since: "1970-01-01T00:01:00Z".into(),
+        last_reconcile: None,
+        errors: Default::default(),
+        manifest_errors: vec![],
+        restarts_due: BTreeMap::from([
+            ("t/b".to_string(), "1970-01-01T00:20:00Z".to_string()),
+            ("u/x".to_string(), "1970-01-01T00:30:00Z".to_string()),
+        ]),
+    };
+    facts.controller = Some(controller.clone());
+    let s = team_status(&t, "docker", &o, &p, &facts);
+    let a = row(&s, "a");
+    let u = a.usage.expect("a running container's usage");
+    assert_eq!(
+        (u.cpu_seconds, u.memory_bytes, u.pids),
+        (Some(2.5), Some(1 << 20), Some(3))
+    );
+    assert_eq!(u.memory_limit_bytes, Some(1 << 30));
+    assert_eq!(u.pids_limit, Some(512));
+    assert_eq!(a.next_restart, None);
+    let b = row(&s, "b");
+    assert_eq!(
+        (b.usage, b.next_restart.as_deref()),
+        (None, Some("1970-01-01T00:20:00Z"))
+    );
+    assert_eq!(
+        b.detail.as_deref(),
+        Some("crash-looping; the controller restarts it at 1970-01-01T00:20:00Z")
+    );
+    assert_eq!(
+        render_controller(Some(&controller)),
+        "controller: running since 1970-01-01T00:01:00Z (pid 7)\n  t/b: crash-looping, next restart at 1970-01-01T00:20:00Z\n  u/x: crash-looping, next restart at 1970-01-01T00:30:00Z\n"
+    );
+    let stopped = ControllerStatus {
+        running: false,
+        ..controller
+    };
+    facts.controller = Some(stopped.clone());
+    let s = team_status(&t, "docker", &o, &p, &facts);
+    assert_eq!(row(&s, "b").next_restart, None);
+    assert_eq!(
+        render_controller(Some(&stopped)),
+        "controller: not running (the last one started 1970-01-01T00:01:00Z)\n"
+    );
+    assert_eq!(
+        render_controller(None),
+        "controller: not running (ateam controller keeps teams converged)\n"
+    );
 }

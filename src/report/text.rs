@@ -1,9 +1,10 @@
 //! Status as people read it: the table per team, the notes under it, and the refusals with
-//! the grant to paste.
+//! the grant to paste, and the controller's line.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use super::documents::ControllerStatus;
 use super::rows::{Grants, MemberStatus, NetworkMode, RowKind, TeamStatus};
 use crate::core::container::{ExitReason, LastExit};
 use crate::manifest::quantity::human_bytes;
@@ -327,6 +328,45 @@ fn session_notes(m: &MemberStatus) -> String {
     }
     if let Some(dir) = &m.transcript {
         out.push_str(&format!("  {}: transcript {}\n", m.name, dir.display()));
+    }
+    out
+}
+
+/// The line below the table: whether a controller keeps this state folder converged, what
+/// it last saw, and what it waits for.
+pub fn render_controller(controller: Option<&ControllerStatus>) -> String {
+    let Some(c) = controller else {
+        return "controller: not running (ateam controller keeps teams converged)\n".into();
+    };
+    if !c.running {
+        return format!(
+            "controller: not running (the last one started {})\n",
+            c.since
+        );
+    }
+    let mut out = format!("controller: running since {} (pid {})", c.since, c.pid);
+    if let Some(l) = &c.last_reconcile {
+        out.push_str(&format!(
+            "; last reconcile {} of team {} ({})",
+            l.at,
+            l.team,
+            if l.ok { "ok" } else { "failed" }
+        ));
+    }
+    out.push('\n');
+    for (member, due) in &c.restarts_due {
+        out.push_str(&format!(
+            "  {member}: crash-looping, next restart at {due}\n"
+        ));
+    }
+    for (team, e) in &c.errors {
+        out.push_str(&format!("  team {team}: {e}\n"));
+    }
+    if !c.manifest_errors.is_empty() {
+        out.push_str("  the manifests were refused; the last good state stays:\n");
+        for l in &c.manifest_errors {
+            out.push_str(&format!("    {l}\n"));
+        }
     }
     out
 }

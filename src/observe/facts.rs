@@ -1,0 +1,245 @@
+//! What status shows beyond the plan, read from the state folder and the host right after
+//! the look (`report::StatusFacts` says why it is not part of `Observed`): restarts and last
+//! exits, main sessions' terminals, transcript sizes, write grants a member cannot write,
+//! egress refusals, cgroup usage, the controller's record.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::core::layout;
+use crate::egress::{self, Paths};
+use crate::execute::{restarts, transcript_usage};
+use crate::host::Host;
+use crate::model::{Desired, Member, Network, Team};
+use crate::plan::Observed;
+use crate::report::{
+    ControllerStatus, EgressCounts, EgressFacts, LastReconcile, MemberFacts, SessionFacts,
+    StatusFacts, TranscriptUsage, session_transcript,
+};
+use crate::store::Record;
+
+/// How far back `EgressStatus::last_minute` counts, in seconds.
+const RECENT_SECS: f64 = 60.0;
+
+/// The facts status shows of the teams in `model` (with the helpers their members asked
+/// for), as `observed` found them, at `now`.
+pub fn status_facts(
+    host: &Host,
+    model: &Desired,
+    observed: &Observed,
+    now: SystemTime,
+) -> StatusFacts {
+    let state_dir = &host.state_dir;
+    let mut facts = StatusFacts::empty(now);
+    let since = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+        - RECENT_SECS;
+    for t in &model.teams {
+        for m in &t.members {
+            let f = member_facts(host, t, m, since);
+            facts.members.insert((t.name.clone(), m.name.clone()), f);
+        }
+        let live = observed
+            .live_sessions
+            .iter()
+            .filter(|(team, _)| *team == t.name)
+            .map(|(_, name)| name);
+        for name in t.sessions.iter().map(|s| &s.name).chain(live) {
+            let f = session_facts(state_dir, &t.name, name);
+            facts.sessions.insert((t.name.clone(), name.clone()), f);
+        }
+    }
+    for dir in transcript_dirs(model, observed) {
+        let (bytes, last_change) = transcript_usage(&dir);
+        facts
+            .transcripts
+            .insert(dir, TranscriptUsage { bytes, last_change });
+    }
+    facts.usage = observed
+        .containers
+        .iter()
+        .filter(|c| c.state.is_live())
+        .filter_map(|c| Some((c.id.clone(), crate::runtime::cgroup::usage(c.pid?))))
+        .collect();
+    facts.controller = controller_status(state_dir);
+    facts
+}
+
+/// The controller's record, and whether it still runs.
+pub fn controller_status(state_dir: &Path) -> Option<ControllerStatus> {
+    use crate::store::controller as status;
+    let r = status::read(state_dir)?;
+    Some(ControllerStatus {
+        running: status::running(state_dir),
+        pid: r.pid,
+        since: r.since,
+        last_reconcile: r.last_reconcile.map(|l| LastReconcile {
+            at: l.at,
+            team: l.team,
+            ok: l.ok,
+        }),
+        errors: r.errors,
+        manifest_errors: r.manifest_errors,
+        restarts_due: r.restarts_due,
+    })
+}
+
+/// A member's restarts, last recorded exit, unwritable grants and egress log. `since`: the
+/// start of the last minute, in seconds since the epoch.
+fn member_facts(host: &Host, t: &Team, m: &Member, since: f64) -> MemberFacts {
+    let state_dir = &host.state_dir;
+    let record = layout::member_record_path(&layout::team_run_dir(state_dir, &t.name), &m.name);
+    let user = m.user.unwrap_or(host.default_member_user());
+    let not_writable: Vec<PathBuf> = m
+        .access
+        .write
+        .iter()
+        .filter(|p| crate::host::access::check_writable(p, user).is_err())
+        .cloned()
+        .collect();
+    MemberFacts {
+        restarts: restarts(&layout::member_ctl_dir(state_dir, &t.name, &m.name)),
+        last_exit: Record::load(&record).last_exit,
+        not_writable_by: (!not_writable.is_empty()).then_some(user.uid),
+        not_writable,
+        egress: matches!(m.access.network, Network::Allow(_))
+            .then(|| egress_facts(state_dir, &t.name, &m.name, since)),
+    }
+}
+
+/// What a member's proxy refused since the last apply, and decided in the last minute.
+fn egress_facts(state_dir: &Path, team: &str, member: &str, since: f64) -> EgressFacts {
+    let paths = Paths::new(state_dir, team, member);
+    let events = egress::log::read(&paths.log);
+    EgressFacts {
+        refused: egress::log::refusals(&events, egress::since_last_apply(&paths)),
+        last_minute: EgressCounts::of(&events, since),
+    }
+}
+
+/// A main session's terminal and when ateam started it.
+fn session_facts(state_dir: &Path, team: &str, name: &str) -> SessionFacts {
+    SessionFacts {
+        socket: layout::session_socket_path(state_dir, team, name),
+        started: crate::sessions::started_at(&layout::session_dir(state_dir, team, name)),
+    }
+}
+
+/// The transcript folders status shows: the sessions' and members' of the model, and those
+/// observe found (among them the kept transcripts of members no manifest wants).
+fn transcript_dirs(model: &Desired, observed: &Observed) -> std::collections::BTreeSet<PathBuf> {
+    let mut dirs = observed.transcript_dirs.clone();
+    for t in &model.teams {
+        dirs.extend(t.sessions.iter().map(|s| session_transcript(t, s)));
+        dirs.extend(t.members.iter().map(|m| m.transcript_dir.clone()));
+    }
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AccessGrant, Parent, RestartPolicy, UserId};
+
+    fn member(dir: &Path) -> Member {
+        Member {
+            name: "a".into(),
+            user: Some(UserId {
+                uid: 4242,
+                gid: 4242,
+            }),
+            parent: Parent::MainSession("lead".into()),
+            depth: 1,
+            access: AccessGrant {
+                name: "g".into(),
+                read: vec![],
+                write: vec![dir.join("private")],
+                network: Network::Allow(vec!["example.com".into()]),
+                intercept: vec![],
+            },
+            image: "ateam-demo:latest".into(),
+            command: None,
+            cwd: dir.into(),
+            env: Default::default(),
+            secret_env: vec![],
+            memory_bytes: 1 << 30,
+            pids: 512,
+            nano_cpus: None,
+            restart: RestartPolicy::OnFailure,
+            image_pull_policy: Default::default(),
+            labels: Default::default(),
+            transcript_dir: dir.join("sessions/members/a"),
+            origin: Default::default(),
+        }
+    }
+
+    /// Each fact is read from where ateam keeps it, for the model's members and sessions and
+    /// for the terminals observe found.
+    #[test]
+    fn facts_are_read_from_the_state_folder() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        let state = dir.join("state");
+        let private = dir.join("private");
+        std::fs::create_dir_all(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let ctl = layout::member_ctl_dir(&state, "t", "a");
+        std::fs::create_dir_all(&ctl).unwrap();
+        std::fs::write(ctl.join("restarts"), "3\n").unwrap();
+        let old = layout::session_dir(&state, "t", "old");
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(layout::session_started_path(&old), "1234").unwrap();
+        let transcript = dir.join("sessions/members/a");
+        std::fs::create_dir_all(&transcript).unwrap();
+        std::fs::write(transcript.join("log"), "hello").unwrap();
+        let team = Team {
+            name: "t".into(),
+            labels: Default::default(),
+            backend: Default::default(),
+            user: None,
+            allow_root_user: false,
+            image: None,
+            max_members: 10,
+            max_depth: 3,
+            session_dir: dir.join("sessions"),
+            allow_unenforced_limits: false,
+            helper_requests: false,
+            manifests: vec![],
+            sessions: vec![],
+            grants: vec![],
+            members: vec![member(dir)],
+        };
+        let host = Host {
+            uid: 1000,
+            gid: 1000,
+            home: dir.into(),
+            memory_bytes: 1 << 30,
+            state_dir: state.clone(),
+            sudo_user: None,
+            engine_dirs: Default::default(),
+        };
+        let observed = Observed {
+            live_sessions: [("t".into(), "old".into()), ("u".into(), "x".into())].into(),
+            ..Default::default()
+        };
+        let now = UNIX_EPOCH + std::time::Duration::from_secs(1000);
+        let model = Desired { teams: vec![team] };
+        let f = status_facts(&host, &model, &observed, now);
+        assert_eq!(f.now, now);
+        let a = &f.members[&("t".to_string(), "a".to_string())];
+        assert_eq!(a.restarts, 3);
+        assert_eq!(a.not_writable, [private]);
+        assert_eq!(a.not_writable_by, Some(4242));
+        assert_eq!(a.egress, Some(EgressFacts::default()));
+        assert_eq!(f.transcripts[&transcript].bytes, 5);
+        let sessions: Vec<_> = f.sessions.keys().collect();
+        assert_eq!(sessions, [&("t".to_string(), "old".to_string())]);
+        let old = &f.sessions[&("t".to_string(), "old".to_string())];
+        assert_eq!(old.started, Some(1234));
+        assert_eq!(old.socket, layout::session_socket_path(&state, "t", "old"));
+        assert!(f.usage.is_empty() && f.controller.is_none());
+    }
+}
