@@ -63,7 +63,7 @@ struct State {
     /// touches. A team applied from other manifests into the same store is not its business.
     known: std::collections::BTreeSet<String>,
     /// Each member's restarts under the crash-loop policy.
-    crash: BTreeMap<(String, String), CrashLoop>,
+    crash: Restarts,
     record: ControllerRecord,
 }
 
@@ -192,7 +192,7 @@ impl Reconciler {
         let desired = Desired { teams: vec![team] };
         let (now, wall) = (Instant::now(), SystemTime::now());
         let plan = PlanOptions {
-            deferred: self.holds(name, now, wall),
+            deferred: self.state().crash.holds(name, now, wall),
             ..opts.plan_options()
         };
         let look = prepare(&self.app, &desired, plan, &secret).await?;
@@ -292,65 +292,26 @@ impl Reconciler {
         Ok(Action::AwaitChange)
     }
 
-    /// The planner's input for `team`: each member with a crash-loop record whose restart,
-    /// were one due at `now`, would wait; until when, on the wall clock (`wall` is `now`).
-    fn holds(
-        &self,
-        team: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> BTreeMap<(String, String), SystemTime> {
-        self.state()
-            .crash
-            .iter()
-            .filter(|((t, _), _)| t == team)
-            .filter_map(|(key, c)| c.hold(now).map(|until| (key.clone(), wall + (until - now))))
-            .collect()
-    }
-
-    /// Records what the plan does with restarts (it reads the plan; the plan is final). The
-    /// first exit is restarted at once (as the kubelet does); each quick exit after it waits
-    /// 10 s, 20 s, … up to 5 min; a run of 10 min resets the count (`backoff::CrashLoop`).
+    /// Records what the plan does with restarts (it reads the plan; the plan is final), and
+    /// says so for each restart that begins to wait: in the log, as an event, and in the
+    /// record `status` reads (`restarts_due`).
     fn pace_restarts(&self, plan: &Plan, now: Instant, wall: SystemTime) {
         let cfg = self.opts.crash;
         let mut guard = self.state();
         let st = &mut *guard;
-        for a in &plan.actions {
-            if let PlanAction::Start {
-                team,
-                member,
-                reason: StartReason::Restart { .. },
-                ..
-            } = a
-            {
-                st.crash
-                    .entry((team.clone(), member.clone()))
-                    .or_insert_with(|| CrashLoop::new(cfg))
-                    .started(now);
-            }
-        }
-        for d in &plan.deferred {
-            let (team, member) = (d.team.as_str(), d.member.as_str());
-            let Some(c) = st.crash.get_mut(&(d.team.clone(), d.member.clone())) else {
-                continue;
-            };
-            let ran_for = c.ran_for(now);
-            let Some(until) = c.hold(now) else { continue };
-            if !c.wait(until) {
-                continue;
-            }
-            let delay = until - now;
+        for w in st.crash.record(plan, cfg, now) {
+            let (team, member) = (w.team.as_str(), w.member.as_str());
             info!(
                 team,
                 member,
-                delay_s = delay.as_secs_f64(),
+                delay_s = w.delay.as_secs_f64(),
                 "crash loop: the restart waits"
             );
-            let until = rfc3339(wall + delay);
+            let until = rfc3339(wall + w.delay);
             let why = format!(
                 "crash loop: exited again {:.1}s after its last start; backoff {} until {until}",
-                ran_for.min(Duration::from_secs(86_400)).as_secs_f64(),
-                humantime::format_duration(Duration::from_secs(delay.as_secs().max(1)))
+                w.ran_for.min(Duration::from_secs(86_400)).as_secs_f64(),
+                humantime::format_duration(Duration::from_secs(w.delay.as_secs().max(1)))
             );
             let e =
                 crate::events::Event::new(team, member, crate::events::EventKind::CrashLoop, &why);
@@ -360,13 +321,93 @@ impl Reconciler {
                 .insert(format!("{team}/{member}"), until);
         }
         // Restarts that are no longer waiting are no longer due.
-        let waiting: Vec<String> = st
-            .crash
+        let waiting = st.crash.waiting();
+        st.record.restarts_due.retain(|k, _| waiting.contains(k));
+    }
+}
+
+/// Every member's crash-loop record, by `(team, member)`: asked before planning (`holds`),
+/// told what the plan did after (`record`). The first exit is restarted at once (as the
+/// kubelet does); each quick exit after it waits 10 s, 20 s, … up to 5 min; a run of 10 min
+/// resets the count (`backoff::CrashLoop`).
+#[derive(Debug, Default)]
+pub(super) struct Restarts(BTreeMap<(String, String), CrashLoop>);
+
+/// A restart that began to wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Waiting {
+    pub team: String,
+    pub member: String,
+    pub delay: Duration,
+    /// Since ateam last started it.
+    pub ran_for: Duration,
+}
+
+impl Restarts {
+    /// The planner's input for `team` (`PlanOptions::deferred`): each member whose restart,
+    /// were one due at `now`, would wait; until when, on the wall clock (`wall` is `now`).
+    pub(super) fn holds(
+        &self,
+        team: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> BTreeMap<(String, String), SystemTime> {
+        self.0
+            .iter()
+            .filter(|((t, _), _)| t == team)
+            .filter_map(|(key, c)| c.hold(now).map(|until| (key.clone(), wall + (until - now))))
+            .collect()
+    }
+
+    /// What the plan made at `now` (the time `holds` was asked): its restarts began, its
+    /// deferrals wait. Returns the deferrals that began to wait now.
+    pub(super) fn record(
+        &mut self,
+        plan: &Plan,
+        cfg: CrashLoopConfig,
+        now: Instant,
+    ) -> Vec<Waiting> {
+        for a in &plan.actions {
+            if let PlanAction::Start {
+                team,
+                member,
+                reason: StartReason::Restart { .. },
+                ..
+            } = a
+            {
+                self.0
+                    .entry((team.clone(), member.clone()))
+                    .or_insert_with(|| CrashLoop::new(cfg))
+                    .started(now);
+            }
+        }
+        let mut began = Vec::new();
+        for d in &plan.deferred {
+            let Some(c) = self.0.get_mut(&(d.team.clone(), d.member.clone())) else {
+                continue;
+            };
+            let ran_for = c.ran_for(now);
+            if let Some(until) = c.hold(now)
+                && c.wait(until)
+            {
+                began.push(Waiting {
+                    team: d.team.clone(),
+                    member: d.member.clone(),
+                    delay: until - now,
+                    ran_for,
+                });
+            }
+        }
+        began
+    }
+
+    /// `team/member` of each restart waiting out its delay.
+    pub(super) fn waiting(&self) -> Vec<String> {
+        self.0
             .iter()
             .filter(|(_, c)| c.due().is_some())
             .map(|((t, m), _)| format!("{t}/{m}"))
-            .collect();
-        st.record.restarts_due.retain(|k, _| waiting.contains(k));
+            .collect()
     }
 }
 

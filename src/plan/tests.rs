@@ -82,7 +82,7 @@ pub(crate) fn want(members: Vec<Member>) -> DesiredState {
 }
 
 /// The container ateam would have made for `m`, in `state`, with a compliant config.
-fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedContainer {
+pub(crate) fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedContainer {
     let m = d.members.iter().find(|m| m.member == name).unwrap();
     ObservedContainer {
         id: format!("id-{name}"),
@@ -104,7 +104,7 @@ fn transcripts(names: &[&str]) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
+pub(crate) fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
     let containers: Vec<ObservedContainer> = names
         .iter()
         .map(|n| running(d, n, ContainerState::Running))
