@@ -633,14 +633,7 @@ async fn a_foreign_container_with_the_name_is_never_touched(e: &Eng) {
     let observed = ateam::observe::observe(e.backend.as_ref(), &e.info, &t.desired)
         .await
         .unwrap();
-    let p = plan(
-        &t.desired,
-        &observed,
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&t.desired, &observed, PlanOptions::pruning(true));
     assert!(
         p.findings.iter().any(
             |f| matches!(f, ateam::plan::Finding::Conflict { member, .. } if member == "reviewer")

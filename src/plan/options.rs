@@ -31,6 +31,14 @@ pub struct PlanOptions {
 }
 
 impl PlanOptions {
+    /// Only `prune` set: what `diff`, `delete` and most tests ask.
+    pub fn pruning(prune: bool) -> Self {
+        PlanOptions {
+            prune,
+            ..PlanOptions::default()
+        }
+    }
+
     /// Why `(team, member)` goes, when it is a helper no longer wanted.
     pub(super) fn dropped_why(&self, team: &str, member: &str) -> Option<String> {
         self.dropped

@@ -82,7 +82,7 @@ pub(crate) fn want(members: Vec<Member>) -> DesiredState {
 }
 
 /// The container ateam would have made for `m`, in `state`, with a compliant config.
-pub(crate) fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedContainer {
+fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedContainer {
     let m = d.members.iter().find(|m| m.member == name).unwrap();
     ObservedContainer {
         id: format!("id-{name}"),
@@ -205,14 +205,7 @@ fn nothing_observed_creates_everything() {
 #[test]
 fn everything_in_sync_plans_nothing() {
     let d = want(vec![member("a"), member("b")]);
-    let p = plan(
-        &d,
-        &in_sync(&d, &["a", "b"]),
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&d, &in_sync(&d, &["a", "b"]), PlanOptions::pruning(true));
     assert_eq!(p, Plan::default());
     assert!(p.is_noop());
 }
@@ -455,14 +448,7 @@ fn orphans_are_reported_unless_prune_is_asked() {
         matches!(&p.findings[..], [Finding::Orphan { member, .. }, Finding::RetainedTranscript { .. }] if member == "gone")
     );
 
-    let p = plan(
-        &d,
-        &observed,
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&d, &observed, PlanOptions::pruning(true));
     assert_eq!(kinds(&p), ["remove-orphan gone"]);
 }
 
@@ -481,17 +467,7 @@ fn other_teams_and_other_stores_are_not_ours() {
         .labels
         .insert(labels::STORE.into(), "another".into());
     o.containers.extend([other_team, other_store]);
-    assert_eq!(
-        plan(
-            &d,
-            &o,
-            PlanOptions {
-                prune: true,
-                ..PlanOptions::default()
-            }
-        ),
-        Plan::default()
-    );
+    assert_eq!(plan(&d, &o, PlanOptions::pruning(true)), Plan::default());
 }
 
 #[test]
@@ -513,14 +489,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         transcript_dirs: transcripts(&["a"]),
         ..Default::default()
     };
-    let p = plan(
-        &d,
-        &o,
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert!(p.actions.is_empty(), "{p:?}");
     assert!(
         matches!(&p.findings[..], [Finding::Conflict { container, owner: None, .. }] if container.id == "f00")
@@ -611,14 +580,7 @@ fn a_container_with_our_labels_that_we_did_not_make_is_a_stranger() {
     assert!(
         matches!(&p.findings[..], [Finding::Stranger { container, .. }] if container.id == "evil")
     );
-    let p = plan(
-        &d,
-        &o,
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert_eq!(kinds(&p), ["remove-stranger evil"]);
     // Alone, even exited or never released: never started, released or kept as the member;
     // the member is created beside it.
@@ -699,14 +661,7 @@ fn deleted_members_keep_their_transcripts() {
     let d = want(vec![member("a")]);
     let mut o = in_sync(&d, &["a"]);
     o.transcript_dirs.extend(transcripts(&["old1", "old2"]));
-    let p = plan(
-        &d,
-        &o,
-        PlanOptions {
-            prune: true,
-            ..PlanOptions::default()
-        },
-    );
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert!(p.actions.is_empty(), "nothing removes a transcript: {p:?}");
     let kept: Vec<&str> = p
         .findings
@@ -832,14 +787,7 @@ fn a_new_allow_list_keeps_the_container_and_a_lost_one_stops_the_proxy() {
         Vec::<String>::new()
     );
     assert_eq!(
-        kinds(&plan(
-            &gone,
-            &o,
-            PlanOptions {
-                prune: true,
-                ..PlanOptions::default()
-            }
-        )),
+        kinds(&plan(&gone, &o, PlanOptions::pruning(true))),
         ["remove-orphan a", "stop-proxy a"]
     );
     // Nothing left of the member: the proxy is stopped.
@@ -1036,14 +984,7 @@ fn drift_is_any_action_or_what_apply_leaves_but_the_manifests_do_not_describe() 
         assert_eq!(p.team_drifted("t"), drifted, "{case}");
         assert!(!p.team_drifted("other"), "{case}");
         // With --prune the orphan and the stranger become changes: drift all the same.
-        let pruned = plan(
-            &d,
-            &o,
-            PlanOptions {
-                prune: true,
-                ..PlanOptions::default()
-            },
-        );
+        let pruned = plan(&d, &o, PlanOptions::pruning(true));
         assert_eq!(pruned.drifted(), drifted, "{case} with --prune: {pruned:?}");
     }
 }
@@ -1279,14 +1220,7 @@ fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
     assert!(p.drifted());
     // --prune ends it.
     assert_eq!(
-        kinds(&plan(
-            &d,
-            &o,
-            PlanOptions {
-                prune: true,
-                ..PlanOptions::default()
-            }
-        )),
+        kinds(&plan(&d, &o, PlanOptions::pruning(true))),
         ["stop-session old"]
     );
     // A session that takes it over ends it (and starts, told of the members).
@@ -1445,10 +1379,7 @@ fn a_team_left_without_a_main_session_while_old_members_run_is_refused() {
     let running = in_sync(&old, &["a", "gone"]);
     let mut exited = running.clone();
     exited.containers[1].state = ContainerState::Exited { code: 0 };
-    let prune = PlanOptions {
-        prune: true,
-        ..PlanOptions::default()
-    };
+    let prune = PlanOptions::pruning(true);
     let cases = [
         (
             "an old member runs",
