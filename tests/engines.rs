@@ -638,7 +638,7 @@ async fn a_foreign_container_with_the_name_is_never_touched(e: &Eng) {
     let observed = ateam::observe::observe(e.backend.as_ref(), &e.info, &t.desired)
         .await
         .unwrap();
-    let p = plan(&t.desired, &observed, PlanOptions { prune: true });
+    let p = plan(&t.desired, &observed, PlanOptions::pruning(true));
     assert!(
         p.findings.iter().any(
             |f| matches!(f, ateam::plan::Finding::Conflict { member, .. } if member == "reviewer")

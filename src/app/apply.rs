@@ -4,17 +4,17 @@
 
 use std::collections::BTreeMap;
 
-use super::{App, AppError, Manifests};
+use super::{App, AppError, Look, Manifests};
 use crate::backend::{EngineKind, logs_text};
 use crate::core::container::{is_replacement, labels};
 use crate::core::layout;
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
 use crate::model::Desired;
 use crate::model::RestartPolicy;
-use crate::plan::{ContainerState, Finding, Plan, PlanOptions};
+use crate::plan::{ContainerState, Finding, Plan, PlanOptions, Refusal};
 use crate::store::{Record, StoreError};
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ApplyOptions {
     /// Remove ateam's containers that no manifest wants, and strangers.
     pub prune: bool,
@@ -22,6 +22,20 @@ pub struct ApplyOptions {
     pub concurrency: Option<usize>,
     /// Fail at once when another command holds the store's lock.
     pub no_wait: bool,
+    /// Bring up this member alone, and never a main session (`PlanOptions::only`): the
+    /// helper server's apply of one requested member.
+    pub only: Option<String>,
+}
+
+impl ApplyOptions {
+    /// What the planner is told of these options.
+    pub fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            prune: self.prune,
+            only: self.only.clone(),
+            ..PlanOptions::default()
+        }
+    }
 }
 
 /// What an apply did, for the caller to render.
@@ -101,7 +115,7 @@ pub async fn apply(
         source,
     })?;
     let started = std::time::SystemTime::now();
-    let report = converge(app, &desired, o, secret, progress, &mut |_| {}).await?;
+    let report = converge(app, &desired, o, secret, progress).await?;
     // What the proxies refused before this apply is history for `status`.
     for t in &desired.teams {
         for m in &t.members {
@@ -115,9 +129,6 @@ pub async fn apply(
     Ok(report)
 }
 
-/// Makes the machine match `desired` once: look, plan, check, carry out, record, look again.
-/// The caller holds the store's lock. `adjust` may take actions out of the plan before it is
-/// carried out (the controller defers restarts still in their crash-loop delay).
 /// A changed value of an injected secret reaches its running proxy (no action of the plan:
 /// the planner never sees secret values).
 fn refresh_injected(
@@ -136,39 +147,65 @@ fn refresh_injected(
     }
 }
 
+/// Makes the machine match `desired` once: look, plan, check, carry out, record, look again.
+/// The caller holds the store's lock.
 pub async fn converge(
     app: &App,
     desired: &Desired,
     o: ApplyOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
-    adjust: &mut (dyn FnMut(&mut Plan) + Send),
 ) -> Result<ApplyReport, AppError> {
+    let look = prepare(app, desired, o.plan_options(), secret).await?;
+    carry_out(app, desired, look, &o, secret, progress).await
+}
+
+/// The first half of a converge: look and plan with `opts`, refuse a plan the planner
+/// refuses, and what needs no action (an injected secret's new value, a stranger's event).
+/// The plan in the `Look` is final: `carry_out` runs it as it is. (The controller records
+/// the restarts it paces from it in between.)
+pub async fn prepare(
+    app: &App,
+    desired: &Desired,
+    opts: PlanOptions,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Look, AppError> {
     for t in &desired.teams {
         app.store.check_member_records(&t.name)?;
     }
-    let mut look = app.look(desired, PlanOptions { prune: o.prune }).await?;
-    leaderless(desired, &look.plan, &look.observed)?;
+    let look = app.look(desired, opts).await?;
+    if let Some(r) = look.plan.refusals.first() {
+        return Err(refused(r));
+    }
     refresh_injected(app, &look.desired, secret);
     record_strangers(app, &look.plan);
-    adjust(&mut look.plan);
+    Ok(look)
+}
+
+/// A refusal of the planner, as the error apply returns.
+fn refused(r: &Refusal) -> AppError {
+    match r {
+        Refusal::NoMainSession { team, members } => AppError::NoMainSession {
+            team: team.clone(),
+            members: members.clone(),
+        },
+    }
+}
+
+/// The second half of a converge: check what can be checked before any change, record the
+/// teams, carry out `look.plan`, forget the dropped helpers, and say who does not run.
+pub async fn carry_out(
+    app: &App,
+    desired: &Desired,
+    look: Look,
+    o: &ApplyOptions,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    progress: &dyn Progress,
+) -> Result<ApplyReport, AppError> {
     let mut report = ApplyReport {
         engine: look.info.kind,
         members: look.desired.members.len(),
-        left_alone: look
-            .plan
-            .findings
-            .iter()
-            .filter(|f| match f {
-                Finding::Orphan { .. }
-                | Finding::OrphanSession { .. }
-                | Finding::Stranger { .. }
-                | Finding::Conflict { .. }
-                | Finding::RetainedTranscript { .. } => true,
-                Finding::Finished { .. } => false,
-            })
-            .cloned()
-            .collect(),
+        left_alone: left_alone(&look.plan),
         outcome: Outcome::NoChanges,
     };
     if look.plan.is_noop() {
@@ -199,9 +236,38 @@ pub async fn converge(
     app.remember_engine(&desired.teams, look.backend.as_ref())?;
     let failures = exec.run(&look.plan, &look.desired.members).await;
     forget_dropped(app, &look, &failures);
+    let (not_running, finished) = not_running(&look, &failures).await?;
+    report.outcome = Outcome::Applied {
+        failures,
+        not_running,
+        finished,
+    };
+    Ok(report)
+}
 
-    // Wait-until-running: one more look, and the reason for every member that is not up.
-    // A list call is enough: states only, no inspects.
+/// What the plan leaves alone and a person should know (a finished member is no news).
+fn left_alone(plan: &Plan) -> Vec<Finding> {
+    plan.findings
+        .iter()
+        .filter(|f| match f {
+            Finding::Orphan { .. }
+            | Finding::OrphanSession { .. }
+            | Finding::Stranger { .. }
+            | Finding::Conflict { .. }
+            | Finding::RetainedTranscript { .. } => true,
+            Finding::Finished { .. } => false,
+        })
+        .cloned()
+        .collect()
+}
+
+/// Wait-until-running: one more look, and the reason for every member that is not up
+/// (beyond `failures`); with them, the members finished as their restart policy allows.
+/// A list call is enough: states only, no inspects.
+async fn not_running(
+    look: &Look,
+    failures: &[Failure],
+) -> Result<(Vec<NotRunning>, Vec<(String, String)>), AppError> {
     let ours = BTreeMap::from([(labels::STORE.to_string(), look.desired.store.clone())]);
     let after = look.backend.list(&ours).await?;
     let mut not_running = Vec::new();
@@ -244,12 +310,7 @@ pub async fn converge(
             why,
         });
     }
-    report.outcome = Outcome::Applied {
-        failures,
-        not_running,
-        finished,
-    };
-    Ok(report)
+    Ok((not_running, finished))
 }
 
 /// A stranger is an event once per container, not at every reconcile that sees it again.
@@ -276,7 +337,7 @@ fn record_strangers(app: &App, plan: &Plan) {
 
 /// After a converge: forget the requested members that are no longer wanted (those whose
 /// removal did not fail). (Their helper servers are the plan's: `StopHelperServer`.)
-fn forget_dropped(app: &App, look: &super::Look, failures: &[Failure]) {
+fn forget_dropped(app: &App, look: &Look, failures: &[Failure]) {
     for d in &look.dropped {
         if failures
             .iter()
@@ -291,43 +352,4 @@ fn forget_dropped(app: &App, look: &super::Look, failures: &[Failure]) {
             Err(e) => tracing::warn!(error = %e, "forgetting a requested member"),
         }
     }
-}
-
-/// Refuses a team left without a main session while members it had still run (kept as
-/// orphans: no `--prune`): nobody would be there to report to. (Members still in the
-/// manifests always have a session: validation resolves every parent chain to one.)
-fn leaderless(
-    desired: &Desired,
-    plan: &Plan,
-    observed: &crate::plan::Observed,
-) -> Result<(), AppError> {
-    for t in desired.teams.iter().filter(|t| t.sessions.is_empty()) {
-        let mut members: Vec<String> = plan
-            .findings
-            .iter()
-            .filter_map(|f| match f {
-                Finding::Orphan {
-                    team,
-                    member,
-                    container,
-                } if *team == t.name
-                    && observed
-                        .containers
-                        .iter()
-                        .any(|c| c.id == container.id && c.state.is_live()) =>
-                {
-                    Some(member.clone())
-                }
-                _ => None,
-            })
-            .collect();
-        members.dedup();
-        if !members.is_empty() {
-            return Err(AppError::NoMainSession {
-                team: t.name.clone(),
-                members,
-            });
-        }
-    }
-    Ok(())
 }

@@ -56,7 +56,7 @@ pub async fn delete(
         t.members.clear();
         t.sessions.clear();
     }
-    let look = app.look(&empty, PlanOptions { prune: true }).await?;
+    let look = app.look(&empty, PlanOptions::pruning(true)).await?;
     let rt = app.runtime(&look);
     let no_secrets = |_: &str| None;
     let failures = Executor {

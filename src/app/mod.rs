@@ -224,15 +224,16 @@ impl App {
     }
 
     /// Finds the engine, looks at the machine for `desired` (and the helpers its members
-    /// asked for) and plans.
-    pub async fn look(&self, desired: &Desired, opts: PlanOptions) -> Result<Look, AppError> {
+    /// asked for) and plans. The helpers no longer wanted join `opts.dropped`: the plan
+    /// removes them, and is final as returned.
+    pub async fn look(&self, desired: &Desired, mut opts: PlanOptions) -> Result<Look, AppError> {
         let (backend, info) = self.connect(&desired.teams).await?;
         // Helpers members asked for are desired as much as what the manifests name.
         let (model, dropped) = crate::requests::merge(desired, &self.host.state_dir);
         let ds = self.desired_state(&model);
         let observed = observe(backend.as_ref(), &info, &ds).await?;
-        let mut plan = plan(&ds, &observed, opts);
-        crate::requests::remove_dropped(&mut plan, &dropped);
+        opts.dropped.extend(dropped.iter().cloned());
+        let plan = plan(&ds, &observed, opts);
         Ok(Look {
             backend,
             info,

@@ -31,6 +31,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         prune: o.prune,
         concurrency: o.concurrency,
         no_wait: o.no_wait,
+        only: None,
     };
     let report = apply(&app, &manifests, opts, &secret, &display, waiting).await?;
     // What apply leaves alone, in the same words as diff.

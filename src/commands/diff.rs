@@ -16,7 +16,7 @@ pub async fn run(
 ) -> anyhow::Result<Exit> {
     let app = app(global);
     let desired = app.load(&files.files)?;
-    let p = app.look(&desired, PlanOptions { prune }).await?.plan;
+    let p = app.look(&desired, PlanOptions::pruning(prune)).await?.plan;
     match output {
         Output::Text => out!("{}", render_diff(&p)),
         Output::Json | Output::Yaml => print_document(&diff_document(&p), output == Output::Yaml)?,

@@ -1,5 +1,5 @@
-//! How long to wait before trying again, as pure values: no clock is read here, so each
-//! number is a function of the inputs and tests state exact delays.
+//! How long to wait before trying again, as values: no clock is read here (the caller passes
+//! `now`), so each number is a function of the inputs and tests state exact delays.
 //!
 //! Two policies, because they answer different questions:
 //! - [`ErrorBackoff`]: a reconcile of one object failed (the engine was down, a folder was
@@ -7,14 +7,15 @@
 //!   failed together (the engine restarted) do not all retry in the same instant. A success
 //!   resets it.
 //! - [`CrashLoop`]: a member's container exited and its restart policy asks for a restart. Like
-//!   the kubelet: wait 10 s, then 20 s, 40 s, ... up to 5 min, and forget the streak once the
-//!   member has run 10 min without exiting. No jitter: a member's restarts are its own, and a
-//!   user reading `status` can predict the next one.
+//!   the kubelet: restart at once the first time, then wait 10 s, 20 s, 40 s, ... up to 5 min,
+//!   and forget the streak once the member has run 10 min. No jitter: a member's restarts are
+//!   its own, and a user reading `status` can predict the next one.
 //!
 //! Both are configurable so tests (and a future `--crash-backoff` flag) can use short values.
 
-use std::ops::Add;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// A backoff setting that would make no sense.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,69 +193,81 @@ impl CrashLoopConfig {
     pub fn resets(&self, ran_for: Duration) -> bool {
         ran_for >= self.reset_after
     }
-
-    /// When the next start is due, given the member's past runs (oldest first); `None` if it
-    /// never exited. Only the exits since the last run of at least `reset_after` count, that
-    /// long run's own exit being the streak's first. Generic over the clock: works with
-    /// `tokio::time::Instant`, `SystemTime` (an engine's `FinishedAt`), or a `Duration`
-    /// since any epoch.
-    pub fn next_try<T>(&self, exits: &[Exit<T>]) -> Option<T>
-    where
-        T: Copy + Add<Duration, Output = T>,
-    {
-        let last = exits.last()?;
-        let streak = exits
-            .iter()
-            .rev()
-            .position(|exit| self.resets(exit.ran_for))
-            .map_or(exits.len(), |from_end| from_end + 1);
-        let restart = u32::try_from(streak - 1).unwrap_or(u32::MAX);
-        Some(last.at + self.delay(restart))
-    }
 }
 
-/// One run of a member that ended: when it exited and how long it had run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exit<T> {
-    pub at: T,
-    pub ran_for: Duration,
-}
-
-/// One member's restart streak, for a caller that keeps a counter instead of a history; it
-/// agrees with [`CrashLoopConfig::next_try`] on the same runs.
+/// One member's restarts under the crash-loop policy: the controller keeps one per member,
+/// asks it before planning when a restart may happen (`hold`), and tells it what the plan
+/// did (`started`, `wait`). The first exit of a streak is restarted at once, as the kubelet
+/// does; each quick exit after it waits `first`, doubling up to `max`; a run of
+/// `reset_after` since the last start ends the streak. Time is tokio's, so tests run it on
+/// the paused clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrashLoop {
     config: CrashLoopConfig,
-    restarts: u32,
+    /// Restarts in a row without a long enough run in between.
+    streak: u32,
+    /// When ateam last started it.
+    last_start: Option<Instant>,
+    /// A restart waiting out its delay.
+    due: Option<Instant>,
 }
 
 impl CrashLoop {
     pub fn new(config: CrashLoopConfig) -> Self {
         Self {
             config,
-            restarts: 0,
+            streak: 0,
+            last_start: None,
+            due: None,
         }
     }
 
-    /// The member exited after running `ran_for`: how long to wait before starting it again.
-    /// A run of at least `reset_after` starts a new streak first.
-    pub fn next_delay(&mut self, ran_for: Duration) -> Duration {
-        if self.config.resets(ran_for) {
-            self.reset();
+    /// Were the member to need a restart at `now`, when it may happen: `None` for at once.
+    /// Asking changes nothing: the answer holds whether or not the member exited.
+    pub fn hold(&self, now: Instant) -> Option<Instant> {
+        if let Some(due) = self.due {
+            return (due > now).then_some(due);
         }
-        let delay = self.config.delay(self.restarts);
-        self.restarts = self.restarts.saturating_add(1);
-        delay
+        if self.streak == 0 || self.config.resets(self.ran_for(now)) {
+            return None;
+        }
+        Some(now + self.config.delay(self.streak - 1))
     }
 
-    /// Forget the streak (the member was replaced, or the user restarted it).
-    pub fn reset(&mut self) {
-        self.restarts = 0;
+    /// The member was restarted at `now` (when `hold` let it): a streak begins, or goes on
+    /// after its wait.
+    pub fn started(&mut self, now: Instant) {
+        if self.due.take().is_none() {
+            self.streak = 1;
+        }
+        self.last_start = Some(now);
+    }
+
+    /// The member's restart waits until `until` (what `hold` said). Returns whether it began
+    /// waiting now (the streak grows), not already before.
+    pub fn wait(&mut self, until: Instant) -> bool {
+        if self.due.is_some() {
+            return false;
+        }
+        self.streak = self.streak.saturating_add(1);
+        self.due = Some(until);
+        true
+    }
+
+    /// How long since ateam last started it (`Duration::MAX` if it never did).
+    pub fn ran_for(&self, now: Instant) -> Duration {
+        self.last_start
+            .map_or(Duration::MAX, |s| now.saturating_duration_since(s))
+    }
+
+    /// When a waiting restart is due.
+    pub fn due(&self) -> Option<Instant> {
+        self.due
     }
 
     /// Restarts in the current streak.
-    pub fn restarts(&self) -> u32 {
-        self.restarts
+    pub fn streak(&self) -> u32 {
+        self.streak
     }
 }
 
@@ -338,70 +351,91 @@ mod tests {
         );
     }
 
-    #[test]
-    fn crash_loop_waits_10_20_40_up_to_300_seconds() {
-        let mut crash = CrashLoop::new(CrashLoopConfig::default());
-        let delays: Vec<u64> = (0..8)
-            .map(|_| crash.next_delay(secs(1)).as_secs())
-            .collect();
-        assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300, 300]);
-        assert_eq!(crash.restarts(), 8);
+    /// One exit the controller sees at `Instant::now()`, as its reconcile handles it: asks
+    /// `hold`, and restarts at once or waits (on the paused clock) and then restarts. The
+    /// delay it waited, in seconds.
+    async fn exit_and_restart(crash: &mut CrashLoop) -> u64 {
+        let now = Instant::now();
+        let Some(until) = crash.hold(now) else {
+            crash.started(now);
+            return 0;
+        };
+        assert!(crash.wait(until), "a new wait");
+        let waited = until - now;
+        tokio::time::advance(waited).await;
+        let now = Instant::now();
+        assert_eq!(crash.hold(now), None, "due now");
+        crash.started(now);
+        waited.as_secs()
     }
 
-    #[test]
-    fn crash_loop_resets_after_ten_minutes_of_running() {
+    /// A member that runs `ran` seconds after each start, then exits.
+    async fn runs(crash: &mut CrashLoop, ran: u64) -> u64 {
+        tokio::time::advance(secs(ran)).await;
+        exit_and_restart(crash).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crash_loop_restarts_at_once_then_waits_10_20_40_up_to_300_seconds() {
+        let mut crash = CrashLoop::new(CrashLoopConfig::default());
+        let mut delays = Vec::new();
+        for _ in 0..9 {
+            delays.push(runs(&mut crash, 1).await);
+        }
+        assert_eq!(delays, [0, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(crash.streak(), 9);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crash_loop_resets_after_ten_minutes_of_running() {
         let mut crash = CrashLoop::new(CrashLoopConfig::default());
         for _ in 0..4 {
-            crash.next_delay(secs(5));
+            runs(&mut crash, 5).await;
         }
-        // Just short of 10 min: still in the loop.
-        assert_eq!(crash.next_delay(secs(599)), secs(160));
+        // Just short of 10 min since its last start: still in the loop.
+        assert_eq!(runs(&mut crash, 599).await, 80);
         // 10 min: the streak is over, this exit is the first of a new one.
-        assert_eq!(crash.next_delay(secs(600)), secs(10));
-        assert_eq!(crash.next_delay(secs(3)), secs(20));
-        crash.reset();
-        assert_eq!(crash.next_delay(secs(3)), secs(10));
+        assert_eq!(runs(&mut crash, 600).await, 0);
+        assert_eq!(crash.streak(), 1);
+        assert_eq!(runs(&mut crash, 3).await, 10);
     }
 
-    #[test]
-    fn crash_loop_next_try_from_the_history() {
-        let config = CrashLoopConfig::default();
-        let exit = |at: u64, ran_for: u64| Exit {
-            at: secs(at),
-            ran_for: secs(ran_for),
-        };
-        assert_eq!(config.next_try::<Duration>(&[]), None);
-        assert_eq!(config.next_try(&[exit(100, 5)]), Some(secs(110)));
-        // Restarted on time each time, ran 5 s each: 10, 20, 40 s.
-        let history = [exit(100, 5), exit(115, 5), exit(140, 5)];
-        assert_eq!(config.next_try(&history), Some(secs(180)));
-        // The run before the last lasted 10 min: the streak began at its exit.
-        let history = [exit(100, 5), exit(800, 600), exit(815, 5)];
-        assert_eq!(config.next_try(&history), Some(secs(835)));
-        // The last run itself lasted 10 min.
-        let history = [exit(100, 5), exit(115, 5), exit(1000, 700)];
-        assert_eq!(config.next_try(&history), Some(secs(1010)));
-        // A long crash loop stays at the cap.
-        let history: Vec<_> = (0..20).map(|i| exit(1000 * i, 1)).collect();
-        assert_eq!(config.next_try(&history), Some(secs(19_000 + 300)));
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_restart_stays_held_until_it_is_due() {
+        let mut crash = CrashLoop::new(CrashLoopConfig::default());
+        runs(&mut crash, 1).await;
+        tokio::time::advance(secs(1)).await;
+        let now = Instant::now();
+        let until = crash.hold(now).expect("the second exit waits");
+        assert_eq!(until - now, secs(10));
+        // Asking again changes nothing; nor does a reconcile that finds it still waiting.
+        assert_eq!(crash.hold(now), Some(until));
+        assert!(crash.wait(until));
+        assert_eq!((crash.streak(), crash.due()), (2, Some(until)));
+        tokio::time::advance(secs(4)).await;
+        assert_eq!(crash.hold(Instant::now()), Some(until));
+        assert!(!crash.wait(until), "already waiting");
+        assert_eq!(crash.streak(), 2);
+        // Due: it restarts, and the streak goes on (the next quick exit waits 20 s).
+        tokio::time::advance(secs(6)).await;
+        assert_eq!(crash.hold(Instant::now()), None);
+        crash.started(Instant::now());
+        assert_eq!((crash.streak(), crash.due()), (2, None));
+        assert_eq!(runs(&mut crash, 1).await, 20);
     }
 
-    #[test]
-    fn crash_loop_counter_and_history_agree() {
-        let config = CrashLoopConfig::new(secs(1), secs(16), secs(30)).expect("valid");
-        let runs = [3u64, 1, 40, 2, 2, 2, 2, 2, 2, 31, 1];
+    #[tokio::test(start_paused = true)]
+    async fn a_member_never_started_by_ateam_restarts_at_once() {
+        let crash = CrashLoop::new(CrashLoopConfig::default());
+        assert_eq!(crash.ran_for(Instant::now()), Duration::MAX);
+        assert_eq!(crash.hold(Instant::now()), None);
+        // Short settings (`--crash-backoff 1s`): 1, 2, 4 s.
+        let config = CrashLoopConfig::new(secs(1), secs(300), secs(600)).expect("valid");
         let mut crash = CrashLoop::new(config);
-        let mut history = Vec::new();
-        let mut now = secs(0);
-        for ran_for in runs {
-            now += secs(ran_for);
-            history.push(Exit {
-                at: now,
-                ran_for: secs(ran_for),
-            });
-            let delay = crash.next_delay(secs(ran_for));
-            assert_eq!(config.next_try(&history), Some(now + delay));
-            now += delay;
+        let mut delays = Vec::new();
+        for _ in 0..4 {
+            delays.push(runs(&mut crash, 0).await);
         }
+        assert_eq!(delays, [0, 1, 2, 4]);
     }
 }

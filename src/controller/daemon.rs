@@ -10,17 +10,18 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
+use super::backoff::{CrashLoop, CrashLoopConfig, ErrorBackoffConfig};
 use super::metrics::{Metrics, ReconcileResult, StatusSource};
 use super::queue::QueueConfig;
 use super::{Action, Controller, Handle};
-use crate::app::apply::{ApplyOptions, Outcome, converge};
+use crate::app::apply::{ApplyOptions, Outcome, carry_out, prepare};
 use crate::app::delete::delete;
 use crate::app::{App, AppError, Manifests};
 use crate::core::container::labels;
@@ -28,7 +29,7 @@ use crate::core::layout::store_id;
 use crate::execute::Quiet;
 use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
-use crate::plan::{Action as PlanAction, Plan, StartReason};
+use crate::plan::{Action as PlanAction, Plan, PlanOptions, StartReason};
 use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
 /// What the controller reconciles.
@@ -52,17 +53,6 @@ pub struct Options {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
-/// One member's restarts, for the crash-loop policy.
-#[derive(Debug, Default)]
-struct Crash {
-    /// When ateam last started it.
-    last_start: Option<Instant>,
-    /// Restarts in a row without a long enough run in between.
-    streak: u32,
-    /// A restart waiting out its delay.
-    due: Option<Instant>,
-}
-
 #[derive(Default)]
 struct State {
     /// The last good desired state of each team (an invalid edit keeps the one before).
@@ -72,7 +62,8 @@ struct State {
     /// Every team these manifests named since the controller started: the only teams it
     /// touches. A team applied from other manifests into the same store is not its business.
     known: std::collections::BTreeSet<String>,
-    crash: BTreeMap<(String, String), Crash>,
+    /// Each member's restarts under the crash-loop policy.
+    crash: Restarts,
     record: ControllerRecord,
 }
 
@@ -176,6 +167,9 @@ impl Reconciler {
         Ok(Action::AwaitChange)
     }
 
+    /// One reconcile of a team: the crash-loop holds of its members go into the plan, the
+    /// plan's restarts and deferrals into the crash-loop records, and the first deferral due
+    /// comes back as the time to look again.
     async fn converge_team(&self, name: &str) -> Result<Action, AppError> {
         let (loaded, team) = {
             let st = self.state();
@@ -187,10 +181,41 @@ impl Reconciler {
         let Some(team) = team else {
             return self.gone(name).await;
         };
+        let _lock = self.lock_store().await?;
+        let secret = |n: &str| std::env::var(n).ok();
+        let opts = ApplyOptions {
+            prune: self.opts.prune,
+            concurrency: self.opts.concurrency,
+            no_wait: false,
+            only: None,
+        };
+        let desired = Desired { teams: vec![team] };
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let plan = PlanOptions {
+            deferred: self.state().crash.holds(name, now, wall),
+            ..opts.plan_options()
+        };
+        let look = prepare(&self.app, &desired, plan, &secret).await?;
+        self.pace_restarts(&look.plan, now, wall);
+        let deferred: Vec<SystemTime> = look.plan.deferred.iter().map(|d| d.until).collect();
+        let report = carry_out(&self.app, &desired, look, &opts, &secret, &Quiet).await?;
+        self.record_outcome(name, &report.outcome);
+        let wall = SystemTime::now();
+        let next = deferred
+            .iter()
+            .map(|until| until.duration_since(wall).unwrap_or_default())
+            .min();
+        Ok(match next {
+            Some(d) => Action::Requeue(d),
+            None => Action::AwaitChange,
+        })
+    }
+
+    /// The store's lock, as apply takes it: the two never interleave.
+    async fn lock_store(&self) -> Result<crate::store::Lock, AppError> {
         let state_dir = self.app.host.state_dir.clone();
         let owner = self.app.owner;
-        // The store's lock, as apply takes it: the two never interleave.
-        let _lock = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             crate::store::Store::new(state_dir, owner).lock(false, |holder| {
                 info!(holder, "waiting for the store's lock");
             })
@@ -199,17 +224,13 @@ impl Reconciler {
         .map_err(|e| AppError::Io {
             path: "controller".into(),
             source: std::io::Error::other(e),
-        })??;
-        let secret = |n: &str| std::env::var(n).ok();
-        let opts = ApplyOptions {
-            prune: self.opts.prune,
-            concurrency: self.opts.concurrency,
-            no_wait: false,
-        };
-        let desired = Desired { teams: vec![team] };
-        let mut adjust = |plan: &mut Plan| self.pace_restarts(plan);
-        let report = converge(&self.app, &desired, opts, &secret, &Quiet, &mut adjust).await?;
-        let problem = match &report.outcome {
+        })?
+        .map_err(AppError::from)
+    }
+
+    /// What did not converge, in the record (and the log); a team that did is cleared.
+    fn record_outcome(&self, name: &str, outcome: &Outcome) {
+        let problem = match outcome {
             Outcome::NoChanges => None,
             Outcome::Refused(f) => Some(format!(
                 "refused: {}",
@@ -242,18 +263,6 @@ impl Reconciler {
                 st.record.errors.remove(name);
             }
         }
-        let now = Instant::now();
-        let next = st
-            .crash
-            .iter()
-            .filter(|((t, _), _)| t == name)
-            .filter_map(|(_, c)| c.due)
-            .map(|d| d.saturating_duration_since(now))
-            .min();
-        Ok(match next {
-            Some(d) => Action::Requeue(d),
-            None => Action::AwaitChange,
-        })
     }
 
     /// A team no manifest names any more: its members are left as they are (status reports
@@ -283,72 +292,122 @@ impl Reconciler {
         Ok(Action::AwaitChange)
     }
 
-    /// Takes out of the plan the restarts still in their crash-loop delay. The first exit is
-    /// restarted at once (as the kubelet does); each quick exit after it waits 10 s, 20 s, …
-    /// up to 5 min; a run of 10 min resets the count.
-    fn pace_restarts(&self, plan: &mut Plan) {
+    /// Records what the plan does with restarts (it reads the plan; the plan is final), and
+    /// says so for each restart that begins to wait: in the log, as an event, and in the
+    /// record `status` reads (`restarts_due`).
+    fn pace_restarts(&self, plan: &Plan, now: Instant, wall: SystemTime) {
         let cfg = self.opts.crash;
-        let mut st = self.state();
-        let now = Instant::now();
-        let wall = SystemTime::now();
-        let mut due_text = Vec::new();
-        plan.actions.retain(|a| {
-            let PlanAction::Start {
+        let mut guard = self.state();
+        let st = &mut *guard;
+        for w in st.crash.record(plan, cfg, now) {
+            let (team, member) = (w.team.as_str(), w.member.as_str());
+            info!(
+                team,
+                member,
+                delay_s = w.delay.as_secs_f64(),
+                "crash loop: the restart waits"
+            );
+            let until = rfc3339(wall + w.delay);
+            let why = format!(
+                "crash loop: exited again {:.1}s after its last start; backoff {} until {until}",
+                w.ran_for.min(Duration::from_secs(86_400)).as_secs_f64(),
+                humantime::format_duration(Duration::from_secs(w.delay.as_secs().max(1)))
+            );
+            let e =
+                crate::events::Event::new(team, member, crate::events::EventKind::CrashLoop, &why);
+            crate::events::record(&self.app.host.state_dir, self.app.owner, &e);
+            st.record
+                .restarts_due
+                .insert(format!("{team}/{member}"), until);
+        }
+        // Restarts that are no longer waiting are no longer due.
+        let waiting = st.crash.waiting();
+        st.record.restarts_due.retain(|k, _| waiting.contains(k));
+    }
+}
+
+/// Every member's crash-loop record, by `(team, member)`: asked before planning (`holds`),
+/// told what the plan did after (`record`). The first exit is restarted at once (as the
+/// kubelet does); each quick exit after it waits 10 s, 20 s, … up to 5 min; a run of 10 min
+/// resets the count (`backoff::CrashLoop`).
+#[derive(Debug, Default)]
+pub(super) struct Restarts(BTreeMap<(String, String), CrashLoop>);
+
+/// A restart that began to wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Waiting {
+    pub team: String,
+    pub member: String,
+    pub delay: Duration,
+    /// Since ateam last started it.
+    pub ran_for: Duration,
+}
+
+impl Restarts {
+    /// The planner's input for `team` (`PlanOptions::deferred`): each member whose restart,
+    /// were one due at `now`, would wait; until when, on the wall clock (`wall` is `now`).
+    pub(super) fn holds(
+        &self,
+        team: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> BTreeMap<(String, String), SystemTime> {
+        self.0
+            .iter()
+            .filter(|((t, _), _)| t == team)
+            .filter_map(|(key, c)| c.hold(now).map(|until| (key.clone(), wall + (until - now))))
+            .collect()
+    }
+
+    /// What the plan made at `now` (the time `holds` was asked): its restarts began, its
+    /// deferrals wait. Returns the deferrals that began to wait now.
+    pub(super) fn record(
+        &mut self,
+        plan: &Plan,
+        cfg: CrashLoopConfig,
+        now: Instant,
+    ) -> Vec<Waiting> {
+        for a in &plan.actions {
+            if let PlanAction::Start {
                 team,
                 member,
                 reason: StartReason::Restart { .. },
                 ..
             } = a
-            else {
-                return true;
-            };
-            let c = st.crash.entry((team.clone(), member.clone())).or_default();
-            if let Some(due) = c.due {
-                if due > now {
-                    return false;
-                }
-                c.due = None;
-                c.last_start = Some(now);
-                return true;
+            {
+                self.0
+                    .entry((team.clone(), member.clone()))
+                    .or_insert_with(|| CrashLoop::new(cfg))
+                    .started(now);
             }
-            let ran_for = c.last_start.map_or(Duration::MAX, |s| now - s);
-            if c.streak == 0 || cfg.resets(ran_for) {
-                c.streak = 1;
-                c.last_start = Some(now);
-                return true;
-            }
-            let delay = cfg.delay(c.streak - 1);
-            c.streak += 1;
-            c.due = Some(now + delay);
-            info!(
-                team,
-                member,
-                delay_s = delay.as_secs_f64(),
-                "crash loop: the restart waits"
-            );
-            let until = rfc3339(wall + delay);
-            let why = format!(
-                "crash loop: exited again {:.1}s after its last start; backoff {} until {until}",
-                ran_for.min(Duration::from_secs(86_400)).as_secs_f64(),
-                humantime::format_duration(Duration::from_secs(delay.as_secs().max(1)))
-            );
-            let e =
-                crate::events::Event::new(team, member, crate::events::EventKind::CrashLoop, &why);
-            crate::events::record(&self.app.host.state_dir, self.app.owner, &e);
-            due_text.push((format!("{team}/{member}"), until));
-            false
-        });
-        for (k, v) in due_text {
-            st.record.restarts_due.insert(k, v);
         }
-        // Restarts that are no longer waiting are no longer due.
-        let waiting: Vec<String> = st
-            .crash
+        let mut began = Vec::new();
+        for d in &plan.deferred {
+            let Some(c) = self.0.get_mut(&(d.team.clone(), d.member.clone())) else {
+                continue;
+            };
+            let ran_for = c.ran_for(now);
+            if let Some(until) = c.hold(now)
+                && c.wait(until)
+            {
+                began.push(Waiting {
+                    team: d.team.clone(),
+                    member: d.member.clone(),
+                    delay: until - now,
+                    ran_for,
+                });
+            }
+        }
+        began
+    }
+
+    /// `team/member` of each restart waiting out its delay.
+    pub(super) fn waiting(&self) -> Vec<String> {
+        self.0
             .iter()
-            .filter(|(_, c)| c.due.is_some())
+            .filter(|(_, c)| c.due().is_some())
             .map(|((t, m), _)| format!("{t}/{m}"))
-            .collect();
-        st.record.restarts_due.retain(|k, _| waiting.contains(k));
+            .collect()
     }
 }
 
@@ -454,31 +513,48 @@ pub async fn run(
         handle: handle.clone(),
     });
     r.save_record();
-
     if once {
-        r.reconcile(Key::Manifests).await?;
-        let problems = r.state().record.manifest_errors.clone();
-        if !problems.is_empty() {
-            // Once, there is no last good state to keep: as `apply`, refuse (exit 3).
-            return Err(ControllerError::Invalid(problems));
-        }
-        let mut ok = true;
-        for team in r.all_teams() {
-            if let Err(e) = r.reconcile(Key::Team(team.clone())).await {
-                warn!(team, error = %e, "reconcile failed");
-                ok = false;
-            }
-            ok &= !r.state().record.errors.contains_key(&team);
-        }
-        return Ok(ok);
+        return run_once(&r).await;
     }
-
     let _ = handle.schedule(Key::Manifests);
     let watch_handle = handle.clone();
     let _watch = super::watch::watch(&r.opts.paths, move || {
         let _ = watch_handle.schedule(Key::Manifests);
     })
     .map_err(ControllerError::Watch)?;
+    drop(handle);
+    run_loop(controller, r, metrics, shutdown).await;
+    Ok(true)
+}
+
+/// `--once`: the manifests, then every team, one time each; whether it all converged.
+async fn run_once(r: &Reconciler) -> Result<bool, ControllerError> {
+    r.reconcile(Key::Manifests).await?;
+    let problems = r.state().record.manifest_errors.clone();
+    if !problems.is_empty() {
+        // Once, there is no last good state to keep: as `apply`, refuse (exit 3).
+        return Err(ControllerError::Invalid(problems));
+    }
+    let mut ok = true;
+    for team in r.all_teams() {
+        if let Err(e) = r.reconcile(Key::Team(team.clone())).await {
+            warn!(team, error = %e, "reconcile failed");
+            ok = false;
+        }
+        ok &= !r.state().record.errors.contains_key(&team);
+    }
+    Ok(ok)
+}
+
+/// The long run: the sources that schedule keys (engine events, resync, the egress probe,
+/// the metrics server) as owned tasks, and the reconcile loop until `shutdown`; then the
+/// tasks are stopped and awaited.
+async fn run_loop(
+    controller: Controller<Key>,
+    r: Arc<Reconciler>,
+    metrics: Option<(tokio::net::TcpListener, Arc<Metrics>)>,
+    shutdown: CancellationToken,
+) {
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(engine_events(r.clone(), shutdown.clone()));
     tasks.spawn(resync(r.clone(), shutdown.clone()));
@@ -492,18 +568,16 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
-    drop(handle);
     info!(
         paths = ?r.opts.paths,
         resync_s = r.opts.resync.as_secs(),
         prune = r.opts.prune,
         "controller started"
     );
-    let rr = r.clone();
     controller
         .run(
             move |key: Key| {
-                let r = rr.clone();
+                let r = r.clone();
                 let counters = counters.clone();
                 async move {
                     let start = Instant::now();
@@ -520,7 +594,6 @@ pub async fn run(
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     info!("controller stopped");
-    Ok(true)
 }
 
 /// Why the controller could not run.

@@ -6,8 +6,8 @@
 //!   bursts, and delayed entries for requeues and backoff;
 //! - [`backoff`]: the delays, as pure values: per-object backoff after reconcile errors (the
 //!   loop applies it), and the kubelet-like crash-loop policy for member restarts (a reconcile
-//!   that finds an exited member asks it when the restart is due, and returns a `Requeue`
-//!   until then);
+//!   asks it which restarts must wait, the plan holds those back, and the reconcile returns a
+//!   `Requeue` until the first is due);
 //! - [`Controller`] (in `runner`): the one loop that feeds the queue from event sources
 //!   (through [`Handle`]s), runs reconciles as owned tasks, and applies what each returns;
 //! - [`metrics`]: `--metrics ADDR`: its counters and `status`' figures for Prometheus.

@@ -249,3 +249,73 @@ async fn the_loop_keeps_requeues_going_after_every_handle_is_dropped() {
     let times: Vec<u64> = record.starts().iter().map(|(_, at)| at.as_secs()).collect();
     assert_eq!(times, [0, 10, 20, 30]);
 }
+
+/// The controller's crash-loop pacing through the planner: a member that exits again at
+/// once is restarted at once, then each restart is held (10 s, 20 s, 40 s) by the plan
+/// itself, and the reconcile that finds it still waiting changes nothing.
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_member_is_restarted_at_once_then_held_by_the_plan() {
+    use super::backoff::CrashLoopConfig;
+    use super::daemon::Restarts;
+    use crate::plan::tests::{in_sync, member, want};
+    use crate::plan::{Action as PlanAction, ContainerState, PlanOptions, plan};
+    use std::time::SystemTime;
+
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].state = ContainerState::Exited { code: 3 };
+    let mut restarts = Restarts::default();
+    let start = Instant::now();
+    let epoch = SystemTime::UNIX_EPOCH + secs(1_800_000_000);
+    // One reconcile of team `t` at the (paused) time it runs: what it planned for `a`.
+    let reconcile = |restarts: &mut Restarts| {
+        let now = Instant::now();
+        let wall = epoch + (now - start);
+        let opts = PlanOptions {
+            deferred: restarts.holds("t", now, wall),
+            ..PlanOptions::default()
+        };
+        let p = plan(&d, &o, opts);
+        let began = restarts.record(&p, CrashLoopConfig::default(), now);
+        let at = (now - start).as_secs();
+        match (&p.actions[..], &p.deferred[..]) {
+            ([PlanAction::Start { .. }], []) => (format!("{at}: restart"), None, began),
+            ([], [held]) => {
+                let wait = held.until.duration_since(wall).expect("in the future");
+                (format!("{at}: held {}s", wait.as_secs()), Some(wait), began)
+            }
+            other => panic!("{at}: {other:?}"),
+        }
+    };
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let (what, wait, began) = reconcile(&mut restarts);
+        seen.push(what);
+        match wait {
+            // It runs 1 s, and exits again.
+            None => sleep(secs(1)).await,
+            Some(wait) => {
+                assert_eq!(began.len(), 1, "{seen:?}");
+                assert_eq!(restarts.waiting(), ["t/a"]);
+                // An event 2 s later: still held, until the same time, and no new wait.
+                sleep(secs(2)).await;
+                let (_, again, began) = reconcile(&mut restarts);
+                assert_eq!(again, Some(wait - secs(2)));
+                assert!(began.is_empty());
+                sleep(wait - secs(2)).await;
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "0: restart",
+            "1: held 10s",
+            "11: restart",
+            "12: held 20s",
+            "32: restart",
+            "33: held 40s"
+        ]
+    );
+    assert_eq!(restarts.waiting(), ["t/a"]);
+}

@@ -2,7 +2,9 @@
 //! the machine has to the list of things to do. No I/O happens here, so every case is a table
 //! row in the tests.
 
+mod members;
 pub mod observed;
+mod options;
 mod sessions;
 pub mod spec;
 #[cfg(test)]
@@ -10,6 +12,7 @@ pub(crate) mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,22 +22,25 @@ use crate::core::container::{self as names, labels};
 use crate::core::intercept::EgressPolicy;
 pub use crate::core::session::Promotion;
 use crate::model::RestartPolicy;
-use crate::policy::{self, Violation};
+use crate::policy::Violation;
 pub use observed::{Observed, ObservedContainer};
+pub use options::{Dropped, PlanOptions};
 pub use sessions::ResumeEntry;
 pub use spec::{DesiredMember, DesiredState};
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PlanOptions {
-    /// Remove ateam containers of the teams in scope that no manifest wants.
-    pub prune: bool,
-}
 
 /// What to do, and what to tell the user without doing anything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub actions: Vec<Action>,
     pub findings: Vec<Finding>,
+    /// Restarts the crash-loop policy holds back (`PlanOptions::deferred`): nothing is done
+    /// for them now, and the controller looks again when the first is due.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<Deferred>,
+    /// Why the plan must not be carried out at all: apply refuses it whole, before any
+    /// change (`diff` and `status` show the plan all the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusals: Vec<Refusal>,
 }
 
 impl Plan {
@@ -505,408 +511,276 @@ impl Finding {
     }
 }
 
-/// Plans the changes that make `observed` match `desired`.
+/// A member's restart that waits out its crash-loop delay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deferred {
+    pub team: String,
+    pub member: String,
+    /// When the restart may happen (as `PlanOptions::deferred` said).
+    pub until: SystemTime,
+}
+
+/// A reason to carry out none of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "refusal", rename_all = "camelCase")]
+pub enum Refusal {
+    /// The team would have no main session while members ateam made for it (no longer in
+    /// the manifests) still run: nobody would be there to report to.
+    NoMainSession { team: String, members: Vec<String> },
+}
+
+/// Plans the changes that make `observed` match `desired`. Everything it decides from is an
+/// argument (`PlanOptions`: prune, helpers no longer wanted, restarts held back, one member
+/// alone), and nobody edits the plan it returns: apply carries it out as it is, or refuses it
+/// whole (`Plan::refusals`).
 pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> Plan {
+    let pass = Pass::new(desired, observed, &opts);
     let mut plan = Plan::default();
-    let in_scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
-    let wanted: BTreeSet<(&str, &str)> = desired
-        .members
-        .iter()
-        .map(|m| (m.team.as_str(), m.member.as_str()))
-        .collect();
-
-    // Ours: containers this store made (labelled and recorded), grouped by (team, member).
-    // Strangers carry the labels but are in no record: they are never adopted.
-    let mut ours: BTreeMap<(&str, &str), Vec<&ObservedContainer>> = BTreeMap::new();
-    let mut strangers: Vec<((&str, &str), &ObservedContainer)> = Vec::new();
-    for c in &observed.containers {
-        if let Some(key) = owned_key(c, &desired.store) {
-            if observed.recorded.contains(&c.id) {
-                ours.entry(key).or_default().push(c);
-            } else if in_scope.contains(key.0) {
-                strangers.push((key, c));
-            }
-        }
-    }
-    // A stranger that holds the name a wanted member's container (or its replacement) needs is
-    // removed as the replacement of that name; any other is reported, or pruned.
-    let names: BTreeMap<String, &DesiredMember> = desired
-        .members
-        .iter()
-        .flat_map(|m| {
-            [
-                (m.spec.name.clone(), m),
-                (names::replacement_name(&m.spec.name), m),
-            ]
-        })
-        .collect();
-    for ((team, member), c) in strangers {
-        let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
-        if names.contains_key(&c.name) || opts.prune {
-            plan.actions.push(Action::RemoveStranger {
-                team,
-                member,
-                container,
-            });
-        } else {
-            plan.findings.push(Finding::Stranger {
-                team,
-                member,
-                container,
-            });
-        }
-    }
-
+    let mut ours = pass.ours_and_strangers(&mut plan);
     // Main sessions, promotions and handovers; members being promoted are no orphans.
     let promoting = sessions::plan_sessions(desired, observed, &ours, opts.prune, &mut plan);
     for key in &promoting {
         ours.remove(&(key.0.as_str(), key.1.as_str()));
     }
     for m in &desired.members {
-        if let Some(e) = &m.egress {
-            if !observed.live_sockets.contains(&e.socket) {
-                plan.actions.push(Action::StartEgressProxy {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    socket: e.socket.clone(),
-                    policy: e.policy.clone(),
-                });
-            } else if observed.egress_policies.get(&e.socket) != Some(&e.policy) {
-                plan.actions.push(Action::UpdateEgressPolicy {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    policy: e.policy.clone(),
-                });
-            }
-        }
-        if let Some(socket) = &m.helpers
-            && !observed.live_sockets.contains(socket)
-        {
-            plan.actions.push(Action::StartHelperServer {
-                team: m.team.clone(),
-                member: m.member.clone(),
-            });
-        }
-        if !observed.transcript_dirs.contains(&m.transcript_dir) {
-            plan.actions.push(Action::MakeTranscriptDir {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                path: m.transcript_dir.clone(),
-            });
-        }
+        pass.plan_services(m, &mut plan);
         let mine = ours
             .remove(&(m.team.as_str(), m.member.as_str()))
             .unwrap_or_default();
-        if mine.is_empty() {
-            let foreign = observed
-                .containers
-                .iter()
-                .find(|c| c.name == m.spec.name && owned_key(c, &desired.store).is_none());
-            match foreign {
-                Some(c) => plan.findings.push(Finding::Conflict {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    container: cref(c),
-                    owner: c
-                        .labels
-                        .get(labels::STORE)
-                        .map(|s| format!("ateam store {s}")),
-                }),
-                None => plan.actions.push(Action::Create {
-                    member: Box::new(m.clone()),
-                }),
-            }
-            continue;
-        }
-        // A replacement left by an interrupted recreate: finish it if the old container is
-        // gone (it was verified before the old one was removed), undo it otherwise.
-        let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
-            .into_iter()
-            .partition(|c| names::is_replacement(&m.spec.name, &c.name, &c.labels));
-        if mine.is_empty() {
-            let best = pick_keeper(&replacements, &m.hash);
-            let finishable = spec_drift(m, best).is_none() && best.state.is_live();
-            for r in &replacements {
-                let (team, member, container) = (m.team.clone(), m.member.clone(), cref(r));
-                plan.actions.push(if finishable && r.id == best.id {
-                    Action::FinishReplacement {
-                        team,
-                        member,
-                        container,
-                        name: m.spec.name.clone(),
-                    }
-                } else {
-                    Action::RemoveDuplicate {
-                        team,
-                        member,
-                        container,
-                    }
-                });
-            }
-            if !finishable {
-                plan.actions.push(Action::Create {
-                    member: Box::new(m.clone()),
-                });
-            }
-            continue;
-        }
-        for r in replacements {
-            plan.actions.push(Action::RemoveDuplicate {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                container: cref(r),
-            });
-        }
-        let keep = pick_keeper(&mine, &m.hash);
-        for extra in mine.iter().filter(|c| c.id != keep.id) {
-            plan.actions.push(Action::RemoveDuplicate {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                container: cref(extra),
-            });
-        }
-        plan_member(
-            m,
-            keep,
-            &desired.store,
-            observed.limits_unenforced && m.allow_unenforced_limits,
-            &mut plan,
-        );
+        pass.plan_containers(m, mine, &mut plan);
     }
-
-    // Left over: ours but not wanted.
-    for ((team, member), containers) in ours {
-        if !in_scope.contains(team) || wanted.contains(&(team, member)) {
-            continue;
-        }
-        for c in containers {
-            let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
-            plan.push_orphan(opts.prune, team, member, container);
-        }
-    }
-
-    // Egress proxies of members that no longer have an allowlist: stopped once their
-    // container goes (a recreate without one, a prune), or at once when none is left.
-    for (team, member) in &observed.egress_proxies {
-        if !in_scope.contains(team.as_str())
-            || desired
-                .members
-                .iter()
-                .any(|m| m.team == *team && m.member == *member && m.egress.is_some())
-        {
-            continue;
-        }
-        let container_stays = !opts.prune
-            && !promoting.contains(&(team.clone(), member.clone()))
-            && !wanted.contains(&(team.as_str(), member.as_str()))
-            && observed.containers.iter().any(|c| {
-                observed.recorded.contains(&c.id)
-                    && owned_key(c, &desired.store) == Some((team.as_str(), member.as_str()))
-            });
-        if !container_stays {
-            plan.actions.push(Action::StopEgressProxy {
-                team: team.clone(),
-                member: member.clone(),
-            });
-        }
-    }
-
-    // Helper servers of members no longer wanted, or whose team turned requests off: at once
-    // (a member no manifest wants has nobody to ask for).
-    for (team, member) in &observed.helper_servers {
-        let wants = desired
-            .members
-            .iter()
-            .any(|m| m.team == *team && m.member == *member && m.helpers.is_some());
-        if in_scope.contains(team.as_str()) && !wants {
-            plan.actions.push(Action::StopHelperServer {
-                team: team.clone(),
-                member: member.clone(),
-            });
-        }
-    }
-
-    // Transcripts of members no manifest wants any more: reported, never removed here.
-    for t in &desired.teams {
-        let members_dir = crate::core::layout::transcripts_dir(&t.session_dir);
-        for dir in &observed.transcript_dirs {
-            let Some(name) = dir.strip_prefix(&members_dir).ok().and_then(|r| r.to_str()) else {
-                continue;
-            };
-            if !name.contains('/')
-                && !wanted.contains(&(t.name.as_str(), name))
-                && !promoting.contains(&(t.name.clone(), name.to_string()))
-            {
-                plan.findings.push(Finding::RetainedTranscript {
-                    team: t.name.clone(),
-                    member: name.to_string(),
-                    path: dir.clone(),
-                });
-            }
-        }
+    let dropped = pass.plan_orphans(ours, &mut plan);
+    pass.stop_egress_proxies(&promoting, &mut plan);
+    pass.stop_helper_servers(&mut plan);
+    pass.retained_transcripts(&promoting, &mut plan);
+    // Helpers no longer wanted go after everything else.
+    plan.actions.extend(dropped);
+    plan.refusals = leaderless(desired, observed, &plan);
+    if let Some(only) = &opts.only {
+        plan.actions
+            .retain(|a| a.subject().1 == only && !a.is_session());
     }
     plan
 }
 
-impl Plan {
-    fn push_orphan(&mut self, prune: bool, team: String, member: String, container: ContainerRef) {
-        if prune {
-            self.actions.push(Action::RemoveOrphan {
-                team,
-                member,
-                container,
-                why: None,
-            });
-        } else {
-            self.findings.push(Finding::Orphan {
-                team,
-                member,
-                container,
-            });
-        }
-    }
+/// Containers this store made (labelled and recorded), by `(team, member)`.
+type Ours<'a> = BTreeMap<(&'a str, &'a str), Vec<&'a ObservedContainer>>;
+
+/// What every step of one planning pass reads.
+struct Pass<'a> {
+    desired: &'a DesiredState,
+    observed: &'a Observed,
+    opts: &'a PlanOptions,
+    /// The teams in scope: only their containers, proxies and transcripts are looked at.
+    in_scope: BTreeSet<&'a str>,
+    /// `(team, member)` of every member wanted.
+    wanted: BTreeSet<(&'a str, &'a str)>,
 }
 
-/// The container for one wanted member: up to date and running as its policy says.
-fn plan_member(
-    m: &DesiredMember,
-    c: &ObservedContainer,
-    store: &str,
-    observed_limits_unenforced: bool,
-    plan: &mut Plan,
-) {
-    let recreate = |reason: Drift| Action::Recreate {
-        member: Box::new(m.clone()),
-        old: cref(c),
-        reason,
-    };
-    if let Some(drift) = spec_drift(m, c) {
-        plan.actions.push(recreate(drift));
-        return;
-    }
-    if let Some(eff) = &c.effective {
-        let limits = if observed_limits_unenforced {
-            policy::Limits::Unenforced
-        } else {
-            policy::Limits::Enforced
-        };
-        let mut violations = policy::verify(&m.spec, eff, limits);
-        violations.extend(label_violation(m, c, store));
-        if !violations.is_empty() {
-            plan.actions.push(recreate(Drift::Policy { violations }));
-            return;
+impl<'a> Pass<'a> {
+    fn new(desired: &'a DesiredState, observed: &'a Observed, opts: &'a PlanOptions) -> Self {
+        Pass {
+            desired,
+            observed,
+            opts,
+            in_scope: desired.teams.iter().map(|t| t.name.as_str()).collect(),
+            wanted: desired
+                .members
+                .iter()
+                .map(|m| (m.team.as_str(), m.member.as_str()))
+                .collect(),
         }
     }
-    let (team, member) = (m.team.clone(), m.member.clone());
-    if c.name != m.spec.name {
-        plan.actions.push(Action::RestoreName {
-            team: team.clone(),
-            member: member.clone(),
-            container: cref(c),
-            name: m.spec.name.clone(),
-        });
+
+    /// Ours, grouped by `(team, member)`. Strangers carry the labels but are in no record:
+    /// they are never adopted, and planned here.
+    fn ours_and_strangers(&self, plan: &mut Plan) -> Ours<'a> {
+        let mut ours: Ours<'a> = BTreeMap::new();
+        let mut strangers: Vec<((&str, &str), &ObservedContainer)> = Vec::new();
+        for c in &self.observed.containers {
+            if let Some(key) = owned_key(c, &self.desired.store) {
+                if self.observed.recorded.contains(&c.id) {
+                    ours.entry(key).or_default().push(c);
+                } else if self.in_scope.contains(key.0) {
+                    strangers.push((key, c));
+                }
+            }
+        }
+        self.plan_strangers(strangers, plan);
+        ours
     }
-    match c.state {
-        ContainerState::Running if !c.released => plan.actions.push(Action::Start {
-            team,
-            member,
-            container: cref(c),
-            reason: StartReason::NotReleased,
-        }),
-        ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
-        ContainerState::Paused => plan.actions.push(Action::Unpause {
-            team,
-            member,
-            container: cref(c),
-        }),
-        ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),
-        ContainerState::Created => plan.actions.push(Action::Start {
-            team,
-            member,
-            container: cref(c),
-            reason: StartReason::NeverStarted,
-        }),
-        ContainerState::Exited { code } => {
-            let restart = match m.restart {
-                RestartPolicy::Never => false,
-                RestartPolicy::OnFailure => code != 0,
-                RestartPolicy::Always => true,
-            };
-            if restart {
-                plan.actions.push(Action::Start {
+
+    /// A stranger that holds the name a wanted member's container (or its replacement) needs
+    /// is removed as the replacement of that name; any other is reported, or pruned.
+    fn plan_strangers(&self, strangers: Vec<((&str, &str), &ObservedContainer)>, plan: &mut Plan) {
+        let names: BTreeSet<String> = self
+            .desired
+            .members
+            .iter()
+            .flat_map(|m| [m.spec.name.clone(), names::replacement_name(&m.spec.name)])
+            .collect();
+        for ((team, member), c) in strangers {
+            let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
+            if names.contains(&c.name) || self.opts.prune {
+                plan.actions.push(Action::RemoveStranger {
                     team,
                     member,
-                    container: cref(c),
-                    reason: StartReason::Restart {
-                        code,
-                        policy: m.restart,
-                    },
+                    container,
                 });
             } else {
-                plan.findings.push(Finding::Finished { team, member, code });
+                plan.findings.push(Finding::Stranger {
+                    team,
+                    member,
+                    container,
+                });
             }
         }
     }
-}
 
-/// The labels ateam set, exactly: each with its value, and no other `ateam.dev/` label but
-/// a replacement's `replaces`. (Docker adds the image's own labels; those are not ateam's.)
-fn label_violation(m: &DesiredMember, c: &ObservedContainer, store: &str) -> Option<Violation> {
-    let want = m.container_labels(store);
-    let missing = want.iter().any(|(k, v)| c.labels.get(k) != Some(v));
-    let extra: Vec<&String> = c
-        .labels
-        .keys()
-        .filter(|k| k.starts_with("ateam.dev/") && !want.contains_key(*k) && *k != labels::REPLACES)
-        .collect();
-    (missing || !extra.is_empty()).then(|| Violation {
-        item: "labels".into(),
-        expected: "the labels ateam set".into(),
-        found: if extra.is_empty() {
-            "some changed or missing".into()
-        } else {
-            format!(
-                "also {}",
-                extra
+    /// Left over: ours but not wanted. Reported, or removed with `--prune`; a helper no
+    /// longer wanted is removed all the same, saying why, and returned to go last.
+    fn plan_orphans(&self, ours: Ours<'_>, plan: &mut Plan) -> Vec<Action> {
+        let mut dropped = Vec::new();
+        for ((team, member), containers) in ours {
+            if !self.in_scope.contains(team) || self.wanted.contains(&(team, member)) {
+                continue;
+            }
+            let why = self.opts.dropped_why(team, member);
+            for c in containers {
+                let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
+                match (self.opts.prune, why.clone()) {
+                    (true, why) => plan.actions.push(Action::RemoveOrphan {
+                        team,
+                        member,
+                        container,
+                        why,
+                    }),
+                    (false, Some(why)) => dropped.push(Action::RemoveOrphan {
+                        team,
+                        member,
+                        container,
+                        why: Some(why),
+                    }),
+                    (false, None) => plan.findings.push(Finding::Orphan {
+                        team,
+                        member,
+                        container,
+                    }),
+                }
+            }
+        }
+        dropped
+    }
+
+    /// Egress proxies of members that no longer have an allowlist: stopped once their
+    /// container goes (a recreate without one, a prune), or at once when none is left.
+    fn stop_egress_proxies(&self, promoting: &BTreeSet<(String, String)>, plan: &mut Plan) {
+        let (desired, observed) = (self.desired, self.observed);
+        for (team, member) in &observed.egress_proxies {
+            if !self.in_scope.contains(team.as_str())
+                || desired
+                    .members
                     .iter()
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        },
-    })
-}
-
-/// How the container's recorded spec differs from the wanted one, if it does.
-fn spec_drift(m: &DesiredMember, c: &ObservedContainer) -> Option<Drift> {
-    let old_hash = c.labels.get(labels::SPEC_HASH).cloned().unwrap_or_default();
-    if old_hash == m.hash {
-        return None;
-    }
-    let old: Option<Value> = c
-        .labels
-        .get(labels::SPEC)
-        .and_then(|s| serde_json::from_str(s).ok());
-    let new = serde_json::to_value(&m.spec).expect("a spec always serializes");
-    match old {
-        Some(old) => {
-            let mut changes = Vec::new();
-            diff_values("", &old, &new, &mut changes);
-            if changes.is_empty() {
-                // Same content under a different hash: the label was edited by hand.
-                Some(Drift::SpecHash {
-                    from: old_hash,
-                    to: m.hash.clone(),
-                })
-            } else {
-                Some(Drift::Spec { changes })
+                    .any(|m| m.team == *team && m.member == *member && m.egress.is_some())
+            {
+                continue;
+            }
+            let container_stays = !self.opts.prune
+                && !promoting.contains(&(team.clone(), member.clone()))
+                && !self.wanted.contains(&(team.as_str(), member.as_str()))
+                && observed.containers.iter().any(|c| {
+                    observed.recorded.contains(&c.id)
+                        && owned_key(c, &desired.store) == Some((team.as_str(), member.as_str()))
+                });
+            if !container_stays {
+                plan.actions.push(Action::StopEgressProxy {
+                    team: team.clone(),
+                    member: member.clone(),
+                });
             }
         }
-        None => Some(Drift::SpecHash {
-            from: old_hash,
-            to: m.hash.clone(),
-        }),
     }
+
+    /// Helper servers of members no longer wanted, or whose team turned requests off: at
+    /// once (a member no manifest wants has nobody to ask for).
+    fn stop_helper_servers(&self, plan: &mut Plan) {
+        for (team, member) in &self.observed.helper_servers {
+            let wants = self
+                .desired
+                .members
+                .iter()
+                .any(|m| m.team == *team && m.member == *member && m.helpers.is_some());
+            if self.in_scope.contains(team.as_str()) && !wants {
+                plan.actions.push(Action::StopHelperServer {
+                    team: team.clone(),
+                    member: member.clone(),
+                });
+            }
+        }
+    }
+
+    /// Transcripts of members no manifest wants any more: reported, never removed here.
+    fn retained_transcripts(&self, promoting: &BTreeSet<(String, String)>, plan: &mut Plan) {
+        for t in &self.desired.teams {
+            let members_dir = crate::core::layout::transcripts_dir(&t.session_dir);
+            for dir in &self.observed.transcript_dirs {
+                let Some(name) = dir.strip_prefix(&members_dir).ok().and_then(|r| r.to_str())
+                else {
+                    continue;
+                };
+                if !name.contains('/')
+                    && !self.wanted.contains(&(t.name.as_str(), name))
+                    && !promoting.contains(&(t.name.clone(), name.to_string()))
+                {
+                    plan.findings.push(Finding::RetainedTranscript {
+                        team: t.name.clone(),
+                        member: name.to_string(),
+                        path: dir.clone(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A team left without a main session while members it had still run (kept as orphans: no
+/// `--prune`): nobody would be there to report to. (Members still in the manifests always
+/// have a session: validation resolves every parent chain to one.)
+fn leaderless(desired: &DesiredState, observed: &Observed, plan: &Plan) -> Vec<Refusal> {
+    let live = |id: &str| {
+        observed
+            .containers
+            .iter()
+            .any(|c| c.id == id && c.state.is_live())
+    };
+    let mut refusals = Vec::new();
+    for t in &desired.teams {
+        if desired.sessions.iter().any(|s| s.team == t.name) {
+            continue;
+        }
+        let mut members: Vec<String> = Vec::new();
+        for f in &plan.findings {
+            if let Finding::Orphan {
+                team,
+                member,
+                container,
+            } = f
+                && *team == t.name
+                && live(&container.id)
+            {
+                members.push(member.clone());
+            }
+        }
+        members.dedup();
+        if !members.is_empty() {
+            refusals.push(Refusal::NoMainSession {
+                team: t.name.clone(),
+                members,
+            });
+        }
+    }
+    refusals
 }
 
 /// Field-by-field differences; maps are walked into, lists are compared whole.
@@ -948,21 +822,6 @@ fn owned_key<'a>(c: &'a ObservedContainer, store: &str) -> Option<(&'a str, &'a 
         c.labels.get(labels::TEAM)?.as_str(),
         c.labels.get(labels::MEMBER)?.as_str(),
     ))
-}
-
-/// Of several containers for one member, keep the one that is most nearly right: current spec
-/// first, then live, then newest.
-fn pick_keeper<'a>(cs: &[&'a ObservedContainer], hash: &str) -> &'a ObservedContainer {
-    cs.iter()
-        .copied()
-        .max_by_key(|c| {
-            (
-                c.labels.get(labels::SPEC_HASH).map(String::as_str) == Some(hash),
-                c.state.is_live(),
-                c.created,
-            )
-        })
-        .expect("called with at least one container")
 }
 
 fn cref(c: &ObservedContainer) -> ContainerRef {

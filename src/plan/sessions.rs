@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{Action, ContainerState, Finding, Observed, ObservedContainer, Plan, cref};
-use crate::plan::spec::DesiredState;
+use crate::plan::spec::{DesiredSession, DesiredState};
 
 /// One member, as a session that takes over is told of it in its resume file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,8 +29,54 @@ pub(super) fn plan_sessions(
 ) -> BTreeSet<(String, String)> {
     let mut promoting = BTreeSet::new();
     let in_scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
-    // Terminals no manifest wants: ended when a session takes over (its members now report
-    // to the heir, which resumes where this one stopped) or with --prune; else reported.
+    stop_unwanted(desired, observed, &in_scope, prune, plan);
+    roll_back(desired, observed, &in_scope, plan);
+    for s in &desired.sessions {
+        let resume = resume_entries(s, desired, ours);
+        if let Some(from) = &s.promoted_from {
+            let journal = observed
+                .promotions
+                .iter()
+                .find(|j| j.team == s.team && j.name == s.name);
+            let containers: Vec<_> = ours
+                .get(&(s.team.as_str(), s.name.as_str()))
+                .map(|v| v.iter().map(|c| cref(c)).collect())
+                .unwrap_or_default();
+            // Something of the member is left (a journal, a container, its transcript):
+            // the promotion is still to do. Otherwise it is done, or there was no member.
+            if journal.is_some()
+                || !containers.is_empty()
+                || observed.transcript_dirs.contains(from)
+            {
+                promoting.insert((s.team.clone(), s.name.clone()));
+                plan.actions.push(Action::Promote {
+                    session: Box::new(s.clone()),
+                    containers,
+                    journal: journal.map(|j| Box::new(j.clone())),
+                    resume,
+                });
+                continue;
+            }
+        }
+        if !observed.live_sockets.contains(&s.socket) {
+            plan.actions.push(Action::StartSession {
+                session: Box::new(s.clone()),
+                resume,
+            });
+        }
+    }
+    promoting
+}
+
+/// Terminals no manifest wants: ended when a session takes over (its members now report to
+/// the heir, which resumes where this one stopped) or with --prune; else reported.
+fn stop_unwanted(
+    desired: &DesiredState,
+    observed: &Observed,
+    in_scope: &BTreeSet<&str>,
+    prune: bool,
+    plan: &mut Plan,
+) {
     for (team, name) in &observed.live_sessions {
         // (A promotion being undone stops its own session.)
         if !in_scope.contains(team.as_str())
@@ -69,8 +115,16 @@ pub(super) fn plan_sessions(
             });
         }
     }
-    // A promotion left half done that the manifests no longer ask for: undone first, so
-    // that the member's own actions (keyed by its name, run after) find its transcript back.
+}
+
+/// A promotion left half done that the manifests no longer ask for: undone first, so that
+/// the member's own actions (keyed by its name, run after) find its transcript back.
+fn roll_back(
+    desired: &DesiredState,
+    observed: &Observed,
+    in_scope: &BTreeSet<&str>,
+    plan: &mut Plan,
+) {
     for j in &observed.promotions {
         let asked = desired
             .sessions
@@ -82,59 +136,32 @@ pub(super) fn plan_sessions(
             });
         }
     }
-    for s in &desired.sessions {
-        // What a session that takes over is told of the team: each member, as it stands.
-        let resume: Vec<ResumeEntry> = match &s.takes_over {
-            Some(_) => desired
-                .members
-                .iter()
-                .filter(|m| m.team == s.team)
-                .map(|m| {
-                    let c = ours.get(&(m.team.as_str(), m.member.as_str()));
-                    ResumeEntry {
-                        member: m.member.clone(),
-                        state: state_text(
-                            c.and_then(|v| v.iter().map(|c| c.state).max_by_key(|s| s.is_live())),
-                        ),
-                        transcript: m.transcript_dir.clone(),
-                    }
-                })
-                .collect(),
-            None => vec![],
-        };
-        if let Some(from) = &s.promoted_from {
-            let journal = observed
-                .promotions
-                .iter()
-                .find(|j| j.team == s.team && j.name == s.name);
-            let containers: Vec<_> = ours
-                .get(&(s.team.as_str(), s.name.as_str()))
-                .map(|v| v.iter().map(|c| cref(c)).collect())
-                .unwrap_or_default();
-            // Something of the member is left (a journal, a container, its transcript):
-            // the promotion is still to do. Otherwise it is done, or there was no member.
-            if journal.is_some()
-                || !containers.is_empty()
-                || observed.transcript_dirs.contains(from)
-            {
-                promoting.insert((s.team.clone(), s.name.clone()));
-                plan.actions.push(Action::Promote {
-                    session: Box::new(s.clone()),
-                    containers,
-                    journal: journal.map(|j| Box::new(j.clone())),
-                    resume,
-                });
-                continue;
-            }
-        }
-        if !observed.live_sockets.contains(&s.socket) {
-            plan.actions.push(Action::StartSession {
-                session: Box::new(s.clone()),
-                resume,
-            });
-        }
+}
+
+/// What a session that takes over is told of the team: each member, as it stands.
+fn resume_entries(
+    s: &DesiredSession,
+    desired: &DesiredState,
+    ours: &BTreeMap<(&str, &str), Vec<&ObservedContainer>>,
+) -> Vec<ResumeEntry> {
+    if s.takes_over.is_none() {
+        return vec![];
     }
-    promoting
+    desired
+        .members
+        .iter()
+        .filter(|m| m.team == s.team)
+        .map(|m| {
+            let c = ours.get(&(m.team.as_str(), m.member.as_str()));
+            ResumeEntry {
+                member: m.member.clone(),
+                state: state_text(
+                    c.and_then(|v| v.iter().map(|c| c.state).max_by_key(|s| s.is_live())),
+                ),
+                transcript: m.transcript_dir.clone(),
+            }
+        })
+        .collect()
 }
 
 fn state_text(s: Option<ContainerState>) -> String {

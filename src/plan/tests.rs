@@ -104,7 +104,7 @@ fn transcripts(names: &[&str]) -> BTreeSet<PathBuf> {
         .collect()
 }
 
-fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
+pub(crate) fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
     let containers: Vec<ObservedContainer> = names
         .iter()
         .map(|n| running(d, n, ContainerState::Running))
@@ -205,7 +205,7 @@ fn nothing_observed_creates_everything() {
 #[test]
 fn everything_in_sync_plans_nothing() {
     let d = want(vec![member("a"), member("b")]);
-    let p = plan(&d, &in_sync(&d, &["a", "b"]), PlanOptions { prune: true });
+    let p = plan(&d, &in_sync(&d, &["a", "b"]), PlanOptions::pruning(true));
     assert_eq!(p, Plan::default());
     assert!(p.is_noop());
 }
@@ -448,7 +448,7 @@ fn orphans_are_reported_unless_prune_is_asked() {
         matches!(&p.findings[..], [Finding::Orphan { member, .. }, Finding::RetainedTranscript { .. }] if member == "gone")
     );
 
-    let p = plan(&d, &observed, PlanOptions { prune: true });
+    let p = plan(&d, &observed, PlanOptions::pruning(true));
     assert_eq!(kinds(&p), ["remove-orphan gone"]);
 }
 
@@ -467,7 +467,7 @@ fn other_teams_and_other_stores_are_not_ours() {
         .labels
         .insert(labels::STORE.into(), "another".into());
     o.containers.extend([other_team, other_store]);
-    assert_eq!(plan(&d, &o, PlanOptions { prune: true }), Plan::default());
+    assert_eq!(plan(&d, &o, PlanOptions::pruning(true)), Plan::default());
 }
 
 #[test]
@@ -489,7 +489,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         transcript_dirs: transcripts(&["a"]),
         ..Default::default()
     };
-    let p = plan(&d, &o, PlanOptions { prune: true });
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert!(p.actions.is_empty(), "{p:?}");
     assert!(
         matches!(&p.findings[..], [Finding::Conflict { container, owner: None, .. }] if container.id == "f00")
@@ -580,7 +580,7 @@ fn a_container_with_our_labels_that_we_did_not_make_is_a_stranger() {
     assert!(
         matches!(&p.findings[..], [Finding::Stranger { container, .. }] if container.id == "evil")
     );
-    let p = plan(&d, &o, PlanOptions { prune: true });
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert_eq!(kinds(&p), ["remove-stranger evil"]);
     // Alone, even exited or never released: never started, released or kept as the member;
     // the member is created beside it.
@@ -661,7 +661,7 @@ fn deleted_members_keep_their_transcripts() {
     let d = want(vec![member("a")]);
     let mut o = in_sync(&d, &["a"]);
     o.transcript_dirs.extend(transcripts(&["old1", "old2"]));
-    let p = plan(&d, &o, PlanOptions { prune: true });
+    let p = plan(&d, &o, PlanOptions::pruning(true));
     assert!(p.actions.is_empty(), "nothing removes a transcript: {p:?}");
     let kept: Vec<&str> = p
         .findings
@@ -787,7 +787,7 @@ fn a_new_allow_list_keeps_the_container_and_a_lost_one_stops_the_proxy() {
         Vec::<String>::new()
     );
     assert_eq!(
-        kinds(&plan(&gone, &o, PlanOptions { prune: true })),
+        kinds(&plan(&gone, &o, PlanOptions::pruning(true))),
         ["remove-orphan a", "stop-proxy a"]
     );
     // Nothing left of the member: the proxy is stopped.
@@ -984,7 +984,7 @@ fn drift_is_any_action_or_what_apply_leaves_but_the_manifests_do_not_describe() 
         assert_eq!(p.team_drifted("t"), drifted, "{case}");
         assert!(!p.team_drifted("other"), "{case}");
         // With --prune the orphan and the stranger become changes: drift all the same.
-        let pruned = plan(&d, &o, PlanOptions { prune: true });
+        let pruned = plan(&d, &o, PlanOptions::pruning(true));
         assert_eq!(pruned.drifted(), drifted, "{case} with --prune: {pruned:?}");
     }
 }
@@ -1220,7 +1220,7 @@ fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
     assert!(p.drifted());
     // --prune ends it.
     assert_eq!(
-        kinds(&plan(&d, &o, PlanOptions { prune: true })),
+        kinds(&plan(&d, &o, PlanOptions::pruning(true))),
         ["stop-session old"]
     );
     // A session that takes it over ends it (and starts, told of the members).
@@ -1267,4 +1267,157 @@ fn every_variable_ateam_sets_is_refused_in_member_env() {
     assert!(!spec.env["NO_PROXY"].contains("ateam.internal"));
     assert_eq!(super::spec::reserved_env("HTTP_PROXY", false), None);
     assert_eq!(super::spec::reserved_env("MY_VAR", true), None);
+}
+
+/// What the planner is told of a helper no longer wanted.
+fn dropped(member: &str) -> Dropped {
+    Dropped {
+        team: "t".into(),
+        member: member.into(),
+        why: "its requester `a` is no longer wanted".into(),
+    }
+}
+
+#[test]
+fn a_dropped_helper_is_removed_saying_why_and_nothing_else_is_planned_for_it() {
+    let mut old = team(vec![member("a"), member("h")]);
+    old.teams[0].helper_requests = true;
+    let old = desired_state(&old, &host());
+    let mut o = in_sync(&old, &["a", "h"]);
+    for m in &old.members {
+        o.live_sockets.insert(m.helpers.clone().unwrap());
+        o.helper_servers.insert((m.team.clone(), m.member.clone()));
+    }
+    let mut now = team(vec![member("a")]);
+    now.teams[0].helper_requests = true;
+    let d = desired_state(&now, &host());
+    let why = "a helper no longer wanted: its requester `a` is no longer wanted";
+    for prune in [false, true] {
+        let opts = PlanOptions {
+            prune,
+            dropped: vec![dropped("h")],
+            ..PlanOptions::default()
+        };
+        let p = plan(&d, &o, opts);
+        // Its helper server stops, and its container goes with or without --prune: after
+        // everything else, or where --prune removes orphans.
+        let (expected, at) = if prune {
+            (["remove-orphan h", "stop-helpers h"], 0)
+        } else {
+            (["stop-helpers h", "remove-orphan h"], 1)
+        };
+        assert_eq!(kinds(&p), expected, "prune {prune}");
+        assert!(
+            matches!(&p.actions[at], Action::RemoveOrphan { why: Some(w), .. } if w == why),
+            "{p:?}"
+        );
+        // No orphan to report, so no team left without a main session either.
+        assert!(
+            matches!(&p.findings[..], [Finding::RetainedTranscript { member, .. }] if member == "h"),
+            "{p:?}"
+        );
+        assert!(p.refusals.is_empty(), "{p:?}");
+    }
+    // Not dropped: an orphan as any other (and, running, a team without a main session).
+    let p = plan(&d, &o, PlanOptions::default());
+    assert_eq!(kinds(&p), ["stop-helpers h"]);
+    assert!(matches!(&p.findings[0], Finding::Orphan { member, .. } if member == "h"));
+}
+
+#[test]
+fn a_restart_the_crash_loop_holds_back_is_deferred_until_its_time() {
+    use ContainerState::*;
+    let until = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+    let held = PlanOptions {
+        deferred: BTreeMap::from([(("t".to_string(), "a".to_string()), until)]),
+        ..PlanOptions::default()
+    };
+    let deferred = vec![Deferred {
+        team: "t".into(),
+        member: "a".into(),
+        until,
+    }];
+    // (case, state of `a`, actions expected, deferrals expected)
+    let cases: [(&str, ContainerState, &[&str], Vec<Deferred>); 4] = [
+        ("exited 1", Exited { code: 1 }, &[], deferred.clone()),
+        // No restart due: the hold says nothing.
+        ("running", Running, &[], vec![]),
+        ("finished", Exited { code: 0 }, &[], vec![]),
+        // Only restarts are paced.
+        ("never started", Created, &["start a"], vec![]),
+    ];
+    for (case, state, actions, expected) in cases {
+        let d = want(vec![member("a"), member("b")]);
+        let mut o = in_sync(&d, &["a", "b"]);
+        o.containers[0].state = state;
+        o.containers[1].state = Exited { code: 1 };
+        let p = plan(&d, &o, held.clone());
+        // `b`, not held, restarts at once.
+        let mut want_actions: Vec<&str> = actions.to_vec();
+        want_actions.push("start b");
+        assert_eq!(kinds(&p), want_actions, "{case}");
+        assert_eq!(p.deferred, expected, "{case}");
+    }
+    // Deferred alone is no change to make: apply has nothing to do, nor is it drift.
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.containers[0].state = Exited { code: 1 };
+    let p = plan(&d, &o, held);
+    assert!(p.is_noop() && !p.drifted(), "{p:?}");
+    assert_eq!(p.deferred, deferred);
+}
+
+#[test]
+fn a_team_left_without_a_main_session_while_old_members_run_is_refused() {
+    let old = want(vec![member("a"), member("gone")]);
+    let refused = vec![Refusal::NoMainSession {
+        team: "t".into(),
+        members: vec!["gone".into()],
+    }];
+    let d = want(vec![member("a")]);
+    // (case, observed, options, refusals expected)
+    let running = in_sync(&old, &["a", "gone"]);
+    let mut exited = running.clone();
+    exited.containers[1].state = ContainerState::Exited { code: 0 };
+    let prune = PlanOptions::pruning(true);
+    let cases = [
+        (
+            "an old member runs",
+            &running,
+            PlanOptions::default(),
+            refused,
+        ),
+        ("it has exited", &exited, PlanOptions::default(), vec![]),
+        ("--prune removes it", &running, prune, vec![]),
+    ];
+    for (case, o, opts, expected) in cases {
+        let p = plan(&d, o, opts);
+        assert_eq!(p.refusals, expected, "{case}: {p:?}");
+    }
+    // A team with a main session has someone to report to.
+    let mut led = team(vec![member("a")]);
+    led.teams[0].sessions.push(session("lead"));
+    let led = desired_state(&led, &host());
+    let mut o = running.clone();
+    o.live_sockets.insert(led.sessions[0].socket.clone());
+    assert!(plan(&led, &o, PlanOptions::default()).refusals.is_empty());
+}
+
+#[test]
+fn only_one_member_plans_that_member_alone_and_never_a_session() {
+    let mut t = team(vec![member("a"), member("b")]);
+    t.teams[0].sessions.push(session("lead"));
+    let d = desired_state(&t, &host());
+    let opts = PlanOptions {
+        only: Some("b".into()),
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        kinds(&plan(&d, &Observed::default(), opts)),
+        ["mkdir b", "create b"]
+    );
+    assert_eq!(
+        kinds(&plan(&d, &Observed::default(), PlanOptions::default())),
+        ["session lead", "mkdir a", "create a", "mkdir b", "create b"]
+    );
 }

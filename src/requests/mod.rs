@@ -35,7 +35,6 @@ use crate::manifest::export::{self, Manifest};
 use crate::manifest::raw::{NetworkSpec, Resources};
 use crate::manifest::{Problem, Source, quantity};
 use crate::model::{Desired, Member, Origin, Parent, RestartPolicy, Team};
-use crate::plan::{Action, Finding, Plan};
 
 /// What a member sends to ask for a helper (JSON). Unknown fields are errors, as in manifests.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -181,13 +180,8 @@ pub fn forget(state_dir: &Path, team: &str, name: &str) -> Result<(), RequestErr
     files::remove_if_present(&path).map_err(|source| RequestError::Io { path, source })
 }
 
-/// A requested member that is no longer wanted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dropped {
-    pub team: String,
-    pub member: String,
-    pub why: String,
-}
+/// A requested member that is no longer wanted (the planner's input: it removes them).
+pub use crate::plan::Dropped;
 
 /// `desired` with the requested members of its teams added: those of a team that still allows
 /// requests, whose requester is in it (a manifest member, or a requested one kept itself),
@@ -853,49 +847,6 @@ fn narrower_field(message: &str) -> Option<String> {
     let after = message.rsplit_once(": ")?.1;
     let field = after.split(')').next()?;
     Some(field.to_string())
-}
-
-/// Turns the orphans of dropped requested members into removals (no `--prune` needed: ateam
-/// made them for a requester that is gone).
-pub fn remove_dropped(plan: &mut Plan, dropped: &[Dropped]) {
-    let why = |team: &str, member: &str| {
-        dropped
-            .iter()
-            .find(|d| d.team == team && d.member == member)
-            .map(|d| format!("a helper no longer wanted: {}", d.why))
-    };
-    // With --prune the planner removes it already: it says why.
-    for a in &mut plan.actions {
-        if let Action::RemoveOrphan {
-            team,
-            member,
-            why: w,
-            ..
-        } = a
-        {
-            *w = why(team, member).or(w.take());
-        }
-    }
-    let mut kept = Vec::new();
-    for f in std::mem::take(&mut plan.findings) {
-        match f {
-            Finding::Orphan {
-                team,
-                member,
-                container,
-            } if why(&team, &member).is_some() => {
-                let why = why(&team, &member);
-                plan.actions.push(Action::RemoveOrphan {
-                    team,
-                    member,
-                    container,
-                    why,
-                });
-            }
-            other => kept.push(other),
-        }
-    }
-    plan.findings = kept;
 }
 
 #[cfg(test)]

@@ -459,19 +459,11 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
         let lookup = |n: &str| held.get(n).cloned();
         // Only the new member is touched: a request is no occasion to change the others,
         // and never a main session (the person's, on the host).
-        let mut only = |plan: &mut crate::plan::Plan| {
-            plan.actions
-                .retain(|a| a.subject().1 == name && !a.is_session());
+        let only = ApplyOptions {
+            only: Some(name.clone()),
+            ..ApplyOptions::default()
         };
-        converge(
-            &app,
-            &desired,
-            ApplyOptions::default(),
-            &lookup,
-            &Quiet,
-            &mut only,
-        )
-        .await
+        converge(&app, &desired, only, &lookup, &Quiet).await
     });
     let undo = |why: String, status: u16| {
         let _ = super::forget(&cfg.state_dir, &cfg.team, &name);

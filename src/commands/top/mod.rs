@@ -380,16 +380,10 @@ async fn restart_one(ctx: &Arc<App>, team: &str, name: &str) -> anyhow::Result<(
         prune: false,
         concurrency: None,
         no_wait: false,
+        only: None,
     };
-    let report = ateam::app::apply::converge(
-        ctx,
-        &desired,
-        opts,
-        &secret,
-        &ateam::execute::Quiet,
-        &mut |_| {},
-    )
-    .await?;
+    let report =
+        ateam::app::apply::converge(ctx, &desired, opts, &secret, &ateam::execute::Quiet).await?;
     // Its own start is what was asked for; other members are status's to report.
     use ateam::app::apply::Outcome;
     let mine = |t: &str, m: &str| t == team && m == name;

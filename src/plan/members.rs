@@ -1,0 +1,320 @@
+//! Each wanted member in the plan: its proxy, helper server and transcript folder, then its
+//! container: made, finished after an interrupted recreate, kept up to date, and running as its
+//! restart policy says (unless the crash-loop policy holds the restart back).
+
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::{
+    Action, ContainerState, Deferred, DesiredMember, Drift, Finding, ObservedContainer, Pass, Plan,
+    StartReason, cref, diff_values, owned_key,
+};
+use crate::core::container::{self as names, labels};
+use crate::model::RestartPolicy;
+use crate::policy::{self, Violation};
+
+impl<'a> Pass<'a> {
+    /// What runs beside the member's container: its egress proxy, its helper server, and the
+    /// folder of its transcript.
+    pub(super) fn plan_services(&self, m: &DesiredMember, plan: &mut Plan) {
+        let observed = self.observed;
+        if let Some(e) = &m.egress {
+            if !observed.live_sockets.contains(&e.socket) {
+                plan.actions.push(Action::StartEgressProxy {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    socket: e.socket.clone(),
+                    policy: e.policy.clone(),
+                });
+            } else if observed.egress_policies.get(&e.socket) != Some(&e.policy) {
+                plan.actions.push(Action::UpdateEgressPolicy {
+                    team: m.team.clone(),
+                    member: m.member.clone(),
+                    policy: e.policy.clone(),
+                });
+            }
+        }
+        if let Some(socket) = &m.helpers
+            && !observed.live_sockets.contains(socket)
+        {
+            plan.actions.push(Action::StartHelperServer {
+                team: m.team.clone(),
+                member: m.member.clone(),
+            });
+        }
+        if !observed.transcript_dirs.contains(&m.transcript_dir) {
+            plan.actions.push(Action::MakeTranscriptDir {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                path: m.transcript_dir.clone(),
+            });
+        }
+    }
+
+    /// The member's container, given `mine`: every container this store made for it.
+    pub(super) fn plan_containers(
+        &self,
+        m: &DesiredMember,
+        mine: Vec<&ObservedContainer>,
+        plan: &mut Plan,
+    ) {
+        if mine.is_empty() {
+            self.create(m, plan);
+            return;
+        }
+        // A replacement left by an interrupted recreate: finish it if the old container is
+        // gone (it was verified before the old one was removed), undo it otherwise.
+        let (replacements, mine): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) = mine
+            .into_iter()
+            .partition(|c| names::is_replacement(&m.spec.name, &c.name, &c.labels));
+        if mine.is_empty() {
+            finish_replacement(m, &replacements, plan);
+            return;
+        }
+        for r in replacements {
+            plan.actions.push(Action::RemoveDuplicate {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                container: cref(r),
+            });
+        }
+        let keep = pick_keeper(&mine, &m.hash);
+        for extra in mine.iter().filter(|c| c.id != keep.id) {
+            plan.actions.push(Action::RemoveDuplicate {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                container: cref(extra),
+            });
+        }
+        let limits = if self.observed.limits_unenforced && m.allow_unenforced_limits {
+            policy::Limits::Unenforced
+        } else {
+            policy::Limits::Enforced
+        };
+        let held = self.opts.held_until(&m.team, &m.member);
+        plan_member(m, keep, &self.desired.store, limits, held, plan);
+    }
+
+    /// No container of ours: make one, unless a container ateam (this store) did not make
+    /// holds its name (never touched: a conflict).
+    fn create(&self, m: &DesiredMember, plan: &mut Plan) {
+        let foreign = self
+            .observed
+            .containers
+            .iter()
+            .find(|c| c.name == m.spec.name && owned_key(c, &self.desired.store).is_none());
+        match foreign {
+            Some(c) => plan.findings.push(Finding::Conflict {
+                team: m.team.clone(),
+                member: m.member.clone(),
+                container: cref(c),
+                owner: c
+                    .labels
+                    .get(labels::STORE)
+                    .map(|s| format!("ateam store {s}")),
+            }),
+            None => plan.actions.push(Action::Create {
+                member: Box::new(m.clone()),
+            }),
+        }
+    }
+}
+
+/// Only replacements are left: the best takes the member's name if it is up to date and
+/// live, and the others go; if none is fit, they all go and a new container is made.
+fn finish_replacement(m: &DesiredMember, replacements: &[&ObservedContainer], plan: &mut Plan) {
+    let best = pick_keeper(replacements, &m.hash);
+    let finishable = spec_drift(m, best).is_none() && best.state.is_live();
+    for r in replacements {
+        let (team, member, container) = (m.team.clone(), m.member.clone(), cref(r));
+        plan.actions.push(if finishable && r.id == best.id {
+            Action::FinishReplacement {
+                team,
+                member,
+                container,
+                name: m.spec.name.clone(),
+            }
+        } else {
+            Action::RemoveDuplicate {
+                team,
+                member,
+                container,
+            }
+        });
+    }
+    if !finishable {
+        plan.actions.push(Action::Create {
+            member: Box::new(m.clone()),
+        });
+    }
+}
+
+/// The container for one wanted member: up to date and running as its policy says. `held`:
+/// until when the crash-loop policy holds a restart back.
+fn plan_member(
+    m: &DesiredMember,
+    c: &ObservedContainer,
+    store: &str,
+    limits: policy::Limits,
+    held: Option<SystemTime>,
+    plan: &mut Plan,
+) {
+    let recreate = |reason: Drift| Action::Recreate {
+        member: Box::new(m.clone()),
+        old: cref(c),
+        reason,
+    };
+    if let Some(drift) = spec_drift(m, c) {
+        plan.actions.push(recreate(drift));
+        return;
+    }
+    if let Some(eff) = &c.effective {
+        let mut violations = policy::verify(&m.spec, eff, limits);
+        violations.extend(label_violation(m, c, store));
+        if !violations.is_empty() {
+            plan.actions.push(recreate(Drift::Policy { violations }));
+            return;
+        }
+    }
+    let (team, member) = (m.team.clone(), m.member.clone());
+    if c.name != m.spec.name {
+        plan.actions.push(Action::RestoreName {
+            team: team.clone(),
+            member: member.clone(),
+            container: cref(c),
+            name: m.spec.name.clone(),
+        });
+    }
+    match c.state {
+        ContainerState::Running if !c.released => plan.actions.push(Action::Start {
+            team,
+            member,
+            container: cref(c),
+            reason: StartReason::NotReleased,
+        }),
+        ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
+        ContainerState::Paused => plan.actions.push(Action::Unpause {
+            team,
+            member,
+            container: cref(c),
+        }),
+        ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),
+        ContainerState::Created => plan.actions.push(Action::Start {
+            team,
+            member,
+            container: cref(c),
+            reason: StartReason::NeverStarted,
+        }),
+        ContainerState::Exited { code } => plan_exit(m, c, code, held, plan),
+    }
+}
+
+/// An exited member: restarted if its policy says so (or the restart deferred, when the
+/// crash-loop policy holds it back), else finished.
+fn plan_exit(
+    m: &DesiredMember,
+    c: &ObservedContainer,
+    code: i64,
+    held: Option<SystemTime>,
+    plan: &mut Plan,
+) {
+    let (team, member) = (m.team.clone(), m.member.clone());
+    let restart = match m.restart {
+        RestartPolicy::Never => false,
+        RestartPolicy::OnFailure => code != 0,
+        RestartPolicy::Always => true,
+    };
+    match (restart, held) {
+        (true, Some(until)) => plan.deferred.push(Deferred {
+            team,
+            member,
+            until,
+        }),
+        (true, None) => plan.actions.push(Action::Start {
+            team,
+            member,
+            container: cref(c),
+            reason: StartReason::Restart {
+                code,
+                policy: m.restart,
+            },
+        }),
+        (false, _) => plan.findings.push(Finding::Finished { team, member, code }),
+    }
+}
+
+/// The labels ateam set, exactly: each with its value, and no other `ateam.dev/` label but
+/// a replacement's `replaces`. (Docker adds the image's own labels; those are not ateam's.)
+fn label_violation(m: &DesiredMember, c: &ObservedContainer, store: &str) -> Option<Violation> {
+    let want = m.container_labels(store);
+    let missing = want.iter().any(|(k, v)| c.labels.get(k) != Some(v));
+    let extra: Vec<&String> = c
+        .labels
+        .keys()
+        .filter(|k| k.starts_with("ateam.dev/") && !want.contains_key(*k) && *k != labels::REPLACES)
+        .collect();
+    (missing || !extra.is_empty()).then(|| Violation {
+        item: "labels".into(),
+        expected: "the labels ateam set".into(),
+        found: if extra.is_empty() {
+            "some changed or missing".into()
+        } else {
+            format!(
+                "also {}",
+                extra
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        },
+    })
+}
+
+/// How the container's recorded spec differs from the wanted one, if it does.
+fn spec_drift(m: &DesiredMember, c: &ObservedContainer) -> Option<Drift> {
+    let old_hash = c.labels.get(labels::SPEC_HASH).cloned().unwrap_or_default();
+    if old_hash == m.hash {
+        return None;
+    }
+    let old: Option<Value> = c
+        .labels
+        .get(labels::SPEC)
+        .and_then(|s| serde_json::from_str(s).ok());
+    let new = serde_json::to_value(&m.spec).expect("a spec always serializes");
+    match old {
+        Some(old) => {
+            let mut changes = Vec::new();
+            diff_values("", &old, &new, &mut changes);
+            if changes.is_empty() {
+                // Same content under a different hash: the label was edited by hand.
+                Some(Drift::SpecHash {
+                    from: old_hash,
+                    to: m.hash.clone(),
+                })
+            } else {
+                Some(Drift::Spec { changes })
+            }
+        }
+        None => Some(Drift::SpecHash {
+            from: old_hash,
+            to: m.hash.clone(),
+        }),
+    }
+}
+
+/// Of several containers for one member, keep the one that is most nearly right: current spec
+/// first, then live, then newest.
+fn pick_keeper<'a>(cs: &[&'a ObservedContainer], hash: &str) -> &'a ObservedContainer {
+    cs.iter()
+        .copied()
+        .max_by_key(|c| {
+            (
+                c.labels.get(labels::SPEC_HASH).map(String::as_str) == Some(hash),
+                c.state.is_live(),
+                c.created,
+            )
+        })
+        .expect("called with at least one container")
+}
