@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{Refusal, Request};
 use crate::app::App;
 use crate::app::apply::{ApplyOptions, Outcome, converge};
 use crate::core::container::rfc3339;
 use crate::execute::Quiet;
 use crate::files::Owner;
 use crate::model::{Desired, Origin};
+use crate::requests::{self, Refusal, Request};
 
 const MAX_HEAD: usize = 8 * 1024;
 const MAX_BODY: usize = 64 * 1024;
@@ -113,7 +113,7 @@ pub enum ServeError {
 /// Listens until killed.
 pub fn run(cfg: Config) -> Result<(), ServeError> {
     let _ = rustix::process::setsid();
-    let paths = super::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
+    let paths = requests::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ServeError::Io { path, source }
@@ -405,7 +405,7 @@ fn record(cfg: &Config, req: &Request, answer: &Answer, quiet: &mut crate::event
 
 /// The helpers this member asked for that are recorded.
 fn mine(cfg: &Config) -> serde_json::Value {
-    let names: Vec<String> = super::records(&cfg.state_dir, &cfg.team)
+    let names: Vec<String> = requests::records(&cfg.state_dir, &cfg.team)
         .into_iter()
         .filter(|r| matches!(&r.member.origin, Origin::Requested { by, .. } if *by == cfg.member))
         .map(|r| r.member.name)
@@ -442,7 +442,7 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
         Ok(x) => x,
         Err(answer) => return answer,
     };
-    if let Err(e) = super::save(&cfg.state_dir, &cfg.team, &member, app.owner) {
+    if let Err(e) = requests::save(&cfg.state_dir, &cfg.team, &member, app.owner) {
         return (500, json!({"refused": e.to_string()}));
     }
     tracing::info!(team = %cfg.team, by = %cfg.member, member = %member.name, "helper requested");
@@ -474,7 +474,7 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
         .await
     });
     let undo = |why: String, status: u16| {
-        let _ = super::forget(&cfg.state_dir, &cfg.team, &name);
+        let _ = requests::forget(&cfg.state_dir, &cfg.team, &name);
         (
             status,
             json!({"refused": why, "rule": "could-not-start", "member": name}),
@@ -524,8 +524,8 @@ fn handle(cfg: &Config, req: &Request) -> Answer {
 }
 
 /// The team as stored and the member `req` would make, or the answer refusing it: the
-/// rules of manifests (`super::judge`), then the names the store remembers
-/// (`super::remembered`), then, with `engine`, the engine: a container of the helper's name
+/// rules of manifests (`requests::judge`), then the names the store remembers
+/// (`requests::remembered`), then, with `engine`, the engine: a container of the helper's name
 /// that ateam did not make for it (an orphan a person kept, a stranger) would be replaced by
 /// its converge.
 fn judged(
@@ -544,15 +544,15 @@ fn judged(
             json!({"refused": format!("team `{}` is no longer applied", cfg.team)}),
         ));
     };
-    let merged: Vec<_> = super::merge(&Desired { teams: stored }, &cfg.state_dir)
+    let merged: Vec<_> = requests::merge(&Desired { teams: stored }, &cfg.state_dir)
         .0
         .teams;
     let Some(this) = merged.iter().find(|t| t.name == cfg.team) else {
         return Err((500, json!({"refused": "the team went away"})));
     };
     let at = rfc3339(std::time::SystemTime::now());
-    let member = super::judge(req, &cfg.member, this, &merged, &app.host, &at)
-        .and_then(|m| super::remembered(&cfg.state_dir, this, &m.name).map(|()| m))
+    let member = requests::judge(req, &cfg.member, this, &merged, &app.host, &at)
+        .and_then(|m| requests::remembered(&cfg.state_dir, this, &m.name).map(|()| m))
         .map_err(|r| (r.status, refused(&r)))?;
     if engine {
         rt.block_on(on_engine(app, &team, &member.name))
