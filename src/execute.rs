@@ -77,7 +77,7 @@ pub enum ActionError {
     Helpers {
         member: String,
         #[source]
-        source: crate::requests::servers::ServerError,
+        source: crate::requests::servers::StartError,
     },
     #[error("main session `{session}`: {message}")]
     Session { session: String, message: String },

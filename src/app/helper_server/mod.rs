@@ -94,9 +94,12 @@ pub struct Config {
     pub socket_owner: Owner,
 }
 
+/// Why the helper server could not begin to listen (its socket, its pid file); reported by
+/// `ateam helper-server` itself, into `server.err`. Starting it from apply or the controller
+/// fails as `requests::servers::StartError`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ServeError {
+pub enum ListenError {
     #[error("{}: {source}", .path.display())]
     Io {
         path: PathBuf,
@@ -106,12 +109,12 @@ pub enum ServeError {
 }
 
 /// Listens until killed.
-pub fn run(cfg: Config) -> Result<(), ServeError> {
+pub fn run(cfg: Config) -> Result<(), ListenError> {
     let _ = rustix::process::setsid();
     let paths = requests::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| ServeError::Io { path, source }
+        move |source| ListenError::Io { path, source }
     };
     // The control folder is the member's uid's: never chmod or chown through a name there.
     let (listener, _) = crate::files::bind_private_socket(&paths.socket, Some(cfg.socket_owner))
