@@ -147,8 +147,8 @@ impl Paths {
             policy: layout::egress_policy_path(&dir),
             pid: layout::egress_pid_path(&dir),
             log: layout::egress_log_path(&dir),
-            err: dir.join("proxy.err"),
-            intercept: dir.join("intercept.json"),
+            err: layout::egress_err_path(&dir),
+            intercept: layout::egress_intercept_path(&dir),
             dir,
         }
     }
@@ -245,7 +245,7 @@ pub fn reissue(
 /// What a proxy holds now, and whose its file is (the member's uid when it was written).
 fn read_intercepts(paths: &Paths) -> std::io::Result<(InterceptFile, Owner)> {
     let dir = files::Dir::open(&paths.dir)?;
-    let file = dir.open_regular(Path::new("intercept.json"))?;
+    let file = dir.open_regular(Path::new(layout::EGRESS_INTERCEPT_NAME))?;
     let st = rustix::fs::fstat(&file)?;
     let owner = Owner {
         uid: st.st_uid,
@@ -323,7 +323,7 @@ pub const IMAGE_ROOTS_MAX: u64 = 4 << 20;
 
 /// The image's own roots, as found in the member's container when it was made.
 pub fn image_roots_path(paths: &Paths) -> PathBuf {
-    paths.dir.join("image-roots.pem")
+    layout::egress_image_roots_path(&paths.dir)
 }
 
 /// Starts the member's proxy, detached, and waits until it answers. `store_owner` owns
@@ -432,15 +432,14 @@ fn proxy_args(paths: &Paths, user: Option<Owner>) -> Vec<std::ffi::OsString> {
 /// has to wait for it), its standard error in `proxy.err`, and returns at once.
 pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), ProxyError> {
     let dir = cfg.pid_file.parent().unwrap_or(Path::new("/"));
-    let err_path = dir.join("proxy.err");
     let paths = Paths {
         socket: cfg.socket.clone(),
         dir: dir.to_path_buf(),
         policy: cfg.policy.clone(),
         pid: cfg.pid_file.clone(),
         log: cfg.log.clone(),
-        err: err_path,
-        intercept: dir.join("intercept.json"),
+        err: layout::egress_err_path(dir),
+        intercept: layout::egress_intercept_path(dir),
     };
     let mut args = proxy_args(&paths, None);
     if let Some(u) = user {

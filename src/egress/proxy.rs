@@ -20,6 +20,7 @@ use super::log::{Event, Log, Verdict};
 use super::{InterceptFile, PolicyFile, ProxyError};
 use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
 use crate::core::intercept::Intercept;
+use crate::core::layout;
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -149,9 +150,6 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
     Policy { list, stamp }
 }
 
-/// The intercept file's name, beside the policy file (`Paths::intercept`).
-const INTERCEPT_FILE: &str = "intercept.json";
-
 /// The certificates and secrets as last read, and how to tell that their file changed.
 struct Intercepts {
     file: Result<Arc<InterceptFile>, String>,
@@ -159,11 +157,11 @@ struct Intercepts {
 }
 
 fn read_intercepts(dir: &Dir) -> Intercepts {
-    let stamp = dir.stamp(INTERCEPT_FILE);
-    let shown = dir.path.join(INTERCEPT_FILE);
+    let stamp = dir.stamp(layout::EGRESS_INTERCEPT_NAME);
+    let shown = dir.path.join(layout::EGRESS_INTERCEPT_NAME);
     // The error names the file and serde's position, never its content (it holds secrets).
     let file = dir
-        .read(INTERCEPT_FILE)
+        .read(layout::EGRESS_INTERCEPT_NAME)
         .map_err(|e| format!("cannot read {}: {e}", shown.display()))
         .and_then(|b| {
             serde_json::from_slice::<InterceptFile>(&b).map_err(|e| {
@@ -204,7 +202,7 @@ impl State {
     /// The intercept file in force: re-read when it changed.
     fn intercepts(&self) -> Result<Arc<InterceptFile>, String> {
         let mut f = self.intercept.lock().expect("intercept lock");
-        if self.policy_dir.stamp(INTERCEPT_FILE) != f.stamp {
+        if self.policy_dir.stamp(layout::EGRESS_INTERCEPT_NAME) != f.stamp {
             *f = read_intercepts(&self.policy_dir);
         }
         f.file.clone()

@@ -123,7 +123,7 @@ pub enum RequestError {
 }
 
 fn record_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
-    layout::requested_dir(state_dir, team).join(format!("{name}.json"))
+    layout::requested_path(state_dir, team, name)
 }
 
 /// Every record of `team`, oldest first (a helper's own helpers come after it). Unreadable

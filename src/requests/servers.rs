@@ -51,7 +51,7 @@ impl Paths {
         Paths {
             socket: layout::helpers_socket_path(state_dir, team, member),
             pid: layout::helpers_pid_path(&layout::team_run_dir(state_dir, team), member),
-            err: dir.join("server.err"),
+            err: layout::helpers_err_path(&dir),
             dir,
         }
     }
