@@ -1,3 +1,6 @@
+//! `ateam status [TEAM] [-w]`: one look at the machine (`app::status`, which `top` and the
+//! metrics read too) as a table, JSON or YAML; with `--exit-code`, the drift verdict of `diff`.
+
 use std::path::Path;
 use std::time::SystemTime;
 
