@@ -1,10 +1,160 @@
-//! The detached processes ateam starts per member (egress proxies, helper servers): finding
-//! one by its pid file, and stopping it, only it, surely.
+//! The detached processes ateam starts per member (egress proxies, helper servers):
+//! launching one (`Launch`: the same steps for both), finding one by its pid file, and
+//! stopping it, only it, surely.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::files;
+
+/// How long a started daemon has to answer on its socket.
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The `ateam` binary that runs the detached processes: this one, unless `ATEAM_EGRESS_EXE`
+/// names another (a program that links the library, such as a test, is not `ateam`).
+pub fn exe() -> std::io::Result<PathBuf> {
+    match std::env::var_os("ATEAM_EGRESS_EXE") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => std::env::current_exe(),
+    }
+}
+
+/// Whether something answers on a daemon's socket: its liveness.
+pub fn answers(socket: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_ok()
+}
+
+/// One per-member process to start, detached from ateam: the same steps for an egress
+/// proxy, its `--detach` launcher and a helper server, so that none of them gets more of
+/// ateam's environment than `keep` (apply's holds every `secretEnv` value), or a terminal,
+/// and what each says on standard error is kept where the error that follows reads it.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// Finds the program (`exe`, or `std::env::current_exe` for a launcher already running
+    /// the right binary).
+    pub program: fn() -> std::io::Result<PathBuf>,
+    pub args: Vec<OsString>,
+    /// The variables of ateam's environment it keeps (`PROXY_ENV`, `SERVER_ENV`).
+    pub keep: &'a [&'a str],
+    /// Where its standard error goes, made afresh at each start (0600, never through a
+    /// link); none: nowhere (a launcher whose daemon keeps its own).
+    pub stderr: Option<&'a Path>,
+}
+
+/// How a started process leaves ateam's hands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detach {
+    /// It is a launcher that starts the daemon as its own child and exits at once: waited
+    /// for here, and its failure is the start's.
+    Launcher,
+    /// It is the daemon itself: reaped by a thread, since it lives on after the caller is
+    /// done with it.
+    Reaped,
+}
+
+/// Which step of a launch failed. Each daemon words it as its own error (`ProxyError`,
+/// `requests::servers::StartError`), so what a person reads is the daemon's.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// Its standard error's file could not be made.
+    #[error("{}: {source}", .path.display())]
+    Stderr {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be found (`Launch::program`).
+    #[error("ateam: {0}")]
+    Program(#[source] std::io::Error),
+    /// The program could not be run (or, a launcher, waited for).
+    #[error("cannot run {}: {source}", .exe.display())]
+    Spawn {
+        exe: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The launcher (`Detach::Launcher`) failed.
+    #[error("its launcher exited with {0}")]
+    Launcher(ExitStatus),
+    /// Nothing answered on the socket within `START_TIMEOUT`: what the daemon said on
+    /// standard error, trimmed, if anything.
+    #[error("nothing answered within {}s", START_TIMEOUT.as_secs())]
+    NotAnswering { why: Option<String> },
+}
+
+impl Launch<'_> {
+    /// Runs the program: its standard error's file first (so a failed start still leaves
+    /// a fresh one), then the program, with no input or output and only `keep`.
+    pub fn spawn(&self) -> Result<Child, LaunchError> {
+        self.spawn_named().map(|(child, _)| child)
+    }
+
+    /// `spawn`, and the program it ran.
+    fn spawn_named(&self) -> Result<(Child, PathBuf), LaunchError> {
+        let stderr = match self.stderr {
+            Some(path) => {
+                Stdio::from(
+                    files::create_log(path).map_err(|source| LaunchError::Stderr {
+                        path: path.to_path_buf(),
+                        source,
+                    })?,
+                )
+            }
+            None => Stdio::null(),
+        };
+        let exe = (self.program)().map_err(LaunchError::Program)?;
+        let mut cmd = Command::new(&exe);
+        clear_env(&mut cmd, self.keep);
+        let spawned = cmd
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn();
+        match spawned {
+            Ok(child) => Ok((child, exe)),
+            Err(source) => Err(LaunchError::Spawn { exe, source }),
+        }
+    }
+
+    /// Starts the daemon and waits until something answers on `socket` (every 10 ms, for
+    /// `START_TIMEOUT`). When nothing does, the error carries what it said in `said` (read
+    /// without following a link).
+    pub fn start(&self, detach: Detach, socket: &Path, said: &Path) -> Result<(), LaunchError> {
+        let (mut child, exe) = self.spawn_named()?;
+        match detach {
+            Detach::Launcher => {
+                let status = child
+                    .wait()
+                    .map_err(|source| LaunchError::Spawn { exe, source })?;
+                if !status.success() {
+                    return Err(LaunchError::Launcher(status));
+                }
+            }
+            Detach::Reaped => {
+                std::thread::spawn(move || child.wait());
+            }
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        while Instant::now() < deadline {
+            if answers(socket) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut why = String::new();
+        if let Ok(mut f) = files::open_regular(said) {
+            let _ = f.read_to_string(&mut why);
+        }
+        Err(LaunchError::NotAnswering {
+            why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
+        })
+    }
+}
 
 /// The pid in `pid_file`, when that process lives and its arguments are `ours` (a pid reused
 /// by another program since is never taken for ours).
@@ -193,6 +343,82 @@ mod tests {
         assert_eq!(b.after(&std::io::ErrorKind::Other.into()), None);
         b.reset();
         assert_eq!(b.after(&emfile), Some(Duration::from_millis(10)));
+    }
+
+    fn sh<'a>(script: &str, stderr: Option<&'a Path>) -> Launch<'a> {
+        Launch {
+            program: || Ok("/bin/sh".into()),
+            args: vec!["-c".into(), script.into()],
+            keep: &["PATH"],
+            stderr,
+        }
+    }
+
+    #[test]
+    fn a_launch_keeps_what_it_says_and_only_the_variables_it_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = dir.path().join("daemon.err");
+        let mut child = sh("echo said; env", Some(&err)).spawn().unwrap();
+        child.wait().unwrap();
+        let said = std::fs::read_to_string(&err).unwrap();
+        assert!(said.is_empty(), "stdout goes nowhere: {said}");
+        let mut child = sh("echo said >&2; env >&2", Some(&err)).spawn().unwrap();
+        child.wait().unwrap();
+        let said = std::fs::read_to_string(&err).unwrap();
+        let mut lines = said.lines();
+        assert_eq!(lines.next(), Some("said"));
+        // `sh` adds PWD, SHLVL and `_` of its own; nothing else comes from here.
+        let names: Vec<&str> = lines.filter_map(|l| l.split('=').next()).collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| ["PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(n)),
+            "{names:?}"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&err).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Each start's file is its own.
+        sh("echo again >&2", Some(&err))
+            .spawn()
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&err).unwrap(), "again\n");
+    }
+
+    #[test]
+    fn a_start_waits_for_its_socket_and_says_why_it_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (socket, err) = (dir.path().join("d.sock"), dir.path().join("d.err"));
+        // A launcher that fails is the start's failure.
+        let e = sh("exit 3", None).start(Detach::Launcher, &socket, &err);
+        assert!(
+            matches!(e, Err(LaunchError::Launcher(s)) if s.code() == Some(3)),
+            "{e:?}"
+        );
+        // Something answers: started.
+        let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        sh("true", Some(&err))
+            .start(Detach::Reaped, &socket, &err)
+            .unwrap();
+        drop(listener);
+        std::fs::remove_file(&socket).unwrap();
+        // Nothing answers: what the daemon said is the reason.
+        let started = Instant::now();
+        let e = sh("echo cannot bind >&2", Some(&err)).start(Detach::Reaped, &socket, &err);
+        assert!(started.elapsed() >= START_TIMEOUT);
+        match e {
+            Err(LaunchError::NotAnswering { why }) => {
+                assert_eq!(why.as_deref(), Some("cannot bind"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let missing = Launch {
+            program: || Err(std::io::ErrorKind::NotFound.into()),
+            ..sh("true", None)
+        };
+        assert!(matches!(missing.spawn(), Err(LaunchError::Program(_))));
     }
 
     #[test]

@@ -117,7 +117,7 @@ pub enum ActionError {
     Helpers {
         member: String,
         #[source]
-        source: crate::requests::servers::ServerError,
+        source: crate::requests::servers::StartError,
     },
     #[error("main session `{session}`: {message}")]
     Session { session: String, message: String },
@@ -1302,7 +1302,7 @@ impl Executor<'_> {
             return Ok(());
         };
         let count = restarts(&m.ctl_dir) + 1;
-        let path = m.ctl_dir.join("restarts");
+        let path = crate::core::layout::restarts_path(&m.ctl_dir);
         files::write_atomic_in_member_dir(&path, count.to_string().as_bytes(), 0o600, self.rt.owner)
             .map_err(|source| ActionError::Io {
                 member: m.member.clone(),
@@ -1367,7 +1367,7 @@ async fn blocking<T: Send + 'static>(
 /// How often ateam restarted a member (by its restart policy), kept in its control folder
 /// (read without following a link or opening a FIFO there).
 pub fn restarts(ctl_dir: &Path) -> u64 {
-    files::read_small(&ctl_dir.join("restarts"), 64)
+    files::read_small(&crate::core::layout::restarts_path(ctl_dir), 64)
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
 }

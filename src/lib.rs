@@ -3,25 +3,28 @@
 //! Modules from the top down (each imports only those below it):
 //! - `controller`: the long-running controller: a keyed work queue, reconcile-error and
 //!   crash-loop backoff, the driver loop, the watches, the daemon `ateam controller` runs and
-//!   its Prometheus metrics;
+//!   its Prometheus metrics; it calls `app` as a command does;
 //! - `app`: what a command or the controller asks for: read and judge manifests, find the
 //!   engine, look and plan, apply (and wait), delete, and status as one call (`app::status`,
-//!   which `status`, `status -w`, `top` and the metrics all read);
+//!   which `status`, `status -w`, `top` and the metrics all read); and `app::helper_server`,
+//!   the per-member helper server that judges a member's requests and converges as apply does;
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
 //!   (a member becoming a main session) step by step with their rollback;
 //! - `events`: what apply, the controller and the helper servers did and why, per team,
-//!   bounded in the state folder (below `execute` and `requests`, above `egress`, whose
-//!   refusals it reads back as events);
+//!   bounded in the state folder (it reads the egress proxies' refusals back as events);
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
-//! - `requests`: helper members a member asks for at run time: judged as manifests, recorded,
-//!   merged into what is desired (below `app`); `requests::server`, the per-member helper
-//!   server that judges and converges (above it);
+//! - `requests`: helper members a member asks for at run time, the pure part: judged as
+//!   manifests, recorded, merged into what is desired; and starting and stopping the helper
+//!   servers (`requests::servers`), as execute carries out the plan;
 //! - `report`: diff and status as text and data;
+//! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
+//!   interception with the team's CA, its log) and starting, refreshing and stopping it;
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
-//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
+//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`
+//!   (it borrows `plan::spec::reserved_env`, the one arrow up that is left);
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
 //!   the running controller's record (`store::controller`), which status reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
@@ -29,9 +32,10 @@
 //!   engine's inspect result against it;
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
 //!   container engines' folders, the mount table);
-//! - `core`: the container types every layer shares, and every path of the state folder;
-//! - `detached`: finding and stopping the per-member processes ateam detaches (egress
-//!   proxies, helper servers);
+//! - `core`: the container types every layer shares, and every path of the state folder
+//!   (`core::layout`); it and `model` share types both ways (`Network`, `Intercept`);
+//! - `detached`: launching, finding and stopping the per-member processes ateam detaches
+//!   (egress proxies, helper servers);
 //! - `model`: what the manifests ask for, after validation; `files`: private folders and
 //!   atomic writes.
 //!

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::{App, AppError};
 use crate::core::container::team_network_name;
-use crate::core::layout::{session_socket_path, team_run_dir};
+use crate::core::layout::{session_socket_in, session_socket_path, sessions_dir, team_run_dir};
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
 use crate::model::Desired;
 use crate::plan::{Finding, PlanOptions};
@@ -83,9 +83,9 @@ pub async fn delete(
             .map(|s| session_socket_path(&app.host.state_dir, &t.name, &s.name))
             .collect();
         if let Ok(entries) =
-            std::fs::read_dir(team_run_dir(&app.host.state_dir, &t.name).join("sessions"))
+            std::fs::read_dir(sessions_dir(&team_run_dir(&app.host.state_dir, &t.name)))
         {
-            sockets.extend(entries.flatten().map(|e| e.path().join("tmux.sock")));
+            sockets.extend(entries.flatten().map(|e| session_socket_in(&e.path())));
         }
         // Each is gone when stop returns; one that outlives it fails the delete before its
         // state (the socket's folder) is forgotten.

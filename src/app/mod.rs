@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod delete;
 pub mod doctor;
+pub mod helper_server;
 pub mod status;
 
 use std::path::PathBuf;

@@ -1,3 +1,7 @@
+//! `ateam apply -f FILES`: make the machine match the manifests (`app::apply`), showing each
+//! step and waiting for members to come up unless `--no-wait`. The library decides; this only
+//! renders the outcome and picks its exit code (`--dry-run` is `diff`, so the two never differ).
+
 use std::collections::BTreeSet;
 
 use crate::cli::{Files, Global, Output};

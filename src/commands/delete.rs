@@ -1,3 +1,7 @@
+//! `ateam delete`: remove teams named by manifests, `--team` or a selector (`app::delete`):
+//! their containers, then their private state; transcripts stay unless `--purge`, and the
+//! person is told where they are, since they are the work and ateam cannot make them again.
+
 use anyhow::bail;
 
 use crate::cli::{Global, OptionalFiles};

@@ -1,3 +1,6 @@
+//! `ateam diff -f FILES`: the plan apply would carry out, without carrying it out. Its exit
+//! code is `kubectl diff`'s, the same verdict as `status --exit-code`, so scripts can gate on it.
+
 use crate::cli::{Files, Global, Output};
 use ateam::plan::PlanOptions;
 use ateam::report::{diff_document, render_diff};

@@ -1,3 +1,7 @@
+//! `ateam doctor [-f FILES]`: every check of this host, its engines and (given) the
+//! manifests (`app::doctor`), as text or JSON; fails only on a failed check, since a warning
+//! alone must not stop a script that runs it before apply.
+
 use std::path::PathBuf;
 
 use ateam::app::Manifests;

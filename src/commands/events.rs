@@ -148,9 +148,16 @@ fn fingerprint(state_dir: &Path, teams: &[String]) -> Vec<(PathBuf, u64, i64, i6
         let own = layout::team_events_path(state_dir, t);
         paths.push(ateam::egress::log::rotated(&own));
         paths.push(own);
-        let members = layout::members_dir(&layout::team_run_dir(state_dir, t));
-        for m in std::fs::read_dir(members).into_iter().flatten().flatten() {
-            let log = layout::egress_log_path(&m.path().join("egress"));
+        let run_dir = layout::team_run_dir(state_dir, t);
+        for m in std::fs::read_dir(layout::members_dir(&run_dir))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let Some(member) = m.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let log = layout::egress_log_path(&layout::egress_dir_in(&run_dir, &member));
             paths.push(ateam::egress::log::rotated(&log));
             paths.push(log);
         }

@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::cli::Global;
+use ateam::app::helper_server as server;
 use ateam::manifest::export::{team_objects, to_yaml};
-use ateam::requests::server;
 
 use super::common::app;
 use super::exit::Exit;

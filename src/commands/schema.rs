@@ -1,3 +1,6 @@
+//! `ateam schema manifests|status|diff`: the JSON Schemas, generated from the types that
+//! read and write these documents, so an editor's and a script's idea of them cannot drift.
+
 use crate::cli::SchemaOf;
 
 use super::exit::Exit;

@@ -1,5 +1,5 @@
-//! `ateam status`: the teams asked for, `app::status::status` over them, and the document
-//! printed as a table or for machines (`-w`: again whenever it changes).
+//! `ateam status [TEAM] [-w]`: one look at the machine (`app::status`, which `top` and the
+//! metrics read too) as a table, JSON or YAML; with `--exit-code`, the drift verdict of `diff`.
 
 use std::time::SystemTime;
 

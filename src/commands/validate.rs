@@ -1,3 +1,6 @@
+//! `ateam validate -f FILES`: judge manifests as apply would (against the teams in the
+//! store), without an engine or a change, so a mistake is found before it can cost a start.
+
 use anyhow::Context;
 
 use crate::cli::{Files, Global};

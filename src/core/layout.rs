@@ -12,10 +12,14 @@
 //!                                                   why (`ateam events`); rotated to `.1`
 //! <state>/teams/<team>/deleted.json                 after a delete without --purge: the team
 //!                                                   as it was, so --purge finds its transcripts
+//! <state>/teams/<team>/egress-ca/ca.pem, ca.key     the team's CA for intercepted egress
 //! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
+//!                                                   (`go`), restart count (`restarts`), CA
+//!                                                   files (`ca.pem`, `ca-bundle.pem`)
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
-//! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file and log
+//! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file, log,
+//!                                                   stderr, intercept.json, image-roots.pem
 //! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
 //! <state>/teams/<team>/members/<m>/helpers/         the helper server's pid file and stderr
 //! <state>/teams/<team>/requested/<name>.json        a helper a member asked for (the member)
@@ -51,6 +55,23 @@ pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
         .join("ctl")
 }
 
+/// The start gate's release file in a member's control folder (inside: `/.ateam/go`, which
+/// `gate/main.rs` reads): the container id and start it lets run (`runtime::gate`).
+pub fn gate_release_path(ctl_dir: &Path) -> PathBuf {
+    ctl_dir.join("go")
+}
+
+/// The member's secrets (`name=value`, NUL-separated) in its control folder, which the gate
+/// gives the member's command.
+pub fn secrets_path(ctl_dir: &Path) -> PathBuf {
+    ctl_dir.join("secrets")
+}
+
+/// How often ateam restarted a member by its restart policy, in its control folder.
+pub fn restarts_path(ctl_dir: &Path) -> PathBuf {
+    ctl_dir.join("restarts")
+}
+
 /// The record of the containers ateam made for a member (`store::Record`), beside its control
 /// folder and never mounted into it.
 pub fn member_record_path(run_dir: &Path, member: &str) -> PathBuf {
@@ -64,12 +85,29 @@ pub fn team_run_dir(state_dir: &Path, team: &str) -> PathBuf {
 
 /// Where a main session's tmux server listens.
 pub fn session_socket_path(state_dir: &Path, team: &str, session: &str) -> PathBuf {
-    session_dir(state_dir, team, session).join("tmux.sock")
+    session_socket_in(&session_dir(state_dir, team, session))
+}
+
+/// `session_socket_path`, from the session's folder (`session_dir`, or an entry of
+/// `sessions_dir`).
+pub fn session_socket_in(session_dir: &Path) -> PathBuf {
+    session_dir.join("tmux.sock")
 }
 
 /// A main session's own files: its terminal's socket, when it started, a promotion's journal.
 pub fn session_dir(state_dir: &Path, team: &str, session: &str) -> PathBuf {
-    team_run_dir(state_dir, team).join("sessions").join(session)
+    session_dir_in(&team_run_dir(state_dir, team), session)
+}
+
+/// `session_dir`, from the team's folder (`team_run_dir`).
+pub fn session_dir_in(run_dir: &Path, session: &str) -> PathBuf {
+    sessions_dir(run_dir).join(session)
+}
+
+/// The folder of a team's main sessions' own files (one folder per session, even of one
+/// the manifests no longer name).
+pub fn sessions_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("sessions")
 }
 
 /// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
@@ -92,6 +130,12 @@ pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
 pub fn team_ca_dir(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("egress-ca")
 }
+
+/// The team CA's certificate, in `team_ca_dir`.
+pub const TEAM_CA_CERT_NAME: &str = "ca.pem";
+
+/// The team CA's key, in `team_ca_dir`.
+pub const TEAM_CA_KEY_NAME: &str = "ca.key";
 
 /// In a member's control folder (inside: `/.ateam/`): its team's CA alone, for clients that
 /// add a CA to their own roots (Node's `NODE_EXTRA_CA_CERTS`).
@@ -125,6 +169,27 @@ pub fn egress_pid_path(egress_dir: &Path) -> PathBuf {
 /// Allowed and refused connections, JSON lines; rotated to `log.jsonl.1`.
 pub fn egress_log_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("log.jsonl")
+}
+
+/// What the proxy said on standard error when it last started.
+pub fn egress_err_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join("proxy.err")
+}
+
+/// What an intercepting proxy holds besides its policy (`egress::InterceptFile`): its
+/// leaves and injected secrets, 0600 and the member's uid, read by the proxy by this name
+/// in its folder.
+pub const EGRESS_INTERCEPT_NAME: &str = "intercept.json";
+
+/// `EGRESS_INTERCEPT_NAME` in the proxy's folder.
+pub fn egress_intercept_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join(EGRESS_INTERCEPT_NAME)
+}
+
+/// The image's own roots, as found in the member's container when it was made (the first
+/// half of the member's `ca-bundle.pem`).
+pub fn egress_image_roots_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join("image-roots.pem")
 }
 
 /// The lock that keeps two applies (or deletes) of one store from interleaving.
@@ -220,6 +285,11 @@ pub fn requested_dir(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("requested")
 }
 
+/// The record of one requested helper, in `requested_dir`.
+pub fn requested_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
+    requested_dir(state_dir, team).join(format!("{name}.json"))
+}
+
 /// The socket's name in the control folder (inside a member: `/.ateam/helpers.sock`).
 pub const HELPERS_SOCKET_NAME: &str = "helpers.sock";
 
@@ -242,4 +312,10 @@ pub fn helpers_pid_path(run_dir: &Path, member: &str) -> PathBuf {
         .join(member)
         .join("helpers")
         .join("server.pid")
+}
+
+/// What a member's helper server said on standard error when it last started, in its
+/// folder (`helpers_dir`).
+pub fn helpers_err_path(helpers_dir: &Path) -> PathBuf {
+    helpers_dir.join("server.err")
 }

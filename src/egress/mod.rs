@@ -19,17 +19,18 @@ pub mod tls;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::core::intercept::{EgressPolicy, Intercept};
 use crate::core::layout;
+use crate::detached::{self, Detach, Launch, LaunchError};
 use crate::files::{self, Owner};
 
-/// How long a started proxy has to answer on its socket.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// Whether something answers on the socket: the proxy's liveness.
+pub use crate::detached::answers;
+/// The `ateam` binary that runs proxies (`ATEAM_EGRESS_EXE` for a test).
+pub use crate::detached::exe;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -146,16 +147,11 @@ impl Paths {
             policy: layout::egress_policy_path(&dir),
             pid: layout::egress_pid_path(&dir),
             log: layout::egress_log_path(&dir),
-            err: dir.join("proxy.err"),
-            intercept: dir.join("intercept.json"),
+            err: layout::egress_err_path(&dir),
+            intercept: layout::egress_intercept_path(&dir),
             dir,
         }
     }
-}
-
-/// Whether something answers on the socket: the proxy's liveness.
-pub fn answers(socket: &Path) -> bool {
-    std::os::unix::net::UnixStream::connect(socket).is_ok()
 }
 
 /// The allowlist a proxy reads now (its `policy.json`), if the file is there and readable.
@@ -249,7 +245,7 @@ pub fn reissue(
 /// What a proxy holds now, and whose its file is (the member's uid when it was written).
 fn read_intercepts(paths: &Paths) -> std::io::Result<(InterceptFile, Owner)> {
     let dir = files::Dir::open(&paths.dir)?;
-    let file = dir.open_regular(Path::new("intercept.json"))?;
+    let file = dir.open_regular(Path::new(layout::EGRESS_INTERCEPT_NAME))?;
     let st = rustix::fs::fstat(&file)?;
     let owner = Owner {
         uid: st.st_uid,
@@ -327,16 +323,7 @@ pub const IMAGE_ROOTS_MAX: u64 = 4 << 20;
 
 /// The image's own roots, as found in the member's container when it was made.
 pub fn image_roots_path(paths: &Paths) -> PathBuf {
-    paths.dir.join("image-roots.pem")
-}
-
-/// The `ateam` binary that runs proxies: this one, unless `ATEAM_EGRESS_EXE` names another
-/// (a program that links the library, such as a test, is not `ateam`).
-pub fn exe() -> std::io::Result<PathBuf> {
-    match std::env::var_os("ATEAM_EGRESS_EXE") {
-        Some(p) => Ok(PathBuf::from(p)),
-        None => std::env::current_exe(),
-    }
+    layout::egress_image_roots_path(&paths.dir)
 }
 
 /// Starts the member's proxy, detached, and waits until it answers. `store_owner` owns
@@ -365,47 +352,41 @@ pub fn start(
     for log in [&paths.log, &rotated] {
         files::give_file(log, member).map_err(io(log))?;
     }
-    let exe = exe().map_err(|source| ProxyError::Spawn {
-        exe: "ateam".into(),
-        source,
-    })?;
-    let mut cmd = Command::new(&exe);
     // Nothing of apply's environment (its `secretEnv` values) reaches the proxy.
-    crate::detached::clear_env(&mut cmd, crate::detached::PROXY_ENV);
-    let status = cmd
-        .args(proxy_args(paths, Some(member)))
-        .arg("--detach")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|source| ProxyError::Spawn {
-            exe: exe.clone(),
+    let mut args = proxy_args(paths, Some(member));
+    args.push("--detach".into());
+    let launch = Launch {
+        program: exe,
+        args,
+        keep: detached::PROXY_ENV,
+        stderr: None,
+    };
+    launch
+        .start(Detach::Launcher, &paths.socket, &paths.err)
+        .map_err(|e| launch_error(e, &paths.socket))?;
+    members_socket(&paths.socket, member)
+}
+
+/// A failed launch in the proxy's words.
+fn launch_error(e: LaunchError, socket: &Path) -> ProxyError {
+    match e {
+        LaunchError::Stderr { path, source } => ProxyError::Io { path, source },
+        LaunchError::Program(source) => ProxyError::Spawn {
+            exe: "ateam".into(),
             source,
-        })?;
-    if !status.success() {
-        return Err(ProxyError::NotAnswering {
-            socket: paths.socket.clone(),
+        },
+        LaunchError::Spawn { exe, source } => ProxyError::Spawn { exe, source },
+        LaunchError::Launcher(status) => ProxyError::NotAnswering {
+            socket: socket.to_path_buf(),
             secs: 0,
             why: Some(format!("its launcher exited with {status}")),
-        });
+        },
+        LaunchError::NotAnswering { why } => ProxyError::NotAnswering {
+            socket: socket.to_path_buf(),
+            secs: detached::START_TIMEOUT.as_secs(),
+            why,
+        },
     }
-    let deadline = Instant::now() + START_TIMEOUT;
-    while Instant::now() < deadline {
-        if answers(&paths.socket) {
-            return members_socket(&paths.socket, member);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut why = String::new();
-    if let Ok(mut f) = files::open_regular(&paths.err) {
-        let _ = f.read_to_string(&mut why);
-    }
-    Err(ProxyError::NotAnswering {
-        socket: paths.socket.clone(),
-        secs: START_TIMEOUT.as_secs(),
-        why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
-    })
 }
 
 /// Whether the socket that answers is the member's (ateam as root connects to any socket;
@@ -451,35 +432,26 @@ fn proxy_args(paths: &Paths, user: Option<Owner>) -> Vec<std::ffi::OsString> {
 /// has to wait for it), its standard error in `proxy.err`, and returns at once.
 pub fn launch_detached(cfg: &proxy::Config, user: Option<&str>) -> Result<(), ProxyError> {
     let dir = cfg.pid_file.parent().unwrap_or(Path::new("/"));
-    let err_path = dir.join("proxy.err");
-    let err = files::create_log(&err_path).map_err(|source| ProxyError::Io {
-        path: err_path.clone(),
-        source,
-    })?;
-    let exe = std::env::current_exe().map_err(|source| ProxyError::Spawn {
-        exe: "ateam".into(),
-        source,
-    })?;
     let paths = Paths {
         socket: cfg.socket.clone(),
         dir: dir.to_path_buf(),
         policy: cfg.policy.clone(),
         pid: cfg.pid_file.clone(),
         log: cfg.log.clone(),
-        err: err_path,
-        intercept: dir.join("intercept.json"),
+        err: layout::egress_err_path(dir),
+        intercept: layout::egress_intercept_path(dir),
     };
-    let mut cmd = Command::new(&exe);
-    crate::detached::clear_env(&mut cmd, crate::detached::PROXY_ENV);
-    cmd.args(proxy_args(&paths, None));
+    let mut args = proxy_args(&paths, None);
     if let Some(u) = user {
-        cmd.args(["--user", u]);
+        args.extend(["--user".into(), u.into()]);
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .spawn()
-        .map_err(|source| ProxyError::Spawn { exe, source })?;
+    let launch = Launch {
+        program: std::env::current_exe,
+        args,
+        keep: detached::PROXY_ENV,
+        stderr: Some(&paths.err),
+    };
+    launch.spawn().map_err(|e| launch_error(e, &paths.socket))?;
     Ok(())
 }
 
@@ -514,12 +486,12 @@ fn drop_privileges(id: crate::model::UserId) -> Result<(), ProxyError> {
 /// this very socket: a pid reused by another program is never signalled), and removes its
 /// socket and pid file. Its log and allowlist stay.
 pub fn stop(paths: &Paths) -> std::io::Result<()> {
-    crate::detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
+    detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
 }
 
 /// The pid of this member's proxy, when it runs.
 pub fn running_pid(paths: &Paths) -> Option<u32> {
-    crate::detached::running_pid(&paths.pid, |args| {
+    detached::running_pid(&paths.pid, |args| {
         args.iter().any(|a| *a == b"egress-proxy")
             && args
                 .iter()

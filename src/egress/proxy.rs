@@ -20,6 +20,7 @@ use super::log::{Event, Log, Verdict};
 use super::{InterceptFile, PolicyFile, ProxyError};
 use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
 use crate::core::intercept::Intercept;
+use crate::core::layout;
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -149,9 +150,6 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
     Policy { list, stamp }
 }
 
-/// The intercept file's name, beside the policy file (`Paths::intercept`).
-const INTERCEPT_FILE: &str = "intercept.json";
-
 /// The certificates and secrets as last read, and how to tell that their file changed.
 struct Intercepts {
     file: Result<Arc<InterceptFile>, String>,
@@ -159,11 +157,11 @@ struct Intercepts {
 }
 
 fn read_intercepts(dir: &Dir) -> Intercepts {
-    let stamp = dir.stamp(INTERCEPT_FILE);
-    let shown = dir.path.join(INTERCEPT_FILE);
+    let stamp = dir.stamp(layout::EGRESS_INTERCEPT_NAME);
+    let shown = dir.path.join(layout::EGRESS_INTERCEPT_NAME);
     // The error names the file and serde's position, never its content (it holds secrets).
     let file = dir
-        .read(INTERCEPT_FILE)
+        .read(layout::EGRESS_INTERCEPT_NAME)
         .map_err(|e| format!("cannot read {}: {e}", shown.display()))
         .and_then(|b| {
             serde_json::from_slice::<InterceptFile>(&b).map_err(|e| {
@@ -204,7 +202,7 @@ impl State {
     /// The intercept file in force: re-read when it changed.
     fn intercepts(&self) -> Result<Arc<InterceptFile>, String> {
         let mut f = self.intercept.lock().expect("intercept lock");
-        if self.policy_dir.stamp(INTERCEPT_FILE) != f.stamp {
+        if self.policy_dir.stamp(layout::EGRESS_INTERCEPT_NAME) != f.stamp {
             *f = read_intercepts(&self.policy_dir);
         }
         f.file.clone()
@@ -424,39 +422,13 @@ fn refuse(status: u16, reason: impl Into<String>) -> Refused {
     }
 }
 
+/// One connection: its request read, routed (tunnelled, intercepted or refused), judged
+/// against the allowlist, then connected; every outcome but a probe is logged.
 async fn handle(mut conn: UnixStream, state: Arc<State>) {
     let started = Instant::now();
     let mut buf = Vec::with_capacity(4096);
-    let head_len = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut conn, &mut buf)).await {
-        Ok(Ok(Some(n))) => n,
-        // A probe (liveness check) or a client that went away: nothing to record.
-        Ok(Ok(None)) | Ok(Err(_)) => return,
-        Err(_) => {
-            let why = format!("no request within {}s", HEAD_TIMEOUT.as_secs());
-            let _ = answer(&mut conn, &refuse(408, why)).await;
-            return;
-        }
-    };
-    let req = match parse(&buf[..head_len]) {
-        Ok(r) => r,
-        Err(r) => {
-            let _ = answer(&mut conn, &r).await;
-            state.record(Event {
-                ts: Event::now(),
-                verdict: Verdict::Refused,
-                method: String::from_utf8_lossy(buf.split(|b| *b == b' ').next().unwrap_or(b""))
-                    .chars()
-                    .take(16)
-                    .collect(),
-                host: String::new(),
-                port: 0,
-                path: None,
-                addr: None,
-                status: r.status,
-                reason: Some(r.reason),
-            });
-            return;
-        }
+    let Some((head_len, req)) = read_request(&mut conn, &mut buf, &state).await else {
+        return;
     };
     let mut event = Event {
         ts: Event::now(),
@@ -513,9 +485,55 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         "connected"
     );
     state.record(event);
-    let mut upstream = upstream;
+    connected(conn, &buf[head_len..], &req, upstream).await;
+}
+
+/// The request's head, read within `HEAD_TIMEOUT` into `buf`, and its length; none when
+/// the connection is answered already: a probe, a client gone, too slow (408), or a head
+/// that does not parse (refused and logged).
+async fn read_request(
+    conn: &mut UnixStream,
+    buf: &mut Vec<u8>,
+    state: &State,
+) -> Option<(usize, Request)> {
+    let head_len = match tokio::time::timeout(HEAD_TIMEOUT, read_head(conn, buf)).await {
+        Ok(Ok(Some(n))) => n,
+        // A probe (liveness check) or a client that went away: nothing to record.
+        Ok(Ok(None)) | Ok(Err(_)) => return None,
+        Err(_) => {
+            let why = format!("no request within {}s", HEAD_TIMEOUT.as_secs());
+            let _ = answer(conn, &refuse(408, why)).await;
+            return None;
+        }
+    };
+    match parse(&buf[..head_len]) {
+        Ok(r) => Some((head_len, r)),
+        Err(r) => {
+            let _ = answer(conn, &r).await;
+            state.record(Event {
+                ts: Event::now(),
+                verdict: Verdict::Refused,
+                method: String::from_utf8_lossy(buf.split(|b| *b == b' ').next().unwrap_or(b""))
+                    .chars()
+                    .take(16)
+                    .collect(),
+                host: String::new(),
+                port: 0,
+                path: None,
+                addr: None,
+                status: r.status,
+                reason: Some(r.reason),
+            });
+            None
+        }
+    }
+}
+
+/// An allowed connection, once its upstream is open: a CONNECT is told so, a plain
+/// request's head is sent on, what the client sent past its head follows, and the bytes
+/// are relayed both ways until either side closes.
+async fn connected(mut conn: UnixStream, rest: &[u8], req: &Request, mut upstream: TcpStream) {
     let _ = upstream.set_nodelay(true);
-    let rest = &buf[head_len..];
     let sent = match &req.forward {
         None => {
             conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

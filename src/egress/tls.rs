@@ -16,15 +16,13 @@ use time::{Duration, OffsetDateTime};
 
 use super::Leaf;
 use crate::core::egress::{Entry, Target};
-use crate::core::layout;
+use crate::core::layout::{self, TEAM_CA_CERT_NAME, TEAM_CA_KEY_NAME};
 use crate::files::{self, Owner};
 
 /// How long a team's CA is valid: rotated by `ateam egress rotate-ca`, not by the calendar.
 const CA_DAYS: i64 = 3650;
 /// How long a leaf is valid; every apply that writes a proxy's certificates issues new ones.
 const LEAF_DAYS: i64 = 825;
-const CERT_FILE: &str = "ca.pem";
-const KEY_FILE: &str = "ca.key";
 /// Longest CA file ateam reads back.
 const MAX_PEM: u64 = 64 * 1024;
 
@@ -61,7 +59,7 @@ impl TeamCa {
     /// The team's CA, made the first time it is needed.
     pub fn load_or_create(state_dir: &Path, team: &str, owner: Owner) -> Result<TeamCa, TlsError> {
         let dir = layout::team_ca_dir(state_dir, team);
-        if dir.join(KEY_FILE).exists() {
+        if dir.join(TEAM_CA_KEY_NAME).exists() {
             return Self::load(&dir);
         }
         Self::make(&dir, team, owner)
@@ -81,9 +79,11 @@ impl TeamCa {
             files::read_small(&dir.join(name), MAX_PEM)
                 .ok_or_else(|| bad(format!("{name} is missing or unreadable")))
         };
-        let (cert_pem, key_pem) = (read(CERT_FILE)?, read(KEY_FILE)?);
-        let key = KeyPair::from_pem(&key_pem).map_err(|e| bad(format!("{KEY_FILE}: {e}")))?;
-        Issuer::from_ca_cert_pem(&cert_pem, &key).map_err(|e| bad(format!("{CERT_FILE}: {e}")))?;
+        let (cert_pem, key_pem) = (read(TEAM_CA_CERT_NAME)?, read(TEAM_CA_KEY_NAME)?);
+        let key =
+            KeyPair::from_pem(&key_pem).map_err(|e| bad(format!("{TEAM_CA_KEY_NAME}: {e}")))?;
+        Issuer::from_ca_cert_pem(&cert_pem, &key)
+            .map_err(|e| bad(format!("{TEAM_CA_CERT_NAME}: {e}")))?;
         Ok(TeamCa { cert_pem, key })
     }
 
@@ -110,10 +110,10 @@ impl TeamCa {
         let cert = p.self_signed(&key).map_err(issue)?;
         files::private_dir(dir, owner).map_err(io(dir.to_path_buf()))?;
         // The key first: a certificate without its key is never left to be trusted.
-        let key_path = dir.join(KEY_FILE);
+        let key_path = dir.join(TEAM_CA_KEY_NAME);
         files::write_atomic(&key_path, key.serialize_pem().as_bytes(), 0o600, owner)
             .map_err(io(key_path))?;
-        let cert_path = dir.join(CERT_FILE);
+        let cert_path = dir.join(TEAM_CA_CERT_NAME);
         files::write_atomic(&cert_path, cert.pem().as_bytes(), 0o644, owner)
             .map_err(io(cert_path))?;
         Ok(TeamCa {
@@ -241,7 +241,7 @@ mod tests {
         assert_eq!(ca.fingerprint().len(), 64);
         let dir = layout::team_ca_dir(state.path(), "t");
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(&dir.join(KEY_FILE)), 0o600);
+        assert_eq!(mode(&dir.join(TEAM_CA_KEY_NAME)), 0o600);
         assert_eq!(mode(&dir), 0o700);
         let other = TeamCa::load_or_create(state.path(), "u", me()).unwrap();
         assert_ne!(ca.fingerprint(), other.fingerprint(), "two teams, two CAs");

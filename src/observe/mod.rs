@@ -240,9 +240,11 @@ fn sessions(
     let mut promotions = Vec::new();
     let mut live_sessions = BTreeSet::new();
     for t in &desired.teams {
-        if let Ok(entries) = std::fs::read_dir(t.run_dir.join("sessions")) {
+        if let Ok(entries) = std::fs::read_dir(layout::sessions_dir(&t.run_dir)) {
             for e in entries.flatten() {
-                if std::os::unix::net::UnixStream::connect(e.path().join("tmux.sock")).is_ok() {
+                if std::os::unix::net::UnixStream::connect(layout::session_socket_in(&e.path()))
+                    .is_ok()
+                {
                     live_sessions
                         .insert((t.name.clone(), e.file_name().to_string_lossy().into_owned()));
                 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::{Action, ContainerState, Finding, Observed, ObservedContainer, Plan, cref};
+use crate::core::layout;
 use crate::plan::spec::{DesiredSession, DesiredState};
 
 /// One member, as a session that takes over is told of it in its resume file.
@@ -100,7 +101,7 @@ fn stop_unwanted(
                 .teams
                 .iter()
                 .find(|t| t.name == *team)
-                .map(|t| t.run_dir.join("sessions").join(name).join("tmux.sock"))
+                .map(|t| layout::session_socket_in(&layout::session_dir_in(&t.run_dir, name)))
                 .unwrap_or_default();
             plan.actions.push(Action::StopSession {
                 team: team.clone(),

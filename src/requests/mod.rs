@@ -17,10 +17,12 @@
 //! sessionDir remembers (`remembered`), a container's (checked by the server). A requester whose
 //! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
 //!
-//! - `server`: `ateam helper-server`, the per-member process behind `/.ateam/helpers.sock`;
+//! This module is the pure part: judging, recording, merging. `ateam helper-server`, the
+//! per-member process behind `/.ateam/helpers.sock` that judges and converges, sits above
+//! (`app::helper_server`: it brings the member up with apply's `converge`).
+//!
 //! - `servers`: starting, finding and stopping those processes, as the egress proxies are.
 
-pub mod server;
 pub mod servers;
 
 use std::collections::BTreeMap;
@@ -81,7 +83,12 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(status: u16, rule: &str, field: Option<&str>, message: impl Into<String>) -> Refusal {
+    pub fn new(
+        status: u16,
+        rule: &str,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> Refusal {
         Refusal {
             status,
             rule: rule.into(),
@@ -115,7 +122,7 @@ pub enum RequestError {
 }
 
 fn record_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
-    layout::requested_dir(state_dir, team).join(format!("{name}.json"))
+    layout::requested_path(state_dir, team, name)
 }
 
 /// Every record of `team`, oldest first (a helper's own helpers come after it). Unreadable

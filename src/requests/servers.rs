@@ -5,22 +5,24 @@
 //! `StartHelperServer` and `StopHelperServer`, carried out here).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::core::layout;
+use crate::detached::{self, Detach, Launch, LaunchError, START_TIMEOUT};
 use crate::files::{self, Owner};
 
-const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// Whether something answers on the socket: the server's liveness.
+pub use crate::detached::answers;
 
 /// A helper server's data (heap and thread stacks): it judges one request at a time and
 /// serves four connections at most, in well under 100 MiB; this is the backstop
 /// (`detached::limit_self`).
 pub const MAX_DATA: u64 = 1 << 30;
 
+/// Why a member's helper server could not be started (by apply or the controller); what
+/// fails inside the server itself is `app::helper_server::ListenError`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ServerError {
+pub enum StartError {
     #[error("{}: {source}", .path.display())]
     Io {
         path: PathBuf,
@@ -49,15 +51,10 @@ impl Paths {
         Paths {
             socket: layout::helpers_socket_path(state_dir, team, member),
             pid: layout::helpers_pid_path(&layout::team_run_dir(state_dir, team), member),
-            err: dir.join("server.err"),
+            err: layout::helpers_err_path(&dir),
             dir,
         }
     }
-}
-
-/// Whether something answers on the socket: the server's liveness.
-pub fn answers(socket: &Path) -> bool {
-    std::os::unix::net::UnixStream::connect(socket).is_ok()
 }
 
 /// The arguments of `ateam helper-server` for one member.
@@ -85,53 +82,52 @@ pub fn start(
     member: &str,
     store_owner: Owner,
     member_owner: Owner,
-) -> Result<(), ServerError> {
+) -> Result<(), StartError> {
     let paths = Paths::new(state_dir, team, member);
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| ServerError::Io { path, source }
+        move |source| StartError::Io { path, source }
     };
     files::private_dir(&paths.dir, store_owner).map_err(io(&paths.dir))?;
     if let Some(ctl) = paths.socket.parent() {
         files::member_dir(ctl, store_owner, member_owner).map_err(io(ctl))?;
     }
     stop(&paths).map_err(io(&paths.pid))?;
-    let err = files::create_log(&paths.err).map_err(io(&paths.err))?;
-    let exe = crate::egress::exe().map_err(io(Path::new("ateam")))?;
-    let mut cmd = Command::new(&exe);
-    // Only what finds the engine and judges grants: never apply's `secretEnv` values.
-    crate::detached::clear_env(&mut cmd, crate::detached::SERVER_ENV);
-    cmd.args(args(state_dir, team, member, member_owner))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err);
-    let mut child = cmd.spawn().map_err(io(&exe))?;
-    // Reaped by a thread: the server lives on after this process is done with it.
-    std::thread::spawn(move || child.wait());
-    let deadline = Instant::now() + START_TIMEOUT;
-    while Instant::now() < deadline {
-        if answers(&paths.socket) {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let why = std::fs::read_to_string(&paths.err).unwrap_or_default();
-    Err(ServerError::NotAnswering {
-        socket: paths.socket.clone(),
-        why: (!why.trim().is_empty()).then(|| why.trim().to_string()),
-    })
+    let launch = Launch {
+        program: detached::exe,
+        args: args(state_dir, team, member, member_owner),
+        // Only what finds the engine and judges grants: never apply's `secretEnv` values.
+        keep: detached::SERVER_ENV,
+        stderr: Some(&paths.err),
+    };
+    let io = |path: PathBuf, source| StartError::Io { path, source };
+    launch
+        .start(Detach::Reaped, &paths.socket, &paths.err)
+        .map_err(|e| match e {
+            LaunchError::Stderr { path, source } => io(path, source),
+            LaunchError::Program(source) => io("ateam".into(), source),
+            LaunchError::Spawn { exe, source } => io(exe, source),
+            LaunchError::Launcher(status) => StartError::NotAnswering {
+                socket: paths.socket.clone(),
+                why: Some(format!("its launcher exited with {status}")),
+            },
+            LaunchError::NotAnswering { why } => StartError::NotAnswering {
+                socket: paths.socket.clone(),
+                why,
+            },
+        })
 }
 
 /// Stops the member's server, if one runs (its pid file names a live `ateam helper-server`
 /// of this very socket's member: a reused pid is never signalled), and removes its socket.
 pub fn stop(paths: &Paths) -> std::io::Result<()> {
-    crate::detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
+    detached::stop(|| running_pid(paths), &paths.socket, &paths.pid)
 }
 
 /// The pid of this member's server, when it runs. (The pid file lives in the member's own
 /// folder, so a live helper-server with that pid is this member's.)
 pub fn running_pid(paths: &Paths) -> Option<u32> {
-    crate::detached::running_pid(&paths.pid, |args| {
+    detached::running_pid(&paths.pid, |args| {
         args.iter().any(|a| *a == b"helper-server")
     })
 }

@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
+use crate::core::layout::gate_release_path;
 use crate::files::{
     Owner, read_small, remove_if_present, write_atomic, write_atomic_in_member_dir,
 };
@@ -86,20 +87,20 @@ fn install_binary(
 
 /// Holds the member back: removes the release file before a container is (re)started.
 pub fn close(ctl: &Path) -> std::io::Result<()> {
-    remove_if_present(&ctl.join("go"))
+    remove_if_present(&gate_release_path(ctl))
 }
 
 /// Lets the container with this id run its command, for this start only: `start` is the
 /// `procfs::start_token` of its init, which a restart changes.
 pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std::io::Result<()> {
     let text = format!("{container_id} {start}");
-    write_atomic_in_member_dir(&ctl.join("go"), text.as_bytes(), 0o600, owner)
+    write_atomic_in_member_dir(&gate_release_path(ctl), text.as_bytes(), 0o600, owner)
 }
 
 /// Whether the gate of the container `id`, whose init is `pid`, was released for the start
 /// now running. A release of an earlier start does not count: the gate still holds.
 pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
-    let (Some(text), Some(pid)) = (read_small(&ctl.join("go"), 4096), pid) else {
+    let (Some(text), Some(pid)) = (read_small(&gate_release_path(ctl), 4096), pid) else {
         return false;
     };
     let Ok(now) = super::procfs::start_token(pid) else {

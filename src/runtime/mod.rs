@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
 use crate::core::container::{ContainerState, CreateRequest, EngineKind, labels};
-use crate::core::layout::{gate_dir, member_record_path, team_run_dir};
+use crate::core::layout::{gate_dir, member_record_path, secrets_path, team_run_dir};
 use crate::files::{self, Owner};
 use crate::host::mounts::Mounts;
 use crate::plan::spec::DesiredMember;
@@ -333,7 +333,7 @@ impl Runtime {
             })?;
             secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
         }
-        let secrets_path = m.ctl_dir.join("secrets");
+        let secrets_path = secrets_path(&m.ctl_dir);
         files::write_atomic_in_member_dir(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
 
