@@ -2,6 +2,8 @@
 //! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads.
 
 pub mod cache;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
