@@ -1669,4 +1669,333 @@ mod tests {
         }
         assert_eq!(transcript_usage(dir.path()).0, u64::MAX);
     }
+
+    /// The executor against the fake engine (`backend::fake`) on the runtime's rig: the engine
+    /// calls of a replacement and a create, stopped at each step, and the events they leave.
+    mod with_fake {
+        use super::*;
+        use crate::backend::fake::{Call, Fault};
+        use crate::core::container::ContainerState;
+        use crate::events::EventKind;
+        use crate::runtime::rig::{Init, Rig, TEAM};
+
+        /// The old container a replacement replaces; the new one is the fake's first.
+        const OLD: &str = "01d000000001";
+        const NEW: &str = "fake00000001";
+
+        fn no_secret(_: &str) -> Option<String> {
+            None
+        }
+
+        async fn run(rig: &Rig, plan: &Plan) -> Vec<Failure> {
+            let ex = Executor {
+                rt: &rig.rt,
+                concurrency: 1,
+                secret: &no_secret,
+                progress: &Quiet,
+            };
+            ex.run(plan, &rig.desired.members).await
+        }
+
+        fn plan(action: Action) -> Plan {
+            Plan {
+                actions: vec![action],
+                ..Plan::default()
+            }
+        }
+
+        /// The member's old container, running, and a plan that replaces it.
+        fn replacing(rig: &Rig) -> Plan {
+            rig.fake
+                .add(rig.existing(OLD, ContainerState::Running, None));
+            plan(Action::Recreate {
+                member: Box::new(rig.member.clone()),
+                old: ContainerRef {
+                    id: OLD.into(),
+                    name: rig.member.spec.name.clone(),
+                },
+                reason: Drift::Dead,
+            })
+        }
+
+        fn events(rig: &Rig) -> Vec<(EventKind, Option<String>)> {
+            crate::events::read(&rig.rt.state_dir, TEAM)
+                .into_iter()
+                .map(|e| (e.kind, e.container))
+                .collect()
+        }
+
+        fn temp(rig: &Rig) -> String {
+            replacement_name(&rig.member.spec.name)
+        }
+
+        /// The calls of a replacement up to and with the check after start.
+        fn launched(rig: &Rig) -> Vec<Call> {
+            vec![
+                Call::FindByName { name: temp(rig) },
+                Call::Create { name: temp(rig) },
+                Call::Inspect { id: NEW.into() },
+                Call::Start { id: NEW.into() },
+                Call::Inspect { id: NEW.into() },
+            ]
+        }
+
+        fn names(rig: &Rig) -> Vec<(String, String)> {
+            rig.fake
+                .containers()
+                .into_values()
+                .map(|c| (c.summary.id, c.summary.name))
+                .collect()
+        }
+
+        fn failed_start_recorded(rig: &Rig) -> bool {
+            Record::load(&rig.member.record)
+                .last_exit
+                .is_some_and(|l| l.reason == ExitReason::StartFailed)
+        }
+
+        #[tokio::test]
+        async fn a_replacement_releases_the_new_then_removes_the_old_and_takes_its_name() {
+            let rig = Rig::new();
+            let init = Init::spawn();
+            rig.fake.set_pid(Some(init.pid()));
+            let plan = replacing(&rig);
+            let failures = run(&rig, &plan).await;
+            assert!(failures.is_empty(), "{failures:?}");
+            let mut want = launched(&rig);
+            want.extend([
+                Call::Remove { id: OLD.into() },
+                Call::Rename {
+                    id: NEW.into(),
+                    name: rig.member.spec.name.clone(),
+                },
+            ]);
+            assert_eq!(rig.fake.calls(), want);
+            assert_eq!(
+                names(&rig),
+                vec![(NEW.into(), rig.member.spec.name.clone())]
+            );
+            assert!(rig.released().unwrap().starts_with(NEW));
+            assert_eq!(events(&rig), vec![(EventKind::Replaced, Some(NEW.into()))]);
+        }
+
+        #[tokio::test]
+        async fn a_replacement_whose_create_fails_leaves_the_old_alone() {
+            let rig = Rig::new();
+            rig.fake.fail(Fault::nth("create", 1));
+            let plan = replacing(&rig);
+            let failures = run(&rig, &plan).await;
+            assert!(
+                matches!(
+                    failures[..],
+                    [Failure {
+                        error: ActionError::Run(RunError::Backend { .. }),
+                        ..
+                    }]
+                ),
+                "{failures:?}"
+            );
+            assert_eq!(rig.fake.calls(), launched(&rig)[..2]);
+            assert_eq!(
+                names(&rig),
+                vec![(OLD.into(), rig.member.spec.name.clone())]
+            );
+            assert_eq!(events(&rig), vec![(EventKind::Failed, Some(OLD.into()))]);
+            assert!(failed_start_recorded(&rig));
+        }
+
+        #[tokio::test]
+        async fn a_replacement_whose_start_fails_removes_the_new_one() {
+            let rig = Rig::new();
+            rig.fake.fail(Fault::nth("start", 1));
+            let plan = replacing(&rig);
+            let failures = run(&rig, &plan).await;
+            assert_eq!(failures.len(), 1);
+            let mut want = launched(&rig)[..4].to_vec();
+            want.push(Call::Remove { id: NEW.into() });
+            assert_eq!(rig.fake.calls(), want);
+            assert_eq!(
+                names(&rig),
+                vec![(OLD.into(), rig.member.spec.name.clone())]
+            );
+            assert_eq!(rig.released(), None);
+            assert_eq!(events(&rig), vec![(EventKind::Failed, Some(OLD.into()))]);
+        }
+
+        /// The gate holds a replacement that differs from the policy once started: it is
+        /// removed before its command ran, and the event says held.
+        #[tokio::test]
+        async fn a_replacement_that_fails_its_check_after_start_is_held_and_removed() {
+            let rig = Rig::new();
+            let init = Init::spawn();
+            rig.fake.set_pid(Some(init.pid()));
+            rig.fake.doctor(|i| {
+                if i.summary.id == NEW && i.summary.state == ContainerState::Running {
+                    i.effective.privileged = true;
+                }
+            });
+            let plan = replacing(&rig);
+            let failures = run(&rig, &plan).await;
+            assert!(
+                matches!(
+                    failures[..],
+                    [Failure {
+                        error: ActionError::Run(RunError::PolicyViolation {
+                            stage: "after start",
+                            ..
+                        }),
+                        ..
+                    }]
+                ),
+                "{failures:?}"
+            );
+            let mut want = launched(&rig);
+            want.push(Call::Remove { id: NEW.into() });
+            assert_eq!(rig.fake.calls(), want);
+            assert_eq!(rig.released(), None, "the gate never opened");
+            assert_eq!(
+                names(&rig),
+                vec![(OLD.into(), rig.member.spec.name.clone())]
+            );
+            assert_eq!(events(&rig), vec![(EventKind::Held, Some(OLD.into()))]);
+        }
+
+        /// Released, then unable to remove the old container: both stay, the new one under
+        /// its temporary name, and the events say its start before the failure.
+        #[tokio::test]
+        async fn a_replacement_whose_old_cannot_be_removed_says_the_start_then_the_failure() {
+            let rig = Rig::new();
+            let init = Init::spawn();
+            rig.fake.set_pid(Some(init.pid()));
+            rig.fake
+                .fail(Fault::when(|c| *c == Call::Remove { id: OLD.into() }));
+            let plan = replacing(&rig);
+            let failures = run(&rig, &plan).await;
+            assert_eq!(failures.len(), 1, "{failures:?}");
+            let mut want = launched(&rig);
+            want.push(Call::Remove { id: OLD.into() });
+            assert_eq!(rig.fake.calls(), want, "no rename");
+            assert_eq!(
+                names(&rig),
+                vec![
+                    (OLD.into(), rig.member.spec.name.clone()),
+                    (NEW.into(), temp(&rig)),
+                ]
+            );
+            assert!(rig.released().unwrap().starts_with(NEW));
+            assert_eq!(
+                events(&rig),
+                vec![
+                    (EventKind::Created, Some(NEW.into())),
+                    (EventKind::Failed, Some(OLD.into())),
+                ]
+            );
+        }
+
+        /// A leftover replacement of an earlier attempt (ours, holding the temporary name) is
+        /// removed before the new one is made.
+        #[tokio::test]
+        async fn a_replacement_removes_the_leftover_of_an_earlier_attempt_first() {
+            let rig = Rig::new();
+            let init = Init::spawn();
+            rig.fake.set_pid(Some(init.pid()));
+            let mut stale = rig.existing("57a1e0000001", ContainerState::Created, None);
+            stale.summary.name = temp(&rig);
+            rig.fake.add(stale);
+            let plan = replacing(&rig);
+            assert!(run(&rig, &plan).await.is_empty());
+            let calls = rig.fake.calls();
+            assert_eq!(
+                calls[..3],
+                [
+                    Call::FindByName { name: temp(&rig) },
+                    Call::Remove {
+                        id: "57a1e0000001".into()
+                    },
+                    Call::Create { name: temp(&rig) },
+                ]
+            );
+        }
+
+        #[tokio::test]
+        async fn a_failed_create_is_an_event_and_the_members_last_exit() {
+            let rig = Rig::new();
+            rig.fake.fail(Fault::nth("create", 1));
+            let plan = plan(Action::Create {
+                member: Box::new(rig.member.clone()),
+            });
+            let failures = run(&rig, &plan).await;
+            assert_eq!(failures.len(), 1, "{failures:?}");
+            assert_eq!(
+                rig.fake.calls(),
+                vec![Call::Create {
+                    name: rig.member.spec.name.clone()
+                }]
+            );
+            assert_eq!(events(&rig), vec![(EventKind::Failed, None)]);
+            assert!(failed_start_recorded(&rig));
+            assert!(rig.fake.containers().is_empty());
+        }
+
+        /// A create that finds its name held by an unfinished container of this store removes
+        /// it and creates again; one of anyone else is left alone and the create fails.
+        #[tokio::test]
+        async fn a_create_takes_its_name_back_only_from_an_unfinished_container_of_ours() {
+            let rig = Rig::new();
+            let init = Init::spawn();
+            rig.fake.set_pid(Some(init.pid()));
+            let name = rig.member.spec.name.clone();
+            rig.fake
+                .add(rig.existing("0dd000000001", ContainerState::Created, None));
+            let create = plan(Action::Create {
+                member: Box::new(rig.member.clone()),
+            });
+            assert!(run(&rig, &create).await.is_empty());
+            assert_eq!(
+                rig.fake.calls(),
+                vec![
+                    Call::Create { name: name.clone() },
+                    Call::FindByName { name: name.clone() },
+                    Call::Remove {
+                        id: "0dd000000001".into()
+                    },
+                    Call::Create { name: name.clone() },
+                    Call::Inspect { id: NEW.into() },
+                    Call::Start { id: NEW.into() },
+                    Call::Inspect { id: NEW.into() },
+                ]
+            );
+            assert_eq!(events(&rig), vec![(EventKind::Created, Some(NEW.into()))]);
+
+            let rig = Rig::new();
+            let mut foreign = rig.existing("f0e000000001", ContainerState::Running, None);
+            foreign.summary.labels.clear();
+            rig.fake.add(foreign);
+            let create = plan(Action::Create {
+                member: Box::new(rig.member.clone()),
+            });
+            let failures = run(&rig, &create).await;
+            assert!(
+                matches!(
+                    failures[..],
+                    [Failure {
+                        error: ActionError::Run(RunError::Backend {
+                            source: BackendError::NameConflict { .. },
+                            ..
+                        }),
+                        ..
+                    }]
+                ),
+                "{failures:?}"
+            );
+            assert_eq!(
+                rig.fake.calls(),
+                vec![
+                    Call::Create { name: name.clone() },
+                    Call::FindByName { name },
+                ]
+            );
+            assert_eq!(rig.fake.containers().len(), 1, "never touched");
+        }
+    }
 }

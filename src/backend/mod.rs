@@ -8,6 +8,8 @@
 
 pub mod connect;
 pub mod docker;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod podman;
 
 use std::collections::BTreeMap;

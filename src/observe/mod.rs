@@ -4,6 +4,8 @@
 
 pub mod cache;
 mod facts;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;

@@ -11,7 +11,11 @@ pub mod gate;
 pub mod image;
 pub mod pin;
 pub mod procfs;
+#[cfg(test)]
+pub(crate) mod rig;
 mod roots;
+#[cfg(test)]
+mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,162 @@
+//! One look at the fake engine (`backend::fake`) on the runtime's rig: which containers are
+//! listed and inspected, and the `Observed` the planner gets from them.
+
+use super::*;
+use crate::backend::fake::{Call, Fault};
+use crate::runtime::rig::{Rig, ours};
+
+fn of_member(rig: &Rig, id: &str, member: &str, state: ContainerState) -> Inspected {
+    let mut c = rig.existing(id, state, None);
+    c.summary
+        .labels
+        .insert(labels::MEMBER.into(), member.into());
+    c
+}
+
+fn seen(o: &Observed) -> Vec<(&str, ContainerState, bool, bool)> {
+    o.containers
+        .iter()
+        .map(|c| (c.id.as_str(), c.state, c.released, c.effective.is_some()))
+        .collect()
+}
+
+/// Ours in scope are inspected, their states kept, and a running member counts as released
+/// only when its gate names that very start; another team's are not inspected.
+#[tokio::test]
+async fn a_look_inspects_ours_in_scope_and_says_which_start_was_released() {
+    let rig = Rig::new();
+    let me = std::process::id();
+    let mut released = of_member(&rig, "a00000000001", "m", ContainerState::Running);
+    released.pid = Some(me);
+    let mut duplicate = released.clone();
+    duplicate.summary.id = "a00000000002".into();
+    rig.fake.add(released);
+    rig.fake.add(duplicate);
+    rig.fake.add(of_member(
+        &rig,
+        "b00000000001",
+        "gone",
+        ContainerState::Exited { code: 3 },
+    ));
+    let mut other_team = of_member(&rig, "c00000000001", "m", ContainerState::Paused);
+    other_team
+        .summary
+        .labels
+        .insert(labels::TEAM.into(), "other".into());
+    rig.fake.add(other_team);
+    for id in ["a00000000001", "a00000000002"] {
+        Record::update(&rig.member.record, id, true, rig.rt.owner).unwrap();
+    }
+    let token = crate::runtime::procfs::start_token(me).unwrap();
+    std::fs::create_dir_all(&rig.member.ctl_dir).unwrap();
+    std::fs::write(
+        rig.member.ctl_dir.join("go"),
+        format!("a00000000001 {token}"),
+    )
+    .unwrap();
+
+    let o = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen(&o),
+        vec![
+            ("a00000000001", ContainerState::Running, true, true),
+            ("a00000000002", ContainerState::Running, false, true),
+            (
+                "b00000000001",
+                ContainerState::Exited { code: 3 },
+                false,
+                true
+            ),
+        ]
+    );
+    let mut calls = rig.fake.calls();
+    assert_eq!(
+        calls.remove(0),
+        Call::List {
+            labels: ours(&rig.rt.store)
+        }
+    );
+    calls.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(
+        calls,
+        ["a00000000001", "a00000000002", "b00000000001"].map(|id| Call::Inspect { id: id.into() })
+    );
+    assert_eq!(o.recorded.len(), 2);
+    assert!(o.limits_unenforced);
+}
+
+/// A wanted member with no recorded container of its own: everything is listed once more, and
+/// a container of anyone else holding its name is seen (not inspected); one removed between
+/// list and inspect is simply not there.
+#[tokio::test]
+async fn a_member_without_its_container_sees_a_stranger_holding_its_name() {
+    let rig = Rig::new();
+    rig.fake.add(of_member(
+        &rig,
+        "e00000000001",
+        "m",
+        ContainerState::Created,
+    ));
+    rig.fake.fail(
+        Fault::when(|c| {
+            *c == Call::Inspect {
+                id: "e00000000001".into(),
+            }
+        })
+        .with(|| BackendError::NotFound {
+            id: "e00000000001".into(),
+        }),
+    );
+    let mut stranger = rig.existing("f00000000001", ContainerState::Running, None);
+    stranger.summary.labels.clear();
+    rig.fake.add(stranger);
+    let mut unrelated = rig.existing("f00000000002", ContainerState::Running, None);
+    unrelated.summary.labels.clear();
+    unrelated.summary.name = "someone-else".into();
+    rig.fake.add(unrelated);
+
+    let o = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen(&o),
+        vec![("f00000000001", ContainerState::Running, false, false)]
+    );
+    assert_eq!(
+        rig.fake.calls(),
+        vec![
+            Call::List {
+                labels: ours(&rig.rt.store)
+            },
+            Call::List {
+                labels: BTreeMap::new()
+            },
+            Call::Inspect {
+                id: "e00000000001".into()
+            },
+        ]
+    );
+}
+
+/// An engine that fails a look fails the whole look: the planner never plans from half a
+/// machine.
+#[tokio::test]
+async fn a_failed_inspect_fails_the_look() {
+    let rig = Rig::new();
+    rig.fake.add(of_member(
+        &rig,
+        "a00000000001",
+        "m",
+        ContainerState::Running,
+    ));
+    rig.fake.fail(Fault::nth("inspect", 1));
+    let e = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, BackendError::Engine { ref op, .. } if op == "inspect"),
+        "{e}"
+    );
+}
