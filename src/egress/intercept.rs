@@ -244,14 +244,44 @@ pub(super) async fn serve<S>(
         let state = state.clone();
         async move { Ok::<_, Infallible>(one(&conn, &state, req).await) }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
+    let mut tls = tls;
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         // Exact, unlike the buffer's bound (about 400 KiB), which holds only while a head is
         // incomplete: one that arrived whole in one read (a loaded machine) passed it.
         .max_header_size(MAX_HEAD_BYTES)
-        .serve_connection(TokioIo::new(tls), svc)
+        .serve_connection(TokioIo::new(&mut tls), svc)
         .await;
+    if served.is_err() {
+        linger(&mut tls).await;
+    }
+}
+
+/// How long, and how much, a connection hyper gave up on (a head too large, a malformed
+/// request) is still read before it is closed.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+const LINGER_BYTES: usize = 1024 * 1024;
+
+/// Reads and drops what the member still sends after its refusal (431, 400) was written, for
+/// a bounded time and size, then closes: closing with unread bytes makes the kernel reset the
+/// connection, and a reset can reach the member before the refusal it should read (as web
+/// servers' lingering close).
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = s.flush().await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
+    let _ = s.shutdown().await;
 }
 
 fn event(
