@@ -30,7 +30,7 @@ impl PromotionStep {
         PromotionStep::Started,
     ];
 
-    /// Its name as serialized (`begun`), for logs and status.
+    /// Its name as serialized (`begun`), for the log.
     pub fn as_str(self) -> &'static str {
         match self {
             PromotionStep::Begun => "begun",
