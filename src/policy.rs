@@ -37,7 +37,7 @@ impl fmt::Display for Violation {
 pub enum Limits {
     /// The engine applies them: their absence is a violation.
     Enforced,
-    /// It cannot, and the team allows that (`allowUnenforcedLimits`): not checked.
+    /// It cannot, and the team allows that (`allowUnenforcedLimits`): `LIMIT_ITEMS` are waived.
     Unenforced,
 }
 

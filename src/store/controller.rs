@@ -17,7 +17,7 @@ use crate::files::{self, Owner};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControllerRecord {
-    /// The record's format, 1 today: a reader can tell a record it does not know.
+    /// The record's format, 1 today, so that a later format can be told apart.
     pub version: u32,
     /// The controller's process.
     pub pid: u32,
