@@ -70,7 +70,9 @@ pub enum EventKind {
     HelperRefused,
     /// A member's egress proxy refused a connection (from the proxy's log).
     EgressRefused,
+    /// A main session's terminal started.
     SessionStarted,
+    /// A main session's terminal was stopped.
     SessionStopped,
     /// A member became a main session.
     Promoted,
@@ -141,16 +143,21 @@ pub struct Event {
     pub at: String,
     /// Seconds since the epoch (what events are sorted by).
     pub ts: f64,
+    /// The team it is about.
     pub team: String,
     /// The member, or the main session.
     pub member: String,
+    /// What happened.
     pub kind: EventKind,
+    /// Why, or what, in one bounded line (`MAX_REASON`).
     pub reason: String,
     /// The container it is about (12 characters), when one is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     #[serde(default = "one", skip_serializing_if = "is_one")]
+    /// How many times it was seen; 1 but for a collapsed run of refusals.
     pub count: u64,
+    /// When a collapsed run was first seen (RFC 3339); `None` for a single event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_at: Option<String>,
 }

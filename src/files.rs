@@ -27,7 +27,9 @@ use rustix::io::Errno;
 /// root on behalf of another uid (the test setup does), files are handed to that uid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Owner {
+    /// The owning user.
     pub uid: u32,
+    /// The owning group.
     pub gid: u32,
 }
 
@@ -96,9 +98,13 @@ fn temp_name(name: &OsStr) -> OsString {
 /// What a walk found: a path inside the walked folder, and what `lstat` says of it.
 #[derive(Debug, Clone)]
 pub struct Entry {
+    /// Its path relative to the walked folder.
     pub rel: PathBuf,
+    /// File, folder, symlink...: as `lstat` says, a symlink not followed.
     pub kind: FileType,
+    /// Its size in bytes.
     pub len: u64,
+    /// When it was last modified; `None` for a time before the epoch.
     pub modified: Option<SystemTime>,
 }
 
@@ -155,6 +161,7 @@ impl Dir {
         Ok(Dir { fd })
     }
 
+    /// The open folder, for `*at` calls relative to it.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -10,15 +10,19 @@ use serde::{Deserialize, Serialize};
 /// Everything a set of manifests asks for, grouped by team.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Desired {
+    /// The teams, each with everything that belongs to it.
     pub teams: Vec<Team>,
 }
 
+/// A Team with its sessions, grants and members: the unit apply, status and delete work on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Team {
+    /// Its name, unique on the host: every container and state path is named after it.
     pub name: String,
     /// Its metadata.labels (`delete -l`). Default: records of 0.1.0 have none.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The engine it asked for (`auto` is resolved when applied, not here).
     pub backend: BackendChoice,
     /// Who its members run as, unless a Member says otherwise.
     #[serde(default)]
@@ -26,10 +30,15 @@ pub struct Team {
     /// Members may run as uid or gid 0 (said in so many words in the Team).
     #[serde(default)]
     pub allow_root_user: bool,
+    /// The image of members that name none; `None`: each member must name its own.
     pub image: Option<String>,
+    /// Most members the team may have, manifest and requested ones together.
     pub max_members: u32,
+    /// Deepest nesting of members (a main session is depth 0, its members 1).
     pub max_depth: u32,
+    /// Where transcripts live (absolute): `<sessionDir>/<session>` and `<sessionDir>/members/`.
     pub session_dir: PathBuf,
+    /// Members may start where the engine cannot enforce their memory and pids limits.
     pub allow_unenforced_limits: bool,
     /// Members may ask for helpers through `/.ateam/helpers.sock` (`crate::requests`).
     /// Default false, and for records of 0.1.0: a request widens the team at run time, which
@@ -41,17 +50,26 @@ pub struct Team {
     /// Default: records before 0.4 and teams applied from standard input have none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub manifests: Vec<PathBuf>,
+    /// Its main sessions, which run on the host.
     pub sessions: Vec<MainSession>,
+    /// Its AccessGrants, by name; each member carries a copy of its own in `Member::access`.
     pub grants: Vec<AccessGrant>,
+    /// Its members: those its manifests name and those members asked for.
     pub members: Vec<Member>,
 }
 
+/// A session a person drives on the host, with the person's own access; members report to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MainSession {
+    /// Its name, unique among the team's sessions.
     pub name: String,
+    /// Its working directory (absolute).
     pub cwd: PathBuf,
+    /// The command and its arguments, for example `[claude]`.
     pub command: Vec<String>,
+    /// Extra environment; the session otherwise starts with a clean one.
     pub env: BTreeMap<String, String>,
+    /// Its metadata.labels.
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/<name>`. Default: records of 0.2 and before have none (`transcript`).
     #[serde(default)]
@@ -68,17 +86,24 @@ pub struct MainSession {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Network {
+    /// No network at all (only loopback).
     None,
+    /// Only these hosts (`host`, `host:port`, `*.domain`), through the member's egress proxy.
     Allow(Vec<String>),
+    /// Unrestricted network.
     Open,
 }
 
+/// The folders and network a member may use, with every path canonical.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessGrant {
+    /// Its name, unique in its team; empty for `AccessGrant::empty`.
     pub name: String,
     /// Read-only folders (not repeating those in `write`).
     pub read: Vec<PathBuf>,
+    /// Folders mounted read-write (write implies read).
     pub write: Vec<PathBuf>,
+    /// Which network it may reach.
     pub network: Network,
     /// The hosts of `network`'s allow list that have rules (each also in the list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -101,32 +126,50 @@ impl AccessGrant {
 /// Who a member works for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Parent {
+    /// A main session of the same team, by name.
     MainSession(String),
+    /// Another member of the same team, by name.
     Member(String),
 }
 
+/// A helper agent in a locked-down container, with everything resolved: its image, grant,
+/// limits and user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Member {
+    /// Its name, unique in its team; its container is named after both (`container_name`).
     pub name: String,
+    /// Who it works for.
     pub parent: Parent,
     /// Who it runs as, from the Member or its Team; `None`: `Host::default_member_user`.
     #[serde(default)]
     pub user: Option<UserId>,
+    /// How far below its main session it is: 1 for a session's own member.
     pub depth: u32,
+    /// Its grant, copied in (`AccessGrant::empty` when it names none).
     pub access: AccessGrant,
+    /// Its image, its own or the Team's.
     pub image: String,
+    /// Command and arguments; `None`: the image's own.
     pub command: Option<Vec<String>>,
+    /// Its working directory, inside its grants or its transcript folder.
     pub cwd: PathBuf,
+    /// Plain environment variables, visible in the engine's configuration.
     pub env: BTreeMap<String, String>,
+    /// Names of variables whose values come from apply's environment, handed over in a
+    /// private file and never in the container's configuration.
     pub secret_env: Vec<String>,
+    /// Memory cap in bytes (also the memory+swap cap).
     pub memory_bytes: u64,
+    /// Most processes in its container.
     pub pids: u32,
     /// CPUs in billionths (the engines' NanoCpus).
     pub nano_cpus: Option<u64>,
+    /// What happens when its process ends; ateam restarts, not the engine.
     pub restart: RestartPolicy,
     /// Default: records of 0.1.0 have none.
     #[serde(default)]
     pub image_pull_policy: PullPolicy,
+    /// Its metadata.labels, copied onto its container.
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/members/<name>`.
     pub transcript_dir: PathBuf,
@@ -139,14 +182,21 @@ pub struct Member {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Origin {
+    /// Named in a manifest.
     #[default]
     Manifest,
     /// Asked for by member `by` of the same team through its helpers socket, at `at` (RFC
     /// 3339). It lives as long as `by` is desired.
-    Requested { by: String, at: String },
+    Requested {
+        /// The member that asked, by name.
+        by: String,
+        /// When, as RFC 3339.
+        at: String,
+    },
 }
 
 impl Origin {
+    /// Whether a manifest names it (also what records leave out when serialized).
     pub fn is_manifest(&self) -> bool {
         matches!(self, Origin::Manifest)
     }
@@ -163,7 +213,9 @@ impl Origin {
 /// A numeric user and group, as members run with it (`uid:gid`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct UserId {
+    /// The numeric user.
     pub uid: u32,
+    /// The numeric group.
     pub gid: u32,
 }
 
@@ -174,6 +226,7 @@ impl UserId {
         gid: 65534,
     };
 
+    /// Root by user or by group: either owns every root-owned file in a member's grants.
     pub fn is_root(self) -> bool {
         self.uid == 0 || self.gid == 0
     }
@@ -214,7 +267,9 @@ pub enum BackendChoice {
     /// The first engine that answers: Podman (rootless, then rootful), then Docker.
     #[default]
     Auto,
+    /// Docker only: `DOCKER_HOST`, else its default socket.
     Docker,
+    /// Podman only: `CONTAINER_HOST`, else the rootless socket, else the rootful one.
     Podman,
 }
 
@@ -246,9 +301,11 @@ pub enum PullPolicy {
 /// What the engine does when a member's process ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum RestartPolicy {
+    /// Never restarted: it stays exited.
     Never,
     /// Default: an agent that finished its work (exit 0) stays finished.
     #[default]
     OnFailure,
+    /// Restarted whenever it ends, exit 0 too.
     Always,
 }

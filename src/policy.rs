@@ -12,8 +12,11 @@ use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount, Sp
 /// One way a container differs from the policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
+    /// What is checked: `image`, `user`, `memory`, `masked paths`...
     pub item: String,
+    /// What the policy requires, as shown.
     pub expected: String,
+    /// What the engine reports, as shown.
     pub found: String,
 }
 
@@ -32,7 +35,9 @@ impl fmt::Display for Violation {
 /// (status still reports it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limits {
+    /// The engine applies them: their absence is a violation.
     Enforced,
+    /// It cannot, and the team allows that (`allowUnenforcedLimits`): `LIMIT_ITEMS` are waived.
     Unenforced,
 }
 

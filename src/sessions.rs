@@ -25,18 +25,26 @@ use crate::plan::spec::DesiredSession;
 use crate::plan::{ContainerRef, ResumeEntry};
 use crate::runtime::{RunError, Runtime};
 
+/// Why a main session's terminal, transcript or promotion step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// tmux could not be run at all (not installed, most likely).
     #[error("cannot run tmux ({0}); install tmux")]
     NoTmux(std::io::Error),
+    /// tmux ran and failed; what it wrote to stderr.
     #[error("tmux: {0}")]
     Tmux(String),
+    /// A file or folder of the session could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file or folder.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
+    /// A promotion's move found the session's transcript folder in use; nothing is
+    /// overwritten.
     #[error(
         "the session's transcript folder {} is not empty: the member's transcript cannot move there (move one of them away)",
         .0.display()
@@ -48,9 +56,16 @@ pub enum SessionError {
     NotEnded(PathBuf),
     /// Its tmux server outlived SIGKILL too (stuck in the kernel).
     #[error("the session's terminal on {} did not end, even after SIGKILL of its tmux server (pid {pid})", .socket.display())]
-    OutlivedKill { socket: PathBuf, pid: i32 },
+    OutlivedKill {
+        /// The terminal's tmux socket.
+        socket: PathBuf,
+        /// The tmux server's pid.
+        pid: i32,
+    },
+    /// A promotion could not stop the member's containers.
     #[error("stopping the member: {0}")]
     Stop(#[source] BackendError),
+    /// A promotion could not remove the member's container once the session ran.
     #[error("removing the member's container: {0}")]
     Remove(#[source] RunError),
     /// Only from the test hook (`ATEAM_TEST_PROMOTION=fail-after:<step>`, debug builds).

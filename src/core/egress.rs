@@ -51,6 +51,7 @@ pub enum Target {
 /// One parsed allowlist entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The host or domain it names.
     pub target: Target,
     /// `None`: the default ports.
     pub port: Option<u16>,
@@ -236,7 +237,9 @@ impl fmt::Display for Entry {
 /// The host part of a request: a name (lower case, no trailing dot) or an address literal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Host {
+    /// A name, lower case, without a trailing dot.
     Name(String),
+    /// An address, v4 or v6 (brackets taken off).
     Ip(IpAddr),
 }
 
@@ -275,6 +278,7 @@ impl fmt::Display for Host {
 /// A parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allowlist {
+    /// The entries, in the order written.
     pub entries: Vec<Entry>,
 }
 

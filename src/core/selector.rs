@@ -15,6 +15,7 @@ enum Term {
 pub struct Selector(Vec<Term>);
 
 impl Selector {
+    /// Parses `key=value,key!=value,key`; the error says what a part must look like.
     pub fn parse(text: &str) -> Result<Selector, String> {
         let mut terms = Vec::new();
         for part in text.split(',').map(str::trim) {
@@ -38,6 +39,7 @@ impl Selector {
         Ok(Selector(terms))
     }
 
+    /// Whether `labels` satisfy every term (`key!=value` holds when `key` is absent).
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|t| match t {
             Term::Is(k, v) => labels.get(k) == Some(v),

@@ -22,6 +22,7 @@ pub enum PromotionStep {
 }
 
 impl PromotionStep {
+    /// Every step, in order.
     pub const ALL: [PromotionStep; 4] = [
         PromotionStep::Begun,
         PromotionStep::Stopped,
@@ -29,6 +30,7 @@ impl PromotionStep {
         PromotionStep::Started,
     ];
 
+    /// Its name as serialized (`begun`), for the log.
     pub fn as_str(self) -> &'static str {
         match self {
             PromotionStep::Begun => "begun",
@@ -43,14 +45,17 @@ impl PromotionStep {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Promotion {
+    /// The team of the member and the session.
     pub team: String,
     /// The member's name, which is the session's.
     pub name: String,
+    /// The last step done.
     pub step: PromotionStep,
     /// The member's containers when it began (stopped, then removed once the session runs).
     pub containers: Vec<String>,
     /// The member's transcript folder, and the session's.
     pub from: PathBuf,
+    /// The session's transcript folder, where the member's moves to.
     pub to: PathBuf,
     /// The transcript was there to move (a member may have had none yet).
     pub had_transcript: bool,

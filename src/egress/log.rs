@@ -20,6 +20,7 @@ pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// Let through (a tunnel opened, or a request sent on).
     Allowed,
     /// Refused by the member's list or the address rules: what `status` reports.
     Refused,
@@ -33,11 +34,13 @@ pub enum Verdict {
 pub struct Event {
     /// Seconds since the epoch.
     pub ts: f64,
+    /// What the proxy decided.
     pub verdict: Verdict,
     /// `CONNECT`, `GET`, ...
     pub method: String,
     /// As the member asked for it (a name or an address).
     pub host: String,
+    /// The port asked for.
     pub port: u16,
     /// For a request to a host with rules: its path, never its query (queries carry keys).
     /// Absent from the lines of a tunnel, and of ateam before rules existed.
@@ -48,11 +51,13 @@ pub struct Event {
     pub addr: Option<String>,
     /// The HTTP status the member got.
     pub status: u16,
+    /// Why it was refused or failed; `None` when allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 impl Event {
+    /// The time now as `ts` takes it (0 should the clock be before the epoch).
     pub fn now() -> f64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -231,9 +236,13 @@ pub fn read(path: &Path) -> Vec<Event> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Refusal {
+    /// The host as the member asked for it, made safe to show.
     pub host: String,
+    /// The port asked for.
     pub port: u16,
+    /// How many times it was refused.
     pub count: u64,
+    /// The reason of the latest refusal.
     pub reason: String,
 }
 

@@ -26,23 +26,41 @@ const LEAF_DAYS: i64 = 825;
 /// Longest CA file ateam reads back.
 const MAX_PEM: u64 = 64 * 1024;
 
+/// Why a team's CA could not be made, loaded or used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TlsError {
+    /// Making the CA's folder or writing one of its files failed.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file or folder.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
     #[error("the team's egress CA in {} is unusable ({why}); `ateam egress rotate-ca` makes a new one", .dir.display())]
-    BadCa { dir: PathBuf, why: String },
+    /// The CA's files are missing, unreadable, or do not parse as a CA and its key.
+    BadCa {
+        /// The team's `egress-ca` folder.
+        dir: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     #[error("cannot issue a certificate for `{host}`: {why}")]
-    Issue { host: String, why: String },
+    /// No certificate could be made: the CA itself, or a leaf for an entry that is not one
+    /// host (a wildcard, a bad name).
+    Issue {
+        /// The entry as written, or `the CA of team <t>`.
+        host: String,
+        /// Why, from the entry's parse or from rcgen.
+        why: String,
+    },
 }
 
 /// A team's CA, loaded.
 pub struct TeamCa {
+    /// The CA's certificate, PEM: what members trust. Its key never leaves this struct.
     pub cert_pem: String,
     key: KeyPair,
 }

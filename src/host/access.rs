@@ -12,7 +12,9 @@ use crate::model::UserId;
 /// A folder's owner and mode, as `statx` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Owned {
+    /// The owning user.
     pub uid: u32,
+    /// The owning group.
     pub gid: u32,
     /// The permission bits (`0o7777`).
     pub mode: u32,
@@ -42,8 +44,11 @@ impl Owned {
     .user.uid, .user.gid, .path.display()
 )]
 pub struct NotWritable {
+    /// The folder, as granted.
     pub path: PathBuf,
+    /// Its owner and mode.
     pub owned: Owned,
+    /// Who the member would run as.
     pub user: UserId,
 }
 

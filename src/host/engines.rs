@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 /// A folder of a container engine, and what it is (for messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineDir {
+    /// The folder, absolute.
     pub path: PathBuf,
     /// `Docker's data root`.
     pub what: String,
@@ -41,11 +42,17 @@ pub fn defaults() -> Vec<EngineDir> {
 /// talks to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UserEnv {
+    /// `HOME`: rootless engines' storage defaults to below it.
     pub home: PathBuf,
+    /// `XDG_DATA_HOME`, when absolute: rootless storage instead of `~/.local/share`.
     pub xdg_data_home: Option<PathBuf>,
+    /// `XDG_CONFIG_HOME`, when absolute: where the engines' configuration files are looked for.
     pub xdg_config_home: Option<PathBuf>,
+    /// `XDG_RUNTIME_DIR`, when absolute: where rootless engines keep their sockets.
     pub xdg_runtime_dir: Option<PathBuf>,
+    /// `DOCKER_HOST`, as written: the folder of its socket is refused to grants.
     pub docker_host: Option<String>,
+    /// `CONTAINER_HOST` (Podman's), as written: the folder of its socket is refused to grants.
     pub container_host: Option<String>,
 }
 

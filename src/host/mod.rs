@@ -40,6 +40,7 @@ impl EngineDirs {
         }
     }
 
+    /// The folders, found now if not yet.
     pub fn get(&self) -> &[EngineDir] {
         self.found.get_or_init(|| {
             let dirs = self.env.as_deref().map(engines::detect).unwrap_or_default();
@@ -57,10 +58,14 @@ impl PartialEq for EngineDirs {
 
 impl Eq for EngineDirs {}
 
+/// The machine ateam runs on, as validation and planning see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
+    /// The uid ateam runs as.
     pub uid: u32,
+    /// The gid ateam runs as.
     pub gid: u32,
+    /// The user's home folder: default sessionDirs lie below it, and no grant may hold it.
     pub home: PathBuf,
     /// Total memory in bytes.
     pub memory_bytes: u64,

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 /// One line of the mount table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
+    /// The mount's id, unique in the table.
     pub id: u32,
+    /// The id of the mount it sits on (for the namespace's root, an id not in the table).
     pub parent: u32,
     /// The file system's device, `major:minor` as the table writes it.
     pub dev: String,
@@ -24,7 +26,9 @@ pub struct Mount {
 /// A folder as the kernel knows it, whatever it is called: a file system and a path in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsPath {
+    /// The file system's device, `major:minor`.
     pub dev: String,
+    /// The folder's path from that file system's root.
     pub path: PathBuf,
 }
 
@@ -36,6 +40,7 @@ impl FsPath {
     }
 }
 
+/// The whole mount table, in the kernel's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Mounts(Vec<Mount>);
 

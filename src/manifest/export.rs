@@ -26,9 +26,13 @@ pub const REQUESTED_BY: &str = "ateam.dev/requested-by";
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum Manifest {
+    /// `kind: Team`.
     Team(Object<TeamSpec>),
+    /// `kind: MainSession`.
     MainSession(Object<MainSessionSpec>),
+    /// `kind: AccessGrant`.
     AccessGrant(Object<AccessGrantSpec>),
+    /// `kind: Member`; a requested one carries `REQUESTED_BY`.
     Member(Object<MemberSpec>),
 }
 

@@ -26,6 +26,7 @@ pub struct Source {
     pub path: PathBuf,
     /// Absolute folder that relative paths in it resolve against.
     pub dir: PathBuf,
+    /// Its whole text, at most `MAX_FILE_BYTES`.
     pub text: String,
     /// The `-f` path (file or folder, absolute) it was found through; `None` for standard
     /// input and for a helper's request. What apply and the controller read from there is the
@@ -40,6 +41,7 @@ pub enum ReadError {
     /// A FIFO, socket or device: reading one may block forever or never end.
     #[error("not a regular file ({0}); manifests are read only from regular files")]
     NotRegular(&'static str),
+    /// Larger than `MAX_FILE_BYTES`; read no further.
     #[error("larger than {} MiB, the limit for one manifest file", MAX_FILE_BYTES >> 20)]
     TooLarge,
     /// Where the text stops being UTF-8: 1-based line and column (in characters), and the
@@ -48,11 +50,16 @@ pub enum ReadError {
         "not UTF-8: byte {byte:#04x} at byte offset {offset} does not start or continue a character; save the file as UTF-8"
     )]
     NotUtf8 {
+        /// 1-based line.
         line: usize,
+        /// 1-based column, in characters.
         column: usize,
+        /// Offset of the bad byte from the start of the file.
         offset: usize,
+        /// The bad byte.
         byte: u8,
     },
+    /// It starts with a UTF-16 byte-order mark: said apart from `NotUtf8`, so the fix is plain.
     #[error(
         "not UTF-8: this is UTF-16 (it starts with a UTF-16 byte-order mark); save the file as UTF-8"
     )]
@@ -63,7 +70,13 @@ pub enum ReadError {
     #[error(
         "a symlink to {target:?}, outside {root}: not read (name its target itself with -f if you mean it)"
     )]
-    LinkLeaves { target: PathBuf, root: String },
+    LinkLeaves {
+        /// Where the symlink points, resolved.
+        target: PathBuf,
+        /// The folder it was found in, described with its path.
+        root: String,
+    },
+    /// Opening or reading failed (permissions, a vanished file...).
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -25,14 +25,17 @@ pub use validate::validate;
 /// One thing wrong in the manifests, located as precisely as we can.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
+    /// The manifest file as the user named it (`<stdin>` for `-`).
     pub file: PathBuf,
     /// 1-based; 0 when the problem is with the file as a whole.
     pub line: usize,
+    /// 1-based, in characters; 0 with `line` 0.
     pub column: usize,
     /// `Member/reviewer`, when the problem is inside an object.
     pub object: Option<String>,
     /// `spec.resources.memory`, when the problem is with one field.
     pub field: Option<String>,
+    /// What is wrong, said for the person who wrote the manifest.
     pub message: String,
     /// The text of line `line`, when at hand: shown under the message with a caret, as rustc
     /// does. Not part of the problem's data (JSON output, equality of tests' expectations).

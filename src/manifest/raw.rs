@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::quantity;
 pub use crate::model::{BackendChoice, PullPolicy, RestartPolicy};
 
+/// The one `apiVersion` this version of ateam reads and writes.
 pub const API_VERSION: &str = "ateam.dev/v1alpha1";
 
 /// Every object: `apiVersion`, `kind`, `metadata`, `spec`.
@@ -21,10 +22,13 @@ pub struct Object<S> {
     pub api_version: String,
     /// `Team`, `MainSession`, `Member` or `AccessGrant`.
     pub kind: String,
+    /// Its name, labels and annotations.
     pub metadata: Metadata,
+    /// The settings of its kind.
     pub spec: S,
 }
 
+/// The name and labels of an object.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metadata {
@@ -213,9 +217,11 @@ pub struct CredentialsSpec {
     pub basic: Option<BasicSpec>,
 }
 
+/// `Authorization: Basic` credentials: a username and the `secretEnv` holding the password.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BasicSpec {
+    /// The username, sent as written.
     pub username: String,
     /// The `secretEnv` used as the password.
     pub secret: String,
@@ -273,7 +279,9 @@ fn network_none() -> NetworkSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Quantity {
+    /// As a string: `512Mi`, `500m`.
     Text(String),
+    /// As a bare YAML number: `1073741824`, `1.5`.
     Number(f64),
 }
 

@@ -21,6 +21,7 @@ use crate::model::Team;
 /// A folder no grant may reach, and how to say so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forbidden {
+    /// The folder, absolute.
     pub path: PathBuf,
     /// What it is: `the transcripts folder of team `a``.
     pub what: String,
@@ -32,13 +33,19 @@ pub struct Forbidden {
 /// and inode), not by the names as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reach {
+    /// The grant is the folder.
     Is {
+        /// Only under another name.
         alias: bool,
     },
+    /// The folder is inside the grant.
     Contains {
+        /// Only under another name.
         alias: bool,
     },
+    /// The grant is inside the folder.
     Inside {
+        /// Only under another name.
         alias: bool,
     },
     /// The mount at this place (the grant's own, or one below it) shows the folder, a folder

@@ -34,7 +34,9 @@ pub const MAX_TEXT_BYTES: usize = 2 * MAX_FILE_BYTES as usize;
 /// A position in a source file: 1-based line and column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Pos {
+    /// From 1.
     pub line: usize,
+    /// From 1, in characters.
     pub column: usize,
 }
 
@@ -50,19 +52,27 @@ impl From<Marker> for Pos {
 /// Why a file is not a tree we accept, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseError {
+    /// Where the parser stopped: the syntax error, or the value that crossed a limit.
     pub pos: Pos,
+    /// What went wrong.
     pub kind: ParseErrorKind,
 }
 
+/// Why a file was refused: bad YAML, or one of the limits an untrusted file is read within.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseErrorKind {
+    /// Not YAML, or YAML we do not take: an alias to an unknown anchor, a key that is not a
+    /// plain string, a duplicate key.
     #[error("YAML syntax: {0}")]
     Syntax(String),
+    /// Nested deeper than `MAX_DEPTH`.
     #[error("nested more than {MAX_DEPTH} levels deep")]
     TooDeep,
+    /// More than `MAX_NODES` values once aliases are expanded.
     #[error("more than {MAX_NODES} values in one file, counting every use of an alias in full")]
     TooManyValues,
+    /// More than `MAX_TEXT_BYTES` of scalar text once aliases are expanded.
     #[error(
         "more than {} MiB of text in one file, counting every use of an alias in full",
         MAX_TEXT_BYTES >> 20
@@ -82,6 +92,7 @@ impl ParseError {
 /// One YAML document: its JSON value, and the tree it came from for positions.
 #[derive(Debug, Clone)]
 pub struct Document {
+    /// The document as JSON, for serde to read into `raw` types.
     pub value: Value,
     tree: Node,
 }

@@ -15,8 +15,11 @@ use crate::host::mounts::Mounts;
 /// A folder held open since it was checked.
 #[derive(Debug)]
 pub struct Pinned {
+    /// The folder as granted.
     pub path: PathBuf,
+    /// Its device, as `statx` gives it when pinned.
     pub dev: u64,
+    /// Its inode, as `statx` gives it when pinned.
     pub ino: u64,
     /// Its owner and mode when pinned: whether the member can write it is judged on this
     /// very folder (`host::access`).
@@ -24,20 +27,36 @@ pub struct Pinned {
     _fd: OwnedFd,
 }
 
+/// Why a granted folder could not be pinned, or was not the one a container got.
 #[derive(Debug, thiserror::Error)]
 pub enum PinError {
     /// The path could not be opened as a folder without following a symlink.
     #[error("cannot pin `{path}`: {reason}")]
-    Open { path: PathBuf, reason: String },
+    Open {
+        /// The folder as granted.
+        path: PathBuf,
+        /// What the system said.
+        reason: String,
+    },
     /// The container sees another folder than the one that was checked.
     #[error("`{path}` in the container is not the folder that was checked (expected device {} inode {}, found device {} inode {}); it was replaced, perhaps by a symlink", .expected.0, .expected.1, .found.0, .found.1)]
     Swapped {
+        /// Where the container has it mounted.
         path: PathBuf,
+        /// (device, inode) when pinned.
         expected: (u64, u64),
+        /// (device, inode) of what the container shows there.
         found: (u64, u64),
     },
+    /// The folder could not be looked at through the container's root, so it is not known
+    /// to be the same.
     #[error("cannot look at `{path}` inside the container: {reason}")]
-    Inspect { path: PathBuf, reason: String },
+    Inspect {
+        /// Where the container has it mounted.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// Opens `path` as a directory, refusing symlinks in every component (openat2 with

@@ -3,16 +3,24 @@
 
 use std::path::Path;
 
+/// The fields of `/proc/<pid>/status` that verification checks. A field that is missing or
+/// does not parse reads as the worst case (every capability, uid `u32::MAX`), so it fails the
+/// check rather than pass it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStatus {
+    /// Effective capabilities (`CapEff`), a bit mask.
     pub cap_eff: u64,
+    /// The bounding set (`CapBnd`): what the process could ever gain.
     pub cap_bnd: u64,
+    /// `NoNewPrivs`: setuid binaries cannot raise its privileges.
     pub no_new_privs: bool,
     /// Real uid and gid, as seen from the host.
     pub uid: u32,
+    /// See `uid`.
     pub gid: u32,
 }
 
+/// Reads the status of process `pid` (a pid of the host's namespace).
 pub fn status(pid: u32) -> std::io::Result<ProcStatus> {
     let text = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))?;
     Ok(parse(&text))

@@ -17,7 +17,9 @@ use crate::files::{self, Owner};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControllerRecord {
+    /// The record's format, 1 today, so that a later format can be told apart.
     pub version: u32,
+    /// The controller's process.
     pub pid: u32,
     /// RFC 3339.
     pub since: String,
@@ -31,11 +33,15 @@ pub struct ControllerRecord {
     pub restarts_due: BTreeMap<String, String>,
 }
 
+/// The controller's latest reconcile of a team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastReconcile {
+    /// When it ended, RFC 3339.
     pub at: String,
+    /// The team it reconciled.
     pub team: String,
+    /// It succeeded (the error is in `ControllerRecord::errors`).
     pub ok: bool,
 }
 
@@ -44,10 +50,19 @@ pub struct LastReconcile {
 #[non_exhaustive]
 pub enum StatusError {
     #[error("a controller already runs for the state folder {} (pid {pid})", .dir.display())]
-    AlreadyRunning { dir: PathBuf, pid: String },
+    /// Another controller holds the state folder's lock.
+    AlreadyRunning {
+        /// The state folder.
+        dir: PathBuf,
+        /// The other controller's pid, from its record; `unknown` without one.
+        pid: String,
+    },
     #[error("{}: {source}", .path.display())]
+    /// The state folder or its lock file could not be made or opened.
     Io {
+        /// The state folder or the lock file.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
@@ -87,6 +102,7 @@ pub fn running(state_dir: &Path) -> bool {
     flock(&file, FlockOperation::NonBlockingLockShared).is_err()
 }
 
+/// Writes the record atomically, owned by `owner`: a reader sees the old one or the new one.
 pub fn write(state_dir: &Path, record: &ControllerRecord, owner: Owner) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(record).expect("a record serializes");
     files::write_atomic(

@@ -100,6 +100,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// A registry with the controller's counters, reading the queue's depth from `queue`.
     pub fn new(queue: Arc<QueueStats>) -> Metrics {
         let mut registry = Registry::default();
         let reconciles = Family::<ReconcileLabels, Counter>::default();
@@ -212,13 +213,21 @@ pub struct Snapshot {
 /// One member's figures.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MemberFigures {
+    /// Its team.
     pub team: String,
+    /// Its name.
     pub member: String,
+    /// Restarts, as `status` counts them.
     pub restarts: u64,
+    /// CPU time used; `None` when not running or the engine does not say.
     pub cpu_seconds: Option<f64>,
+    /// Memory in use; `None` when not running or the engine does not say.
     pub memory_bytes: Option<u64>,
+    /// Its memory cap, as the engine reports it.
     pub memory_limit_bytes: Option<u64>,
+    /// Processes in its container now.
     pub pids: Option<u64>,
+    /// Its pids cap, as the engine reports it.
     pub pids_limit: Option<u64>,
     /// Allowed, refused, failed in the last minute (proxied members only).
     pub egress: Option<[u64; 3]>,
@@ -469,6 +478,7 @@ fn encode_members(e: &mut DescriptorEncoder, ms: &[MemberFigures]) -> Result<(),
 /// Why `--metrics ADDR` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddrError {
+    /// Not `host:port`.
     #[error("`{0}` is not an address and port (127.0.0.1:9464, [::1]:9464, localhost:9464)")]
     Syntax(String),
     /// The figures name teams and members: not for the network unless asked.

@@ -38,6 +38,7 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 
 /// Where the status figures come from: the controller's teams, through `app::status::status`.
 pub trait StatusSource: Send + Sync + 'static {
+    /// What `ateam status` would report for the controller's teams now.
     fn status(&self) -> impl Future<Output = Result<StatusDocument, AppError>> + Send;
     /// Helper requests by (team, outcome) among the events the state folder keeps.
     fn helper_requests(&self) -> BTreeMap<(String, &'static str), u64> {
@@ -50,8 +51,11 @@ pub trait StatusSource: Send + Sync + 'static {
 #[non_exhaustive]
 pub enum ServeError {
     #[error("--metrics {addr}: cannot listen: {source}")]
+    /// The address could not be bound (taken, or not this machine's).
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },

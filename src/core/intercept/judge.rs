@@ -38,11 +38,14 @@ const CREDENTIAL_PARAMS: [&str; 13] = [
 /// git's two smart-HTTP services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GitService {
+    /// `git-upload-pack`: fetch and clone.
     UploadPack,
+    /// `git-receive-pack`: push.
     ReceivePack,
 }
 
 impl GitService {
+    /// The service's name, as in `?service=` and the path.
     pub fn name(self) -> &'static str {
         match self {
             GitService::UploadPack => "git-upload-pack",
@@ -55,8 +58,11 @@ impl GitService {
 /// which service, and whether it is the advertisement (`info/refs`) git prints errors of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GitRequest {
+    /// The repository's path, `.git` and all if the request has it.
     pub repo: String,
+    /// Fetch or push.
     pub service: GitService,
+    /// It is the `info/refs` advertisement, not the service's `POST`.
     pub advertisement: bool,
 }
 
@@ -65,13 +71,19 @@ pub struct GitRequest {
 pub enum Verdict {
     /// Send it on: remove every header of `remove` (lower case), then set the credential.
     Allowed {
+        /// Headers to remove (lower case): with a credential to inject, every credential
+        /// header and the injected one, so the placeholder never goes upstream; else none.
         remove: Vec<String>,
+        /// The credential to set; `None`: the host has none, and the request goes as sent.
         inject: Option<Credential>,
     },
     /// Answer it here. `git`: a refused git advertisement, answered so that git prints it.
     Refused {
+        /// The HTTP status to answer with.
         status: u16,
+        /// Why, for the member and the egress log.
         reason: String,
+        /// The service of a refused advertisement.
         git: Option<GitService>,
     },
 }

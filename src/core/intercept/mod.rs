@@ -42,11 +42,24 @@ pub struct Intercept {
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum Credential {
     /// `<header>: <value>` (`x-api-key` for Anthropic's API).
-    Header { header: String, secret: String },
+    Header {
+        /// The header's name.
+        header: String,
+        /// The `secretEnv` whose value it carries.
+        secret: String,
+    },
     /// `Authorization: Bearer <value>` (OpenAI's API, most others).
-    Bearer { secret: String },
+    Bearer {
+        /// The `secretEnv` whose value is the token.
+        secret: String,
+    },
     /// `Authorization: Basic base64(<username>:<value>)` (git hosts).
-    Basic { username: String, secret: String },
+    Basic {
+        /// The username, as written in the manifest.
+        username: String,
+        /// The `secretEnv` whose value is the password.
+        secret: String,
+    },
 }
 
 impl Credential {
@@ -66,8 +79,10 @@ impl Credential {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRule {
+    /// Methods as sent (`GET`, case-sensitive); empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<String>,
+    /// Path patterns, each starting with `/`; empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
 }
@@ -78,8 +93,10 @@ pub struct HttpRule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GitRule {
+    /// `owner/name` paths on the host; empty: any repository.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repositories: Vec<String>,
+    /// Push (`git-receive-pack`) is allowed too.
     #[serde(default)]
     pub push: bool,
 }
@@ -107,6 +124,7 @@ pub fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EgressPolicy {
+    /// Every destination, as written (`host`, `host:port`, `*.domain`), intercepted ones too.
     pub allow: Vec<String>,
     /// Absent from the files of ateam before rules existed: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
