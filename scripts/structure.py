@@ -18,11 +18,31 @@ STATE_NAMES = ["go", "secrets", "tmux.sock", "proxy.err", "restarts", "sessions"
                "record.json", "policy.json", "proxy.sock", "helpers.sock", "events.jsonl"]
 
 
-def rust_files():
+def test_only_files():
+    """Files declared as `#[cfg(test)] mod name;` (the fake backend, test rigs, tests.rs)."""
+    out = set()
     for d, _, fs in os.walk(SRC):
         for f in fs:
-            if f.endswith(".rs"):
-                yield os.path.join(d, f)
+            if not f.endswith(".rs"):
+                continue
+            p = os.path.join(d, f)
+            lines = open(p).read().split("\n")
+            here = d if f in ("mod.rs", "lib.rs", "main.rs") else os.path.join(d, f[:-3])
+            for i, l in enumerate(lines[1:], 1):
+                m = re.match(r'^\s*(pub(\([^)]*\))?\s+)?mod (\w+);', l)
+                if m and "cfg(test)" in lines[i - 1]:
+                    out.add(os.path.join(here, m.group(3) + ".rs"))
+                    out.add(os.path.join(here, m.group(3), "mod.rs"))
+    return out
+
+
+def rust_files():
+    skip = test_only_files()
+    for d, _, fs in os.walk(SRC):
+        for f in fs:
+            p = os.path.join(d, f)
+            if f.endswith(".rs") and p not in skip:
+                yield p
 
 
 def code_lines(path):
@@ -72,6 +92,25 @@ def imports():
                 if m.group(1) != me:
                     found.setdefault((me, m.group(1)), []).append(f"{rel}:{n}")
     return found
+
+
+def map_layers():
+    """The layers of src/lib.rs's map, top first: each bullet's modules (`a` and `b`: ...)."""
+    text = open(os.path.join(SRC, "lib.rs")).read()
+    bullets = re.findall(r'^//! - (.*(?:\n//!   .*)*)', text, flags=re.M)
+    layers = []
+    for b in bullets:
+        head = b.split(":", 1)[0]
+        names = re.findall(r'`(\w+)`', head) + re.findall(r'; `(\w+)`:', b)
+        layers.append(names)
+    return {n: i for i, names in enumerate(layers) for n in names}
+
+
+def arrows_up():
+    """Imports of a module listed higher in lib.rs's map than the one importing it."""
+    layer = map_layers()
+    return sorted(f"{a} -> {b} ({', '.join(at[:3])})" for (a, b), at in imports().items()
+                  if a in layer and b in layer and layer[b] < layer[a])
 
 
 def arrows_in_cycles():
@@ -125,7 +164,7 @@ def state_joins():
 
 def io_unit_tests():
     counts = {}
-    for p in rust_files():
+    for p in (os.path.join(d, f) for d, _, fs in os.walk(SRC) for f in fs if f.endswith(".rs")):
         rel = os.path.relpath(p, SRC)
         top = rel.split("/")[0].removesuffix(".rs")
         if top not in ("execute", "observe", "runtime", "app"):
@@ -144,6 +183,10 @@ def main():
           f"over 120: {sum(1 for f in fns if f[0] > 120)}")
     up = arrows_in_cycles()
     print(f"imports between top-level modules that close a cycle: {len(up)}")
+    for u in up:
+        print("  " + u)
+    up = arrows_up()
+    print(f"imports that point up lib.rs's map: {len(up)}")
     for u in up:
         print("  " + u)
     joins = state_joins()

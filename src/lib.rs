@@ -32,12 +32,12 @@
 //!   engine's inspect result against it;
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
 //!   container engines' folders, the mount table);
+//! - `model`: what the manifests ask for, after validation (its egress rules are
+//!   `core::intercept`'s types);
 //! - `core`: the container types every layer shares, and every path of the state folder
-//!   (`core::layout`); it and `model` share types both ways (`Network`, `Intercept`);
+//!   (`core::layout`);
 //! - `detached`: launching, finding and stopping the per-member processes ateam detaches
-//!   (egress proxies, helper servers);
-//! - `model`: what the manifests ask for, after validation; `files`: private folders and
-//!   atomic writes.
+//!   (egress proxies, helper servers); `files`: private folders and atomic writes.
 //!
 //! `cli` (clap types), `logging` (the tracing subscriber) and `commands` (one module per verb)
 //! live in the binary's edge: the library emits `tracing` events and installs nothing.
