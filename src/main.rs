@@ -16,6 +16,10 @@ use clap::Parser;
 
 use commands::exit::{self, Exit};
 
+#[allow(
+    clippy::wildcard_enum_match_arm,
+    reason = "one verb apart from all others"
+)]
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Commands are short and watched by a person (`logging::COMMAND_DEFAULT`); the controller
@@ -23,7 +27,6 @@ fn main() -> ExitCode {
     let default = match args.command {
         cli::Command::Controller(_) => tracing::Level::INFO,
         // Every other verb: short and watched.
-        #[allow(clippy::wildcard_enum_match_arm)]
         _ => logging::COMMAND_DEFAULT,
     };
     if let Err(e) = logging::init(&args.log, default) {

@@ -98,7 +98,11 @@ fn read_versioned<T: serde::de::DeserializeOwned>(
         serde_json::Value::Object(map) => {
             map.remove("version").and_then(|n| n.as_u64()).unwrap_or(0)
         }
-        _ => 0,
+        serde_json::Value::Null
+        | serde_json::Value::Bool(_)
+        | serde_json::Value::Number(_)
+        | serde_json::Value::String(_)
+        | serde_json::Value::Array(_) => 0,
     };
     if version > RECORD_VERSION {
         return Err(StoreError::Newer {

@@ -12,7 +12,8 @@
 
 #![allow(
     clippy::unwrap_used,
-    reason = "a test that unwraps fails loudly, which is its job"
+    clippy::wildcard_enum_match_arm,
+    reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
 )]
 
 use std::path::PathBuf;

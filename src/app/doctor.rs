@@ -195,11 +195,20 @@ fn unreachable(c: &Candidate, place: &str, explicit: bool, e: &BackendError, env
     let fix = match e {
         // The error already says what to do.
         BackendError::PermissionDenied { .. } => None,
-        _ if explicit => Some(format!(
-            "start the engine that should listen there, or point {} at one that runs (unset it to let ateam look in the usual places)",
-            c.origin
-        )),
-        _ => Some(start_hint(env)),
+        BackendError::Unavailable { .. }
+        | BackendError::NoEngine { .. }
+        | BackendError::ImageMissing { .. }
+        | BackendError::PullFailed { .. }
+        | BackendError::NameConflict { .. }
+        | BackendError::NotFound { .. }
+        | BackendError::Engine { .. } => Some(if explicit {
+            format!(
+                "start the engine that should listen there, or point {} at one that runs (unset it to let ateam look in the usual places)",
+                c.origin
+            )
+        } else {
+            start_hint(env)
+        }),
     };
     let check = Check::new("engine", status, format!("{place}: {e}"));
     match fix {

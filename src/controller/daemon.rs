@@ -156,7 +156,7 @@ impl Reconciler {
                     ManifestError::Invalid(problems) => {
                         problems.iter().map(ToString::to_string).collect()
                     }
-                    other => vec![other.to_string()],
+                    other @ ManifestError::Empty(_) => vec![other.to_string()],
                 };
                 for l in &lines {
                     warn!(problem = %l, "manifests refused; the last good state stays");

@@ -167,6 +167,7 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
 }
 
 /// The terminal's event as a key of the dashboard's (Ctrl-C is `q`).
+#[allow(clippy::wildcard_enum_match_arm, reason = "crossterm's key codes grow")]
 fn read_key(ev: Event) -> Option<Key> {
     let Event::Key(k) = ev else { return None };
     if k.kind != KeyEventKind::Press {
@@ -184,7 +185,6 @@ fn read_key(ev: Event) -> Option<Key> {
         KeyCode::Backspace => Key::Backspace,
         KeyCode::Char(c) => Key::Char(c),
         // crossterm's other keys (function, media, modifier keys...) do nothing here.
-        #[allow(clippy::wildcard_enum_match_arm)]
         _ => return None,
     })
 }
