@@ -784,6 +784,10 @@ impl Executor<'_> {
     async fn carry_out(&self, a: &Action, wanted: Option<&DesiredMember>) -> Carried {
         match a {
             Action::Create { member } => Carried::launched(self.create(member).await),
+            // A replacement without a gap in safety: the new container is created under a
+            // temporary name, labelled with the id it replaces, verified and released; only
+            // then is the old one removed and the new one renamed. A crash anywhere leaves a
+            // state the planner finishes or undoes (see `plan`).
             Action::Recreate { member, old, .. } => {
                 match self.launch_replacement(member, old).await {
                     Ok(id) => Carried {
@@ -1239,10 +1243,6 @@ impl Executor<'_> {
         }
     }
 
-    /// Replace a member's container without a gap in safety: the new one is created under a
-    /// temporary name, labelled with the id it replaces, verified and released; only then is
-    /// the old one removed and the new one renamed. A crash anywhere leaves a state the
-    /// planner finishes or undoes (see `plan`).
     /// Makes, verifies and releases a member's container; its id.
     async fn create(&self, member: &DesiredMember) -> Result<String, ActionError> {
         self.progress

@@ -108,7 +108,7 @@ pub enum Action {
         team: String,
         /// Member name.
         member: String,
-        /// The unix socket the proxy listens on (mounted into the container).
+        /// The unix socket the proxy listens on, in the member's control folder.
         socket: PathBuf,
         /// What the proxy lets through.
         policy: EgressPolicy,

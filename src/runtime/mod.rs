@@ -117,7 +117,8 @@ pub enum RunError {
         /// The uid:gid of the user running ateam.
         caller: String,
     },
-    /// A file of the member's (its control folder, a folder it is granted) could not be read or written.
+    /// A file could not be read or written: the member's control folder or record, the host's
+    /// mount table.
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
         /// The member.
