@@ -36,6 +36,7 @@ pub struct Launch<'a> {
     /// Finds the program (`exe`, or `std::env::current_exe` for a launcher already running
     /// the right binary).
     pub program: fn() -> std::io::Result<PathBuf>,
+    /// Its arguments.
     pub args: Vec<OsString>,
     /// The variables of ateam's environment it keeps (`PROXY_ENV`, `SERVER_ENV`).
     pub keep: &'a [&'a str],
@@ -63,7 +64,9 @@ pub enum LaunchError {
     /// Its standard error's file could not be made.
     #[error("{}: {source}", .path.display())]
     Stderr {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -73,7 +76,9 @@ pub enum LaunchError {
     /// The program could not be run (or, a launcher, waited for).
     #[error("cannot run {}: {source}", .exe.display())]
     Spawn {
+        /// The program.
         exe: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -83,7 +88,10 @@ pub enum LaunchError {
     /// Nothing answered on the socket within `START_TIMEOUT`: what the daemon said on
     /// standard error, trimmed, if anything.
     #[error("nothing answered within {}s", START_TIMEOUT.as_secs())]
-    NotAnswering { why: Option<String> },
+    NotAnswering {
+        /// What the daemon said, if anything.
+        why: Option<String>,
+    },
 }
 
 impl Launch<'_> {

@@ -36,18 +36,26 @@ pub fn default_concurrency() -> usize {
 
 /// Where an apply reports progress (a terminal display, or plain lines).
 pub trait Progress: Send + Sync {
+    /// `member` of `team` reached `step`.
     fn step(&self, team: &str, member: &str, step: Step);
 }
 
 /// A member's step in an apply, as its progress line shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    /// Its container is being made.
     Creating,
+    /// Its container is being checked against the policy, before and after its start.
     Verifying,
+    /// Its existing container is being started.
     Starting,
+    /// Its old container goes and its replacement takes its name.
     Replacing,
+    /// Its container is being removed.
     Removing,
+    /// Its container runs, verified.
     Ready,
+    /// Its action failed (the failure is reported with the others).
     Failed,
 }
 
@@ -92,38 +100,61 @@ impl Progress for Quiet {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ActionError {
+    /// Bringing the member up failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// An engine call failed.
     #[error("member `{member}`: {source}")]
     Backend {
+        /// The member.
         member: String,
+        /// The engine's error.
         #[source]
         source: BackendError,
     },
+    /// A file could not be read or written.
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
+        /// The member.
         member: String,
+        /// The file.
         path: std::path::PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
+    /// Its egress proxy could not be set up or started.
     #[error("member `{member}`: {source}")]
     Egress {
+        /// The member.
         member: String,
+        /// What failed.
         #[source]
         source: egress::ProxyError,
     },
+    /// Its helper server could not be started.
     #[error("member `{member}`: its helper server: {source}")]
     Helpers {
+        /// The member.
         member: String,
+        /// What failed.
         #[source]
         source: crate::requests::servers::StartError,
     },
+    /// An action that cannot be carried out as planned, or a task that panicked, in words.
     #[error("main session `{session}`: {message}")]
-    Session { session: String, message: String },
+    Session {
+        /// The session or member it is about.
+        session: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A step of starting, stopping or promoting a main session failed.
     #[error("main session `{session}`: {source}")]
     SessionStep {
+        /// The session.
         session: String,
+        /// What failed.
         #[source]
         source: Box<sessions::SessionError>,
     },
@@ -132,15 +163,23 @@ pub enum ActionError {
 /// One failure, by member.
 #[derive(Debug)]
 pub struct Failure {
+    /// Team name.
     pub team: String,
+    /// Member (or main session) name.
     pub member: String,
+    /// What went wrong.
     pub error: ActionError,
 }
 
+/// Carries out a plan's actions on the runtime's engine.
 pub struct Executor<'a> {
+    /// The engine, store and user to act with.
     pub rt: &'a Runtime,
+    /// Members acted on at once (`default_concurrency`).
     pub concurrency: usize,
+    /// Looks up a secret's value in ateam's environment.
     pub secret: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    /// Where progress goes.
     pub progress: &'a dyn Progress,
 }
 
@@ -745,6 +784,10 @@ impl Executor<'_> {
     async fn carry_out(&self, a: &Action, wanted: Option<&DesiredMember>) -> Carried {
         match a {
             Action::Create { member } => Carried::launched(self.create(member).await),
+            // A replacement without a gap in safety: the new container is created under a
+            // temporary name, labelled with the id it replaces, verified and released; only
+            // then is the old one removed and the new one renamed. A crash anywhere leaves a
+            // state the planner finishes or undoes (see `plan`).
             Action::Recreate { member, old, .. } => {
                 match self.launch_replacement(member, old).await {
                     Ok(id) => Carried {
@@ -1200,10 +1243,6 @@ impl Executor<'_> {
         }
     }
 
-    /// Replace a member's container without a gap in safety: the new one is created under a
-    /// temporary name, labelled with the id it replaces, verified and released; only then is
-    /// the old one removed and the new one renamed. A crash anywhere leaves a state the
-    /// planner finishes or undoes (see `plan`).
     /// Makes, verifies and releases a member's container; its id.
     async fn create(&self, member: &DesiredMember) -> Result<String, ActionError> {
         self.progress

@@ -19,17 +19,23 @@ use crate::model::Team;
 /// first records) and its address.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineRecord {
+    /// The engine.
     pub engine: Engine,
+    /// Its address (`unix:///path`, `tcp://host:port`).
     pub uri: String,
 }
 use crate::files::{self, Owner};
 
+/// Why the state folder could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
+    /// A file of the store's could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -37,10 +43,16 @@ pub enum StoreError {
     #[error(
         "another ateam command is changing this store ({holder}); try again, or drop --no-wait to wait for it"
     )]
-    Busy { holder: String },
+    Busy {
+        /// Who holds it, as its file says.
+        holder: String,
+    },
+    /// A team's model in the store is not one ateam wrote.
     #[error("{}: not a model ateam wrote ({source}); remove it to forget the team", .path.display())]
     Corrupt {
+        /// The file.
         path: PathBuf,
+        /// What did not parse.
         #[source]
         source: serde_json::Error,
     },
@@ -48,12 +60,19 @@ pub enum StoreError {
     #[error(
         "{}: written by a newer ateam (record version {version}, this one reads up to {}); upgrade ateam", .path.display(), RECORD_VERSION
     )]
-    Newer { path: PathBuf, version: u64 },
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// Its record version.
+        version: u64,
+    },
     /// A team's engine record names no engine this ateam knows (or is broken): its engine is
     /// not guessed.
     #[error("{}: not an engine record ateam wrote ({source}); remove it, or pass --backend", .path.display())]
     EngineRecord {
+        /// The file.
         path: PathBuf,
+        /// What did not parse.
         #[source]
         source: serde_json::Error,
     },
@@ -113,7 +132,10 @@ fn read_versioned<T: serde::de::DeserializeOwned>(
     serde_json::from_value(v).map_err(corrupt)
 }
 
+/// ateam's state folder: the teams as applied, where they were applied, and the lock that
+/// one apply or delete at a time holds.
 pub struct Store {
+    /// The state folder.
     pub dir: PathBuf,
     owner: Owner,
 }
@@ -157,6 +179,7 @@ fn holder(path: &Path) -> String {
 }
 
 impl Store {
+    /// The store in `dir`, its files belonging to `owner`.
     pub fn new(dir: PathBuf, owner: Owner) -> Store {
         Store { dir, owner }
     }
@@ -263,6 +286,7 @@ impl Store {
         }
     }
 
+    /// Forgets that `team` was applied: its model and its engine record.
     pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
         files::remove_if_present(&layout::engine_path(&self.dir, team)).map_err(io(&self.dir))?;
         files::remove_if_present(&self.team_file(team)).map_err(io(&self.team_file(team)))
@@ -308,6 +332,7 @@ impl Store {
         Ok(())
     }
 
+    /// The team `name` as last applied, if it was.
     pub fn team(&self, name: &str) -> Result<Option<Team>, StoreError> {
         let path = self.team_file(name);
         match std::fs::read(&path) {
@@ -325,6 +350,7 @@ impl Store {
 pub struct Record {
     /// The format's version, so that a later ateam can read (or refuse) an older record.
     pub version: u32,
+    /// The ids of the containers.
     pub ids: std::collections::BTreeSet<String>,
     /// How the member last ended, as ateam saw it: a start that failed, or the exit of a
     /// container it restarted (the engine forgets that at the restart). Absent from records
@@ -334,6 +360,7 @@ pub struct Record {
 }
 
 impl Record {
+    /// The format this ateam writes and reads.
     pub const VERSION: u32 = 1;
 
     /// The record at `path`; empty when there is none or it cannot be read (then nothing is

@@ -14,6 +14,7 @@ use crate::model::RestartPolicy;
 use crate::plan::{ContainerState, Finding, Plan, PlanOptions, Refusal};
 use crate::store::{Record, StoreError};
 
+/// How to apply, beyond the manifests.
 #[derive(Debug, Clone, Default)]
 pub struct ApplyOptions {
     /// Remove ateam's containers that no manifest wants, and strangers.
@@ -41,15 +42,18 @@ impl ApplyOptions {
 /// What an apply did, for the caller to render.
 #[derive(Debug)]
 pub struct ApplyReport {
+    /// The engine applied on.
     pub engine: EngineKind,
     /// Members the manifests want.
     pub members: usize,
     /// What the plan leaves alone and a person should know: orphans, strangers, conflicts,
     /// retained transcripts.
     pub left_alone: Vec<Finding>,
+    /// What it came to.
     pub outcome: Outcome,
 }
 
+/// How an apply ended.
 #[derive(Debug)]
 pub enum Outcome {
     /// The machine already matched.
@@ -60,16 +64,23 @@ pub enum Outcome {
     /// afterwards (beyond those failures), with why; `finished`: members done with exit 0
     /// whose restart policy leaves them done.
     Applied {
+        /// The actions that failed.
         failures: Vec<Failure>,
+        /// Members not up afterwards, beyond the failures.
         not_running: Vec<NotRunning>,
+        /// `(team, member)` done with exit 0, whose restart policy leaves them done.
         finished: Vec<(String, String)>,
     },
 }
 
+/// A member the manifests want that is not running after an apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotRunning {
+    /// Team name.
     pub team: String,
+    /// Member name.
     pub member: String,
+    /// Why: its exit code and last output, its state, or that it has no container.
     pub why: String,
 }
 

@@ -15,16 +15,20 @@ use crate::plan::{Finding, PlanOptions};
 /// One team deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deleted {
+    /// Team name.
     pub team: String,
     /// Where its transcripts are (or were, with `purge`): the sessionDir.
     pub transcripts: PathBuf,
+    /// Its transcripts were removed too.
     pub purged: bool,
 }
 
+/// What a delete did.
 #[derive(Debug)]
 pub enum DeleteReport {
     /// Some containers could not be removed; nothing was forgotten.
     Failed(Vec<Failure>),
+    /// Every team was deleted.
     Deleted(Vec<Deleted>),
 }
 
@@ -40,6 +44,9 @@ pub fn team_to_delete(app: &App, name: &str) -> Result<Desired, AppError> {
     }
 }
 
+/// Deletes the teams of `desired`: removes their containers (and strangers with their labels),
+/// network and main sessions, then forgets their state; their transcripts too with `purge`.
+/// Waits for the store's lock unless `no_wait` (`waiting` is told who holds it).
 pub async fn delete(
     app: &App,
     desired: &Desired,

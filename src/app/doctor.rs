@@ -33,10 +33,13 @@ const MIN_SUBIDS: u64 = 65536;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Fine.
     Ok,
     /// Does not apply on this machine (and says why).
     Skip,
+    /// Works, but not as well as it could (and says what to do).
     Warn,
+    /// ateam cannot work this way (and says what to do).
     Fail,
 }
 
@@ -46,7 +49,9 @@ pub struct Check {
     /// What was looked at: `engine`, `rootless`, `userns`, `cgroup`, `tmux`, `manifests`,
     /// `image` or `memory`.
     pub check: &'static str,
+    /// The verdict.
     pub status: Status,
+    /// What was found, in words.
     pub message: String,
     /// What to do about a warning or failure.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -28,10 +28,13 @@ use crate::store::{EngineRecord, Store, StoreError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppError {
+    /// The manifests could not be read, or are invalid.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
+    /// The state folder could not be read or written.
     #[error("the state folder: {0}")]
     Store(#[from] StoreError),
+    /// The engine could not be reached, or refused a call.
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// The engine a team was applied on does not answer.
@@ -39,26 +42,45 @@ pub enum AppError {
         "team `{team}` was applied on {engine} at {uri}; pass --backend to use another engine: {source}"
     )]
     RecordedEngine {
+        /// The team.
         team: String,
+        /// The engine it was applied on.
         engine: Engine,
+        /// Where that engine was.
         uri: String,
+        /// Why it does not answer.
         #[source]
         source: Box<BackendError>,
     },
+    /// The teams of one command were applied on (or ask for) different engines.
     #[error("these teams ask for different backends; apply them separately or pass --backend")]
     MixedBackends,
+    /// A command names a team that this state folder has no record of.
     #[error("team `{team}` has not been applied with this state folder ({})", .state_dir.display())]
-    NotApplied { team: String, state_dir: PathBuf },
+    NotApplied {
+        /// The team.
+        team: String,
+        /// The state folder.
+        state_dir: PathBuf,
+    },
     /// The manifests leave a team without a main session while members ateam made for it
     /// (no longer in the manifests) still run.
     #[error(
         "team `{team}` would have no MainSession while its members {} still run: keep a MainSession (a new one can take over with `takesOver: <old>`), or remove them with `apply --prune` or `ateam delete --team {team}`",
         .members.join(", ")
     )]
-    NoMainSession { team: String, members: Vec<String> },
+    NoMainSession {
+        /// The team.
+        team: String,
+        /// The members that still run.
+        members: Vec<String>,
+    },
+    /// A file of ateam's could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -108,7 +130,9 @@ impl Manifests {
 
 /// One host, one store, and how to find the engine.
 pub struct App {
+    /// What ateam found out about this host (its user, folders, engine sockets).
     pub host: Host,
+    /// The state folder: what was applied, and the record of what ateam made.
     pub store: Store,
     /// Who ateam's own files belong to: the user running it.
     pub owner: Owner,
@@ -118,10 +142,15 @@ pub struct App {
 
 /// What one look at the machine found, and the plan that would make it match.
 pub struct Look {
+    /// The engine looked at.
     pub backend: Arc<dyn Backend>,
+    /// What the engine said about itself.
     pub info: EngineInfo,
+    /// What the manifests want, as containers.
     pub desired: DesiredState,
+    /// What is there.
     pub observed: Observed,
+    /// What would make it match.
     pub plan: Plan,
     /// The teams looked at, with the helpers their members asked for (`requests::merge`).
     pub model: Desired,
@@ -131,6 +160,8 @@ pub struct Look {
 }
 
 impl App {
+    /// The app for the user running ateam; `state_dir` and `backend` are `--state-dir` and
+    /// `--backend`, when given.
     pub fn new(state_dir: Option<PathBuf>, backend: Option<BackendChoice>) -> App {
         let host = Host::detect(state_dir);
         let owner = Owner {
@@ -179,6 +210,7 @@ impl App {
         Ok(crate::requests::merge(&self.applied(name)?, &self.host.state_dir).0)
     }
 
+    /// `desired`, as containers and sessions on this host.
     pub fn desired_state(&self, desired: &Desired) -> DesiredState {
         desired_state(desired, &self.host)
     }
@@ -258,6 +290,7 @@ impl App {
         Ok(())
     }
 
+    /// A runtime on the engine of `look`.
     pub fn runtime(&self, look: &Look) -> Runtime {
         Runtime {
             backend: look.backend.clone(),

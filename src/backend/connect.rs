@@ -15,6 +15,7 @@ use crate::model::BackendChoice;
 /// One place an engine may answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
+    /// Which engine is expected there.
     pub engine: Engine,
     /// `unix:///path` or `tcp://host:port`.
     pub uri: String,
@@ -25,13 +26,19 @@ pub struct Candidate {
 /// The environment that decides where engines are looked for; a value so it can be tested.
 #[derive(Debug, Clone, Default)]
 pub struct Env {
+    /// `DOCKER_HOST`.
     pub docker_host: Option<String>,
+    /// `CONTAINER_HOST` (Podman's).
     pub container_host: Option<String>,
+    /// `XDG_RUNTIME_DIR`: where rootless engines put their sockets.
     pub xdg_runtime_dir: Option<PathBuf>,
+    /// The user's uid: root has no rootless socket; for others, `/run/user/<uid>` when
+    /// `XDG_RUNTIME_DIR` is not set.
     pub uid: u32,
 }
 
 impl Env {
+    /// The environment of this process, for the user `uid`.
     pub fn from_process(uid: u32) -> Env {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         Env {

@@ -55,6 +55,7 @@ const QUIET_ACTIONS: &[&str] = &[
     "commit",
 ];
 
+/// The Docker Engine API, through bollard.
 pub struct DockerBackend {
     docker: Docker,
     endpoint: String,
@@ -63,6 +64,7 @@ pub struct DockerBackend {
 }
 
 impl DockerBackend {
+    /// Connects to `unix:///path` or `tcp://host:port` and agrees on an API version.
     pub async fn connect(uri: &str) -> Result<Self> {
         let (docker, socket) = if let Some(path) = uri.strip_prefix("unix://") {
             let d = Docker::connect_with_unix(

@@ -24,6 +24,7 @@ pub use crate::core::container::{CreateRequest, EngineKind};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineInfo {
+    /// Which engine, and how it runs.
     pub kind: EngineKind,
     /// The engine's own version, e.g. `20.10.24+dfsg1` or `4.3.1`.
     pub version: String,
@@ -54,10 +55,13 @@ impl EngineInfo {
 /// One container as a list call sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// The engine's id.
     pub id: String,
     /// Without a leading `/`.
     pub name: String,
+    /// Its labels.
     pub labels: BTreeMap<String, String>,
+    /// Its state.
     pub state: ContainerState,
     /// Seconds since the epoch.
     pub created: i64,
@@ -66,11 +70,15 @@ pub struct Summary {
 /// One container as inspect sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inspected {
+    /// What a list call would say of it.
     pub summary: Summary,
+    /// Its configuration, reduced to what the policy checks.
     pub effective: Effective,
     /// The host pid of the container's first process, while it runs.
     pub pid: Option<u32>,
+    /// The image as the engine names it.
     pub image: String,
+    /// How often the engine restarted it (ateam asks it never to).
     pub restart_count: u64,
     /// When it last started (RFC 3339), if ever.
     pub started_at: Option<String>,
@@ -83,7 +91,9 @@ pub struct Inspected {
 /// nobody has to ask the engine again which team to look at).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerEvent {
+    /// The engine's id.
     pub id: String,
+    /// The team label, if it has one.
     pub team: Option<String>,
 }
 
@@ -120,6 +130,7 @@ impl PathStat {
     const MODE_TYPE: u32 =
         Self::MODE_DIR | Self::MODE_SYMLINK | 1 << 25 | 1 << 24 | 1 << 26 | 1 << 21 | 1 << 19;
 
+    /// A symbolic link.
     pub fn is_symlink(&self) -> bool {
         self.mode & Self::MODE_SYMLINK != 0
     }
@@ -139,8 +150,11 @@ pub const PROBE_COMMAND: &str = "/.ateam-probe-never-runs";
 /// The output of a command run in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
+    /// The command's exit code.
     pub code: i64,
+    /// What it wrote to stdout.
     pub stdout: String,
+    /// What it wrote to stderr.
     pub stderr: String,
 }
 
@@ -151,44 +165,76 @@ pub enum BackendError {
     /// Nothing answers on the socket.
     #[error("{engine} is not running: nothing answers on {socket}{hint}")]
     Unavailable {
+        /// The engine, by name.
         engine: String,
+        /// The socket tried.
         socket: String,
+        /// The error seen, in parentheses, or nothing.
         hint: String,
     },
     /// The socket exists but this user may not use it.
     #[error("permission denied on {socket}: {hint}")]
-    PermissionDenied { socket: String, hint: String },
+    PermissionDenied {
+        /// The socket.
+        socket: String,
+        /// How to get access.
+        hint: String,
+    },
     /// No engine found at all.
     #[error("no container engine found; tried:\n{tried}\n{hint}")]
-    NoEngine { tried: String, hint: String },
+    NoEngine {
+        /// Each engine tried, where, and what it said, one a line.
+        tried: String,
+        /// The first permission error, else how to start an engine.
+        hint: String,
+    },
     /// ateam never pulls: the image must be built or loaded locally.
     #[error(
         "image `{image}` is not on {engine} and its imagePullPolicy is Never. Build or load it first (for the demo image: scripts/engines.sh, or `{engine} import`), or let ateam pull it (IfNotPresent, the default)"
     )]
-    ImageMissing { engine: String, image: String },
+    ImageMissing {
+        /// The engine, by name.
+        engine: String,
+        /// The image.
+        image: String,
+    },
     /// Pulling an image (by its imagePullPolicy) failed.
     #[error("image `{image}`: {engine} could not pull it: {message}")]
     PullFailed {
+        /// The engine, by name.
         engine: String,
+        /// The image.
         image: String,
+        /// The engine's answer.
         message: String,
     },
     /// A container of that name exists and ateam did not make it.
     #[error(
         "a container named `{name}` already exists and ateam did not make it; rename or remove it yourself (ateam never touches it)"
     )]
-    NameConflict { name: String },
+    NameConflict {
+        /// The name.
+        name: String,
+    },
     #[error("container {id} not found")]
-    NotFound { id: String },
+    /// No container has that id (any more).
+    NotFound {
+        /// The id asked for.
+        id: String,
+    },
     /// Any other answer from the engine.
     #[error("{engine}: {op}: {message}")]
     Engine {
+        /// The engine, by name.
         engine: String,
+        /// What ateam asked for (`create container`...).
         op: String,
+        /// The engine's answer.
         message: String,
     },
 }
 
+/// An engine call's result.
 pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 
 /// Where `logs` writes output as it arrives. (Spelled out with `for<'b>`: async-trait would
@@ -209,6 +255,7 @@ pub struct LogOptions {
 }
 
 impl LogOptions {
+    /// The last `tail` lines, without following.
     pub fn tail(tail: usize) -> LogOptions {
         LogOptions {
             tail,
@@ -222,6 +269,7 @@ impl LogOptions {
 /// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
 #[async_trait]
 pub trait Backend: Send + Sync {
+    /// Which engine this is, and how it runs.
     fn kind(&self) -> EngineKind;
     /// Where it is connected, for messages.
     fn endpoint(&self) -> &str;
@@ -231,6 +279,7 @@ pub trait Backend: Send + Sync {
     async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<Summary>>;
     /// The container with exactly this name, whoever made it.
     async fn find_by_name(&self, name: &str) -> Result<Option<Summary>>;
+    /// The container's summary, configuration and state.
     async fn inspect(&self, id: &str) -> Result<Inspected>;
     /// Fetches `image` from its registry (the engine's own registry settings apply).
     async fn pull(&self, image: &str) -> Result<()>;
@@ -253,10 +302,13 @@ pub trait Backend: Send + Sync {
     async fn read_file(&self, id: &str, path: &str, max: u64) -> Result<Option<Vec<u8>>>;
     /// Creates (never pulls, never starts); returns the id.
     async fn create(&self, req: &CreateRequest) -> Result<String>;
+    /// Starts a created or stopped container.
     async fn start(&self, id: &str) -> Result<()>;
+    /// Stops, killing it after `timeout_secs` of grace.
     async fn stop(&self, id: &str, timeout_secs: u32) -> Result<()>;
     /// Removes, stopping first if needed. Removing what is already gone is not an error.
     async fn remove(&self, id: &str) -> Result<()>;
+    /// Gives the container another name.
     async fn rename(&self, id: &str, name: &str) -> Result<()>;
     /// Lets a paused container go on.
     async fn unpause(&self, id: &str) -> Result<()>;

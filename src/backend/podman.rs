@@ -55,6 +55,7 @@ const LIBPOD: &str = "/v4.0.0/libpod";
 /// CPU period used to express `nano_cpus` as a CFS quota (the kernel's default period).
 const CPU_PERIOD: u64 = 100_000;
 
+/// Podman's libpod API, through podman-api.
 pub struct PodmanBackend {
     endpoint: String,
     podman: Podman,

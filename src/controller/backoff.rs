@@ -26,10 +26,18 @@ pub enum BackoffError {
     ZeroFirstDelay,
     /// The cap must let the first delay happen.
     #[error("the longest delay ({max:?}) is shorter than the first ({first:?})")]
-    MaxBelowFirst { first: Duration, max: Duration },
+    MaxBelowFirst {
+        /// The first delay.
+        first: Duration,
+        /// The longest delay.
+        max: Duration,
+    },
     /// More than 100 % jitter could make a delay negative.
     #[error("jitter of {percent} % is more than 100 %")]
-    JitterTooLarge { percent: u32 },
+    JitterTooLarge {
+        /// The jitter asked for.
+        percent: u32,
+    },
 }
 
 /// `first * 2^n`, capped at `max`, without overflowing for large `n`.
@@ -213,6 +221,7 @@ pub struct CrashLoop {
 }
 
 impl CrashLoop {
+    /// A member that has not crash-looped yet.
     pub fn new(config: CrashLoopConfig) -> Self {
         Self {
             config,

@@ -37,17 +37,22 @@ use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 pub enum Key {
     /// Read the manifests again; schedule the teams that changed.
     Manifests,
+    /// Bring this team to what its manifests want.
     Team(String),
 }
 
+/// How the controller runs (`ateam controller`'s flags).
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// The manifests to watch.
     pub paths: Vec<PathBuf>,
     /// Remove what no manifest wants (members, strangers, teams whose manifests are gone).
     pub prune: bool,
     /// Look at everything again this often, in case an event was missed.
     pub resync: Duration,
+    /// When a crash-looping member is restarted.
     pub crash: CrashLoopConfig,
+    /// How many members are brought up at once; default `default_concurrency()`.
     pub concurrency: Option<usize>,
     /// Serve the figures at `/metrics` here (checked by `metrics::listen_addr`).
     pub metrics: Option<std::net::SocketAddr>,
@@ -96,6 +101,8 @@ impl Reconciler {
         self.state().known.iter().cloned().collect()
     }
 
+    /// Reloads the manifests or converges one team, and records how it went (for `status`);
+    /// what the queue does next with `key`.
     pub async fn reconcile(&self, key: Key) -> Result<Action, AppError> {
         let result = match &key {
             Key::Manifests => self.reload(),
@@ -600,12 +607,16 @@ async fn run_loop(
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ControllerError {
+    /// Another controller holds the state folder, or its lock could not be taken.
     #[error(transparent)]
     Lock(#[from] status::StatusError),
+    /// ateam failed outside a team's reconcile (those are retried, not returned).
     #[error(transparent)]
     App(#[from] AppError),
+    /// The manifests' folders could not be watched.
     #[error("watching the manifests: {0}")]
     Watch(#[source] notify::Error),
+    /// The `/metrics` endpoint could not be served.
     #[error(transparent)]
     Metrics(#[from] super::metrics::ServeError),
     /// `--once` read manifests it refused (one line per problem); nothing was changed.

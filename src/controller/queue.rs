@@ -54,6 +54,7 @@ pub struct Queue<K> {
 }
 
 impl<K: Ord + Clone> Queue<K> {
+    /// An empty queue.
     pub fn new(config: QueueConfig) -> Self {
         Self {
             config,
@@ -118,6 +119,7 @@ impl<K: Ord + Clone> Queue<K> {
         self.due.get(key).copied()
     }
 
+    /// Whether a reconcile of `key` runs now.
     pub fn is_running(&self, key: &K) -> bool {
         self.running.contains(key)
     }

@@ -113,6 +113,7 @@ impl<K> Controller<K>
 where
     K: Ord + Clone + Send + Debug + 'static,
 {
+    /// A controller with nothing queued yet.
     pub fn new(queue: QueueConfig, errors: ErrorBackoffConfig) -> Self {
         let (requests_tx, requests) = mpsc::unbounded_channel();
         Self {

@@ -34,10 +34,15 @@ impl SpecNetwork {
 
 /// Label keys that ateam puts on every container it makes.
 pub mod labels {
+    /// Always `ateam`: marks a container, network or helper as ateam's.
     pub const MANAGED_BY: &str = "ateam.dev/managed-by";
+    /// The name of the store that made it, so that two stores on one engine leave each other alone.
     pub const STORE: &str = "ateam.dev/store";
+    /// The member's team.
     pub const TEAM: &str = "ateam.dev/team";
+    /// The member's name.
     pub const MEMBER: &str = "ateam.dev/member";
+    /// `ContainerSpec::hash` of the spec it was made from: drift at a glance.
     pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
     /// The whole spec as JSON, so that drift can name the field that changed.
     pub const SPEC: &str = "ateam.dev/spec";
@@ -68,8 +73,11 @@ pub const CTL_TARGET: &str = "/.ateam";
 /// in messages and transcripts mean the same thing on both sides.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Mount {
+    /// Where it appears inside the container.
     pub target: PathBuf,
+    /// The host folder.
     pub source: PathBuf,
+    /// Mounted read-only.
     pub read_only: bool,
 }
 
@@ -84,15 +92,22 @@ impl Mount {
     }
 }
 
+/// What a member's container should be, from the manifests alone: what drift is measured on
+/// (its `hash` is a label of the container).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerSpec {
+    /// The container name (`container_name`).
     pub name: String,
+    /// The image reference.
     pub image: String,
+    /// Replaces the image's command; none keeps the image's own.
     pub command: Option<Vec<String>>,
+    /// The working directory inside.
     pub cwd: PathBuf,
     /// Plain environment (secrets are not here: only their names, in `secret_env`).
     pub env: BTreeMap<String, String>,
+    /// Names of variables whose values come from apply's environment, through the secrets file.
     pub secret_env: Vec<String>,
     /// `uid:gid` it runs as: the Member's or Team's `user`, else `Host::default_member_user`.
     pub user: String,
@@ -101,9 +116,13 @@ pub struct ContainerSpec {
     pub mounts: Vec<Mount>,
     /// Mount point -> options.
     pub tmpfs: BTreeMap<String, String>,
+    /// Memory cap in bytes (also the memory+swap cap).
     pub memory_bytes: u64,
+    /// Most processes in the container.
     pub pids: u32,
+    /// CPUs in billionths (the engines' NanoCpus); none for no cap.
     pub nano_cpus: Option<u64>,
+    /// Which network it gets.
     pub network: SpecNetwork,
     /// The user's labels from the manifest.
     pub labels: BTreeMap<String, String>,
@@ -137,12 +156,22 @@ pub fn container_name(team: &str, member: &str) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ContainerState {
+    /// Made, never started.
     Created,
+    /// Its process runs.
     Running,
+    /// Frozen by someone (`docker pause`).
     Paused,
+    /// The engine is restarting it.
     Restarting,
-    Exited { code: i64 },
+    /// Its process ended.
+    Exited {
+        /// Its exit code.
+        code: i64,
+    },
+    /// The engine is removing it.
     Removing,
+    /// Broken beyond starting again.
     Dead,
 }
 
@@ -168,6 +197,7 @@ pub struct LastExit {
     pub at: Option<String>,
     /// The exit code of its command; none when a start failed before the command ran.
     pub exit_code: Option<i64>,
+    /// How it ended.
     pub reason: ExitReason,
     /// The engine's error or ateam's, in words; none for a plain exit.
     pub message: Option<String>,
@@ -235,11 +265,14 @@ pub fn rfc3339_epoch(secs: i64) -> Option<String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
+    /// Docker, or an engine that speaks its API.
     Docker,
+    /// Podman, through its libpod API.
     Podman,
 }
 
 impl Engine {
+    /// Its name, as records and messages write it.
     pub fn name(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
@@ -259,8 +292,13 @@ impl std::fmt::Display for Engine {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum EngineKind {
+    /// Docker, or an engine that speaks its API.
     Docker,
-    Podman { rootless: bool },
+    /// Podman, through its libpod API.
+    Podman {
+        /// Runs as an ordinary user, in a user namespace.
+        rootless: bool,
+    },
 }
 
 impl EngineKind {
@@ -287,31 +325,45 @@ impl std::fmt::Display for EngineKind {
 /// and add nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateRequest {
+    /// The container name.
     pub name: String,
+    /// The image reference.
     pub image: String,
     /// Replaces the image's entrypoint (the start gate).
     pub entrypoint: Vec<String>,
+    /// The command (the manifest's, or the image's own), run by the gate.
     pub cmd: Vec<String>,
+    /// Plain environment.
     pub env: BTreeMap<String, String>,
     /// `uid:gid`.
     pub user: String,
+    /// Working directory inside.
     pub workdir: PathBuf,
     /// Bind mounts (`rbind`, private propagation).
     pub mounts: Vec<Mount>,
     /// Mount point -> options (`rw,nosuid,nodev,size=256m`).
     pub tmpfs: BTreeMap<String, String>,
+    /// Memory cap in bytes.
     pub memory_bytes: u64,
     /// Always equal to `memory_bytes`: no swap beyond the cap.
     pub memory_swap_bytes: u64,
+    /// Most processes.
     pub pids: u32,
+    /// CPUs in billionths; none for no cap.
     pub nano_cpus: Option<u64>,
     /// No network at all (`none`), or the network `network_name` (the team's own).
     pub network_none: bool,
+    /// The network to attach to, unless `network_none`.
     pub network_name: Option<String>,
+    /// Labels: ateam's and the user's.
     pub labels: BTreeMap<String, String>,
+    /// Drop every capability.
     pub cap_drop_all: bool,
+    /// `no-new-privileges`.
     pub no_new_privileges: bool,
+    /// Read-only root filesystem.
     pub read_only_rootfs: bool,
+    /// Run an init as PID 1 (reaps zombies, forwards signals).
     pub init: bool,
     /// Rootless Podman: map the user's uid to itself inside, so written files are the user's.
     pub userns_keep_id: bool,
@@ -326,13 +378,19 @@ pub struct CreateRequest {
 pub struct Effective {
     /// The image as the engine names it (Podman adds `localhost/`).
     pub image: String,
+    /// The entrypoint in force.
     pub entrypoint: Vec<String>,
+    /// The command in force.
     pub cmd: Vec<String>,
+    /// The user it runs as.
     pub user: String,
+    /// Privileged mode.
     pub privileged: bool,
+    /// Capabilities added.
     pub cap_add: Vec<String>,
     /// Capabilities the process keeps (after drops); "ALL" dropped means empty here.
     pub cap_drop_all: bool,
+    /// `no-new-privileges`.
     pub no_new_privileges: bool,
     /// Every `--security-opt`: seccomp, AppArmor and SELinux settings, `systempaths`.
     pub security_opt: Vec<String>,
@@ -340,34 +398,50 @@ pub struct Effective {
     pub apparmor_profile: String,
     /// `None` where the engine does not report them (Podman's libpod inspect).
     pub masked_paths: Option<Vec<String>>,
+    /// Paths mounted read-only (`None` where the engine does not report them).
     pub readonly_paths: Option<Vec<String>>,
+    /// Kernel parameters set for it.
     pub sysctls: Vec<String>,
+    /// Its cgroup parent (`""`: the engine's default).
     pub cgroup_parent: String,
+    /// The OOM killer is off for it.
     pub oom_kill_disable: bool,
+    /// Device cgroup rules added.
     pub device_cgroup_rules: Vec<String>,
+    /// Read-only root filesystem.
     pub read_only_rootfs: bool,
+    /// Runs with an init as PID 1.
     pub init: bool,
     /// `none` for no network; anything else is a network the member can use.
     pub network_mode: String,
     /// The networks it is attached to, by name (Podman says `bridge` as its mode for any).
     #[serde(default)]
     pub networks: Vec<String>,
+    /// Bind mounts.
     pub bind_mounts: Vec<Mount>,
     /// Mount point -> options of tmpfs mounts.
     pub tmpfs: std::collections::BTreeMap<String, String>,
     /// Mounts of any other kind (volumes, the engine socket...): never allowed.
     pub other_mounts: Vec<String>,
+    /// Memory cap in bytes.
     pub memory_bytes: u64,
+    /// Memory+swap cap in bytes: the policy wants it equal to the memory cap.
     pub memory_swap_bytes: i64,
+    /// Most processes.
     pub pids_limit: i64,
+    /// CPUs in billionths.
     pub nano_cpus: u64,
+    /// The engine's restart policy: must be none (`""` or `no`), as ateam restarts members itself.
     pub restart_policy: String,
+    /// Host devices passed in.
     pub devices: Vec<String>,
+    /// Extra groups.
     pub group_add: Vec<String>,
     /// pid, ipc, uts, userns and cgroupns modes as the engine reports them (`""`: its
     /// default, private). The policy allows private modes only: never `host`, never another
     /// container's (`container:<id>`), never a path.
     pub namespaces: std::collections::BTreeMap<String, String>,
+    /// Published ports.
     pub published_ports: Vec<String>,
 }
 

@@ -32,32 +32,45 @@ pub use crate::detached::answers;
 /// The `ateam` binary that runs proxies (`ATEAM_EGRESS_EXE` for a test).
 pub use crate::detached::exe;
 
+/// Why a member's egress proxy could not be set up, started or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
+    /// A file of the proxy's could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
     /// The proxy was started but its socket did not answer.
     #[error("the egress proxy did not answer on {} within {}s{}", .socket.display(), .secs, .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
     NotAnswering {
+        /// The proxy's socket.
         socket: PathBuf,
+        /// How long ateam waited.
         secs: u64,
+        /// What the proxy wrote on standard error, if anything.
         why: Option<String>,
     },
     /// The socket answers but is not the member's: the member could not connect to it.
     #[error("the egress proxy's socket {} belongs to uid {owner}, not to the member's uid {member}", .socket.display())]
     NotTheMembers {
+        /// The proxy's socket.
         socket: PathBuf,
+        /// Its owner's uid.
         owner: u32,
+        /// The uid the member runs as.
         member: u32,
     },
+    /// The proxy's process could not be started.
     #[error("cannot run the egress proxy ({}): {source}", .exe.display())]
     Spawn {
+        /// The binary run.
         exe: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -66,10 +79,16 @@ pub enum ProxyError {
     Tls(#[from] tls::TlsError),
     /// A secret the proxy injects is not in ateam's environment.
     #[error("secretEnv `{name}`, which the proxy injects, is not set in the environment of ateam")]
-    MissingSecret { name: String },
+    MissingSecret {
+        /// The variable.
+        name: String,
+    },
+    /// The proxy, started as root, could not become the member's user.
     #[error("cannot drop the egress proxy's privileges to {user}: {source}")]
     Privileges {
+        /// The `uid:gid` it was to run as.
         user: String,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -78,8 +97,11 @@ pub enum ProxyError {
 /// The policy file: the member's allowlist as the manifest says it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyFile {
+    /// Team name.
     pub team: String,
+    /// Member name.
     pub member: String,
+    /// Every destination, as written (`host`, `host:port`, `*.domain`).
     pub allow: Vec<String>,
     /// Absent from the files of ateam before rules existed: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -87,6 +109,7 @@ pub struct PolicyFile {
 }
 
 impl PolicyFile {
+    /// The file for a member's policy.
     pub fn new(team: &str, member: &str, policy: &EgressPolicy) -> PolicyFile {
         PolicyFile {
             team: team.to_string(),
@@ -121,17 +144,24 @@ pub struct InterceptFile {
 /// its key, both PEM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leaf {
+    /// The leaf certificate then the team's CA.
     pub chain_pem: String,
+    /// The leaf's private key.
     pub key_pem: String,
 }
 
 /// Every file of one member's proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
+    /// Where the proxy listens: in the member's control folder (`/.ateam` inside).
     pub socket: PathBuf,
+    /// The proxy's own folder (never mounted).
     pub dir: PathBuf,
+    /// The allowlist it reads (`PolicyFile`).
     pub policy: PathBuf,
+    /// Its pid file.
     pub pid: PathBuf,
+    /// Allowed and refused connections, JSON lines.
     pub log: PathBuf,
     /// What the proxy said on standard error when it last started.
     pub err: PathBuf,
@@ -140,6 +170,7 @@ pub struct Paths {
 }
 
 impl Paths {
+    /// The paths of a member's proxy under ateam's state folder.
     pub fn new(state_dir: &Path, team: &str, member: &str) -> Paths {
         let dir = layout::egress_dir(state_dir, team, member);
         Paths {
@@ -167,12 +198,17 @@ pub fn write_policy(paths: &Paths, policy: &PolicyFile, owner: Owner) -> std::io
 
 /// What `write_intercepts` needs besides the policy.
 pub struct InterceptContext<'a> {
+    /// ateam's state folder (the team's CA lives under it).
     pub state_dir: &'a Path,
+    /// Team name.
     pub team: &'a str,
     /// The member's control folder (inside: `/.ateam`), where its CA files go.
     pub ctl_dir: &'a Path,
+    /// Who ateam's own files belong to.
     pub store_owner: Owner,
+    /// The user the member (and its proxy) runs as.
     pub member: Owner,
+    /// Looks up a secret's value in ateam's environment.
     pub secret: &'a (dyn Fn(&str) -> Option<String> + Sync),
 }
 

@@ -50,9 +50,13 @@ const HOUSEKEEPING: Duration = Duration::from_secs(5);
 /// What the proxy runs with (from `ateam egress-proxy`'s arguments).
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Where it listens.
     pub socket: PathBuf,
+    /// The allowlist file it reads (`PolicyFile`), again whenever it changes.
     pub policy: PathBuf,
+    /// Where it writes what it allowed and refused.
     pub log: PathBuf,
+    /// Its pid file.
     pub pid_file: PathBuf,
 }
 

@@ -47,6 +47,8 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// The inspects kept in the team's folder `run_dir` (none if the file is missing, unreadable
+    /// or of another version).
     pub fn load(run_dir: &Path) -> Cache {
         let path = layout::inspect_cache_path(run_dir);
         let old = std::fs::read(&path)

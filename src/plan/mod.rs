@@ -31,7 +31,9 @@ pub use spec::{DesiredMember, DesiredState};
 /// What to do, and what to tell the user without doing anything.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// The changes; apply makes those of one member in this order, members side by side.
     pub actions: Vec<Action>,
+    /// What the user should know that no action addresses.
     pub findings: Vec<Finding>,
     /// Restarts the crash-loop policy holds back (`PlanOptions::deferred`): nothing is done
     /// for them now, and the controller looks again when the first is due.
@@ -81,7 +83,9 @@ impl Plan {
 /// A container the plan refers to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerRef {
+    /// The engine's id of the container.
     pub id: String,
+    /// Its name, as the engine reports it.
     pub name: String,
 }
 
@@ -89,55 +93,78 @@ pub struct ContainerRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Action {
+    /// Create the member's transcript directory on the host (it is mounted into the container).
     MakeTranscriptDir {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The directory to create.
         path: PathBuf,
     },
     /// Start the member's allowlisting egress proxy (before its container starts).
     StartEgressProxy {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The unix socket the proxy listens on, in the member's control folder.
         socket: PathBuf,
+        /// What the proxy lets through.
         policy: EgressPolicy,
     },
     /// Give a running egress proxy the member's new allowlist (no new container).
     UpdateEgressPolicy {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The new allowlist.
         policy: EgressPolicy,
     },
     /// Stop the egress proxy of a member that no longer has an allowlist (or is gone), and
     /// remove its socket.
     StopEgressProxy {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
     },
     /// Start the helper server of a member whose team allows helper requests (its socket is
     /// silent).
     StartHelperServer {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
     },
     /// Stop the helper server of a member no longer wanted, or whose team turned requests
     /// off, and remove its socket.
     StopHelperServer {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
     },
     /// Start a main session's terminal on the host. `resume`: the members of a session it
     /// takes over, for its resume file (written when the session first starts).
     StartSession {
+        /// The session to start, as the manifests want it.
         session: Box<spec::DesiredSession>,
+        /// The members of sessions it takes over, for its resume file.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         resume: Vec<ResumeEntry>,
     },
     /// End a main session's terminal that no manifest wants: one a session `takesOver` (its
     /// heir's name here), or any with `--prune`.
     StopSession {
+        /// Team name.
         team: String,
+        /// Session name.
         session: String,
+        /// The socket of the session's terminal.
         socket: PathBuf,
+        /// The session that takes this one over, if that is why it ends.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         taken_over_by: Option<String>,
     },
@@ -147,71 +174,109 @@ pub enum Action {
     /// promotion stopped, to go on from there. `resume`: as for `StartSession`, when the
     /// promoted session also takes over another.
     Promote {
+        /// The session to promote to.
         session: Box<spec::DesiredSession>,
+        /// The member's containers, removed once the session runs.
         containers: Vec<ContainerRef>,
+        /// Where an interrupted promotion stopped.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         journal: Option<Box<Promotion>>,
+        /// The members of sessions it takes over, for its resume file.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         resume: Vec<ResumeEntry>,
     },
     /// Undo what an interrupted promotion did, which the manifests no longer ask for: stop
     /// the session if it got that far, move the transcript back to the member's place.
     RollBackPromotion {
+        /// What the interrupted promotion recorded.
         journal: Box<Promotion>,
     },
+    /// Create a container for a member that has none.
     Create {
+        /// The member to create, as the manifests want it.
         member: Box<DesiredMember>,
     },
+    /// Replace a member's container that no longer matches what is wanted.
     Recreate {
+        /// The member, as the manifests want it now.
         member: Box<DesiredMember>,
+        /// The container it replaces.
         old: ContainerRef,
+        /// Why it is replaced.
         reason: Drift,
     },
+    /// Start a member's stopped (or unverified) container.
     Start {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The container to start.
         container: ContainerRef,
+        /// Why it is started.
         reason: StartReason,
     },
+    /// Remove a container this store made that no manifest wants (with `--prune`, or a helper no longer wanted).
     RemoveOrphan {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The container to remove.
         container: ContainerRef,
         /// Why it goes, when more is known than that no manifest wants it (a helper whose
         /// requester is gone).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         why: Option<String>,
     },
+    /// Remove one of several containers this store made for one member: a leftover replacement, or all but the one kept.
     RemoveDuplicate {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The container to remove.
         container: ContainerRef,
     },
     /// Give a verified replacement the member's name (its predecessor is gone).
     FinishReplacement {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The replacement container.
         container: ContainerRef,
+        /// The member's container name it takes.
         name: String,
     },
     /// Give the member's container its name back (someone renamed it).
     RestoreName {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The renamed container.
         container: ContainerRef,
+        /// The name it should have.
         name: String,
     },
     /// Let a paused member go on (someone paused it).
     Unpause {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The paused container.
         container: ContainerRef,
     },
     /// Remove a container with ateam's labels that ateam did not make (not in its record):
     /// with `--prune`, or because it holds the name the member's own container needs.
     RemoveStranger {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The container to remove.
         container: ContainerRef,
     },
 }
@@ -379,11 +444,22 @@ impl Action {
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Drift {
     /// The manifest changed: these fields differ.
-    Spec { changes: Vec<FieldChange> },
+    Spec {
+        /// The fields that differ.
+        changes: Vec<FieldChange>,
+    },
     /// The spec hash differs but the old spec is unknown (label missing or unreadable).
-    SpecHash { from: String, to: String },
+    SpecHash {
+        /// The container's spec hash.
+        from: String,
+        /// The wanted spec's hash.
+        to: String,
+    },
     /// Someone changed the container outside ateam.
-    Policy { violations: Vec<Violation> },
+    Policy {
+        /// What differs from what ateam set.
+        violations: Vec<Violation>,
+    },
     /// The engine marks the container dead; it cannot be started again.
     Dead,
 }
@@ -400,20 +476,30 @@ impl Drift {
     }
 }
 
+/// One field whose value differs between the old spec and the new.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FieldChange {
+    /// Its dotted path in the spec (`env.FOO`).
     pub field: String,
+    /// The old value (`null` when it was absent).
     pub from: Value,
+    /// The new value (`null` when it is absent).
     pub to: Value,
 }
 
+/// Why a member's existing container is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum StartReason {
     /// Created but never started (for example, an apply that was interrupted).
     NeverStarted,
     /// Exited with this code and the restart policy asks for a restart.
-    Restart { code: i64, policy: RestartPolicy },
+    Restart {
+        /// The exit code.
+        code: i64,
+        /// The policy that asks for the restart.
+        policy: RestartPolicy,
+    },
     /// Running, but an interrupted apply never verified it nor released its gate: check it
     /// now, then release.
     NotReleased,
@@ -436,37 +522,58 @@ impl StartReason {
 pub enum Finding {
     /// An ateam container of a team in scope that no manifest wants (`--prune` removes it).
     Orphan {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The orphaned container.
         container: ContainerRef,
     },
     /// A container holds the name a member needs but ateam (this store) did not make it; it is
     /// never touched.
     Conflict {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The container that holds the name.
         container: ContainerRef,
+        /// Which other ateam store made it, if its labels say so.
         owner: Option<String>,
     },
     /// Exited and its restart policy says to leave it.
     Finished {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// Its exit code.
         code: i64,
     },
     /// A container with this store's labels that ateam did not make (its id is in no record):
     /// never adopted, released or started; `--prune` removes it.
     Stranger {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The stranger container.
         container: ContainerRef,
     },
     /// A main session's terminal runs that no manifest wants (`--prune` ends it).
-    OrphanSession { team: String, session: String },
+    OrphanSession {
+        /// Team name.
+        team: String,
+        /// Session name.
+        session: String,
+    },
     /// The transcript of a member that no manifest wants any more; kept until `--purge`.
     RetainedTranscript {
+        /// Team name.
         team: String,
+        /// Member name.
         member: String,
+        /// The transcript directory.
         path: PathBuf,
     },
 }
@@ -515,7 +622,9 @@ impl Finding {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Deferred {
+    /// Team name.
     pub team: String,
+    /// Member name.
     pub member: String,
     /// When the restart may happen (as `PlanOptions::deferred` said).
     pub until: SystemTime,
@@ -527,7 +636,12 @@ pub struct Deferred {
 pub enum Refusal {
     /// The team would have no main session while members ateam made for it (no longer in
     /// the manifests) still run: nobody would be there to report to.
-    NoMainSession { team: String, members: Vec<String> },
+    NoMainSession {
+        /// Team name.
+        team: String,
+        /// The members that still run.
+        members: Vec<String>,
+    },
 }
 
 /// Plans the changes that make `observed` match `desired`. Everything it decides from is an

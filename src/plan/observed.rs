@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::container::{ContainerState, Effective, LastExit};
 
+/// What observe found: the containers, folders, sockets and records of the teams in scope.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observed {
     /// Containers with ateam's labels, plus any container whose name a desired member would
@@ -44,11 +45,16 @@ pub struct Observed {
     pub promotions: Vec<crate::core::session::Promotion>,
 }
 
+/// A container as observe saw it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObservedContainer {
+    /// The engine's id.
     pub id: String,
+    /// Its name.
     pub name: String,
+    /// Its labels.
     pub labels: BTreeMap<String, String>,
+    /// Its state.
     pub state: ContainerState,
     /// Seconds since the epoch when created; the newest of duplicates is kept.
     pub created: i64,

@@ -58,7 +58,10 @@ impl PlanOptions {
 /// A requested member that is no longer wanted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dropped {
+    /// Team name.
     pub team: String,
+    /// Member name.
     pub member: String,
+    /// Why it is dropped, in words.
     pub why: String,
 }

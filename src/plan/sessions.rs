@@ -13,9 +13,11 @@ use crate::plan::spec::{DesiredSession, DesiredState};
 /// One member, as a session that takes over is told of it in its resume file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResumeEntry {
+    /// The member's name.
     pub member: String,
     /// `running`, `exited 3`, `no container`...
     pub state: String,
+    /// Its transcript folder.
     pub transcript: PathBuf,
 }
 

@@ -75,6 +75,8 @@ pub const CA_VARS: [(&str, &str); 8] = [
     ("NODE_EXTRA_CA_CERTS", CA_CERT_NAME),
 ];
 
+/// Why a member may not set the environment variable `name`, if it may not: the variables
+/// ateam sets itself (`proxied`: the member has an allowlist, so the proxy and CA variables too).
 pub fn reserved_env(name: &str, proxied: bool) -> Option<String> {
     if name == "HOME" {
         return Some(format!(
@@ -102,13 +104,19 @@ pub fn reserved_env(name: &str, proxied: bool) -> Option<String> {
 /// One member as the planner wants it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DesiredMember {
+    /// Team name.
     pub team: String,
+    /// Member name.
     pub member: String,
+    /// Its container, as the manifests decide it.
     pub spec: ContainerSpec,
+    /// `spec`'s hash (`ContainerSpec::hash`), as the container's label will carry it.
     pub hash: String,
+    /// What to do when its process ends (ateam restarts, not the engine).
     pub restart: RestartPolicy,
     /// Not part of the spec: a changed policy replaces nothing.
     pub pull: PullPolicy,
+    /// Its transcript folder on the host.
     pub transcript_dir: PathBuf,
     /// Private per-member files on the host: the start gate, the secrets file.
     pub ctl_dir: PathBuf,
@@ -126,20 +134,28 @@ pub struct DesiredMember {
 /// A member's egress proxy as the planner wants it: listening on `socket`, judging by `allow`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DesiredEgress {
+    /// Where it listens: in the member's control folder.
     pub socket: PathBuf,
+    /// What it lets through.
     pub policy: EgressPolicy,
 }
 
 /// A main session as the planner wants it: a terminal on the host, on its own socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DesiredSession {
+    /// Team name.
     pub team: String,
+    /// Session name.
     pub name: String,
+    /// Its terminal's socket.
     pub socket: PathBuf,
+    /// Its working directory.
     pub cwd: PathBuf,
+    /// What it runs.
     pub command: Vec<String>,
     /// Its whole environment, ATEAM_ROLE and the rest included (tmux starts it clean).
     pub env: BTreeMap<String, String>,
+    /// Its transcript folder (at the top of the team's `sessionDir`).
     pub transcript_dir: PathBuf,
     /// `<state>/teams/<t>/sessions/<s>`: its socket, start time, promotion journal.
     pub dir: PathBuf,
@@ -173,18 +189,24 @@ pub struct DesiredState {
     pub store: String,
     /// Teams in scope: only their containers and transcripts are looked at.
     pub teams: Vec<TeamScope>,
+    /// The teams' main sessions.
     pub sessions: Vec<DesiredSession>,
+    /// The teams' members.
     pub members: Vec<DesiredMember>,
 }
 
+/// A team in scope: its containers, transcripts and sessions are looked at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TeamScope {
+    /// Team name.
     pub name: String,
+    /// Where its transcripts live (the Team's `sessionDir`).
     pub session_dir: PathBuf,
     /// `team_run_dir`: where its members' records are.
     pub run_dir: PathBuf,
 }
 
+/// The container spec of member `m` of `team` on `host`: what drift is measured against.
 pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     let ctl = member_ctl_dir(&host.state_dir, &team.name, &m.name);
     let mut mounts: Vec<Mount> = m

@@ -202,6 +202,7 @@ pub(super) fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
 
+/// Why a container is replaced, in words.
 pub fn drift_text(d: &Drift) -> String {
     match d {
         Drift::Spec { changes } => changes
@@ -222,6 +223,7 @@ pub fn drift_text(d: &Drift) -> String {
     }
 }
 
+/// Why a container is started, in words.
 pub fn start_text(r: &StartReason) -> String {
     match r {
         StartReason::NeverStarted => "created but never started".into(),

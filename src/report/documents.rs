@@ -74,6 +74,7 @@ impl StatusDocument {
         v.to_string()
     }
 
+    /// The document of `teams` and the controller, as looked at `now`.
     pub fn new(
         teams: Vec<TeamStatus>,
         controller: Option<ControllerStatus>,
@@ -96,9 +97,11 @@ impl StatusDocument {
 pub struct ControllerStatus {
     /// It holds the state folder's controller lock now.
     pub running: bool,
+    /// Its process id.
     pub pid: u32,
     /// When it started (RFC 3339).
     pub since: String,
+    /// Its last reconcile of a team, if any yet.
     pub last_reconcile: Option<LastReconcile>,
     /// Team -> its last reconcile error, while it lasts.
     pub errors: std::collections::BTreeMap<String, String>,
@@ -111,12 +114,15 @@ pub struct ControllerStatus {
     pub restarts_due: std::collections::BTreeMap<String, String>,
 }
 
+/// The controller's last reconcile of a team.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LastReconcile {
     /// RFC 3339.
     pub at: String,
+    /// The team it reconciled.
     pub team: String,
+    /// It succeeded (the error is in `errors`).
     pub ok: bool,
 }
 
@@ -141,6 +147,7 @@ pub struct DiffDocument {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Change {
+    /// Team name.
     pub team: String,
     /// The member (or main session) it is about.
     pub name: String,
@@ -160,19 +167,25 @@ pub struct Change {
     pub field_changes: Vec<FieldChange>,
 }
 
+/// A container, as the documents name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContainerId {
+    /// The engine's id.
     pub id: String,
+    /// Its name.
     pub name: String,
 }
 
+/// A field of a member's container spec that changes.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FieldChange {
     /// The field of the member's container spec, dotted (`env.LOG`, `mounts`).
     pub field: String,
+    /// The value now (`null`: not set).
     pub from: Value,
+    /// The value apply sets (`null`: not set).
     pub to: Value,
 }
 
@@ -180,6 +193,7 @@ pub struct FieldChange {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DiffFinding {
+    /// Team name.
     pub team: String,
     /// The member it is about.
     pub name: String,
@@ -189,6 +203,7 @@ pub struct DiffFinding {
     pub drift: bool,
     /// In words; none for a finished member.
     pub description: Option<String>,
+    /// The container, when one exists.
     pub container: Option<ContainerId>,
     /// A finished member's exit code.
     pub exit_code: Option<i64>,

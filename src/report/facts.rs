@@ -41,7 +41,9 @@ pub struct StatusFacts {
 /// A transcript folder's size and when it last changed (`execute::transcript_usage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TranscriptUsage {
+    /// Bytes in the folder's files.
     pub bytes: u64,
+    /// When anything in it last changed.
     pub last_change: Option<SystemTime>,
 }
 

@@ -46,7 +46,9 @@ pub struct EgressStatus {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EgressCounts {
+    /// Let through.
     pub allowed: u64,
+    /// Refused by the list.
     pub refused: u64,
     /// Allowed by the list but not carried (no such name, the upstream failed).
     pub failed: u64,
@@ -75,9 +77,11 @@ impl EgressCounts {
 pub struct Usage {
     /// CPU time since its container started (a counter: its rate is the CPU share).
     pub cpu_seconds: Option<f64>,
+    /// Memory in use.
     pub memory_bytes: Option<u64>,
     /// None: no memory limit.
     pub memory_limit_bytes: Option<u64>,
+    /// Processes now.
     pub pids: Option<u64>,
     /// None: no pids limit.
     pub pids_limit: Option<u64>,
@@ -87,7 +91,9 @@ pub struct Usage {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeftOut {
+    /// Refused destinations not listed.
     pub destinations: usize,
+    /// Refusals to those, all told.
     pub refusals: u64,
 }
 
@@ -115,6 +121,7 @@ impl EgressStatus {
 }
 
 impl RowKind {
+    /// Its name, as the `KIND` column shows it.
     pub fn as_str(self) -> &'static str {
         match self {
             RowKind::MainSession => "MainSession",
@@ -141,6 +148,7 @@ pub struct Grants {
     /// The uid the member runs as, when some of `write` is not writable by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_writable_by: Option<u32>,
+    /// What it may reach.
     pub network: NetworkGrant,
 }
 
@@ -148,6 +156,7 @@ pub struct Grants {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkGrant {
+    /// Which kind of network.
     pub mode: NetworkMode,
     /// The hosts of an `allow` grant; empty otherwise.
     pub allow: Vec<String>,
@@ -165,6 +174,7 @@ pub struct NetworkGrant {
 pub struct Injection {
     /// The member's `secretEnv` whose value the proxy holds.
     pub secret: String,
+    /// The host it goes to.
     pub host: String,
     /// The header it goes in: a header name, `bearer` or `basic` (both `Authorization`).
     pub how: String,
@@ -176,6 +186,7 @@ impl std::fmt::Display for Injection {
     }
 }
 
+/// A member's kind of network, as its AccessGrant says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum NetworkMode {
@@ -188,6 +199,7 @@ pub enum NetworkMode {
 }
 
 impl Grants {
+    /// The AccessGrant `g`, as data; what its uid cannot write is for the caller to fill in.
     pub fn of(g: &AccessGrant) -> Grants {
         let (mode, allow) = match &g.network {
             Network::None => (NetworkMode::None, vec![]),
@@ -235,7 +247,9 @@ impl Grants {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MemberStatus {
+    /// The member's, main session's or transcript's name.
     pub name: String,
+    /// What the row is.
     pub kind: RowKind,
     /// The main session or member it works for; none for a main session, an orphan, a
     /// stranger, a kept transcript.
@@ -265,6 +279,7 @@ pub struct MemberStatus {
     pub last_exit: Option<LastExit>,
     /// Its transcript folder.
     pub transcript: Option<PathBuf>,
+    /// Bytes in its transcript folder (`execute::transcript_usage`).
     pub transcript_bytes: u64,
     /// When its transcript last changed (RFC 3339).
     pub last_activity_at: Option<String>,
@@ -314,12 +329,15 @@ impl OriginStatus {
     }
 }
 
+/// One team of `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TeamStatus {
+    /// Team name.
     pub team: String,
     /// `docker`, `podman` or `podman (rootless)`.
     pub engine: String,
+    /// Its rows: main sessions, members, kept transcripts.
     pub members: Vec<MemberStatus>,
     /// Anything of this team differs from the manifests.
     pub drifted: bool,

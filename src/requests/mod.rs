@@ -52,6 +52,7 @@ pub struct Request {
     /// Absolute; default as a manifest's: the first write folder, else read, else its
     /// transcript folder.
     pub cwd: Option<String>,
+    /// Plain environment variables, judged by the manifest rules.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Absolute folders the requester may read (or write), or folders inside them.
@@ -65,6 +66,7 @@ pub struct Request {
     /// Each default: the requester's own; never more than it.
     #[serde(default)]
     pub resources: Resources,
+    /// When to restart it; default `OnFailure`, as a manifest's.
     pub restart: Option<RestartPolicy>,
 }
 
@@ -79,10 +81,12 @@ pub struct Refusal {
     pub rule: String,
     /// The field of the request at fault, when one is.
     pub field: Option<String>,
+    /// What is wrong, in words for the member to act on.
     pub message: String,
 }
 
 impl Refusal {
+    /// A refusal by `rule`, with a `status` and, when one is at fault, the request's `field`.
     pub fn new(
         status: u16,
         rule: &str,
@@ -101,21 +105,29 @@ impl Refusal {
 /// One accepted request, as recorded: the member it made (its `origin` says who asked).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
+    /// The helper, as a manifest member would be (its `origin` says who asked, and when).
     pub member: Member,
 }
 
+/// Why the recorded requests of a team could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
+    /// A record could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
+    /// A record is not one ateam wrote.
     #[error("{}: not a request record ateam wrote: {source}", .path.display())]
     Corrupt {
+        /// The file.
         path: PathBuf,
+        /// What did not parse.
         #[source]
         source: serde_json::Error,
     },

@@ -23,15 +23,21 @@ pub const MAX_DATA: u64 = 1 << 30;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// A file of the server's could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
+    /// The server was started but nothing answered on its socket within `START_TIMEOUT`.
     #[error("the helper server did not answer on {} within {}s{}", .socket.display(), START_TIMEOUT.as_secs(), .why.as_ref().map(|w| format!(": {w}")).unwrap_or_default())]
     NotAnswering {
+        /// The server's socket.
         socket: PathBuf,
+        /// What the server said on standard error, if anything.
         why: Option<String>,
     },
 }
@@ -39,13 +45,18 @@ pub enum StartError {
 /// Every file of one member's helper server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
+    /// Where it listens: in the member's control folder.
     pub socket: PathBuf,
+    /// Its own folder (never mounted).
     pub dir: PathBuf,
+    /// Its pid file, in the team's folder.
     pub pid: PathBuf,
+    /// What it said on standard error when it last started.
     pub err: PathBuf,
 }
 
 impl Paths {
+    /// The paths of a member's helper server under ateam's state folder.
     pub fn new(state_dir: &Path, team: &str, member: &str) -> Paths {
         let dir = layout::helpers_dir(state_dir, team, member);
         Paths {

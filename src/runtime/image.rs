@@ -242,6 +242,7 @@ pub async fn runnable(
 /// PATH and working folder each is looked up in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Program {
+    /// The program to look for: a path, or a name looked up in `path`.
     pub name: String,
     /// A PATH the command sets for it (`env PATH=... prog`), else the member's.
     pub path: Option<String>,

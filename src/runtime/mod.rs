@@ -37,13 +37,18 @@ pub enum RunError {
     /// The CA files of a member with intercepted hosts.
     #[error("member `{member}`: its CA for intercepted hosts: {source}")]
     Ca {
+        /// The member.
         member: String,
+        /// What failed.
         #[source]
         source: crate::egress::ProxyError,
     },
+    /// The engine refused or failed a call.
     #[error("member `{member}`: {source}")]
     Backend {
+        /// The member.
         member: String,
+        /// The engine's error.
         #[source]
         source: BackendError,
     },
@@ -51,15 +56,37 @@ pub enum RunError {
     #[error(
         "member `{member}`: {engine} does not enforce memory and pids limits here (rootless Podman on cgroup v1), so it was not started; set `allowUnenforcedLimits: true` in the Team spec to run it anyway, or use rootful Podman, Docker or cgroup v2"
     )]
-    LimitsNotEnforced { member: String, engine: String },
+    LimitsNotEnforced {
+        /// The member.
+        member: String,
+        /// The engine, in words.
+        engine: String,
+    },
     #[error("member `{member}`: secretEnv `{name}` is not set in the environment of ateam")]
-    MissingSecret { member: String, name: String },
+    /// A `secretEnv` variable is not set where ateam runs.
+    MissingSecret {
+        /// The member.
+        member: String,
+        /// The variable.
+        name: String,
+    },
     #[error("member `{member}`: image `{image}` has no command; set spec.command")]
-    NoCommand { member: String, image: String },
+    /// Neither the manifest nor the image gives a command.
+    NoCommand {
+        /// The member.
+        member: String,
+        /// The image.
+        image: String,
+    },
     /// Its image could not be looked at (it is not on the engine, most often): the
     /// engine's answer, shared by every member of that image.
     #[error("member `{member}`: {reason}")]
-    Image { member: String, reason: String },
+    Image {
+        /// The member.
+        member: String,
+        /// The engine's answer.
+        reason: String,
+    },
     /// Its command is not an executable file where the container would look for it.
     #[error(
         "member `{member}`: its command `{command}`{} is not an executable file in image `{image}` (looked for {}); fix spec.command or the image",
@@ -67,11 +94,15 @@ pub enum RunError {
         .looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     CommandNotFound {
+        /// The member.
         member: String,
+        /// The program looked for.
         command: String,
         /// The whole command, when the program missing is one a wrapper runs (`env`, `sh -c`).
         run_by: Option<String>,
+        /// The image.
         image: String,
+        /// The paths it was looked for at.
         looked: Vec<PathBuf>,
     },
     /// Rootless Podman maps only the caller's own uid into a member.
@@ -79,14 +110,22 @@ pub enum RunError {
         "member `{member}`: rootless Podman runs members as you ({caller}), not as `{user}`; remove `user` from the Member and Team, or use rootful Podman or Docker"
     )]
     RootlessUser {
+        /// The member.
         member: String,
+        /// The `user` the manifests ask for.
         user: String,
+        /// The uid:gid of the user running ateam.
         caller: String,
     },
+    /// A file could not be read or written: the member's control folder or record, the host's
+    /// mount table.
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
+        /// The member.
         member: String,
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -95,25 +134,35 @@ pub enum RunError {
         "member `{member}`: {source}; the container was removed before the member's command ran"
     )]
     Pin {
+        /// The member.
         member: String,
+        /// What failed.
         #[source]
         source: PinError,
     },
+    /// The engine's report of the container breaks the policy: someone or something changed it.
     #[error(
         "member `{member}`: container {id} differs from the policy ({stage}), so it was removed:\n{}",
         .violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n")
     )]
     PolicyViolation {
+        /// The member.
         member: String,
+        /// The container's id.
         id: String,
+        /// When it was checked: `after create` or `after start`.
         stage: &'static str,
+        /// What breaks the policy.
         violations: Vec<Violation>,
     },
     /// What the kernel says about the container's process is not what the policy asked for.
     #[error("member `{member}`: container {} was removed: {what}", &.id[..12.min(.id.len())])]
     Process {
+        /// The member.
         member: String,
+        /// The container's id.
         id: String,
+        /// What differs, in words.
         what: String,
     },
     /// A file system is mounted below a read-only folder of the member, and the engine would
@@ -123,23 +172,33 @@ pub enum RunError {
         .mount.display(), .folder.display()
     )]
     WritableBelowReadOnly {
+        /// The member.
         member: String,
+        /// The read-only folder.
         folder: PathBuf,
+        /// The file system mounted below it.
         mount: PathBuf,
+        /// The engine, by name.
         engine: String,
     },
     /// A folder it would get read-write that its uid cannot write: the agent would fail on
     /// its first write while status said all is well.
     #[error("member `{member}`: its write grant {source}")]
     NotWritable {
+        /// The member.
         member: String,
+        /// The folder and why.
         #[source]
         source: crate::host::access::NotWritable,
     },
+    /// Bringing a member up failed, and removing its container after failed too.
     #[error("{cause}\n(removing the failed container {id} then failed too: {rollback})")]
     Rollback {
+        /// Why the member could not be brought up.
         cause: Box<RunError>,
+        /// The container left behind.
         id: String,
+        /// Why it could not be removed.
         rollback: BackendError,
     },
 }
@@ -147,14 +206,18 @@ pub enum RunError {
 /// A member ready to be created: folders pinned, control folder written, request built.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The member.
     pub member: DesiredMember,
+    /// The container to create.
     pub request: CreateRequest,
     pins: Vec<(PathBuf, Pinned)>,
 }
 
 /// One engine, one store, one user.
 pub struct Runtime {
+    /// The engine.
     pub backend: Arc<dyn Backend>,
+    /// What the engine said about itself when ateam connected.
     pub info: EngineInfo,
     /// The store id that labels every container this runtime makes.
     pub store: String,

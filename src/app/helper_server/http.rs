@@ -15,8 +15,11 @@ pub(super) const CLOSED_EMPTY: &str = "the connection closed without a request";
 /// One HTTP request as far as this server cares.
 #[derive(Debug, PartialEq, Eq)]
 pub struct HttpRequest {
+    /// `GET`, `POST`...
     pub method: String,
+    /// The request's path.
     pub path: String,
+    /// The request's body.
     pub body: Vec<u8>,
 }
 

@@ -54,6 +54,7 @@ pub struct Bucket {
 }
 
 impl Bucket {
+    /// A full bucket.
     pub fn new(burst: u32, per_second: u32, now: Instant) -> Bucket {
         Bucket {
             tokens: f64::from(burst),
@@ -85,10 +86,14 @@ impl Bucket {
     }
 }
 
+/// What one helper server serves: one member's requests.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// ateam's state folder.
     pub state_dir: PathBuf,
+    /// Team name.
     pub team: String,
+    /// The member whose requests it judges.
     pub member: String,
     /// Who the socket belongs to: the user the member runs as.
     pub socket_owner: Owner,
@@ -100,9 +105,12 @@ pub struct Config {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListenError {
+    /// A file of the server's could not be made or written.
     #[error("{}: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
