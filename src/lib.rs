@@ -23,8 +23,7 @@
 //! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
 //!   interception with the team's CA, its log) and starting, refreshing and stopping it;
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
-//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`
-//!   (it borrows `plan::spec::reserved_env`, the one arrow up that is left);
+//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
 //!   the running controller's record (`store::controller`), which status reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
@@ -34,8 +33,8 @@
 //!   container engines' folders, the mount table);
 //! - `model`: what the manifests ask for, after validation (its egress rules are
 //!   `core::intercept`'s types);
-//! - `core`: the container types every layer shares, and every path of the state folder
-//!   (`core::layout`);
+//! - `core`: the container types every layer shares, every path of the state folder
+//!   (`core::layout`), and the environment variables ateam owns in a member (`core::env`);
 //! - `detached`: launching, finding and stopping the per-member processes ateam detaches
 //!   (egress proxies, helper servers); `files`: private folders and atomic writes.
 //!

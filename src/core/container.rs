@@ -445,6 +445,18 @@ pub struct Effective {
     pub published_ports: Vec<String>,
 }
 
+/// What a container's processes use now, as its cgroup counts it. `None`: not readable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time used since the container started, in nanoseconds (a counter: the rate
+    /// between two reads is the CPU share).
+    pub cpu_ns: Option<u64>,
+    /// Memory charged to it, in bytes.
+    pub memory: Option<u64>,
+    /// Processes and threads in it.
+    pub pids: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};

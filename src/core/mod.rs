@@ -11,6 +11,7 @@
 
 pub mod container;
 pub mod egress;
+pub mod env;
 pub mod intercept;
 pub mod layout;
 pub mod selector;

@@ -1236,7 +1236,7 @@ fn a_session_no_manifest_wants_is_reported_stopped_on_takeover_or_prune() {
 }
 
 /// Every variable ateam sets in a member is one `Member.env` may not name: none is ever
-/// overwritten behind the manifest's back (`spec::reserved_env`).
+/// overwritten behind the manifest's back (`core::env::reserved_env`).
 #[test]
 fn every_variable_ateam_sets_is_refused_in_member_env() {
     let mut m = member("a");
@@ -1259,14 +1259,14 @@ fn every_variable_ateam_sets_is_refused_in_member_env() {
     assert_eq!(spec.env["NODE_EXTRA_CA_CERTS"], "/.ateam/ca.pem");
     for k in spec.env.keys() {
         assert!(
-            super::spec::reserved_env(k, true).is_some(),
+            crate::core::env::reserved_env(k, true).is_some(),
             "ateam sets `{k}` but Member.env may name it"
         );
     }
     // The proxy's own name is never one that clients keep from the proxy.
     assert!(!spec.env["NO_PROXY"].contains("ateam.internal"));
-    assert_eq!(super::spec::reserved_env("HTTP_PROXY", false), None);
-    assert_eq!(super::spec::reserved_env("MY_VAR", true), None);
+    assert_eq!(crate::core::env::reserved_env("HTTP_PROXY", false), None);
+    assert_eq!(crate::core::env::reserved_env("MY_VAR", true), None);
 }
 
 /// What the planner is told of a helper no longer wanted.

@@ -18,7 +18,6 @@ use super::rows::{EgressCounts, Usage};
 use crate::core::container::LastExit;
 use crate::egress::log::Refusal;
 use crate::plan::ObservedContainer;
-use crate::runtime::cgroup;
 
 /// Everything status shows that is neither the model, what the engine said, nor the plan.
 #[derive(Debug, Clone)]
@@ -33,7 +32,7 @@ pub struct StatusFacts {
     /// By `(team, name)`: the main sessions of the model, and those whose terminal answers.
     pub sessions: BTreeMap<(String, String), SessionFacts>,
     /// What the cgroup of each running container counts now, by container id.
-    pub usage: BTreeMap<String, cgroup::Usage>,
+    pub usage: BTreeMap<String, crate::core::container::Usage>,
     /// The controller of the state folder; none if none ever ran.
     pub controller: Option<ControllerStatus>,
 }

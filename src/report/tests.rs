@@ -489,7 +489,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
     );
     let p = plan(&d, &o, PlanOptions::default());
     let mut facts = StatusFacts::empty(SystemTime::UNIX_EPOCH + Duration::from_secs(1000));
-    let counted = crate::runtime::cgroup::Usage {
+    let counted = crate::core::container::Usage {
         cpu_ns: Some(2_500_000_000),
         memory: Some(1 << 20),
         pids: Some(3),

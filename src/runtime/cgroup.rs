@@ -79,17 +79,7 @@ fn read_small(path: &Path) -> Option<String> {
     Some(text)
 }
 
-/// What a container's processes use now, as its cgroup counts it. `None`: not readable.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// CPU time used since the container started, in nanoseconds (a counter: the rate
-    /// between two reads is the CPU share).
-    pub cpu_ns: Option<u64>,
-    /// Memory charged to it, in bytes.
-    pub memory: Option<u64>,
-    /// Processes and threads in it.
-    pub pids: Option<u64>,
-}
+pub use crate::core::container::Usage;
 
 /// The usage of the cgroup of process `pid` (a container's first process).
 pub fn usage(pid: u32) -> Usage {

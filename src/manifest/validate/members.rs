@@ -9,11 +9,11 @@ use super::{
     Build, Kind, Parsed, TeamObjects, check_env_name, check_image, check_socket_path,
     root_user_refused,
 };
+use crate::core::env::reserved_env;
 use crate::core::layout::{egress_socket_path, transcript_dir};
 use crate::manifest::paths::{check_dir, resolve, within};
 use crate::manifest::{did_you_mean, raw, rules};
 use crate::model::{self, AccessGrant, Network, Parent, UserId};
-use crate::plan::spec::reserved_env;
 
 /// A team as each of its members is judged against it.
 struct Tree<'t, 'o> {
