@@ -16,18 +16,14 @@ use clap::Parser;
 
 use commands::exit::{self, Exit};
 
-#[allow(
-    clippy::wildcard_enum_match_arm,
-    reason = "one verb apart from all others"
-)]
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Commands are short and watched by a person (`logging::COMMAND_DEFAULT`); the controller
     // runs unwatched, and its log is the record of what it did.
-    let default = match args.command {
-        cli::Command::Controller(_) => tracing::Level::INFO,
-        // Every other verb: short and watched.
-        _ => logging::COMMAND_DEFAULT,
+    let default = if matches!(args.command, cli::Command::Controller(_)) {
+        tracing::Level::INFO
+    } else {
+        logging::COMMAND_DEFAULT
     };
     if let Err(e) = logging::init(&args.log, default) {
         eprintln!("error: {e}");
