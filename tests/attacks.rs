@@ -473,6 +473,34 @@ fn an_engine_side_restart_holds_the_member_at_its_gate(engine: Engine) {
     assert_eq!(w.exit_code(), Some(0), "{engine:?}");
 }
 
+/// Someone sets a running member's restart policy to `always` (Docker changes it in place,
+/// the same process runs on): the next status calls it drift, though the looks before kept
+/// that member's inspect (`observe::cache`, checked against the engine's events).
+fn a_restart_policy_changed_in_place_is_drift_at_the_next_look(engine: Engine) {
+    let w = World::new(engine, "inplace", &["worker", "other"]);
+    w.apply();
+    w.wait_starts("worker", 1);
+    w.wait_starts("other", 1);
+    // Two looks: the second finds the inspects the first kept.
+    assert_eq!(w.exit_code(), Some(0), "{engine:?}");
+    assert_eq!(w.exit_code(), Some(0), "{engine:?}");
+    let id = w.id("worker");
+    w.cli_ok(&["update", "--restart", "always", &id]);
+    assert_eq!(
+        w.exit_code(),
+        Some(1),
+        "{engine:?}: the changed policy went unseen"
+    );
+    let rows = w.rows("worker");
+    assert!(
+        rows.iter().any(|r| r.to_string().contains("restart")),
+        "{engine:?}: {rows:?}"
+    );
+    // Set back by hand, it is in order again.
+    w.cli_ok(&["update", "--restart", "no", &id]);
+    assert_eq!(w.exit_code(), Some(0), "{engine:?}");
+}
+
 // ------------------------------------------------------------ 3. only what ateam made
 
 /// A container with the member's labels and name, made by hand, is a stranger: never
@@ -855,6 +883,13 @@ mod engine_restart {
         #[ignore = "needs the engines: scripts/engines.sh"]
         fn an_engine_side_restart_holds_the_member_at_its_gate() {
             super::super::an_engine_side_restart_holds_the_member_at_its_gate(
+                super::super::Engine::Docker,
+            )
+        }
+        #[test]
+        #[ignore = "needs the engines: scripts/engines.sh"]
+        fn a_restart_policy_changed_in_place_is_drift_at_the_next_look() {
+            super::super::a_restart_policy_changed_in_place_is_drift_at_the_next_look(
                 super::super::Engine::Docker,
             )
         }

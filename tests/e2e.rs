@@ -909,12 +909,13 @@ fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
         .unwrap();
     assert_eq!(observed["level"], "DEBUG");
     assert_eq!(observed["fields"]["listed"], 3, "{observed}");
-    // Podman's inspects of running members are kept from the apply's last look (the same
-    // processes still run); Docker is always asked.
+    // The inspects of running members are kept from the apply's last look (the same
+    // processes still run). On Docker only while its buffer of 256 events still holds the
+    // anchor: other tests on the same engine may have pushed it out, then all are asked.
     let count = |k: &str| observed["fields"][k].as_u64().unwrap_or(99);
     assert_eq!(count("inspected") + count("reused"), 3, "{observed}");
-    let kept = if engine == "podman" { 3 } else { 0 };
-    assert_eq!(count("reused"), kept, "{engine}: {observed}");
+    let kept: &[u64] = if engine == "podman" { &[3] } else { &[3, 0] };
+    assert!(kept.contains(&count("reused")), "{engine}: {observed}");
     assert!(observed["fields"]["elapsed_ms"].is_number(), "{observed}");
 }
 

@@ -231,7 +231,7 @@ impl App {
                     uri: r.uri.clone(),
                     origin: "applied state",
                 };
-                return connect::connect_to(&c)
+                return connect::connect_to_with(&c, Some(&self.engine_memo()))
                     .await
                     .map_err(|source| AppError::RecordedEngine {
                         team: team.name.clone(),
@@ -253,7 +253,16 @@ impl App {
                 }
             }
         };
-        Ok(connect::connect(choice, &Env::from_process(self.host.uid)).await?)
+        let env = Env::from_process(self.host.uid);
+        Ok(connect::connect(choice, &env, Some(&self.engine_memo())).await?)
+    }
+
+    /// Where engines' answers about themselves are kept between runs.
+    fn engine_memo(&self) -> connect::Memo {
+        connect::Memo {
+            path: crate::core::layout::engine_memo_path(&self.host.state_dir),
+            owner: self.owner,
+        }
     }
 
     /// Finds the engine, looks at the machine for `desired` (and the helpers its members

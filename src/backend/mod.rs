@@ -87,6 +87,20 @@ pub struct Inspected {
     pub last_exit: Option<LastExit>,
 }
 
+/// One event an engine still holds: enough of it to find it again in a later replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventMark {
+    /// When, in nanoseconds since the epoch.
+    pub time_nano: i64,
+    /// What it is about: `container`, `network`, `image`...
+    pub kind: String,
+    /// What happened: `create`, `start`, `update`...
+    pub action: String,
+    /// The id of what it is about.
+    pub id: String,
+}
+
 /// A container that changed, with its team as its labels say (the event carries them, so
 /// nobody has to ask the engine again which team to look at).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -275,6 +289,12 @@ pub trait Backend: Send + Sync {
     fn endpoint(&self) -> &str;
     /// Checks the engine answers and learns what it can enforce.
     async fn ping(&self) -> Result<EngineInfo>;
+    /// Who answered when this connected (the engine's name for itself and its API version),
+    /// where the engine says so cheaply; None where it does not. Two connects with the same
+    /// identity on the same socket and boot find the same `ping` (see `connect::Memo`).
+    fn identity(&self) -> Option<&str> {
+        None
+    }
     /// All containers (running or not) carrying every one of `labels`.
     async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<Summary>>;
     /// The container with exactly this name, whoever made it.
@@ -320,6 +340,14 @@ pub trait Backend: Send + Sync {
     async fn exec(&self, id: &str, cmd: &[String]) -> Result<ExecOutput>;
     /// Output (stdout and stderr) as `opts` says, chunk by chunk into `sink`.
     async fn logs(&self, id: &str, opts: LogOptions, sink: &mut LogSink<'_>) -> Result<()>;
+    /// Every event the engine still holds from `since_nano` (nanoseconds since the epoch) to
+    /// now, oldest first, where it keeps a bounded record that can be replayed (Docker: its
+    /// last 256, lost when it restarts); None where it cannot say so cheaply. What
+    /// `observe::cache` checks its kept inspects against.
+    async fn recent_events(&self, since_nano: i64) -> Result<Option<Vec<EventMark>>> {
+        let _ = since_nano;
+        Ok(None)
+    }
     /// Containers with these labels that changed (start, die, destroy, ...), as they happen;
     /// the stream ends when the engine connection does.
     async fn events(

@@ -5,6 +5,7 @@
 //! <state>/lock                                      flock'ed by apply and delete
 //! <state>/controller.lock, controller.json          the running controller, its record
 //! <state>/gate/                                     the start gate, shared by hard links
+//! <state>/engines.json                              what each engine said of itself (a cache)
 //! <state>/images/<id>.json                          what a probe found in an image (by id)
 //! <state>/teams/<team>/applied.json                 the validated model last applied
 //! <state>/teams/<team>/engine.json                  the engine it was applied on
@@ -210,6 +211,11 @@ pub fn controller_record_path(state_dir: &Path) -> PathBuf {
 /// Where the start gate is written once, to be hard-linked into each member's control folder.
 pub fn gate_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("gate")
+}
+
+/// What each engine said of itself, kept between runs (`backend::connect::Memo`).
+pub fn engine_memo_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("engines.json")
 }
 
 /// Every team's folder; a team's name is the name of its folder here.

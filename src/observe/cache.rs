@@ -6,9 +6,15 @@
 //! An entry is used only while the container's first process is the very one that was
 //! inspected: same pid, same boot, same start time (the gate's start token). A restart, a
 //! stop, a kill, a pause, a replacement under the same name all change that or the listed
-//! state, and mean a new inspect. What could still change in place is the limits (`update`),
-//! and those are read from the cgroup at every look anyway. Used only where the engine can
-//! change nothing else in place (`EngineInfo::inspect_holds_while_running`).
+//! state, and mean a new inspect. What could still change in place is `update`: the limits,
+//! read from the cgroup at every look anyway, and on Docker the restart policy, which only an
+//! inspect shows. So an entry holds (`Guard`) where the engine can change nothing else in
+//! place (`EngineInfo::inspect_holds_while_running`: Podman before 5), or where the engine's
+//! replayable events say no `update` of that container happened since the entry's anchor:
+//! the newest event the engine held before the entry's inspect. Docker holds its last 256
+//! events in memory: when the anchor is no longer among them (more than 256 events since, or
+//! the daemon restarted), no entry holds. (Docker refuses to connect a container of network
+//! `none`, the members', to any network, so `update` is the only change in place.)
 //!
 //! It is a cache: unreadable, of another version or lost, it is simply empty.
 
@@ -18,12 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Inspected, Summary};
+use crate::backend::{EventMark, Inspected, Summary};
 use crate::core::container::ContainerState;
 use crate::core::layout;
 use crate::runtime::procfs;
 
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
@@ -35,7 +41,19 @@ struct Entry {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct File {
     version: u32,
+    /// The newest event the engine held before these inspects (see `Guard::Events`).
+    #[serde(default)]
+    anchor: Option<EventMark>,
     entries: BTreeMap<String, Entry>,
+}
+
+/// What says that a kept inspect still holds.
+#[derive(Debug)]
+pub enum Guard {
+    /// The engine can change nothing in place that the look reads from an inspect.
+    Holds,
+    /// The events the engine still holds from the oldest anchor on, oldest first.
+    Events(Vec<EventMark>),
 }
 
 /// One team's kept inspects, and the ones this look made.
@@ -44,6 +62,8 @@ pub struct Cache {
     path: PathBuf,
     old: BTreeMap<String, Entry>,
     new: BTreeMap<String, Entry>,
+    /// The anchor read, and the one this look's inspects are newer than.
+    anchor: (Option<EventMark>, Option<EventMark>),
 }
 
 impl Cache {
@@ -51,17 +71,47 @@ impl Cache {
     /// or of another version).
     pub fn load(run_dir: &Path) -> Cache {
         let path = layout::inspect_cache_path(run_dir);
-        let old = std::fs::read(&path)
+        let file = std::fs::read(&path)
             .ok()
             .and_then(|b| serde_json::from_slice::<File>(&b).ok())
             .filter(|f| f.version == VERSION)
-            .map(|f| f.entries)
             .unwrap_or_default();
         Cache {
             path,
-            old,
+            old: file.entries,
             new: BTreeMap::new(),
+            anchor: (file.anchor, None),
         }
+    }
+
+    /// When the kept entries' anchor happened (nanoseconds since the epoch), if they have one.
+    pub fn anchor_time(&self) -> Option<i64> {
+        self.anchor.0.as_ref().map(|a| a.time_nano)
+    }
+
+    /// Forgets the entries `guard` does not vouch for: with events, all of them when the
+    /// anchor is no longer among them, else those a container `update` followed. The newest
+    /// event becomes the anchor of this look's inspects.
+    pub fn check(&mut self, guard: &Guard) {
+        let Guard::Events(events) = guard else {
+            return;
+        };
+        let since = self
+            .anchor
+            .0
+            .as_ref()
+            .and_then(|a| events.iter().position(|e| e == a));
+        match since {
+            Some(i) => {
+                for e in &events[i + 1..] {
+                    if e.kind == "container" && e.action == "update" {
+                        self.old.remove(&e.id);
+                    }
+                }
+            }
+            None => self.old.clear(),
+        }
+        self.anchor.1 = events.last().cloned();
     }
 
     /// The kept inspect of `s`, if its first process is still the one inspected.
@@ -100,12 +150,14 @@ impl Cache {
                 .old
                 .iter()
                 .zip(&self.new)
-                .all(|((a, x), (b, y))| a == b && x.token == y.token);
+                .all(|((a, x), (b, y))| a == b && x.token == y.token)
+            && (self.anchor.1.is_none() || self.anchor.0 == self.anchor.1);
         if same || !self.path.parent().is_some_and(Path::is_dir) {
             return;
         }
         let file = File {
             version: VERSION,
+            anchor: self.anchor.1,
             entries: self.new,
         };
         if let Ok(bytes) = serde_json::to_vec(&file) {
@@ -210,6 +262,55 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(Cache::load(dir.path()).get(&i.summary).is_none());
+    }
+
+    fn mark(t: i64, kind: &str, action: &str, id: &str) -> EventMark {
+        EventMark {
+            time_nano: t,
+            kind: kind.into(),
+            action: action.into(),
+            id: id.into(),
+        }
+    }
+
+    /// Kept `c1` and `c2` (this process, so their start tokens hold) under anchor `a`.
+    fn kept_under(dir: &Path, a: &EventMark) -> Cache {
+        let me = std::process::id();
+        let mut c = Cache::load(dir);
+        c.check(&Guard::Events(vec![a.clone()]));
+        c.keep(&inspected("c1", me, ContainerState::Running));
+        c.keep(&inspected("c2", me, ContainerState::Running));
+        c.save();
+        Cache::load(dir)
+    }
+
+    #[test]
+    fn events_after_the_anchor_vouch_for_all_but_what_was_updated() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = mark(10, "network", "destroy", "n1");
+        let s1 = inspected("c1", 1, ContainerState::Running).summary;
+        let s2 = inspected("c2", 1, ContainerState::Running).summary;
+
+        let mut c = kept_under(dir.path(), &a);
+        assert_eq!(c.anchor_time(), Some(10));
+        c.check(&Guard::Events(vec![
+            a.clone(),
+            mark(11, "container", "start", "c3"),
+            mark(12, "container", "update", "c2"),
+        ]));
+        assert!(c.get(&s1).is_some(), "nothing changed c1 in place");
+        assert!(c.get(&s2).is_none(), "c2 was updated after its inspect");
+        assert_eq!(c.anchor.1.as_ref().map(|m| m.time_nano), Some(12));
+
+        // The anchor is no longer held (the buffer moved on, or the engine restarted).
+        let mut c = kept_under(dir.path(), &a);
+        c.check(&Guard::Events(vec![mark(13, "container", "start", "c3")]));
+        assert!(c.get(&s1).is_none() && c.get(&s2).is_none());
+
+        // Where the engine changes nothing in place, entries hold without events.
+        let mut c = kept_under(dir.path(), &a);
+        c.check(&Guard::Holds);
+        assert!(c.get(&s1).is_some() && c.get(&s2).is_some());
     }
 
     #[test]

@@ -159,14 +159,14 @@ async fn inspect_in_scope(
     // Only the teams in scope are planned for: another team's containers need no inspect.
     let scope: BTreeMap<&str, &TeamScope> =
         desired.teams.iter().map(|t| (t.name.as_str(), t)).collect();
-    let mut caches: BTreeMap<&str, Cache> = if info.inspect_holds_while_running() {
-        scope
-            .iter()
-            .map(|(name, t)| (*name, Cache::load(&t.run_dir)))
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
+    let mut caches: BTreeMap<&str, Cache> = scope
+        .iter()
+        .map(|(name, t)| (*name, Cache::load(&t.run_dir)))
+        .collect();
+    match guard(backend, info, &caches).await {
+        Some(g) => caches.values_mut().for_each(|c| c.check(&g)),
+        None => caches.clear(),
+    }
     let team_of = |s: &Summary| s.labels.get(labels::TEAM).cloned().unwrap_or_default();
     let mut kept = Vec::new();
     let mut ask = Vec::new();
@@ -206,6 +206,43 @@ async fn inspect_in_scope(
     }
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
     Ok((containers, reused))
+}
+
+/// What vouches for kept inspects on this engine, if anything does (`cache::Guard`). The
+/// events are asked before any inspect of this look, so that its inspects are newer than
+/// the anchor they are kept with. An engine that cannot replay its events, or fails to, keeps
+/// nothing: every container is inspected, as before there was a cache.
+async fn guard(
+    backend: &dyn Backend,
+    info: &EngineInfo,
+    caches: &BTreeMap<&str, Cache>,
+) -> Option<cache::Guard> {
+    if info.inspect_holds_while_running() {
+        return Some(cache::Guard::Holds);
+    }
+    if caches.is_empty() {
+        return None;
+    }
+    // From the oldest anchor; from the start of what the engine holds when a team has none.
+    let since = caches
+        .values()
+        .map(Cache::anchor_time)
+        .try_fold(i64::MAX, |m, t| t.map(|t| m.min(t)))
+        .unwrap_or(0);
+    match backend.recent_events(since.min(now_nano())).await {
+        Ok(events) => events.map(cache::Guard::Events),
+        Err(e) => {
+            debug!(error = %e, "the engine's recent events are unavailable: inspecting all");
+            None
+        }
+    }
+}
+
+fn now_nano() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// The transcript folders that exist: the members' of the teams in scope, and the wanted
