@@ -14,7 +14,8 @@ changed to that member's new container running its command, with the other 49 un
 (edit to effect, 5 edits). All of it goes to docs/benchmarks-controller.md.
 
 Usage (as root, engines up: scripts/engines.sh): scripts/bench-controller.py [KILLS]
-(BENCH_IDLE_SECS=60 and BENCH_ENGINES="docker podman" may be set.)
+(BENCH_IDLE_SECS=60, BENCH_ENGINES="docker podman", BENCH_SIZES="50 200" (the team sizes of
+the idle, edit and heal-in-a-crowd parts), BENCH_PARTS="idle heal" and ATEAM_BIN may be set.)
 Needs a release build: cargo build --release.
 """
 
@@ -28,11 +29,14 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ATEAM = os.path.join(REPO, "target/release/ateam")
+ATEAM = os.environ.get("ATEAM_BIN", os.path.join(REPO, "target/release/ateam"))
 KILLS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 IDLE_SECS = float(os.environ.get("BENCH_IDLE_SECS", "60"))
-N = 50
+SIZES = [int(n) for n in os.environ.get("BENCH_SIZES", "50 200").split()]
+PARTS = os.environ.get("BENCH_PARTS", "idle heal").split()
 EDITS = 5
+# Kills of one member of each crowd (BENCH_SIZES), to compare its heal across team sizes.
+CROWD_KILLS = int(os.environ.get("BENCH_CROWD_KILLS", "5"))
 # Both back off restarts of a container that ran less than 10 s (Docker: 100 ms doubling;
 # ateam: 10 s doubling, with --crash-reset 10s here to match): kills are 11 s apart, so each
 # measures the restart of a crash after real work.
@@ -206,50 +210,59 @@ def ids(cli):
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
-def bench_idle_and_edit(engine, cli):
-    """(cpu ms over IDLE_SECS, rss MB, [edit seconds], untouched of N-1 after every edit)."""
+def bench_idle_and_edit(engine, cli, n):
+    """A team of n under one controller: (cpu ms over IDLE_SECS, rss MB, [edit seconds],
+    untouched of n-1 after every edit, [heal seconds] of one member killed in the crowd)."""
     d = tempfile.mkdtemp(prefix="ateam-idle-")
     os.makedirs(f"{d}/repo"), os.makedirs(f"{d}/sessions")
     os.chown(f"{d}/repo", 65534, 65534)
     path = f"{d}/team.yaml"
-    save(path, team_of(N, lambda i: "64Mi"))
+    save(path, team_of(n, lambda i: "64Mi"))
     env = dict(os.environ, ATEAM_STATE_DIR=f"{d}/state", DOCKER_HOST=ENV["ATEAM_TEST_DOCKER"],
                CONTAINER_HOST=ENV["ATEAM_TEST_PODMAN_ROOTFUL"])
     env.pop("SUDO_UID", None)
     log = open(f"{d}/controller.log", "w")
-    ctl = subprocess.Popen([ATEAM, "--backend", engine, "controller", "-f", path],
+    ctl = subprocess.Popen([ATEAM, "--backend", engine, "controller", "-f", path,
+                            "--crash-reset", "10s"],
                            env=env, cwd=d, stdout=subprocess.DEVNULL, stderr=log)
     tr = lambda i: f"{d}/sessions/members/m{i}/transcript.log"
+    cpu = rss = 0.0
+    edits, heals, untouched = [], [], n - 1
     try:
-        for i in range(1, N + 1):
-            wait_starts(tr(i), 1, 300)
+        for i in range(1, n + 1):
+            wait_starts(tr(i), 1, 600)
         time.sleep(5)
-        c0 = proc_cpu_ms(ctl.pid)
-        time.sleep(IDLE_SECS)
-        cpu = proc_cpu_ms(ctl.pid) - c0
-        rss = proc_rss_mb(ctl.pid)
-        edits, untouched = [], N - 1
-        target = 7
-        for e in range(EDITS):
-            before = ids(cli)
-            n = starts(tr(target))
-            mem = "80Mi" if e % 2 == 0 else "64Mi"
-            t0 = time.monotonic()
-            save(path, team_of(N, lambda i: mem if i == target else "64Mi"))
-            wait_starts(tr(target), n + 1, 60)
-            edits.append(time.monotonic() - t0)
-            time.sleep(1)
-            after = ids(cli)
-            same = sum(1 for k, v in before.items()
-                       if k != f"ateam_idle_m{target}" and after.get(k) == v)
-            untouched = min(untouched, same)
+        if "idle" in PARTS:
+            c0 = proc_cpu_ms(ctl.pid)
+            time.sleep(IDLE_SECS)
+            cpu = proc_cpu_ms(ctl.pid) - c0
+            rss = proc_rss_mb(ctl.pid)
+            target = min(7, n)
+            for e in range(EDITS):
+                before = ids(cli)
+                k = starts(tr(target))
+                mem = "80Mi" if e % 2 == 0 else "64Mi"
+                t0 = time.monotonic()
+                save(path, team_of(n, lambda i: mem if i == target else "64Mi"))
+                wait_starts(tr(target), k + 1, 60)
+                edits.append(time.monotonic() - t0)
+                time.sleep(1)
+                after = ids(cli)
+                same = sum(1 for name, v in before.items()
+                           if name != f"ateam_idle_m{target}" and after.get(name) == v)
+                untouched = min(untouched, same)
+        if "heal" in PARTS:
+            victim = min(3, n)
+            for _ in range(CROWD_KILLS):
+                time.sleep(SPACING)
+                heals.append(kill_and_time(cli, f"ateam_idle_m{victim}", tr(victim)))
     finally:
         ctl.terminate()
         ctl.wait()
         subprocess.run([ATEAM, "--backend", engine, "delete", "--team", "idle", "--purge"],
                        env=env, cwd=d, capture_output=True)
         shutil.rmtree(d, ignore_errors=True)
-    return cpu, rss, edits, untouched
+    return cpu, rss, edits, untouched, heals
 
 
 def summary(ts):
@@ -259,46 +272,58 @@ def summary(ts):
 def main():
     rows, idle = [], []
     for engine, cli in ENGINES.items():
-        cpu, rss, edits, untouched = bench_idle_and_edit(engine, cli)
-        idle.append((engine, cpu, rss, edits, untouched))
-        print(f"{engine}: idle {cpu:.0f} ms CPU over {IDLE_SECS:.0f} s, RSS {rss:.1f} MB; "
-              f"edit to effect median {statistics.median(edits):.3f} s, worst {max(edits):.3f} s, "
-              f"{untouched} of {N - 1} untouched")
-    for engine, cli in ENGINES.items():
-        a = bench_ateam(engine, cli)
-        e = bench_engine(cli)
-        rows.append((engine, a, e))
-        am, aw = summary(a)
-        em, ew = summary(e)
-        first = a[0]
-        print(f"{engine}: ateam first {first:.3f} s, median {am:.3f} s, worst {aw:.3f} s; "
-              f"engine --restart always median {em:.3f} s, worst {ew:.3f} s; "
-              f"ratio of medians {am / em:.2f}")
-        print(f"  ateam: {json.dumps([round(t, 3) for t in a])}")
-        print(f"  engine: {json.dumps([round(t, 3) for t in e])}")
+        for n in SIZES:
+            cpu, rss, edits, untouched, heals = bench_idle_and_edit(engine, cli, n)
+            idle.append((engine, n, cpu, rss, edits, untouched, heals))
+            print(f"{engine}, {n} members: idle {cpu:.0f} ms CPU over {IDLE_SECS:.0f} s, "
+                  f"RSS {rss:.1f} MB; edits {json.dumps([round(t, 3) for t in edits])}, "
+                  f"{untouched} of {n - 1} untouched; heals {json.dumps([round(t, 3) for t in heals])}")
+    if "heal" in PARTS and KILLS > 0:
+        for engine, cli in ENGINES.items():
+            a = bench_ateam(engine, cli)
+            e = bench_engine(cli)
+            rows.append((engine, a, e))
+            am, aw = summary(a)
+            em, ew = summary(e)
+            print(f"{engine}: ateam first {a[0]:.3f} s, median {am:.3f} s, worst {aw:.3f} s; "
+                  f"engine --restart always median {em:.3f} s, worst {ew:.3f} s; "
+                  f"ratio of medians {am / em:.2f}")
+            print(f"  ateam: {json.dumps([round(t, 3) for t in a])}")
+            print(f"  engine: {json.dumps([round(t, 3) for t in e])}")
+    write(rows, idle)
+
+
+def cell(xs, f):
+    return f(xs) if xs else float("nan")
+
+
+def write(rows, idle):
     with open(os.path.join(REPO, "docs/benchmarks-controller.md"), "w") as f:
         f.write("# Self-heal: ateam controller against the engine's own restart\n\n")
         f.write(f"Generated by scripts/bench-controller.py: {KILLS} kills -9 of a member's main "
                 f"process, {SPACING:.0f} s apart (both back off quicker crashes); time until "
                 "its command runs again (for ateam: after the gate and every check). The peer "
                 "is a plain container with the same image, flags and `--restart always`.\n\n")
-        f.write("| engine | ateam first | ateam median | ateam worst | engine median | engine worst |\n")
-        f.write("|---|---|---|---|---|---|\n")
+        f.write("| engine | ateam first | ateam median | ateam worst | engine median | engine worst "
+                "| ratio of medians |\n|---|---|---|---|---|---|---|\n")
         for engine, a, e in rows:
             f.write(f"| {engine} | {a[0]:.3f} s | {statistics.median(a):.3f} s | {max(a):.3f} s "
-                    f"| {statistics.median(e):.3f} s | {max(e):.3f} s |\n")
-        f.write(f"\n## Idle and edit to effect ({N} members, one controller)\n\n"
+                    f"| {statistics.median(e):.3f} s | {max(e):.3f} s "
+                    f"| {statistics.median(a) / statistics.median(e):.2f} |\n")
+        f.write(f"\n## Teams of {', '.join(str(n) for n in SIZES)} members under one controller\n\n"
                 f"CPU time of the controller over {IDLE_SECS:.0f} s with nothing happening, its "
                 f"RSS, and from saving the manifest with one member's memory changed to that "
                 f"member's new container running its command ({EDITS} edits; the editor "
                 "debounce of 300 ms included), with how many of the other members kept their "
-                "container through every edit.\n\n"
-                "| engine | idle CPU | RSS | edit median | edit worst | others untouched |\n"
-                "|---|---|---|---|---|---|\n")
-        for engine, cpu, rss, edits, untouched in idle:
-            f.write(f"| {engine} | {cpu:.0f} ms / {IDLE_SECS:.0f} s | {rss:.1f} MB "
-                    f"| {statistics.median(edits):.3f} s | {max(edits):.3f} s "
-                    f"| {untouched} of {N - 1} |\n")
+                f"container through every edit; then {CROWD_KILLS} kills -9 of one member in "
+                "that crowd, each timed as above.\n\n"
+                "| engine | members | idle CPU | RSS | edit median | edit worst | others untouched "
+                "| heal median | heal worst |\n|---|---|---|---|---|---|---|---|---|\n")
+        for engine, n, cpu, rss, edits, untouched, heals in idle:
+            f.write(f"| {engine} | {n} | {cpu:.0f} ms / {IDLE_SECS:.0f} s | {rss:.1f} MB "
+                    f"| {cell(edits, statistics.median):.3f} s | {cell(edits, max):.3f} s "
+                    f"| {untouched} of {n - 1} | {cell(heals, statistics.median):.3f} s "
+                    f"| {cell(heals, max):.3f} s |\n")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ impl EngineInfo {
     /// Whether an inspect of a running container stays true until that container starts
     /// again, its limits aside (those are read from the cgroup at every look). Podman before
     /// 5 can change nothing else in place; Docker's `update --restart` can, and only an
-    /// inspect shows it, so Docker is always inspected.
+    /// inspect shows it, so on Docker a kept inspect also needs its events (`observe::cache`).
     pub fn inspect_holds_while_running(&self) -> bool {
         let major = self
             .version

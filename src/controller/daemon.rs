@@ -18,18 +18,19 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::backoff::{CrashLoop, CrashLoopConfig, ErrorBackoffConfig};
+use super::exits::Exits;
 use super::metrics::{Metrics, ReconcileResult, StatusSource};
 use super::queue::QueueConfig;
 use super::{Action, Controller, Handle};
 use crate::app::apply::{ApplyOptions, Outcome, carry_out, prepare};
 use crate::app::delete::delete;
 use crate::app::{App, AppError, Manifests};
-use crate::core::container::labels;
+use crate::core::container::{ContainerState, labels};
 use crate::core::layout::store_id;
 use crate::execute::Quiet;
 use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
-use crate::plan::{Action as PlanAction, Plan, PlanOptions, StartReason};
+use crate::plan::{Action as PlanAction, Observed, Plan, PlanOptions, StartReason};
 use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
 /// What the controller reconciles.
@@ -78,6 +79,8 @@ pub struct Reconciler {
     opts: Options,
     state: Mutex<State>,
     handle: Handle<Key>,
+    /// The running members' first processes, watched for their exit.
+    exits: Exits,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -203,6 +206,7 @@ impl Reconciler {
             ..opts.plan_options()
         };
         let look = prepare(&self.app, &desired, plan, &secret).await?;
+        self.watch_exits(name, &look.observed);
         self.pace_restarts(&look.plan, now, wall);
         let deferred: Vec<SystemTime> = look.plan.deferred.iter().map(|d| d.until).collect();
         let report = carry_out(&self.app, &desired, look, &opts, &secret, &Quiet).await?;
@@ -216,6 +220,24 @@ impl Reconciler {
             Some(d) => Action::Requeue(d),
             None => Action::AwaitChange,
         })
+    }
+
+    /// Watches the first process of each of the team's running containers of this look: its
+    /// exit schedules the team at once, before the engine's event (see `exits`).
+    fn watch_exits(&self, team: &str, observed: &Observed) {
+        let running = observed
+            .containers
+            .iter()
+            .filter(|c| {
+                c.state == ContainerState::Running
+                    && c.labels.get(labels::TEAM).map(String::as_str) == Some(team)
+            })
+            .filter_map(|c| Some((c.id.clone(), c.pid?)))
+            .collect();
+        let (handle, key) = (self.handle.clone(), Key::Team(team.to_string()));
+        self.exits.watch(team, running, move || {
+            let _ = handle.schedule_after(key.clone(), Duration::ZERO);
+        });
     }
 
     /// The store's lock, as apply takes it: the two never interleave.
@@ -275,6 +297,7 @@ impl Reconciler {
     /// A team no manifest names any more: its members are left as they are (status reports
     /// them) unless `--prune`, which removes its containers; transcripts stay.
     async fn gone(&self, name: &str) -> Result<Action, AppError> {
+        self.exits.forget(name);
         let Some(stored) = self.app.store.team(name)? else {
             return Ok(Action::AwaitChange);
         };
@@ -518,6 +541,7 @@ pub async fn run(
             ..Default::default()
         }),
         handle: handle.clone(),
+        exits: Exits::default(),
     });
     r.save_record();
     if once {

@@ -23,6 +23,7 @@
 
 pub mod backoff;
 pub mod daemon;
+pub mod exits;
 pub mod metrics;
 pub mod queue;
 mod runner;
