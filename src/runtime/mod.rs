@@ -492,7 +492,7 @@ impl Runtime {
             return Err(self.rollback(m, cause, &id).await);
         }
         match self
-            .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str))
+            .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str), true)
             .await
         {
             Ok(()) => Ok(id),
@@ -534,8 +534,12 @@ impl Runtime {
         crate::egress::write_member_ca(&paths, &m.ctl_dir, &ca.cert_pem, self.owner).map_err(fail)
     }
 
-    /// Starts an existing container of `m` again (restart policy), with the same checks as a
-    /// new one: the engine mounts folders anew at every start.
+    /// Starts an existing container of `m` again (restart policy), with the same checks after
+    /// the start as a new one: the engine mounts folders anew at every start. Not checked
+    /// again before the start: the look that planned it judged that container's inspect
+    /// against the policy milliseconds ago (a violation is planned as a replacement, not a
+    /// start), and what the start makes is judged before its gate opens. Every millisecond
+    /// here is one in which Podman's cleanup process may take the container's lock first.
     pub async fn restart(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
         self.limits(m)?;
         self.check_read_only(m)?;
@@ -551,7 +555,7 @@ impl Runtime {
             Err(cause) => return Err(self.rollback(m, cause, id).await),
         };
         // The command was found when the container was created; the image cannot change.
-        match self.verify_and_start(m, id, &pins, None).await {
+        match self.verify_and_start(m, id, &pins, None, false).await {
             Ok(()) => Ok(()),
             Err(cause) => Err(self.rollback(m, cause, id).await),
         }
@@ -599,9 +603,12 @@ impl Runtime {
         id: &str,
         pins: &[(PathBuf, Pinned)],
         command: Option<&str>,
+        check_first: bool,
     ) -> Result<(), RunError> {
         let limits = self.limits(m)?;
-        self.check_policy(m, id, limits, "after create").await?;
+        if check_first {
+            self.check_policy(m, id, limits, "after create").await?;
+        }
         self.backend
             .start(id)
             .await
