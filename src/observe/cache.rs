@@ -114,28 +114,31 @@ impl Cache {
         self.anchor.1 = events.last().cloned();
     }
 
-    /// The kept inspect of `s`, if its first process is still the one inspected.
-    pub fn get(&self, s: &Summary) -> Option<Inspected> {
+    /// The kept inspect of `s`, if its first process is still the one inspected; with that
+    /// process's start token.
+    pub fn get(&self, s: &Summary) -> Option<(Inspected, String)> {
         let e = self.old.get(&s.id)?;
         let pid = e.inspected.pid?;
         let same = s.state == ContainerState::Running
             && e.inspected.summary.state == ContainerState::Running
             && procfs::start_token(pid).ok()? == e.token;
-        same.then(|| Inspected {
-            // What the list says now: a rename shows there, not in the kept inspect.
-            summary: s.clone(),
-            ..e.inspected.clone()
+        same.then(|| {
+            let i = Inspected {
+                // What the list says now: a rename shows there, not in the kept inspect.
+                summary: s.clone(),
+                ..e.inspected.clone()
+            };
+            (i, e.token.clone())
         })
     }
 
-    /// Keeps `i` (as the engine said it, before any overlay) for the next look.
-    pub fn keep(&mut self, i: &Inspected) {
-        let Some(pid) = i.pid.filter(|_| i.summary.state == ContainerState::Running) else {
-            return;
-        };
-        if let Ok(token) = procfs::start_token(pid) {
+    /// Keeps `i` (as the engine said it, before any overlay) for the next look, under the
+    /// start token of its running first process (`procfs::start_token`, read since `i`).
+    pub fn keep(&mut self, i: &Inspected, token: Option<&str>) {
+        let running = i.pid.is_some() && i.summary.state == ContainerState::Running;
+        if let (true, Some(token)) = (running, token) {
             let entry = Entry {
-                token,
+                token: token.to_string(),
                 inspected: i.clone(),
             };
             self.new.insert(i.summary.id.clone(), entry);
@@ -202,6 +205,11 @@ mod tests {
     use super::*;
     use crate::backend::Summary;
 
+    fn keep(c: &mut Cache, i: &Inspected) {
+        let token = i.pid.and_then(|p| procfs::start_token(p).ok());
+        c.keep(i, token.as_deref());
+    }
+
     fn inspected(id: &str, pid: u32, state: ContainerState) -> Inspected {
         Inspected {
             summary: Summary {
@@ -227,13 +235,13 @@ mod tests {
         let mut c = Cache::load(dir.path());
         let i = inspected("c1", me, ContainerState::Running);
         assert!(c.get(&i.summary).is_none(), "nothing kept yet");
-        c.keep(&i);
+        keep(&mut c, &i);
         c.save();
 
         let c = Cache::load(dir.path());
         let mut now = i.summary.clone();
         now.name = "renamed".into();
-        let got = c.get(&now).expect("same process: kept");
+        let (got, _) = c.get(&now).expect("same process: kept");
         assert_eq!(got.summary.name, "renamed", "the list's word on the name");
         // Stopped, paused or another container of that id: asked again.
         now.state = ContainerState::Exited { code: 137 };
@@ -256,7 +264,7 @@ mod tests {
             .unwrap();
         let i = inspected("c1", child.id(), ContainerState::Running);
         let mut c = Cache::load(dir.path());
-        c.keep(&i);
+        keep(&mut c, &i);
         c.save();
         assert!(Cache::load(dir.path()).get(&i.summary).is_some());
         child.kill().unwrap();
@@ -278,8 +286,8 @@ mod tests {
         let me = std::process::id();
         let mut c = Cache::load(dir);
         c.check(&Guard::Events(vec![a.clone()]));
-        c.keep(&inspected("c1", me, ContainerState::Running));
-        c.keep(&inspected("c2", me, ContainerState::Running));
+        keep(&mut c, &inspected("c1", me, ContainerState::Running));
+        keep(&mut c, &inspected("c2", me, ContainerState::Running));
         c.save();
         Cache::load(dir)
     }

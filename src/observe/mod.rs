@@ -18,9 +18,9 @@ use tracing::{debug, warn};
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected, Summary};
 use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
-use crate::plan::spec::{DesiredState, TeamScope};
+use crate::plan::spec::{DesiredMember, DesiredState, TeamScope};
 use crate::plan::{Observed, ObservedContainer};
-use crate::runtime::{cgroup, gate};
+use crate::runtime::{cgroup, gate, procfs};
 use crate::store::Record;
 use cache::Cache;
 pub use facts::{controller_status, status_facts};
@@ -176,7 +176,7 @@ async fn inspect_in_scope(
             continue;
         }
         match caches.get(team.as_str()).and_then(|c| c.get(&s)) {
-            Some(i) => kept.push(i),
+            Some((i, token)) => kept.push((i, Some(token))),
             None => ask.push(s),
         }
     }
@@ -194,12 +194,30 @@ async fn inspect_in_scope(
         .try_filter_map(|c| async move { Ok(c) })
         .try_collect()
         .await?;
+    // Each running start's token is read once: for the cache and for its gate's release.
+    let asked = asked.into_iter().map(|i| {
+        let running = i.summary.state == ContainerState::Running;
+        let token = i
+            .pid
+            .filter(|_| running)
+            .and_then(|p| procfs::start_token(p).ok());
+        (i, token)
+    });
+    let wanted: BTreeMap<(&str, &str), &DesiredMember> = desired
+        .members
+        .iter()
+        .map(|m| ((m.team.as_str(), m.member.as_str()), m))
+        .collect();
     let mut containers = Vec::new();
-    for i in kept.into_iter().chain(asked) {
+    for (i, token) in kept.into_iter().chain(asked) {
         if let Some(c) = caches.get_mut(team_of(&i.summary).as_str()) {
-            c.keep(&i);
+            c.keep(&i, token.as_deref());
         }
-        containers.push(observed_one(i, desired));
+        let label = |k| i.summary.labels.get(k).map(String::as_str).unwrap_or("");
+        let m = wanted
+            .get(&(label(labels::TEAM), label(labels::MEMBER)))
+            .copied();
+        containers.push(observed_one(i, m, token.as_deref()));
     }
     for c in caches.into_values() {
         c.save();
@@ -425,15 +443,16 @@ fn not_live_for_their_member(desired: &DesiredState, live: &mut BTreeSet<std::pa
 /// One inspected container. A running member counts as released only when its gate file
 /// names this very start (see `gate::is_released`): one that an interrupted apply never
 /// verified, or that was restarted behind ateam's back, is held at its gate.
-fn observed_one(mut i: Inspected, desired: &DesiredState) -> ObservedContainer {
+/// `wanted` is the member its labels name, if one is; `token` its running start's.
+fn observed_one(
+    mut i: Inspected,
+    wanted: Option<&DesiredMember>,
+    token: Option<&str>,
+) -> ObservedContainer {
     cgroup::overlay(&mut i.effective, i.pid);
-    let wanted = desired.members.iter().find(|m| {
-        i.summary.labels.get(labels::TEAM) == Some(&m.team)
-            && i.summary.labels.get(labels::MEMBER) == Some(&m.member)
-    });
     let released = match wanted {
         Some(m) if i.summary.state == ContainerState::Running => {
-            gate::is_released(&m.ctl_dir, &i.summary.id, i.pid)
+            gate::released_for(&m.ctl_dir, &i.summary.id, token)
         }
         _ => false,
     };

@@ -100,10 +100,14 @@ pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std
 /// Whether the gate of the container `id`, whose init is `pid`, was released for the start
 /// now running. A release of an earlier start does not count: the gate still holds.
 pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
-    let (Some(text), Some(pid)) = (read_small(&gate_release_path(ctl), 4096), pid) else {
-        return false;
-    };
-    let Ok(now) = super::procfs::start_token(pid) else {
+    let token = pid.and_then(|p| super::procfs::start_token(p).ok());
+    released_for(ctl, id, token.as_deref())
+}
+
+/// `is_released`, with the running start's `procfs::start_token` already read (None when
+/// it could not be: not released).
+pub fn released_for(ctl: &Path, id: &str, now: Option<&str>) -> bool {
+    let (Some(text), Some(now)) = (read_small(&gate_release_path(ctl), 4096), now) else {
         return false;
     };
     match text.trim().split_once(' ') {

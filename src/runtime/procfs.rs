@@ -56,7 +56,7 @@ fn parse(text: &str) -> ProcStatus {
 /// (`/proc/sys/kernel/random/boot_id`, `/proc/1/stat`). A release names it, so that it holds
 /// for one start only.
 pub fn start_token(pid: u32) -> std::io::Result<String> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let boot = boot_id()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let start = stat_start_time(&stat).ok_or_else(|| {
         std::io::Error::new(
@@ -64,7 +64,18 @@ pub fn start_token(pid: u32) -> std::io::Result<String> {
             format!("/proc/{pid}/stat has no start time"),
         )
     })?;
-    Ok(format!("{} {start}", boot.trim()))
+    Ok(format!("{boot} {start}"))
+}
+
+/// This boot's id, read once: it cannot change while this process lives (a look at 200
+/// members read it 600 times).
+fn boot_id() -> std::io::Result<&'static str> {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(b) = BOOT.get() {
+        return Ok(b);
+    }
+    let read = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    Ok(BOOT.get_or_init(|| read.trim().to_string()))
 }
 
 /// Field 22 of `/proc/<pid>/stat`; the command name before it may hold spaces and `)`.
