@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use crate::core::selector::Selector;
 use crate::model::Desired;
-use crate::observe::{controller_status, status_facts};
+use crate::observe::{EarlyFacts, controller_status, status_facts};
 use crate::plan::PlanOptions;
 use crate::report::{RowKind, StatusDocument, TeamStatus, team_status};
 
@@ -26,10 +26,17 @@ pub async fn status(
         let controller = controller_status(&app.host.state_dir);
         return Ok(StatusDocument::new(vec![], controller, now));
     }
+    // What needs no engine is read while the look waits for it.
+    let early = {
+        let (host, desired) = (app.host.clone(), desired.clone());
+        tokio::task::spawn_blocking(move || EarlyFacts::read(&host, &desired, now))
+    };
     let look = app.look(desired, PlanOptions::default()).await?;
+    // Read again below, what the early read missed (a task that panicked reads nothing).
+    let early = early.await.unwrap_or_default();
     // With the helpers members asked for: they are rows too.
     let model = look.model;
-    let facts = status_facts(&app.host, &model, &look.observed, now);
+    let facts = status_facts(&app.host, &model, &look.observed, now, early);
     let engine = look.info.kind.to_string();
     let mut teams: Vec<_> = model
         .teams

@@ -21,25 +21,64 @@ use crate::store::Record;
 /// How far back `EgressStatus::last_minute` counts, in seconds.
 const RECENT_SECS: f64 = 60.0;
 
+/// What status shows that needs no look at the engine: each member's facts and each of its
+/// transcript folder's usage, for the teams in `desired`. Read while the look waits for the
+/// engine (`app::status`): at 200 members it is a third of a status.
+#[derive(Debug, Default)]
+pub struct EarlyFacts {
+    members: std::collections::BTreeMap<(String, String), MemberFacts>,
+    transcripts: std::collections::BTreeMap<PathBuf, TranscriptUsage>,
+}
+
+impl EarlyFacts {
+    /// Reads them for `desired`, as of `now`.
+    pub fn read(host: &Host, desired: &Desired, now: SystemTime) -> EarlyFacts {
+        let since = since(now);
+        let mut early = EarlyFacts::default();
+        for t in &desired.teams {
+            for m in &t.members {
+                let f = member_facts(host, t, m, since);
+                early.members.insert((t.name.clone(), m.name.clone()), f);
+                let (bytes, last_change) = transcript_usage(&m.transcript_dir);
+                let u = TranscriptUsage { bytes, last_change };
+                early.transcripts.insert(m.transcript_dir.clone(), u);
+            }
+        }
+        early
+    }
+}
+
+/// The start of the minute before `now`, in seconds since the epoch.
+fn since(now: SystemTime) -> f64 {
+    now.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+        - RECENT_SECS
+}
+
 /// The facts status shows of the teams in `model` (with the helpers their members asked
-/// for), as `observed` found them, at `now`.
+/// for), as `observed` found them, at `now`; what `early` read already is not read again.
 pub fn status_facts(
     host: &Host,
     model: &Desired,
     observed: &Observed,
     now: SystemTime,
+    early: EarlyFacts,
 ) -> StatusFacts {
     let state_dir = &host.state_dir;
     let mut facts = StatusFacts::empty(now);
-    let since = now
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-        - RECENT_SECS;
+    let since = since(now);
+    let EarlyFacts {
+        mut members,
+        mut transcripts,
+    } = early;
     for t in &model.teams {
         for m in &t.members {
-            let f = member_facts(host, t, m, since);
-            facts.members.insert((t.name.clone(), m.name.clone()), f);
+            let key = (t.name.clone(), m.name.clone());
+            let f = members
+                .remove(&key)
+                .unwrap_or_else(|| member_facts(host, t, m, since));
+            facts.members.insert(key, f);
         }
         let live = observed
             .live_sessions
@@ -52,10 +91,11 @@ pub fn status_facts(
         }
     }
     for dir in transcript_dirs(model, observed) {
-        let (bytes, last_change) = transcript_usage(&dir);
-        facts
-            .transcripts
-            .insert(dir, TranscriptUsage { bytes, last_change });
+        let usage = transcripts.remove(&dir).unwrap_or_else(|| {
+            let (bytes, last_change) = transcript_usage(&dir);
+            TranscriptUsage { bytes, last_change }
+        });
+        facts.transcripts.insert(dir, usage);
     }
     facts.usage = observed
         .containers
@@ -227,7 +267,7 @@ mod tests {
         };
         let now = UNIX_EPOCH + std::time::Duration::from_secs(1000);
         let model = Desired { teams: vec![team] };
-        let f = status_facts(&host, &model, &observed, now);
+        let f = status_facts(&host, &model, &observed, now, EarlyFacts::default());
         assert_eq!(f.now, now);
         let a = &f.members[&("t".to_string(), "a".to_string())];
         assert_eq!(a.restarts, 3);
@@ -241,5 +281,25 @@ mod tests {
         assert_eq!(old.started, Some(1234));
         assert_eq!(old.socket, layout::session_socket_path(&state, "t", "old"));
         assert!(f.usage.is_empty() && f.controller.is_none());
+
+        // Read early (while the look waits for the engine), the same facts; a member the
+        // early read did not know (a helper asked for since) is read then.
+        let early = EarlyFacts::read(&host, &Desired { teams: vec![] }, now);
+        assert!(early.members.is_empty());
+        let early = EarlyFacts::read(&host, &model, now);
+        assert_eq!(early.members.len(), 1);
+        std::fs::write(ctl.join("restarts"), "4\n").unwrap();
+        let g = status_facts(&host, &model, &observed, now, early);
+        assert_eq!(
+            g.members[&("t".to_string(), "a".to_string())].restarts,
+            3,
+            "the early read"
+        );
+        assert_eq!(g.transcripts, f.transcripts);
+        let late = status_facts(&host, &model, &observed, now, EarlyFacts::default());
+        assert_eq!(
+            late.members[&("t".to_string(), "a".to_string())].restarts,
+            4
+        );
     }
 }

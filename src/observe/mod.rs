@@ -23,7 +23,7 @@ use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate, procfs};
 use crate::store::Record;
 use cache::Cache;
-pub use facts::{controller_status, status_facts};
+pub use facts::{EarlyFacts, controller_status, status_facts};
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
