@@ -259,7 +259,7 @@ fn running_daemons() -> Vec<EngineDir> {
     let mut out = Vec::new();
     for p in procs.flatten() {
         let dir = p.path();
-        let Ok(argv) = std::fs::read(dir.join("cmdline")).map(split) else {
+        let Ok(argv) = crate::files::read_kernel(&dir.join("cmdline")).map(split) else {
             continue;
         };
         if engine_program(&argv).is_none() {
@@ -277,7 +277,7 @@ fn running_daemons() -> Vec<EngineDir> {
         let rootless = std::fs::metadata(&dir)
             .map(|m| m.uid() != 0)
             .unwrap_or(false);
-        let env = std::fs::read(dir.join("environ"))
+        let env = crate::files::read_kernel(&dir.join("environ"))
             .ok()
             .filter(|_| rootless)
             .map(|e| {
@@ -294,7 +294,7 @@ fn running_daemons() -> Vec<EngineDir> {
 /// How many pid namespaces a process is seen in (the `NSpid` line of its `status`, readable
 /// by anyone): 1 in the machine's own, one more for each container it is nested in.
 fn pid_ns_depth(proc_dir: &Path) -> Option<usize> {
-    let status = std::fs::read_to_string(proc_dir.join("status")).ok()?;
+    let status = crate::files::read_kernel_text(&proc_dir.join("status")).ok()?;
     nspid_depth(&status)
 }
 

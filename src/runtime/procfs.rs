@@ -22,7 +22,8 @@ pub struct ProcStatus {
 
 /// Reads the status of process `pid` (a pid of the host's namespace).
 pub fn status(pid: u32) -> std::io::Result<ProcStatus> {
-    let text = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))?;
+    let text =
+        crate::files::read_kernel_text(&Path::new("/proc").join(pid.to_string()).join("status"))?;
     Ok(parse(&text))
 }
 
@@ -57,7 +58,7 @@ fn parse(text: &str) -> ProcStatus {
 /// for one start only.
 pub fn start_token(pid: u32) -> std::io::Result<String> {
     let boot = boot_id()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{pid}/stat")))?;
     let start = stat_start_time(&stat).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -99,7 +100,8 @@ pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
     ) else {
         return false;
     };
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let environ =
+        crate::files::read_kernel(Path::new(&format!("/proc/{pid}/environ"))).unwrap_or_default();
     let path = environ
         .split(|b| *b == 0)
         .find_map(|e| e.strip_prefix(b"PATH="))
