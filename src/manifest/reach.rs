@@ -129,7 +129,7 @@ const MANIFESTS: &str = "what a member writes there would be read as your intent
 pub struct Fence<'a> {
     /// The mount table, or why it could not be read (then no grant passes: the check would be
     /// blind to bind mounts).
-    mounts: Result<Mounts, String>,
+    mounts: Result<std::sync::Arc<Mounts>, String>,
     /// Engines' data roots and socket folders.
     engines: Vec<Forbidden>,
     /// ateam's state folder.
@@ -156,7 +156,7 @@ impl<'a> Fence<'a> {
         given: &[PathBuf],
     ) -> Fence<'a> {
         let mut fence = Fence {
-            mounts: Mounts::read().map_err(|e| e.to_string()),
+            mounts: Mounts::current().map_err(|e| e.to_string()),
             engines: Vec::new(),
             state: Forbidden {
                 path: real_path(state_dir),
@@ -252,7 +252,7 @@ impl<'a> Fence<'a> {
     }
 
     fn mounts(&self) -> Result<&Mounts, String> {
-        self.mounts.as_ref().map_err(|e| {
+        self.mounts.as_deref().map_err(|e| {
             format!(
                 "cannot read the mount table /proc/self/mountinfo ({e}), which shows bind mounts"
             )
