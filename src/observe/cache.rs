@@ -33,9 +33,31 @@ const VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
-    /// `procfs::start_token` of the inspected start.
+    /// `Start::token`.
     token: String,
+    /// `Start::cgroup` (absent from files written before it was kept).
+    #[serde(default)]
+    cgroup: Option<String>,
     inspected: Inspected,
+}
+
+/// What was read of a container's running first process, which holds while that very
+/// process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    /// `procfs::start_token`.
+    pub token: String,
+    /// `cgroup::membership`, if it could be read.
+    pub cgroup: Option<String>,
+}
+
+impl Start {
+    /// What is read of the running start of `pid` now; none when it is gone.
+    pub fn read(pid: u32) -> Option<Start> {
+        let token = procfs::start_token(pid).ok()?;
+        let cgroup = crate::runtime::cgroup::membership(pid);
+        Some(Start { token, cgroup })
+    }
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -116,7 +138,7 @@ impl Cache {
 
     /// The kept inspect of `s`, if its first process is still the one inspected; with that
     /// process's start token.
-    pub fn get(&self, s: &Summary) -> Option<(Inspected, String)> {
+    pub fn get(&self, s: &Summary) -> Option<(Inspected, Start)> {
         let e = self.old.get(&s.id)?;
         let pid = e.inspected.pid?;
         let same = s.state == ContainerState::Running
@@ -128,17 +150,26 @@ impl Cache {
                 summary: s.clone(),
                 ..e.inspected.clone()
             };
-            (i, e.token.clone())
+            let start = Start {
+                token: e.token.clone(),
+                // An entry written before cgroups were kept: read them now.
+                cgroup: e
+                    .cgroup
+                    .clone()
+                    .or_else(|| crate::runtime::cgroup::membership(pid)),
+            };
+            (i, start)
         })
     }
 
-    /// Keeps `i` (as the engine said it, before any overlay) for the next look, under the
-    /// start token of its running first process (`procfs::start_token`, read since `i`).
-    pub fn keep(&mut self, i: &Inspected, token: Option<&str>) {
+    /// Keeps `i` (as the engine said it, before any overlay) for the next look, with what was
+    /// read of its running first process (`Start::read`, since `i`).
+    pub fn keep(&mut self, i: &Inspected, start: Option<&Start>) {
         let running = i.pid.is_some() && i.summary.state == ContainerState::Running;
-        if let (true, Some(token)) = (running, token) {
+        if let (true, Some(start)) = (running, start) {
             let entry = Entry {
-                token: token.to_string(),
+                token: start.token.clone(),
+                cgroup: start.cgroup.clone(),
                 inspected: i.clone(),
             };
             self.new.insert(i.summary.id.clone(), entry);
@@ -153,7 +184,7 @@ impl Cache {
                 .old
                 .iter()
                 .zip(&self.new)
-                .all(|((a, x), (b, y))| a == b && x.token == y.token)
+                .all(|((a, x), (b, y))| a == b && x.token == y.token && x.cgroup == y.cgroup)
             && (self.anchor.1.is_none() || self.anchor.0 == self.anchor.1);
         if same || !self.path.parent().is_some_and(Path::is_dir) {
             return;
@@ -206,8 +237,8 @@ mod tests {
     use crate::backend::Summary;
 
     fn keep(c: &mut Cache, i: &Inspected) {
-        let token = i.pid.and_then(|p| procfs::start_token(p).ok());
-        c.keep(i, token.as_deref());
+        let start = i.pid.and_then(Start::read);
+        c.keep(i, start.as_ref());
     }
 
     fn inspected(id: &str, pid: u32, state: ContainerState) -> Inspected {
@@ -241,8 +272,13 @@ mod tests {
         let c = Cache::load(dir.path());
         let mut now = i.summary.clone();
         now.name = "renamed".into();
-        let (got, _) = c.get(&now).expect("same process: kept");
+        let (got, start) = c.get(&now).expect("same process: kept");
         assert_eq!(got.summary.name, "renamed", "the list's word on the name");
+        // Its cgroups kept with it: what the kernel says of this process.
+        let mine = crate::runtime::cgroup::membership(me);
+        assert!(mine.is_some());
+        assert_eq!(start.cgroup, mine);
+        assert_eq!(start.token, procfs::start_token(me).unwrap());
         // Stopped, paused or another container of that id: asked again.
         now.state = ContainerState::Exited { code: 137 };
         assert!(c.get(&now).is_none());
@@ -319,6 +355,26 @@ mod tests {
         let mut c = kept_under(dir.path(), &a);
         c.check(&Guard::Holds);
         assert!(c.get(&s1).is_some() && c.get(&s2).is_some());
+    }
+
+    #[test]
+    fn an_entry_kept_without_its_cgroups_reads_them_at_its_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let mut c = Cache::load(dir.path());
+        let i = inspected("c1", me, ContainerState::Running);
+        keep(&mut c, &i);
+        c.save();
+        // As a file written before cgroups were kept has it.
+        let path = layout::inspect_cache_path(dir.path());
+        let mut file: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let entry = &mut file["entries"]["c1"];
+        assert!(entry["cgroup"].is_string());
+        entry.as_object_mut().unwrap().remove("cgroup");
+        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+        let (_, start) = Cache::load(dir.path()).get(&i.summary).expect("kept");
+        assert_eq!(start.cgroup, crate::runtime::cgroup::membership(me));
     }
 
     #[test]

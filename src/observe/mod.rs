@@ -20,7 +20,7 @@ use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
 use crate::plan::spec::{DesiredMember, DesiredState, TeamScope};
 use crate::plan::{Observed, ObservedContainer};
-use crate::runtime::{cgroup, gate, procfs};
+use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 use cache::Cache;
 pub use facts::{EarlyFacts, controller_status, status_facts};
@@ -176,7 +176,7 @@ async fn inspect_in_scope(
             continue;
         }
         match caches.get(team.as_str()).and_then(|c| c.get(&s)) {
-            Some((i, token)) => kept.push((i, Some(token))),
+            Some((i, start)) => kept.push((i, Some(start))),
             None => ask.push(s),
         }
     }
@@ -194,14 +194,11 @@ async fn inspect_in_scope(
         .try_filter_map(|c| async move { Ok(c) })
         .try_collect()
         .await?;
-    // Each running start's token is read once: for the cache and for its gate's release.
+    // Each running start is read once: for the cache, its gate's release and its limits.
     let asked = asked.into_iter().map(|i| {
         let running = i.summary.state == ContainerState::Running;
-        let token = i
-            .pid
-            .filter(|_| running)
-            .and_then(|p| procfs::start_token(p).ok());
-        (i, token)
+        let start = i.pid.filter(|_| running).and_then(cache::Start::read);
+        (i, start)
     });
     let wanted: BTreeMap<(&str, &str), &DesiredMember> = desired
         .members
@@ -209,15 +206,15 @@ async fn inspect_in_scope(
         .map(|m| ((m.team.as_str(), m.member.as_str()), m))
         .collect();
     let mut containers = Vec::new();
-    for (i, token) in kept.into_iter().chain(asked) {
+    for (i, start) in kept.into_iter().chain(asked) {
         if let Some(c) = caches.get_mut(team_of(&i.summary).as_str()) {
-            c.keep(&i, token.as_deref());
+            c.keep(&i, start.as_ref());
         }
         let label = |k| i.summary.labels.get(k).map(String::as_str).unwrap_or("");
         let m = wanted
             .get(&(label(labels::TEAM), label(labels::MEMBER)))
             .copied();
-        containers.push(observed_one(i, m, token.as_deref()));
+        containers.push(observed_one(i, m, start.as_ref()));
     }
     for c in caches.into_values() {
         c.save();
@@ -443,16 +440,21 @@ fn not_live_for_their_member(desired: &DesiredState, live: &mut BTreeSet<std::pa
 /// One inspected container. A running member counts as released only when its gate file
 /// names this very start (see `gate::is_released`): one that an interrupted apply never
 /// verified, or that was restarted behind ateam's back, is held at its gate.
-/// `wanted` is the member its labels name, if one is; `token` its running start's.
+/// `wanted` is the member its labels name, if one is; `start` what was read of its running
+/// first process (`cache::Start`).
 fn observed_one(
     mut i: Inspected,
     wanted: Option<&DesiredMember>,
-    token: Option<&str>,
+    start: Option<&cache::Start>,
 ) -> ObservedContainer {
-    cgroup::overlay(&mut i.effective, i.pid);
+    match start {
+        Some(s) => cgroup::overlay_with(&mut i.effective, s.cgroup.as_deref()),
+        // Not running (paused, say) or gone: read now, if it has a process at all.
+        None => cgroup::overlay(&mut i.effective, i.pid),
+    }
     let released = match wanted {
         Some(m) if i.summary.state == ContainerState::Running => {
-            gate::released_for(&m.ctl_dir, &i.summary.id, token)
+            gate::released_for(&m.ctl_dir, &i.summary.id, start.map(|s| s.token.as_str()))
         }
         _ => false,
     };

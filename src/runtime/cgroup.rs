@@ -17,12 +17,19 @@ pub struct Enforced {
     pub pids: Option<u64>,
 }
 
+/// The cgroups of the process `pid` (its `/proc/<pid>/cgroup`). The kernel writes that file
+/// under a lock for every read (a fifth of a look at 200 members), and it stays the same
+/// while that process lives unless root moves it: `observe` keeps it with the start it read
+/// it for. The limits themselves are read at every look.
+pub fn membership(pid: u32) -> Option<String> {
+    read_small(Path::new(&format!("/proc/{pid}/cgroup")))
+}
+
 /// The limits in force for the process `pid`, read through the host's /sys/fs/cgroup.
 pub fn enforced(pid: u32) -> Enforced {
-    let Some(text) = read_small(Path::new(&format!("/proc/{pid}/cgroup"))) else {
-        return Enforced::default();
-    };
-    enforced_in(Path::new("/sys/fs/cgroup"), &text)
+    membership(pid)
+        .map(|text| enforced_in(Path::new("/sys/fs/cgroup"), &text))
+        .unwrap_or_default()
 }
 
 /// Where one process's cgroups are: `root` is where the cgroup file systems are mounted,
@@ -39,10 +46,12 @@ impl Dirs<'_> {
             let mut parts = l.splitn(3, ':');
             let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
             list.split(',').any(|c| c == controller).then(|| {
-                let mount = if list.contains(',') { list } else { controller };
+                let shared = list.contains(',');
+                let mount = if shared { list } else { controller };
                 let dir = self.root.join(mount).join(path.trim_start_matches('/'));
-                // `cpu,cpuacct` is mounted once and linked under each name.
-                if dir.exists() {
+                // `cpu,cpuacct` is mounted once and linked under each name. (A controller of
+                // its own has one place: no `stat` for it, 400 in a look at 200 members.)
+                if !shared || dir.exists() {
                     dir
                 } else {
                     self.root
@@ -70,7 +79,8 @@ fn read_number(dir: &Path, file: &str) -> Option<u64> {
 
 fn read_small(path: &Path) -> Option<String> {
     use std::io::Read;
-    let mut text = String::new();
+    // Sized up front: a growing buffer reads a kernel file in many small `read`s.
+    let mut text = String::with_capacity(4096);
     std::fs::File::open(path)
         .ok()?
         .take(64 * 1024)
@@ -169,9 +179,15 @@ fn parse_limit(text: &str) -> Option<u64> {
 /// could be read. The kernel keeps memory limits in whole pages: a value within the page the
 /// engine's value falls in is that value.
 pub fn overlay(effective: &mut crate::policy::Effective, pid: Option<u32>) {
-    const PAGE: u64 = 4096;
     let Some(pid) = pid else { return };
-    let e = enforced(pid);
+    overlay_with(effective, membership(pid).as_deref());
+}
+
+/// `overlay`, for a process whose cgroups (`membership`) were read already.
+pub fn overlay_with(effective: &mut crate::policy::Effective, membership: Option<&str>) {
+    const PAGE: u64 = 4096;
+    let Some(text) = membership else { return };
+    let e = enforced_in(Path::new("/sys/fs/cgroup"), text);
     let same_page = |kernel: u64, engine: u64| kernel / PAGE == engine / PAGE;
     if let Some(m) = e.memory
         && !same_page(m, effective.memory_bytes)
