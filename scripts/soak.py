@@ -61,6 +61,7 @@ NOBODY = 65534
 # beyond a few (a reconcile in flight holds sockets).
 RSS_SLACK_KB = 8 * 1024
 RSS_SLACK_RATIO = 1.25
+# Not counting pidfds: one per running member, as many as run (checked apart).
 FD_SLACK = 8
 # Samples (seconds) a controller must live for its own life to be judged apart.
 LONG_LIFE = 300
@@ -94,6 +95,21 @@ def env_file():
                 k, v = line[len("export "):].strip().split("=", 1)
                 env[k] = v
     return env
+
+
+def fd_counts(pid):
+    """Open fds of `pid`: (all but pidfds, pidfds)."""
+    fds = pidfds = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target == "anon_inode:[pidfd]" or target.startswith("pidfd:"):
+            pidfds += 1
+        else:
+            fds += 1
+    return fds, pidfds
 
 
 class Engine:
@@ -297,9 +313,9 @@ class Soak:
                     with open(f"/proc/{pid}/status") as f:
                         rss = next(int(line.split()[1]) for line in f
                                    if line.startswith("VmRSS:"))
-                    fds = len(os.listdir(f"/proc/{pid}/fd"))
+                    fds, pidfds = fd_counts(pid)
                     with self.lock:
-                        self.samples.append((time.monotonic(), rss, fds, pid))
+                        self.samples.append((time.monotonic(), rss, fds, pid, pidfds))
                 except (OSError, StopIteration):
                     pass
             self.check_transcripts()
@@ -574,6 +590,13 @@ class Soak:
             self.violations.append(f"only {len(s)} samples of the controller's RSS and fds")
             return None
         self.grew("controller", s)
+        # A pidfd per running member's first process (controller/exits.rs): bounded by the
+        # members that can run, which edit-add and helpers grow during the run, not by time.
+        most = 2 * self.per_team_max * len(self.teams)
+        peak = max(x[4] for x in s)
+        if peak > most:
+            self.violations.append(f"the controller held {peak} pidfds, more than {most}: "
+                                   f"twice the members that can run")
         lives = collections.defaultdict(list)
         for x in s:
             lives[x[3]].append(x)
@@ -694,6 +717,7 @@ class Soak:
                 line.append(f"{x[0] - samples[0][0]:.0f}s {x[1] / 1024:.1f}MB {x[2]}fd")
             q = n // 4
             print("  controller RSS/fds over time: " + "; ".join(line))
+            print(f"  pidfds peak {max(x[4] for x in samples)} (one per running member)")
             print(f"  first quarter peak {max(x[1] for x in samples[:q]) / 1024:.1f} MB "
                   f"{max(x[2] for x in samples[:q])} fds; last quarter peak "
                   f"{max(x[1] for x in samples[-q:]) / 1024:.1f} MB "
