@@ -181,25 +181,12 @@ async fn inspect_in_scope(
         }
     }
     let reused = kept.len();
-    let asked: Vec<Inspected> = stream::iter(ask)
-        .map(|s| async move {
-            match backend.inspect(&s.id).await {
-                Ok(i) => Ok(Some(i)),
-                // Removed between list and inspect: it is simply not there.
-                Err(BackendError::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })
+    let asked: Vec<(Inspected, Option<cache::Start>)> = stream::iter(ask)
+        .map(|s| async move { inspect_start(backend, &s.id).await })
         .buffer_unordered(INSPECT_CONCURRENCY)
         .try_filter_map(|c| async move { Ok(c) })
         .try_collect()
         .await?;
-    // Each running start is read once: for the cache, its gate's release and its limits.
-    let asked = asked.into_iter().map(|i| {
-        let running = i.summary.state == ContainerState::Running;
-        let start = i.pid.filter(|_| running).and_then(cache::Start::read);
-        (i, start)
-    });
     let wanted: BTreeMap<(&str, &str), &DesiredMember> = desired
         .members
         .iter()
@@ -221,6 +208,48 @@ async fn inspect_in_scope(
     }
     containers.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
     Ok((containers, reused))
+}
+
+/// How often, and how long apart, a container the engine calls running whose first process
+/// is gone is asked about again (`inspect_start`).
+const DYING_TRIES: u32 = 20;
+const DYING_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// An inspect of `id`, with what is read of its running start (each start is read once: for
+/// the cache, its gate's release and its limits); none when it was removed since the list.
+///
+/// The engine may still say `running` for a few milliseconds after the first process died
+/// (Docker until containerd's exit reaches it; Podman until conmon's exit file is written,
+/// and the controller's pidfd wakes it before that). Read as it is, that start would be
+/// running and not released: planned as a gate to open, started again with no exit recorded
+/// and no crash-loop pacing. So while its `/proc` entry is gone, the engine is asked again
+/// until it says how the container ended (up to a second, then taken as it stands).
+async fn inspect_start(
+    backend: &dyn Backend,
+    id: &str,
+) -> Result<Option<(Inspected, Option<cache::Start>)>, BackendError> {
+    let mut tries = 0;
+    loop {
+        let i = match backend.inspect(id).await {
+            Ok(i) => i,
+            // Removed between list and inspect: it is simply not there.
+            Err(BackendError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let pid = i.pid.filter(|_| i.summary.state == ContainerState::Running);
+        let start = pid.and_then(cache::Start::read);
+        let dying = start.is_none()
+            && pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+        if !dying || tries == DYING_TRIES {
+            return Ok(Some((i, start)));
+        }
+        debug!(
+            id,
+            pid, "running, says the engine, but its first process is gone: asking again"
+        );
+        tries += 1;
+        tokio::time::sleep(DYING_PAUSE).await;
+    }
 }
 
 /// What vouches for kept inspects on this engine, if anything does (`cache::Guard`). The

@@ -160,3 +160,78 @@ async fn a_failed_inspect_fails_the_look() {
         "{e}"
     );
 }
+
+/// A process that has exited and been reaped: its pid names nothing (until reused).
+fn gone_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+/// The engine calls a member running a moment after its first process died: it is asked
+/// again until it tells the exit, which the plan then restarts as an exit (recorded, paced
+/// by the crash-loop policy), not as a gate to open.
+#[tokio::test]
+async fn a_start_whose_process_died_is_asked_again_until_its_exit_shows() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let rig = Rig::new();
+    let mut c = of_member(&rig, "a00000000001", "m", ContainerState::Running);
+    c.pid = Some(gone_pid());
+    rig.fake.add(c);
+    Record::update(&rig.member.record, "a00000000001", true, rig.rt.owner).unwrap();
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let n = asked.clone();
+    rig.fake.doctor(move |i| {
+        if n.fetch_add(1, Ordering::SeqCst) >= 2 {
+            i.summary.state = ContainerState::Exited { code: 137 };
+            i.pid = None;
+        }
+    });
+
+    let o = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen(&o),
+        vec![(
+            "a00000000001",
+            ContainerState::Exited { code: 137 },
+            false,
+            true
+        )]
+    );
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        3,
+        "asked until the exit showed"
+    );
+}
+
+/// An engine that keeps calling it running is believed after a second: a look never waits
+/// longer than that on a dead pid.
+#[tokio::test(start_paused = true)]
+async fn a_start_the_engine_keeps_calling_running_is_taken_as_it_stands() {
+    let rig = Rig::new();
+    let mut c = of_member(&rig, "a00000000001", "m", ContainerState::Running);
+    c.pid = Some(gone_pid());
+    rig.fake.add(c);
+    Record::update(&rig.member.record, "a00000000001", true, rig.rt.owner).unwrap();
+
+    let started = tokio::time::Instant::now();
+    let o = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen(&o),
+        vec![("a00000000001", ContainerState::Running, false, true)]
+    );
+    let inspects = rig
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Inspect { .. }))
+        .count();
+    assert_eq!(inspects, 21);
+    assert!(started.elapsed() <= std::time::Duration::from_millis(1100));
+}
