@@ -391,6 +391,53 @@ fn a_stop_and_start_by_hand_holds_the_member_at_its_gate(engine: Engine) {
     w.wait_starts("worker", 2);
 }
 
+/// A stop by hand waits out its timeout for a command that ignores SIGTERM, and Podman calls
+/// the container `stopping` meanwhile. Its command still runs: status says running, and a
+/// look plans no start (read as "never started", a look during a `podman restart` started it
+/// for that reason, racing the engine's own start).
+fn a_member_being_stopped_still_runs(engine: Engine) {
+    let w = World::new(
+        engine,
+        "stopping",
+        &[
+            r#"worker:command: [sh, -c, "trap '' TERM; touch /tmp/deaf; while true; do sleep 1; done"]"#,
+        ],
+    );
+    w.apply();
+    let id = w.id("worker");
+    // Released is not yet deaf: the gate hands over to the command after apply's check.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !w
+        .cli(&["exec", &id, "test", "-f", "/tmp/deaf"])
+        .status
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{engine:?}: the trap was never set"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stop = common::engine_command(engine, false)
+        .args(["stop", "-t", "8", &id])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let state = w.state("worker");
+    let diff = w.ateam(&["diff", "-f", w.manifest().to_str().unwrap()]);
+    let _ = stop.kill();
+    let _ = stop.wait();
+    assert_eq!(state, "running", "{engine:?}: a member being stopped");
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "{engine:?}: a change planned for a member being stopped:\n{}{}",
+        text(&diff.stdout),
+        text(&diff.stderr)
+    );
+}
+
 /// A granted folder swapped for a symlink to a secret, then a restart by hand: the engine
 /// mounts the secret, but nothing of the member runs to see it; ateam's check finds the
 /// swap and removes the container.
@@ -840,6 +887,7 @@ macro_rules! cases {
                 asking_for_root_needs_the_team_to_say_so,
                 a_restart_by_hand_holds_the_member_at_its_gate,
                 a_stop_and_start_by_hand_holds_the_member_at_its_gate,
+                a_member_being_stopped_still_runs,
                 a_symlink_swapped_in_before_a_restart_never_exposes_its_target,
                 a_look_alike_with_our_labels_is_never_adopted,
                 a_stranger_beside_the_member_is_reported_and_pruned,

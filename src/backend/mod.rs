@@ -382,7 +382,10 @@ pub fn host_cgroup_version() -> u8 {
 /// Maps an engine's status word to the state model.
 pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
     match status {
-        "running" => ContainerState::Running,
+        // Podman's word while a stop waits for the process (up to the stop timeout): it still
+        // runs. Read as "never started", a look during a `podman restart` planned a start of
+        // its own, named for the wrong reason.
+        "running" | "stopping" => ContainerState::Running,
         "paused" => ContainerState::Paused,
         "restarting" => ContainerState::Restarting,
         "removing" => ContainerState::Removing,
@@ -416,4 +419,28 @@ pub fn file_in_archive(tar_bytes: &[u8], max: u64) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(entry.size() as usize);
     entry.read_to_end(&mut out).ok()?;
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_engines_status_word_maps_to_its_state() {
+        for (word, state) in [
+            ("running", ContainerState::Running),
+            ("stopping", ContainerState::Running),
+            ("paused", ContainerState::Paused),
+            ("exited", ContainerState::Exited { code: 3 }),
+            ("stopped", ContainerState::Exited { code: 3 }),
+            ("created", ContainerState::Created),
+            ("configured", ContainerState::Created),
+            ("initialized", ContainerState::Created),
+            ("restarting", ContainerState::Restarting),
+            ("removing", ContainerState::Removing),
+            ("dead", ContainerState::Dead),
+        ] {
+            assert_eq!(state_from(word, 3), state, "{word}");
+        }
+    }
 }

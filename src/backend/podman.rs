@@ -519,7 +519,9 @@ fn published_ports(hc: &InspectContainerHostConfig) -> Vec<String> {
 fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
     let state = d.state.as_ref();
     let status = state.and_then(|s| s.status.as_deref()).unwrap_or("");
-    let running = status == "running" || state.and_then(|s| s.running).unwrap_or(false);
+    // `stopping` too: the process runs until the stop is done (see `state_from`).
+    let running = state_from(status, 0) == ContainerState::Running
+        || state.and_then(|s| s.running).unwrap_or(false);
     let pid = state
         .and_then(|s| s.pid)
         .filter(|p| running && *p > 0)
@@ -1302,6 +1304,20 @@ mod tests {
         );
         assert_eq!(b["entrypoint"], json!(["/bin/sh", "-c"]));
         assert_eq!(b["work_dir"], json!("/tmp"));
+    }
+
+    /// While a stop waits for the process, Podman says `stopping` and `Running: false`; the
+    /// process, and the pid a look reads its start from, are still there.
+    #[test]
+    fn a_stopping_container_still_runs_its_pid() {
+        let d: ContainerInspectResponseLibpod = serde_json::from_value(json!({
+            "Id": "c1", "Name": "ateam_t_m",
+            "State": {"Status": "stopping", "Running": false, "Pid": 42, "ExitCode": 0}
+        }))
+        .expect("parses");
+        let i = inspected_from(&d);
+        assert_eq!(i.summary.state, ContainerState::Running);
+        assert_eq!(i.pid, Some(42));
     }
 
     #[test]

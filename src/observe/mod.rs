@@ -212,8 +212,8 @@ async fn inspect_in_scope(
 
 /// How often, and how long apart, a container the engine calls running whose first process
 /// is gone is asked about again (`inspect_start`).
-const DYING_TRIES: u32 = 20;
-const DYING_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+const DYING_TRIES: u32 = 100;
+const DYING_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// An inspect of `id`, with what is read of its running start (each start is read once: for
 /// the cache, its gate's release and its limits); none when it was removed since the list.

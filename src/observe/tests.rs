@@ -232,6 +232,6 @@ async fn a_start_the_engine_keeps_calling_running_is_taken_as_it_stands() {
         .iter()
         .filter(|c| matches!(c, Call::Inspect { .. }))
         .count();
-    assert_eq!(inspects, 21);
+    assert_eq!(inspects, 101);
     assert!(started.elapsed() <= std::time::Duration::from_millis(1100));
 }
