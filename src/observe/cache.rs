@@ -106,6 +106,11 @@ impl Cache {
         }
     }
 
+    /// The cgroups kept with each entry's start (`Start::cgroup`).
+    pub fn memberships(&self) -> impl Iterator<Item = &str> {
+        self.old.values().filter_map(|e| e.cgroup.as_deref())
+    }
+
     /// When the kept entries' anchor happened (nanoseconds since the epoch), if they have one.
     pub fn anchor_time(&self) -> Option<i64> {
         self.anchor.0.as_ref().map(|a| a.time_nano)

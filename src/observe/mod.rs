@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected, Summary};
 use crate::core::container::{ContainerState, labels};
 use crate::core::layout;
-use crate::plan::spec::{DesiredMember, DesiredState, TeamScope};
+use crate::plan::spec::{DesiredMember, DesiredState};
 use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
@@ -42,18 +42,35 @@ pub async fn observe(
         (labels::MANAGED_BY.to_string(), "ateam".to_string()),
         (labels::STORE.to_string(), desired.store.clone()),
     ]);
-    let summaries = backend.list(&ours).await?;
+    // What needs no engine is read on a blocking thread while the engine lists (Docker
+    // takes 35 ms to list 200 containers); then the events that vouch for the kept inspects
+    // are asked, still beside the list.
+    let (summaries, (local, guard)) = tokio::join!(backend.list(&ours), async {
+        let d = desired.clone();
+        let local = tokio::task::spawn_blocking(move || Local::read(&d))
+            .await
+            .unwrap_or_else(|_| Local::read(desired));
+        let guard = guard(backend, info, &local.caches).await;
+        (local, guard)
+    });
+    let summaries = summaries?;
+    let Local {
+        recorded,
+        transcript_dirs,
+        live_sessions,
+        promotions,
+        live_sockets,
+        servers,
+        caches,
+        early,
+    } = local;
     let listed = summaries.len();
-    let recorded = recorded(desired);
     let (foreign, listed_all) = foreign(backend, desired, &summaries, &recorded).await?;
-    let (mut containers, reused) = inspect_in_scope(backend, info, desired, summaries).await?;
+    let (mut containers, reused) =
+        inspect_in_scope(backend, desired, summaries, caches, guard, &early).await?;
     let inspected = containers.len() - reused;
     let foreign_count = foreign.len();
     containers.extend(foreign);
-    let transcript_dirs = transcript_dirs(desired);
-    let (live_sessions, promotions) = sessions(desired);
-    let live_sockets = live_sockets(desired);
-    let servers = servers(desired);
     debug!(
         listed,
         inspected,
@@ -78,6 +95,89 @@ pub async fn observe(
         live_sessions,
         promotions,
     })
+}
+
+/// What a look reads from the state folder and the host alone, needing nothing of the
+/// engine's answers.
+struct Local {
+    recorded: BTreeSet<String>,
+    transcript_dirs: BTreeSet<PathBuf>,
+    live_sessions: BTreeSet<(String, String)>,
+    promotions: Vec<crate::core::session::Promotion>,
+    live_sockets: BTreeSet<PathBuf>,
+    servers: Servers,
+    /// The inspects kept by each team in scope, by team name.
+    caches: BTreeMap<String, Cache>,
+    early: Early,
+}
+
+impl Local {
+    fn read(desired: &DesiredState) -> Local {
+        let (live_sessions, promotions) = sessions(desired);
+        let caches: BTreeMap<String, Cache> = desired
+            .teams
+            .iter()
+            .map(|t| (t.name.clone(), Cache::load(&t.run_dir)))
+            .collect();
+        Local {
+            recorded: recorded(desired),
+            transcript_dirs: transcript_dirs(desired),
+            live_sessions,
+            promotions,
+            live_sockets: live_sockets(desired),
+            servers: servers(desired),
+            early: Early::read(desired, &caches),
+            caches,
+        }
+    }
+}
+
+/// The kernel's files a look reads of each member, read before the engine's list says which
+/// containers run: each wanted member's release file, and the limits enforced on the cgroups
+/// of each kept start. Whether a start is the kept one, and the start token its release is
+/// judged against, are still read after the list (`Cache::get`): only what belongs to that
+/// very start is used.
+#[derive(Default)]
+struct Early {
+    /// Each wanted member's release file, by control folder (None: there is none).
+    releases: BTreeMap<PathBuf, Option<String>>,
+    /// The limits enforced on each kept start's cgroups, by `Start::cgroup`.
+    limits: BTreeMap<String, cgroup::Enforced>,
+}
+
+impl Early {
+    fn read(desired: &DesiredState, caches: &BTreeMap<String, Cache>) -> Early {
+        Early {
+            releases: desired
+                .members
+                .iter()
+                .map(|m| (m.ctl_dir.clone(), gate::release_text(&m.ctl_dir)))
+                .collect(),
+            limits: caches
+                .values()
+                .flat_map(Cache::memberships)
+                .map(|c| (c.to_string(), cgroup::enforced_on(c)))
+                .collect(),
+        }
+    }
+
+    /// `gate::released_for`, from the release file read early when there is one.
+    fn released(&self, ctl: &std::path::Path, id: &str, now: Option<&str>) -> bool {
+        match self.releases.get(ctl) {
+            Some(text) => text
+                .as_deref()
+                .is_some_and(|t| gate::names_start(t, id, now)),
+            None => gate::released_for(ctl, id, now),
+        }
+    }
+
+    /// `cgroup::overlay_with`, from the limits read early for these cgroups when there are.
+    fn overlay(&self, effective: &mut crate::policy::Effective, membership: Option<&str>) {
+        match membership.and_then(|m| self.limits.get(m)) {
+            Some(e) => cgroup::overlay_enforced(effective, *e),
+            None => cgroup::overlay_with(effective, membership),
+        }
+    }
 }
 
 /// Ids of the containers this store made (its records), for the teams in scope.
@@ -149,21 +249,19 @@ async fn foreign(
 }
 
 /// Our containers of the teams in scope, inspected (or kept from the last look, see
-/// `cache`), sorted by name then id; with how many were kept.
+/// `cache`: `caches` of the teams in scope, kept where `guard` vouches for them), sorted by
+/// name then id; with how many were kept.
 async fn inspect_in_scope(
     backend: &dyn Backend,
-    info: &EngineInfo,
     desired: &DesiredState,
     summaries: Vec<Summary>,
+    mut caches: BTreeMap<String, Cache>,
+    guard: Option<cache::Guard>,
+    early: &Early,
 ) -> Result<(Vec<ObservedContainer>, usize), BackendError> {
     // Only the teams in scope are planned for: another team's containers need no inspect.
-    let scope: BTreeMap<&str, &TeamScope> =
-        desired.teams.iter().map(|t| (t.name.as_str(), t)).collect();
-    let mut caches: BTreeMap<&str, Cache> = scope
-        .iter()
-        .map(|(name, t)| (*name, Cache::load(&t.run_dir)))
-        .collect();
-    match guard(backend, info, &caches).await {
+    let scope: BTreeSet<&str> = desired.teams.iter().map(|t| t.name.as_str()).collect();
+    match guard {
         Some(g) => caches.values_mut().for_each(|c| c.check(&g)),
         None => caches.clear(),
     }
@@ -172,7 +270,7 @@ async fn inspect_in_scope(
     let mut ask = Vec::new();
     for s in summaries {
         let team = team_of(&s);
-        if !scope.contains_key(team.as_str()) {
+        if !scope.contains(team.as_str()) {
             continue;
         }
         match caches.get(team.as_str()).and_then(|c| c.get(&s)) {
@@ -201,7 +299,7 @@ async fn inspect_in_scope(
         let m = wanted
             .get(&(label(labels::TEAM), label(labels::MEMBER)))
             .copied();
-        containers.push(observed_one(i, m, start.as_ref()));
+        containers.push(observed_one(i, m, start.as_ref(), early));
     }
     for c in caches.into_values() {
         c.save();
@@ -259,7 +357,7 @@ async fn inspect_start(
 async fn guard(
     backend: &dyn Backend,
     info: &EngineInfo,
-    caches: &BTreeMap<&str, Cache>,
+    caches: &BTreeMap<String, Cache>,
 ) -> Option<cache::Guard> {
     if info.inspect_holds_while_running() {
         return Some(cache::Guard::Holds);
@@ -475,15 +573,16 @@ fn observed_one(
     mut i: Inspected,
     wanted: Option<&DesiredMember>,
     start: Option<&cache::Start>,
+    early: &Early,
 ) -> ObservedContainer {
     match start {
-        Some(s) => cgroup::overlay_with(&mut i.effective, s.cgroup.as_deref()),
+        Some(s) => early.overlay(&mut i.effective, s.cgroup.as_deref()),
         // Not running (paused, say) or gone: read now, if it has a process at all.
         None => cgroup::overlay(&mut i.effective, i.pid),
     }
     let released = match wanted {
         Some(m) if i.summary.state == ContainerState::Running => {
-            gate::released_for(&m.ctl_dir, &i.summary.id, start.map(|s| s.token.as_str()))
+            early.released(&m.ctl_dir, &i.summary.id, start.map(|s| s.token.as_str()))
         }
         _ => false,
     };

@@ -28,7 +28,7 @@ pub fn membership(pid: u32) -> Option<String> {
 /// The limits in force for the process `pid`, read through the host's /sys/fs/cgroup.
 pub fn enforced(pid: u32) -> Enforced {
     membership(pid)
-        .map(|text| enforced_in(Path::new("/sys/fs/cgroup"), &text))
+        .map(|text| enforced_on(&text))
         .unwrap_or_default()
 }
 
@@ -185,9 +185,18 @@ pub fn overlay(effective: &mut crate::policy::Effective, pid: Option<u32>) {
 
 /// `overlay`, for a process whose cgroups (`membership`) were read already.
 pub fn overlay_with(effective: &mut crate::policy::Effective, membership: Option<&str>) {
-    const PAGE: u64 = 4096;
     let Some(text) = membership else { return };
-    let e = enforced_in(Path::new("/sys/fs/cgroup"), text);
+    overlay_enforced(effective, enforced_on(text));
+}
+
+/// The limits the kernel enforces on the processes of these cgroups (`membership`).
+pub fn enforced_on(membership: &str) -> Enforced {
+    enforced_in(Path::new("/sys/fs/cgroup"), membership)
+}
+
+/// `overlay`, with the limits read already (`enforced_on`).
+pub fn overlay_enforced(effective: &mut crate::policy::Effective, e: Enforced) {
+    const PAGE: u64 = 4096;
     let same_page = |kernel: u64, engine: u64| kernel / PAGE == engine / PAGE;
     if let Some(m) = e.memory
         && !same_page(m, effective.memory_bytes)

@@ -107,9 +107,18 @@ pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
 /// `is_released`, with the running start's `procfs::start_token` already read (None when
 /// it could not be: not released).
 pub fn released_for(ctl: &Path, id: &str, now: Option<&str>) -> bool {
-    let (Some(text), Some(now)) = (read_small(&gate_release_path(ctl), 4096), now) else {
-        return false;
-    };
+    release_text(ctl).is_some_and(|text| names_start(&text, id, now))
+}
+
+/// The member's release file as it is now, if there is one (`released_for` in two steps: a
+/// look reads it while the engine lists).
+pub fn release_text(ctl: &Path) -> Option<String> {
+    read_small(&gate_release_path(ctl), 4096)
+}
+
+/// Whether the release file's `text` lets the container `id` run in its start `now`.
+pub fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
+    let Some(now) = now else { return false };
     match text.trim().split_once(' ') {
         Some((who, start)) => !who.is_empty() && id.starts_with(who) && start == now,
         None => false,
