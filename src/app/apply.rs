@@ -109,16 +109,20 @@ pub async fn apply(
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
 ) -> Result<ApplyReport, AppError> {
-    let (mut lock, desired) = match app.store.try_lock_existing() {
-        // Free, as it mostly is: judged once, under it.
-        Some(lock) => (lock, app.judge(manifests)?),
+    let (mut lock, desired, early) = match app.store.try_lock_existing() {
+        // Free, as it mostly is: judged once, under it, while the engine lists what it holds
+        // of this store (the look takes that list if the judged teams are on that engine).
+        Some(lock) => {
+            let early = app.begin_look();
+            (lock, app.judge(manifests)?, early)
+        }
         None => {
             // Refused manifests are refused before the store is touched or waited for...
             app.judge(manifests)?;
             let lock = app.store.lock(o.no_wait, waiting)?;
             // ...and judged again under the lock, against the teams an apply that held it
             // stored.
-            (lock, app.judge(manifests)?)
+            (lock, app.judge(manifests)?, None)
         }
     };
     lock.announce().map_err(|source| StoreError::Io {
@@ -126,7 +130,8 @@ pub async fn apply(
         source,
     })?;
     let started = std::time::SystemTime::now();
-    let report = converge(app, &desired, o, secret, progress).await?;
+    let look = prepare_from(app, &desired, o.plan_options(), secret, early).await?;
+    let report = carry_out(app, &desired, look, &o, secret, progress).await?;
     // What the proxies refused before this apply is history for `status`.
     for t in &desired.teams {
         for m in &t.members {
@@ -181,10 +186,21 @@ pub async fn prepare(
     opts: PlanOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Look, AppError> {
+    prepare_from(app, desired, opts, secret, None).await
+}
+
+/// `prepare`, with the list `early` asked ahead (`App::begin_look`).
+async fn prepare_from(
+    app: &App,
+    desired: &Desired,
+    opts: PlanOptions,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    early: Option<crate::app::EarlyList>,
+) -> Result<Look, AppError> {
     for t in &desired.teams {
         app.store.check_member_records(&t.name)?;
     }
-    let look = app.look(desired, opts).await?;
+    let look = app.look_from(desired, opts, early).await?;
     if let Some(r) = look.plan.refusals.first() {
         return Err(refused(r));
     }

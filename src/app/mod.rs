@@ -12,13 +12,15 @@ pub mod status;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+
 use crate::backend::connect::{self, Candidate, Engine, Env};
 use crate::backend::{Backend, BackendError, EngineInfo};
 use crate::files::Owner;
 use crate::host::Host;
 use crate::manifest::{self, ManifestError, Problem, Source};
 use crate::model::{BackendChoice, Desired, Team};
-use crate::observe::observe;
+use crate::observe::observe_listed;
 use crate::plan::spec::{DesiredState, desired_state};
 use crate::plan::{Observed, Plan, PlanOptions, plan};
 use crate::runtime::Runtime;
@@ -138,6 +140,29 @@ pub struct App {
     pub owner: Owner,
     /// `--backend`, when given: it wins over the engine recorded for a team.
     backend: Option<BackendChoice>,
+}
+
+/// The list of a look, asked before the manifests are judged (`App::begin_look`), with the
+/// engine that answered it; cancelled if the look never takes it.
+pub struct EarlyList(tokio::task::JoinHandle<Option<(EngineOf, ListResult)>>);
+
+type EngineOf = (crate::backend::EngineKind, String);
+type ListResult = Result<Vec<crate::backend::Summary>, BackendError>;
+
+impl EarlyList {
+    /// The list, if `backend` is the engine that answered it (another's is of no use).
+    async fn take(mut self, backend: &dyn Backend) -> Option<ListResult> {
+        let (engine, listed) = (&mut self.0).await.ok()??;
+        let same = engine == (backend.kind(), backend.endpoint().to_string());
+        tracing::debug!(same, "the list asked ahead");
+        same.then_some(listed)
+    }
+}
+
+impl Drop for EarlyList {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What one look at the machine found, and the plan that would make it match.
@@ -268,12 +293,56 @@ impl App {
     /// Finds the engine, looks at the machine for `desired` (and the helpers its members
     /// asked for) and plans. The helpers no longer wanted join `opts.dropped`: the plan
     /// removes them, and is final as returned.
-    pub async fn look(&self, desired: &Desired, mut opts: PlanOptions) -> Result<Look, AppError> {
+    pub async fn look(&self, desired: &Desired, opts: PlanOptions) -> Result<Look, AppError> {
+        self.look_from(desired, opts, None).await
+    }
+
+    /// Asks the engine the store's teams were applied on (or `--backend`'s) for the list of
+    /// this store's containers, before the manifests are judged: a no-op apply's look waits
+    /// on nothing else. The connect and the list run in a task of their own, so that a slow
+    /// engine never delays what the judging says. None when no engine is known yet.
+    pub fn begin_look(&self) -> Option<EarlyList> {
+        let memo = self.engine_memo();
+        let ours = crate::observe::ours(&crate::core::layout::store_id(&self.host.state_dir));
+        let target = match self.backend {
+            Some(choice) => Err((choice, Env::from_process(self.host.uid))),
+            None => {
+                let teams = self.store.teams().ok()?;
+                let r = teams
+                    .iter()
+                    .find_map(|t| self.store.engine(&t.name).ok().flatten())?;
+                Ok(Candidate {
+                    engine: r.engine,
+                    uri: r.uri,
+                    origin: "applied state",
+                })
+            }
+        };
+        let task = tokio::spawn(async move {
+            let (backend, _) = match &target {
+                Ok(c) => connect::connect_to_with(c, Some(&memo)).await.ok()?,
+                Err((choice, env)) => connect::connect(*choice, env, Some(&memo)).await.ok()?,
+            };
+            let engine = (backend.kind(), backend.endpoint().to_string());
+            Some((engine, backend.list(&ours).await))
+        });
+        Some(EarlyList(task))
+    }
+
+    /// `look`, with the list `early` asked ahead, used when the teams connect to that very
+    /// engine.
+    pub async fn look_from(
+        &self,
+        desired: &Desired,
+        mut opts: PlanOptions,
+        early: Option<EarlyList>,
+    ) -> Result<Look, AppError> {
         let (backend, info) = self.connect(&desired.teams).await?;
+        let ahead = early.map(|e| e.take(backend.as_ref()).boxed());
         // Helpers members asked for are desired as much as what the manifests name.
         let (model, dropped) = crate::requests::merge(desired, &self.host.state_dir);
         let ds = self.desired_state(&model);
-        let observed = observe(backend.as_ref(), &info, &ds).await?;
+        let observed = observe_listed(backend.as_ref(), &info, &ds, ahead).await?;
         opts.dropped.extend(dropped.iter().cloned());
         let plan = plan(&ds, &observed, opts);
         Ok(Look {

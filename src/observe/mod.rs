@@ -28,24 +28,53 @@ pub use facts::{EarlyFacts, controller_status, status_facts};
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;
 
+/// The labels of the containers of the store `store` (`layout::store_id`): what a look lists.
+pub fn ours(store: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::MANAGED_BY.to_string(), "ateam".to_string()),
+        (labels::STORE.to_string(), store.to_string()),
+    ])
+}
+
+/// A list asked ahead of the look: none when it was not this engine's.
+pub type Ahead<'a> =
+    futures_util::future::BoxFuture<'a, Option<Result<Vec<Summary>, BackendError>>>;
+
 /// Everything the planner needs to know about the machine for `desired`.
 pub async fn observe(
     backend: &dyn Backend,
     info: &EngineInfo,
     desired: &DesiredState,
 ) -> Result<Observed, BackendError> {
+    observe_listed(backend, info, desired, None).await
+}
+
+/// `observe`, with the list of this store's containers asked ahead (`App::begin_look`):
+/// what it gives, when it gives one, is this engine's.
+pub async fn observe_listed(
+    backend: &dyn Backend,
+    info: &EngineInfo,
+    desired: &DesiredState,
+    ahead: Option<Ahead<'_>>,
+) -> Result<Observed, BackendError> {
     // One label-filtered list for ours. Only when a wanted member has no container of ours
     // is everything listed once more, to see a container of that name that is not ours (a
     // conflict the planner must not step on): a no-op apply never pays for that.
     let started = Instant::now();
-    let ours = BTreeMap::from([
-        (labels::MANAGED_BY.to_string(), "ateam".to_string()),
-        (labels::STORE.to_string(), desired.store.clone()),
-    ]);
+    let ours = ours(&desired.store);
+    let list = async {
+        match ahead {
+            Some(f) => match f.await {
+                Some(listed) => listed,
+                None => backend.list(&ours).await,
+            },
+            None => backend.list(&ours).await,
+        }
+    };
     // What needs no engine is read on a blocking thread while the engine lists (Docker
     // takes 35 ms to list 200 containers); then the events that vouch for the kept inspects
     // are asked, still beside the list.
-    let (summaries, (local, guard)) = tokio::join!(backend.list(&ours), async {
+    let (summaries, (local, guard)) = tokio::join!(list, async {
         let d = desired.clone();
         let local = tokio::task::spawn_blocking(move || Local::read(&d))
             .await
@@ -54,6 +83,10 @@ pub async fn observe(
         (local, guard)
     });
     let summaries = summaries?;
+    debug!(
+        elapsed_ms = started.elapsed().as_micros() as f64 / 1e3,
+        "listed"
+    );
     let Local {
         recorded,
         transcript_dirs,
@@ -112,23 +145,41 @@ struct Local {
 }
 
 impl Local {
+    /// The kept inspects and the limits of their starts on a thread of their own (at 200
+    /// members, 600 cgroup files), the rest on this one.
     fn read(desired: &DesiredState) -> Local {
-        let (live_sessions, promotions) = sessions(desired);
-        let caches: BTreeMap<String, Cache> = desired
-            .teams
-            .iter()
-            .map(|t| (t.name.clone(), Cache::load(&t.run_dir)))
-            .collect();
-        Local {
-            recorded: recorded(desired),
-            transcript_dirs: transcript_dirs(desired),
-            live_sessions,
-            promotions,
-            live_sockets: live_sockets(desired),
-            servers: servers(desired),
-            early: Early::read(desired, &caches),
-            caches,
-        }
+        std::thread::scope(|scope| {
+            let kept = scope.spawn(|| {
+                let caches: BTreeMap<String, Cache> = desired
+                    .teams
+                    .iter()
+                    .map(|t| (t.name.clone(), Cache::load(&t.run_dir)))
+                    .collect();
+                let limits = Early::limits(&caches);
+                (caches, limits)
+            });
+            let (live_sessions, promotions) = sessions(desired);
+            let mut local = Local {
+                recorded: recorded(desired),
+                transcript_dirs: transcript_dirs(desired),
+                live_sessions,
+                promotions,
+                live_sockets: live_sockets(desired),
+                servers: servers(desired),
+                early: Early {
+                    releases: Early::releases(desired),
+                    limits: BTreeMap::new(),
+                },
+                caches: BTreeMap::new(),
+            };
+            // A thread that panicked leaves the kept inspects out: every container is
+            // inspected and read after the list, as with no cache.
+            if let Ok((caches, limits)) = kept.join() {
+                local.caches = caches;
+                local.early.limits = limits;
+            }
+            local
+        })
     }
 }
 
@@ -146,19 +197,20 @@ struct Early {
 }
 
 impl Early {
-    fn read(desired: &DesiredState, caches: &BTreeMap<String, Cache>) -> Early {
-        Early {
-            releases: desired
-                .members
-                .iter()
-                .map(|m| (m.ctl_dir.clone(), gate::release_text(&m.ctl_dir)))
-                .collect(),
-            limits: caches
-                .values()
-                .flat_map(Cache::memberships)
-                .map(|c| (c.to_string(), cgroup::enforced_on(c)))
-                .collect(),
-        }
+    fn releases(desired: &DesiredState) -> BTreeMap<PathBuf, Option<String>> {
+        desired
+            .members
+            .iter()
+            .map(|m| (m.ctl_dir.clone(), gate::release_text(&m.ctl_dir)))
+            .collect()
+    }
+
+    fn limits(caches: &BTreeMap<String, Cache>) -> BTreeMap<String, cgroup::Enforced> {
+        caches
+            .values()
+            .flat_map(Cache::memberships)
+            .map(|c| (c.to_string(), cgroup::enforced_on(c)))
+            .collect()
     }
 
     /// `gate::released_for`, from the release file read early when there is one.
