@@ -169,6 +169,15 @@ fn gone_pid() -> u32 {
     pid
 }
 
+/// Member `m`'s recorded container `a00000000001`, running to the engine, whose first
+/// process is gone.
+fn add_running_with_a_gone_pid(rig: &Rig) {
+    let mut c = of_member(rig, "a00000000001", "m", ContainerState::Running);
+    c.pid = Some(gone_pid());
+    rig.fake.add(c);
+    Record::update(&rig.member.record, "a00000000001", true, rig.rt.owner).unwrap();
+}
+
 /// The engine calls a member running a moment after its first process died: it is asked
 /// again until it tells the exit, which the plan then restarts as an exit (recorded, paced
 /// by the crash-loop policy), not as a gate to open.
@@ -176,10 +185,7 @@ fn gone_pid() -> u32 {
 async fn a_start_whose_process_died_is_asked_again_until_its_exit_shows() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let rig = Rig::new();
-    let mut c = of_member(&rig, "a00000000001", "m", ContainerState::Running);
-    c.pid = Some(gone_pid());
-    rig.fake.add(c);
-    Record::update(&rig.member.record, "a00000000001", true, rig.rt.owner).unwrap();
+    add_running_with_a_gone_pid(&rig);
     let asked = std::sync::Arc::new(AtomicUsize::new(0));
     let n = asked.clone();
     rig.fake.doctor(move |i| {
@@ -213,10 +219,7 @@ async fn a_start_whose_process_died_is_asked_again_until_its_exit_shows() {
 #[tokio::test(start_paused = true)]
 async fn a_start_the_engine_keeps_calling_running_is_taken_as_it_stands() {
     let rig = Rig::new();
-    let mut c = of_member(&rig, "a00000000001", "m", ContainerState::Running);
-    c.pid = Some(gone_pid());
-    rig.fake.add(c);
-    Record::update(&rig.member.record, "a00000000001", true, rig.rt.owner).unwrap();
+    add_running_with_a_gone_pid(&rig);
 
     let started = tokio::time::Instant::now();
     let o = observe(rig.fake.as_ref(), &rig.rt.info, &rig.desired)
