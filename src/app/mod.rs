@@ -340,9 +340,15 @@ impl App {
         let (backend, info) = self.connect(&desired.teams).await?;
         let ahead = early.map(|e| e.take(backend.as_ref()).boxed());
         // Helpers members asked for are desired as much as what the manifests name.
-        let (model, dropped) = crate::requests::merge(desired, &self.host.state_dir);
-        let ds = self.desired_state(&model);
-        let observed = observe_listed(backend.as_ref(), &info, &ds, ahead).await?;
+        let (model, mut dropped) = crate::requests::merge(desired, &self.host.state_dir);
+        let mut ds = self.desired_state(&model);
+        // One member's look wants that member alone: the planner's part for it reads no other.
+        if let Some(only) = &opts.only {
+            ds.members.retain(|m| m.member == *only);
+            dropped.retain(|d| d.member == *only);
+        }
+        let observed =
+            observe_listed(backend.as_ref(), &info, &ds, ahead, opts.only.as_deref()).await?;
         opts.dropped.extend(dropped.iter().cloned());
         let plan = plan(&ds, &observed, opts);
         Ok(Look {

@@ -662,12 +662,13 @@ impl Backend for DockerBackend {
                 let action = ev.action.unwrap_or_default();
                 let quiet = action.starts_with("exec_") || QUIET_ACTIONS.contains(&action.as_str());
                 Ok(ev.actor.and_then(|a| {
-                    let team = a
-                        .attributes
-                        .as_ref()
-                        .and_then(|at| at.get(crate::core::container::labels::TEAM).cloned());
+                    let label = |k: &str| a.attributes.as_ref().and_then(|at| at.get(k).cloned());
+                    let (team, member) = {
+                        use crate::core::container::labels as names;
+                        (label(names::TEAM), label(names::MEMBER))
+                    };
                     a.id.filter(|id| !quiet && !id.is_empty())
-                        .map(|id| ContainerEvent { id, team })
+                        .map(|id| ContainerEvent { id, team, member })
                 }))
             });
         Ok(stream.boxed())

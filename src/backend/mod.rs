@@ -109,6 +109,8 @@ pub struct ContainerEvent {
     pub id: String,
     /// The team label, if it has one.
     pub team: Option<String>,
+    /// The member label, if it has one.
+    pub member: Option<String>,
 }
 
 /// What an image says about how a container of it runs.

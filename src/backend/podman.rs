@@ -1077,15 +1077,15 @@ impl Backend for PodmanBackend {
                         None => break,
                         // Several label filters are OR-ed by Podman: require all of them here.
                         Some(Ok(ev)) => {
-                            let team = ev
-                                .actor
-                                .attributes
-                                .get(crate::core::container::labels::TEAM)
-                                .cloned();
+                            let label = |k: &str| ev.actor.attributes.get(k).cloned();
+                            let (team, member) = {
+                        use crate::core::container::labels as names;
+                        (label(names::TEAM), label(names::MEMBER))
+                    };
                             if ev.typ == "container"
                                 && has_labels(&ev.actor.attributes, &labels)
                                 && tx
-                                    .send(Ok(ContainerEvent { id: ev.actor.id, team }))
+                                    .send(Ok(ContainerEvent { id: ev.actor.id, team, member }))
                                     .await
                                     .is_err()
                             {

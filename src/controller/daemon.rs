@@ -40,6 +40,25 @@ pub enum Key {
     Manifests,
     /// Bring this team to what its manifests want.
     Team(String),
+    /// Bring this member of this team to what its manifests want, looking at it alone (its
+    /// death seen by its pidfd, or an engine event naming it): at 200 members, a look at the
+    /// whole team made a heal twice as slow. Its team is looked at as a whole soon after.
+    Member {
+        /// Team name.
+        team: String,
+        /// Member name (`validate::is_name`: a label's value, checked before it names a path).
+        member: String,
+    },
+}
+
+impl Key {
+    /// The team this key converges, if it does.
+    fn team(&self) -> Option<&str> {
+        match self {
+            Key::Manifests => None,
+            Key::Team(team) | Key::Member { team, .. } => Some(team),
+        }
+    }
 }
 
 /// How the controller runs (`ateam controller`'s flags).
@@ -109,17 +128,18 @@ impl Reconciler {
     pub async fn reconcile(&self, key: Key) -> Result<Action, AppError> {
         let result = match &key {
             Key::Manifests => self.reload(),
-            Key::Team(team) => self.converge_team(team).await,
+            Key::Team(team) => self.converge_team(team, None).await,
+            Key::Member { team, member } => self.converge_team(team, Some(member)).await,
         };
-        if let Key::Team(team) = &key {
+        if let Some(team) = key.team() {
             let mut st = self.state();
             st.record.last_reconcile = Some(LastReconcile {
                 at: rfc3339(SystemTime::now()),
-                team: team.clone(),
+                team: team.to_string(),
                 ok: result.is_ok(),
             });
             if let Err(e) = &result {
-                st.record.errors.insert(team.clone(), e.to_string());
+                st.record.errors.insert(team.to_string(), e.to_string());
             }
         }
         self.save_record();
@@ -177,10 +197,11 @@ impl Reconciler {
         Ok(Action::AwaitChange)
     }
 
-    /// One reconcile of a team: the crash-loop holds of its members go into the plan, the
-    /// plan's restarts and deferrals into the crash-loop records, and the first deferral due
-    /// comes back as the time to look again.
-    async fn converge_team(&self, name: &str) -> Result<Action, AppError> {
+    /// One reconcile of a team, or of its member `only` alone (`PlanOptions::only`): the
+    /// crash-loop holds of its members go into the plan, the plan's restarts and deferrals
+    /// into the crash-loop records, and the first deferral due comes back as the time to look
+    /// again.
+    async fn converge_team(&self, name: &str, only: Option<&str>) -> Result<Action, AppError> {
         let (loaded, team) = {
             let st = self.state();
             (st.loaded, st.teams.get(name).cloned())
@@ -189,7 +210,11 @@ impl Reconciler {
             return Ok(Action::AwaitChange);
         }
         let Some(team) = team else {
-            return self.gone(name).await;
+            return match only {
+                // The team's own key says what becomes of a team that went.
+                Some(_) => Ok(Action::AwaitChange),
+                None => self.gone(name).await,
+            };
         };
         let _lock = self.lock_store().await?;
         let secret = |n: &str| std::env::var(n).ok();
@@ -197,7 +222,7 @@ impl Reconciler {
             prune: self.opts.prune,
             concurrency: self.opts.concurrency,
             no_wait: false,
-            only: None,
+            only: only.map(str::to_string),
         };
         let desired = Desired { teams: vec![team] };
         let (now, wall) = (Instant::now(), SystemTime::now());
@@ -206,11 +231,15 @@ impl Reconciler {
             ..opts.plan_options()
         };
         let look = prepare(&self.app, &desired, plan, &secret).await?;
-        self.watch_exits(name, &look.observed);
+        // One member's look sees no other running member: the team's watches stay as the
+        // last whole look left them.
+        if only.is_none() {
+            self.watch_exits(name, &look.observed);
+        }
         self.pace_restarts(&look.plan, now, wall);
         let deferred: Vec<SystemTime> = look.plan.deferred.iter().map(|d| d.until).collect();
         let report = carry_out(&self.app, &desired, look, &opts, &secret, &Quiet).await?;
-        self.record_outcome(name, &report.outcome);
+        self.record_outcome(name, &report.outcome, only.is_none());
         let wall = SystemTime::now();
         let next = deferred
             .iter()
@@ -223,7 +252,7 @@ impl Reconciler {
     }
 
     /// Watches the first process of each of the team's running containers of this look: its
-    /// exit schedules the team at once, before the engine's event (see `exits`).
+    /// exit schedules its member at once, before the engine's event (see `exits`).
     fn watch_exits(&self, team: &str, observed: &Observed) {
         let running = observed
             .containers
@@ -232,11 +261,14 @@ impl Reconciler {
                 c.state == ContainerState::Running
                     && c.labels.get(labels::TEAM).map(String::as_str) == Some(team)
             })
-            .filter_map(|c| Some((c.id.clone(), c.pid?)))
+            .filter_map(|c| {
+                let member = c.labels.get(labels::MEMBER)?;
+                Some((c.id.clone(), c.pid?, member.clone()))
+            })
             .collect();
-        let (handle, key) = (self.handle.clone(), Key::Team(team.to_string()));
-        self.exits.watch(team, running, move || {
-            let _ = handle.schedule_after(key.clone(), Duration::ZERO);
+        let (handle, name) = (self.handle.clone(), team.to_string());
+        self.exits.watch(team, running, move |member: &str| {
+            let _ = handle.schedule_after(member_key(&name, member), Duration::ZERO);
         });
     }
 
@@ -257,8 +289,9 @@ impl Reconciler {
         .map_err(AppError::from)
     }
 
-    /// What did not converge, in the record (and the log); a team that did is cleared.
-    fn record_outcome(&self, name: &str, outcome: &Outcome) {
+    /// What did not converge, in the record (and the log); a team that did is cleared when
+    /// `whole` (a look at one member says nothing of the others).
+    fn record_outcome(&self, name: &str, outcome: &Outcome, whole: bool) {
         let problem = match outcome {
             Outcome::NoChanges => None,
             Outcome::Refused(f) => Some(format!(
@@ -288,9 +321,10 @@ impl Reconciler {
                 warn!(team = name, problem = %p, "not converged");
                 st.record.errors.insert(name.to_string(), p);
             }
-            None => {
+            None if whole => {
                 st.record.errors.remove(name);
             }
+            None => {}
         }
     }
 
@@ -482,6 +516,19 @@ impl StatusSource for Reconciler {
     }
 }
 
+/// The key of `member` of `team`, as an event's or a watch's label names it: one that is
+/// no member's name (a label anyone with the engine could set) looks at the whole team.
+fn member_key(team: &str, member: &str) -> Key {
+    if crate::manifest::is_name(member) {
+        Key::Member {
+            team: team.to_string(),
+            member: member.to_string(),
+        }
+    } else {
+        Key::Team(team.to_string())
+    }
+}
+
 /// Counts one reconcile in the metrics.
 fn count(
     r: &Reconciler,
@@ -492,7 +539,7 @@ fn count(
 ) {
     match key {
         Key::Manifests => m.manifests_loaded(r.state().record.manifest_errors.is_empty()),
-        Key::Team(team) => {
+        Key::Team(team) | Key::Member { team, .. } => {
             let how = match result {
                 Ok(Action::AwaitChange) => ReconcileResult::Ok,
                 Ok(Action::Requeue(_)) => ReconcileResult::Requeue,
@@ -737,9 +784,17 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
                     next = stream.next() => match next {
                         Some(Ok(event)) => {
                             // Not debounced: a member that died is restarted now (a burst
-                            // of events for it still runs one reconcile at a time).
+                            // of events for it still runs one reconcile at a time), looked
+                            // at alone; its team as a whole after the debounce.
                             match event.team {
-                                Some(t) => { let _ = r.handle.schedule_after(Key::Team(t), Duration::ZERO); }
+                                Some(t) => {
+                                    if let Some(m) = &event.member {
+                                        let _ = r.handle.schedule_after(member_key(&t, m), Duration::ZERO);
+                                        let _ = r.handle.schedule(Key::Team(t));
+                                    } else {
+                                        let _ = r.handle.schedule_after(Key::Team(t), Duration::ZERO);
+                                    }
+                                }
                                 // No team label: every team, to be sure.
                                 None => for t in r.all_teams() {
                                     let _ = r.handle.schedule(Key::Team(t));
@@ -763,5 +818,26 @@ async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
             () = tokio::time::sleep(wait) => {}
         }
         wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member's name from a label becomes its own key only when a manifest could have given
+    /// it: anything else (a path, a stranger's label) looks at the whole team.
+    #[test]
+    fn a_member_key_only_for_a_name_a_manifest_could_give() {
+        let member = |m: &str| Key::Member {
+            team: "t".into(),
+            member: m.into(),
+        };
+        assert_eq!(member_key("t", "m-1"), member("m-1"));
+        for bad in ["../x", "", "M", "a/b", "-a", &"a".repeat(64)] {
+            assert_eq!(member_key("t", bad), Key::Team("t".into()), "{bad:?}");
+        }
+        assert_eq!(member("m").team(), Some("t"));
+        assert_eq!(Key::Manifests.team(), None);
     }
 }

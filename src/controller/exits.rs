@@ -39,12 +39,12 @@ impl Drop for Watched {
 }
 
 impl Exits {
-    /// Watches the first process of each of `team`'s `running` containers (id, host pid),
-    /// and no other of that team's; `wake` runs when one exits. A container already watched
-    /// under the same pid keeps its watch.
-    pub fn watch<F>(&self, team: &str, running: Vec<(String, u32)>, wake: F)
+    /// Watches the first process of each of `team`'s `running` containers (id, host pid,
+    /// member), and no other of that team's; `wake` runs with the member's name when one
+    /// exits. A container already watched under the same pid keeps its watch.
+    pub fn watch<F>(&self, team: &str, running: Vec<(String, u32, String)>, wake: F)
     where
-        F: Fn() + Clone + Send + 'static,
+        F: Fn(&str) + Clone + Send + 'static,
     {
         let mut all = self
             .watched
@@ -52,13 +52,13 @@ impl Exits {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mine = all.entry(team.to_string()).or_default();
         let mut next = BTreeMap::new();
-        for (id, pid) in running {
+        for (id, pid, member) in running {
             let kept = mine.remove(&id).filter(|w| w.pid == pid);
             let w = kept.unwrap_or_else(|| {
                 let wake = wake.clone();
                 let task = tokio::spawn(async move {
                     if exited(pid).await {
-                        wake();
+                        wake(&member);
                     }
                 });
                 Watched {
@@ -123,28 +123,31 @@ async fn exited(pid: u32) -> bool {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    async fn wait_for(n: &AtomicUsize, want: usize) {
+    type Woken = Arc<std::sync::Mutex<Vec<String>>>;
+
+    fn woken(w: &Woken) -> Vec<String> {
+        w.lock().unwrap().clone()
+    }
+
+    async fn wait_for(w: &Woken, want: usize) {
         for _ in 0..500 {
-            if n.load(Ordering::SeqCst) >= want {
+            if woken(w).len() >= want {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("woken {} times, wanted {want}", n.load(Ordering::SeqCst));
+        panic!("woken {:?}, wanted {want} wakes", woken(w));
     }
 
     #[tokio::test]
-    async fn an_exit_wakes_once_and_a_rewatch_keeps_the_watch() {
+    async fn an_exit_wakes_its_member_once_and_a_rewatch_keeps_the_watch() {
         let exits = Exits::default();
-        let woken = Arc::new(AtomicUsize::new(0));
+        let w: Woken = Arc::default();
         let wake = {
-            let w = woken.clone();
-            move || {
-                w.fetch_add(1, Ordering::SeqCst);
-            }
+            let w = w.clone();
+            move |member: &str| w.lock().unwrap().push(member.to_string())
         };
         let mut a = std::process::Command::new("sleep")
             .arg("30")
@@ -154,18 +157,21 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let running = vec![("a".to_string(), a.id()), ("b".to_string(), b.id())];
+        let running = vec![
+            ("a".to_string(), a.id(), "ma".to_string()),
+            ("b".to_string(), b.id(), "mb".to_string()),
+        ];
         exits.watch("t", running.clone(), wake.clone());
         exits.watch("t", running, wake.clone());
         assert_eq!(exits.count(), 2);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(woken.load(Ordering::SeqCst), 0, "nothing exited yet");
+        assert!(woken(&w).is_empty(), "nothing exited yet");
 
         a.kill().unwrap();
         a.wait().unwrap();
-        wait_for(&woken, 1).await;
+        wait_for(&w, 1).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(woken.load(Ordering::SeqCst), 1, "one exit, one wake");
+        assert_eq!(woken(&w), ["ma"], "one exit, one wake, for its member");
 
         // No longer running at the next look: its watch ends, and its exit wakes nobody.
         exits.watch("t", vec![], wake);
@@ -173,7 +179,7 @@ mod tests {
         b.kill().unwrap();
         b.wait().unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert_eq!(woken(&w), ["ma"]);
     }
 
     #[tokio::test]

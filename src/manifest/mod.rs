@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 pub use load::{Source, read_sources};
-pub use validate::validate;
+pub use validate::{is_name, validate};
 
 /// One thing wrong in the manifests, located as precisely as we can.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

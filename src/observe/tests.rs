@@ -238,3 +238,134 @@ async fn a_start_the_engine_keeps_calling_running_is_taken_as_it_stands() {
     assert_eq!(inspects, 101);
     assert!(started.elapsed() <= std::time::Duration::from_millis(1100));
 }
+
+/// A container of member `member` of team `t` as ateam made it for `desired` (as for
+/// `m` when `desired` does not want that member), in `state`.
+fn labelled(
+    rig: &Rig,
+    desired: &DesiredState,
+    (id, member): (&str, &str),
+    state: ContainerState,
+    pid: Option<u32>,
+) -> Inspected {
+    let mut c = of_member(rig, id, member, state);
+    let m = desired.members.iter().find(|m| m.member == member);
+    let m = m.unwrap_or(&desired.members[0]);
+    c.summary.labels = m.container_labels(&rig.rt.store);
+    c.summary
+        .labels
+        .insert(labels::MEMBER.into(), member.into());
+    c.summary.name = format!("ateam_t_{member}");
+    c.pid = pid;
+    c
+}
+
+/// A look narrowed to one member (`only`) plans for it what the team's whole look plans for
+/// it, in every case the planner tells apart: a member that exited, one running, one with no
+/// container whose name a stranger holds, one no manifest wants any more, and a look-alike
+/// with its labels in no record. The narrowed look lists that member's containers alone and
+/// inspects no other.
+#[tokio::test]
+async fn a_look_at_one_member_plans_for_it_what_the_teams_look_plans() {
+    let rig = Rig::new();
+    let me = std::process::id();
+    let full = rig.desired_of(&["m", "n", "p"]);
+    let run_dir = full.teams[0].run_dir.clone();
+    let record = |member: &str, id: &str| {
+        let path = layout::member_record_path(&run_dir, member);
+        Record::update(&path, id, true, rig.rt.owner).unwrap();
+    };
+    let specs: BTreeMap<String, _> = full
+        .members
+        .iter()
+        .map(|m| (m.member.clone(), crate::policy::compliant(&m.spec)))
+        .collect();
+    rig.fake.doctor(move |i| {
+        if let Some(e) = i
+            .summary
+            .labels
+            .get(labels::MEMBER)
+            .and_then(|m| specs.get(m))
+        {
+            i.effective = e.clone();
+        }
+    });
+    let exited = ContainerState::Exited { code: 137 };
+    rig.fake
+        .add(labelled(&rig, &full, ("a1", "m"), exited, None));
+    record("m", "a1");
+    let created = ContainerState::Created;
+    rig.fake
+        .add(labelled(&rig, &full, ("a2", "m"), created, None));
+    let running = ContainerState::Running;
+    rig.fake
+        .add(labelled(&rig, &full, ("b1", "n"), running, Some(me)));
+    record("n", "b1");
+    rig.fake
+        .add(labelled(&rig, &full, ("c1", "gone"), running, Some(me)));
+    record("gone", "c1");
+    let mut holder = labelled(&rig, &full, ("d1", "p"), running, None);
+    holder.summary.labels.clear();
+    holder.summary.name = full.members[2].spec.name.clone();
+    rig.fake.add(holder);
+    for dir in ["m", "gone"] {
+        std::fs::create_dir_all(full.teams[0].session_dir.join("members").join(dir)).unwrap();
+    }
+
+    let whole = observe(rig.fake.as_ref(), &rig.rt.info, &full)
+        .await
+        .unwrap();
+    for only in ["m", "n", "p", "gone"] {
+        let opts = || crate::plan::PlanOptions {
+            only: Some(only.to_string()),
+            ..Default::default()
+        };
+        let want = crate::plan::plan(&full, &whole, opts());
+        let mut narrow = full.clone();
+        narrow.members.retain(|m| m.member == only);
+        let before = rig.fake.calls().len();
+        let seen = observe_listed(rig.fake.as_ref(), &rig.rt.info, &narrow, None, Some(only))
+            .await
+            .unwrap();
+        let got = crate::plan::plan(&narrow, &seen, opts());
+        assert_eq!(
+            format!("{:?}", got.actions),
+            format!("{:?}", want.actions),
+            "{only}"
+        );
+        assert_eq!(
+            format!("{:?}", got.findings),
+            format!("{:?}", want.findings),
+            "{only}"
+        );
+        if only == "m" {
+            let restart = want
+                .actions
+                .iter()
+                .find(|a| matches!(a, crate::plan::Action::Start { .. }));
+            assert!(restart.is_some(), "m is restarted: {:?}", want.actions);
+        }
+        assert!(
+            !want.actions.is_empty() || !want.findings.is_empty(),
+            "{only}"
+        );
+
+        let calls = rig.fake.calls().split_off(before);
+        let mut labels = ours(&rig.rt.store);
+        labels.insert(labels::MEMBER.into(), only.into());
+        assert_eq!(calls[0], Call::List { labels }, "{only}");
+        for c in &calls[1..] {
+            match c {
+                Call::Inspect { id } => {
+                    let member =
+                        rig.fake.inspect(id).await.unwrap().summary.labels[labels::MEMBER].clone();
+                    assert_eq!(member, only, "only {only}'s containers are inspected");
+                }
+                Call::List { labels } => {
+                    assert!(labels.is_empty(), "{only}: everything, for a name holder")
+                }
+                other => panic!("{only}: {other:?}"),
+            }
+        }
+    }
+}

@@ -674,6 +674,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
     if let Some(only) = &opts.only {
         plan.actions
             .retain(|a| a.subject().1 == only && !a.is_session());
+        plan.findings.retain(|f| f.subject().1 == only);
     }
     plan
 }

@@ -25,8 +25,10 @@ pub struct PlanOptions {
     /// `(team, member)` whose restart, were one due, waits until then (the crash-loop
     /// policy): the plan starts nothing for them and says so in `Plan::deferred`.
     pub deferred: BTreeMap<(String, String), SystemTime>,
-    /// Plan actions for this member alone (of the teams in scope), never for a main session:
-    /// a helper request brings up one member and is no occasion to change the others.
+    /// Plan actions and findings for this member alone (of the teams in scope), never for a
+    /// main session: a helper request brings up one member and is no occasion to change the
+    /// others, and the controller heals a member that died with a look at it alone
+    /// (`observe::observe_listed`, which reads nothing of the others).
     pub only: Option<String>,
 }
 

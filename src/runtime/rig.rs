@@ -94,6 +94,35 @@ impl Rig {
         }
     }
 
+    /// What team `t` wants when its members are `names` (each like `m`, its folders under
+    /// this rig's), on this rig's host.
+    pub(crate) fn desired_of(&self, names: &[&str]) -> DesiredState {
+        let root = self.dir.path();
+        let mut team = team(crate::plan::tests::member("m"), root);
+        team.teams[0].members = names
+            .iter()
+            .map(|n| {
+                let mut m = crate::plan::tests::member(n);
+                m.cwd = root.join("repo");
+                m.transcript_dir = root.join("sessions/members").join(n);
+                m
+            })
+            .collect();
+        desired_state(&team, &self.host())
+    }
+
+    fn host(&self) -> crate::host::Host {
+        crate::host::Host {
+            uid: self.rt.owner.uid,
+            gid: self.rt.owner.gid,
+            home: self.dir.path().to_path_buf(),
+            memory_bytes: 16 << 30,
+            state_dir: self.rt.state_dir.clone(),
+            sudo_user: None,
+            engine_dirs: Default::default(),
+        }
+    }
+
     /// The gate's release file, if the member was released.
     pub(crate) fn released(&self) -> Option<String> {
         std::fs::read_to_string(self.member.ctl_dir.join("go")).ok()

@@ -327,6 +327,12 @@ fn check_image(image: &str) -> Result<(), String> {
     }
 }
 
+/// Whether `name` is one a manifest may give (`check_dns_label`): what a label read back from
+/// the engine must be before it names a member's folders.
+pub fn is_name(name: &str) -> bool {
+    check_dns_label(name).is_ok()
+}
+
 /// Kubernetes' rule for names (DNS-1123 labels): a name becomes part of container names,
 /// hostnames and paths.
 fn check_dns_label(name: &str) -> Result<(), String> {
