@@ -723,19 +723,36 @@ async fn egress_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                let teams: Vec<Team> = r.state().teams.values().cloned().collect();
-                for t in teams {
-                    let silent = t.members.iter().any(|m| {
-                        matches!(m.access.network, crate::model::Network::Allow(_))
-                            && !crate::egress::answers(
-                                &crate::egress::Paths::new(&r.app.host.state_dir, &t.name, &m.name)
-                                    .socket,
-                            )
-                    });
-                    if silent {
-                        debug!(team = %t.name, "an egress proxy does not answer");
-                        let _ = r.handle.schedule(Key::Team(t.name.clone()));
-                    }
+                // The sockets alone, not the teams: a clone of a team of 200 every 2 s was a
+                // seventh of the controller's idle CPU.
+                let sockets: Vec<(String, PathBuf)> = {
+                    let st = r.state();
+                    st.teams
+                        .values()
+                        .flat_map(|t| {
+                            t.members
+                                .iter()
+                                .filter(|m| matches!(m.access.network, crate::model::Network::Allow(_)))
+                                .map(|m| {
+                                    let socket = crate::core::layout::egress_socket_path(
+                                        &r.app.host.state_dir,
+                                        &t.name,
+                                        &m.name,
+                                    );
+                                    (t.name.clone(), socket)
+                                })
+                        })
+                        .collect()
+                };
+                let mut silent: Vec<&str> = sockets
+                    .iter()
+                    .filter(|(_, socket)| !crate::egress::answers(socket))
+                    .map(|(team, _)| team.as_str())
+                    .collect();
+                silent.dedup();
+                for team in silent {
+                    debug!(team, "an egress proxy does not answer");
+                    let _ = r.handle.schedule(Key::Team(team.to_string()));
                 }
             }
         }
