@@ -89,6 +89,8 @@ pub enum AppError {
 }
 
 /// Manifests as read, with the problems of reading them (reported with the rules' problems).
+/// Equal when every file read the same text from the same place.
+#[derive(PartialEq, Eq)]
 pub struct Manifests {
     sources: Vec<Source>,
     unreadable: Vec<Problem>,

@@ -90,6 +90,31 @@ struct State {
     /// Each member's restarts under the crash-loop policy.
     crash: Restarts,
     record: ControllerRecord,
+    /// The last clean judgement of the manifests, if the one after it was clean too.
+    judged: Option<Judged>,
+}
+
+/// How long a clean judgement of unchanged manifests is trusted. What the rules read of the
+/// host (grant folders, their owners, mounts) sends no event; this bounds how late a change
+/// there is seen.
+const JUDGE_AGAIN: Duration = Duration::from_secs(300);
+
+/// What a clean judgement read: the same texts against the same applied teams are judged the
+/// same, so a resync need not parse and judge them again (at 200 members that was a fifth of
+/// the idle controller's CPU).
+struct Judged {
+    read: Manifests,
+    applied: Vec<Team>,
+    at: Instant,
+}
+
+impl Judged {
+    /// Whether judging `read` against `applied` now would only repeat this judgement.
+    fn holds_for(&self, read: &Manifests, applied: &[Team], now: Instant) -> bool {
+        now.saturating_duration_since(self.at) < JUDGE_AGAIN
+            && self.read == *read
+            && self.applied == applied
+    }
 }
 
 /// The reconcile function's world.
@@ -150,11 +175,31 @@ impl Reconciler {
     /// failure keeps the last good state and says why.
     fn reload(&self) -> Result<Action, AppError> {
         let applied = self.app.store.teams()?;
-        let judged =
-            Manifests::read(&self.opts.paths).and_then(|m| m.validate(&self.app.host, &applied));
+        let read = Manifests::read(&self.opts.paths);
+        if let Ok(m) = &read {
+            let st = self.state();
+            if st
+                .judged
+                .as_ref()
+                .is_some_and(|j| j.holds_for(m, &applied, Instant::now()))
+            {
+                debug!("manifests unchanged since their last judgement");
+                return Ok(Action::AwaitChange);
+            }
+        }
+        let judged = read.and_then(|m| {
+            let desired = m.validate(&self.app.host, &applied)?;
+            Ok((m, desired))
+        });
         let mut st = self.state();
+        st.judged = None;
         match judged {
-            Ok(desired) => {
+            Ok((read, desired)) => {
+                st.judged = Some(Judged {
+                    read,
+                    applied,
+                    at: Instant::now(),
+                });
                 let new: BTreeMap<String, Team> = desired
                     .teams
                     .into_iter()
@@ -856,5 +901,46 @@ mod tests {
         }
         assert_eq!(member("m").team(), Some("t"));
         assert_eq!(Key::Manifests.team(), None);
+    }
+
+    /// A judgement is trusted only for the same texts, the same applied teams, and not for
+    /// longer than `JUDGE_AGAIN`.
+    #[test]
+    fn a_judgement_holds_only_for_what_it_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("team.yaml");
+        let read = |text: &str| {
+            std::fs::write(&file, text).expect("write");
+            Manifests::read(std::slice::from_ref(&file)).expect("read")
+        };
+        let team = |name: &str| Team {
+            name: name.into(),
+            labels: Default::default(),
+            backend: Default::default(),
+            user: None,
+            allow_root_user: false,
+            image: None,
+            max_members: 10,
+            max_depth: 3,
+            session_dir: dir.path().join("sessions"),
+            allow_unenforced_limits: false,
+            helper_requests: false,
+            manifests: vec![],
+            sessions: vec![],
+            grants: vec![],
+            members: vec![],
+        };
+        let now = Instant::now();
+        let judged = Judged {
+            read: read("kind: Team\n"),
+            applied: vec![team("a")],
+            at: now,
+        };
+        assert!(judged.holds_for(&read("kind: Team\n"), &[team("a")], now));
+        assert!(!judged.holds_for(&read("kind: Team \n"), &[team("a")], now));
+        assert!(!judged.holds_for(&read("kind: Team\n"), &[team("b")], now));
+        assert!(!judged.holds_for(&read("kind: Team\n"), &[], now));
+        let later = now + JUDGE_AGAIN;
+        assert!(!judged.holds_for(&read("kind: Team\n"), &[team("a")], later));
     }
 }

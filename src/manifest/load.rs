@@ -20,7 +20,7 @@ use super::Problem;
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 /// One manifest file's text, and the folder its relative paths are taken from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     /// As the user named it; `<stdin>` for `-`.
     pub path: PathBuf,

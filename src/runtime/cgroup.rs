@@ -137,45 +137,34 @@ fn usage_in(root: &Path, proc_cgroup: &str) -> Usage {
 /// layout keeps memory and pids in v1).
 fn enforced_in(root: &Path, proc_cgroup: &str) -> Enforced {
     let d = Dirs { root, proc_cgroup };
-    let v1 = |controller: &str| d.v1(controller);
-    let unified = d.unified();
-    let read = |dir: &Path, file: &str| -> Option<u64> {
-        let text = read_small(&dir.join(file))?;
-        parse_limit(text.trim())
+    let limit = |dir: &Folder, file: &str| dir.read(file).and_then(|t| parse_limit(t.trim()));
+    let (memory_v1, pids_v1) = (d.v1("memory"), d.v1("pids"));
+    // The unified folder is walked to only when a v1 controller is missing.
+    let unified = match (&memory_v1, &pids_v1) {
+        (Some(_), Some(_)) => None,
+        _ => d.unified().as_deref().map(Folder::open),
     };
-    let unified = unified.as_deref().map(Folder::open);
     let mut e = Enforced::default();
-    if let Some(dir) = v1("memory") {
-        e.memory = read(&dir, "memory.limit_in_bytes");
-        e.memory_swap = read(&dir, "memory.memsw.limit_in_bytes");
+    if let Some(dir) = memory_v1.as_deref().map(Folder::open) {
+        e.memory = limit(&dir, "memory.limit_in_bytes");
+        e.memory_swap = limit(&dir, "memory.memsw.limit_in_bytes");
     } else if let Some(dir) = &unified {
-        e.memory = dir
-            .read(file_names::MEMORY_MAX)
-            .and_then(|t| parse_limit(t.trim()));
+        e.memory = limit(dir, "memory.max");
         // memory.swap.max is swap alone, and "max" there means unlimited swap, while "0"
         // means none: memory+swap is then the memory limit.
-        let swap = dir.read(file_names::SWAP_MAX);
+        let swap = dir.read("memory.swap.max");
         e.memory_swap = match (e.memory, swap.as_deref().map(str::trim)) {
             (Some(0), _) | (_, Some("max")) => Some(0),
             (Some(m), Some(s)) => s.parse::<u64>().ok().map(|s| m.saturating_add(s)),
             _ => None,
         };
     }
-    if let Some(dir) = v1("pids") {
-        e.pids = read(&dir, "pids.max");
+    if let Some(dir) = &pids_v1 {
+        e.pids = read_small(&dir.join("pids.max")).and_then(|t| parse_limit(t.trim()));
     } else if let Some(dir) = &unified {
-        e.pids = dir
-            .read(file_names::PIDS_MAX)
-            .and_then(|t| parse_limit(t.trim()));
+        e.pids = limit(dir, "pids.max");
     }
     e
-}
-
-/// The unified hierarchy's files `enforced_in` reads.
-mod file_names {
-    pub const MEMORY_MAX: &str = "memory.max";
-    pub const SWAP_MAX: &str = "memory.swap.max";
-    pub const PIDS_MAX: &str = "pids.max";
 }
 
 /// A cgroup folder whose small files are opened relative to it: the kernel walks its path
