@@ -337,8 +337,10 @@ pub struct ControllerFlags {
     /// Remove what no manifest wants: members, strangers, teams whose manifests are gone.
     #[arg(long)]
     pub prune: bool,
-    /// Look at everything again this often, in case an event was missed.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    /// Look at everything again this often, for what sends no signal (a cgroup file or a
+    /// folder changed by hand). Deaths, engine changes, manifest edits and silent egress
+    /// proxies are each seen within about a second without it.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub resync: std::time::Duration,
     /// Reconcile everything once and exit (for cron and CI): 0 converged, 1 not.
     #[arg(long)]
