@@ -48,20 +48,6 @@ const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// What Docker reports as `StartedAt` for a container that never started.
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
-/// Event actions that only read a container or run a command in it. They are dropped so that
-/// an `exec` or `logs` done in reaction to an event does not wake the watcher again, forever.
-const QUIET_ACTIONS: &[&str] = &[
-    "attach",
-    "detach",
-    "resize",
-    "top",
-    "export",
-    "copy",
-    "archive-path",
-    "extract-to-dir",
-    "commit",
-];
-
 /// The Docker Engine API, through bollard.
 pub struct DockerBackend {
     docker: Docker,
@@ -660,7 +646,7 @@ impl Backend for DockerBackend {
             })
             .try_filter_map(|ev| async move {
                 let action = ev.action.unwrap_or_default();
-                let quiet = action.starts_with("exec_") || QUIET_ACTIONS.contains(&action.as_str());
+                let quiet = super::quiet_event(&action);
                 Ok(ev.actor.and_then(|a| {
                     let label = |k: &str| a.attributes.as_ref().and_then(|at| at.get(k).cloned());
                     let (team, member) = {

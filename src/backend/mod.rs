@@ -101,6 +101,34 @@ pub struct EventMark {
     pub id: String,
 }
 
+/// Container event actions that only read a container, run a command in it, or restate what
+/// the engine knew. They are dropped before anyone is woken: an `exec` or `logs` done in
+/// reaction to an event would wake the watcher again, forever; and Podman says `sync` for
+/// every container at each `podman rm -f` or `ps --sync` (200 members, 200 looks for
+/// nothing). A death behind a `sync` still says `died`, and the pidfd saw it first.
+const QUIET_ACTIONS: &[&str] = &[
+    // Both engines.
+    "attach",
+    "export",
+    "commit",
+    // Docker's: its exec events are `exec_create: <command>`, `exec_start: ...`, `exec_die`.
+    "detach",
+    "resize",
+    "top",
+    "copy",
+    "archive-path",
+    "extract-to-dir",
+    // Podman's.
+    "exec",
+    "exec_died",
+    "sync",
+];
+
+/// Whether a container event with this action changes nothing a look would see.
+pub(crate) fn quiet_event(action: &str) -> bool {
+    action.starts_with("exec_") || QUIET_ACTIONS.contains(&action)
+}
+
 /// A container that changed, with its team as its labels say (the event carries them, so
 /// nobody has to ask the engine again which team to look at).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -426,6 +454,45 @@ pub fn file_in_archive(tar_bytes: &[u8], max: u64) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_events_that_change_nothing_are_quiet() {
+        for quiet in [
+            "exec_create: sh -c id",
+            "exec_start: sh -c id",
+            "exec_die",
+            "exec",
+            "exec_died",
+            "sync",
+            "attach",
+            "top",
+        ] {
+            assert!(quiet_event(quiet), "{quiet}");
+        }
+        for loud in [
+            "create",
+            "start",
+            "init",
+            "die",
+            "died",
+            "kill",
+            "stop",
+            "restart",
+            "oom",
+            "pause",
+            "unpause",
+            "rename",
+            "update",
+            "destroy",
+            "remove",
+            "cleanup",
+            "checkpoint",
+            "restore",
+            "",
+        ] {
+            assert!(!quiet_event(loud), "{loud}");
+        }
+    }
 
     #[test]
     fn each_engines_status_word_maps_to_its_state() {
