@@ -319,9 +319,13 @@ impl Store {
     }
 
     /// Refuses to go on when a member record of `team` was written by a later ateam
-    /// (`Record::check_version`), before anything is changed.
-    pub fn check_member_records(&self, team: &str) -> Result<(), StoreError> {
+    /// (`Record::check_version`), before anything is changed; `only`: that member's alone (a
+    /// look at one member changes nothing of the others).
+    pub fn check_member_records(&self, team: &str, only: Option<&str>) -> Result<(), StoreError> {
         let run = layout::team_run_dir(&self.dir, team);
+        if let Some(member) = only {
+            return Record::check_version(&layout::member_record_path(&run, member));
+        }
         let Ok(entries) = std::fs::read_dir(layout::members_dir(&run)) else {
             return Ok(());
         };

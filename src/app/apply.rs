@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{App, AppError, Look, Manifests};
-use crate::backend::{EngineKind, logs_text};
+use crate::backend::{BackendError, EngineKind, Summary, logs_text};
 use crate::core::container::{is_replacement, labels};
 use crate::core::layout;
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
@@ -198,7 +198,8 @@ async fn prepare_from(
     early: Option<crate::app::EarlyList>,
 ) -> Result<Look, AppError> {
     for t in &desired.teams {
-        app.store.check_member_records(&t.name)?;
+        app.store
+            .check_member_records(&t.name, opts.only.as_deref())?;
     }
     let look = app.look_from(desired, opts, early).await?;
     if let Some(r) = look.plan.refusals.first() {
@@ -263,7 +264,7 @@ pub async fn carry_out(
     app.remember_engine(&desired.teams, look.backend.as_ref())?;
     let failures = exec.run(&look.plan, &look.desired.members).await;
     forget_dropped(app, &look, &failures);
-    let (not_running, finished) = not_running(&look, &failures).await?;
+    let (not_running, finished) = not_running(&look, &failures, o.only.is_some()).await?;
     report.outcome = Outcome::Applied {
         failures,
         not_running,
@@ -290,13 +291,20 @@ fn left_alone(plan: &Plan) -> Vec<Finding> {
 
 /// Wait-until-running: one more look, and the reason for every member that is not up
 /// (beyond `failures`); with them, the members finished as their restart policy allows.
-/// A list call is enough: states only, no inspects.
+/// A list call is enough: states only, no inspects. A look at one member (`narrowed`) asks
+/// for its recorded containers alone: a list walks all of the engine's, and the store's lock
+/// is held meanwhile (Podman, 200 members, just after a death: 200 ms).
 async fn not_running(
     look: &Look,
     failures: &[Failure],
+    narrowed: bool,
 ) -> Result<(Vec<NotRunning>, Vec<(String, String)>), AppError> {
-    let ours = BTreeMap::from([(labels::STORE.to_string(), look.desired.store.clone())]);
-    let after = look.backend.list(&ours).await?;
+    let after = if narrowed {
+        recorded_summaries(look).await?
+    } else {
+        let ours = BTreeMap::from([(labels::STORE.to_string(), look.desired.store.clone())]);
+        look.backend.list(&ours).await?
+    };
     let mut not_running = Vec::new();
     let mut finished = Vec::new();
     for m in &look.desired.members {
@@ -338,6 +346,21 @@ async fn not_running(
         });
     }
     Ok((not_running, finished))
+}
+
+/// The containers the records of the look's members name, as the engine has them now.
+async fn recorded_summaries(look: &Look) -> Result<Vec<Summary>, AppError> {
+    let mut out = Vec::new();
+    for m in &look.desired.members {
+        for id in Record::load(&m.record).ids {
+            match look.backend.inspect(&id).await {
+                Ok(i) => out.push(i.summary),
+                Err(BackendError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A stranger is an event once per container, not at every reconcile that sees it again.

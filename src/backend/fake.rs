@@ -267,7 +267,13 @@ impl Backend for FakeBackend {
 
     async fn inspect(&self, id: &str) -> Result<Inspected> {
         let s = self.call(Call::Inspect { id: id.into() })?;
-        let mut c = s.containers.get(id).cloned().ok_or_else(|| not_found(id))?;
+        // As the engines do: an id, or else a container's exact name.
+        let mut c = s
+            .containers
+            .get(id)
+            .or_else(|| s.containers.values().find(|c| c.summary.name == id))
+            .cloned()
+            .ok_or_else(|| not_found(id))?;
         for d in &s.doctors {
             d(&mut c);
         }
