@@ -148,7 +148,7 @@ def bench_ateam(engine, cli):
     return times
 
 
-def bench_engine(cli):
+def bench_engine(cli, kills=None):
     d = tempfile.mkdtemp(prefix="engine-heal-")
     os.chmod(d, 0o777)
     name = f"heal-peer-{os.getpid()}"
@@ -163,7 +163,7 @@ def bench_engine(cli):
     times = []
     try:
         wait_starts(transcript, 1, 60)
-        for _ in range(KILLS):
+        for _ in range(KILLS if kills is None else kills):
             time.sleep(SPACING)
             times.append(kill_and_time(cli, name, transcript))
     finally:
@@ -225,7 +225,8 @@ def wait_quiet(pid, limit=120):
 
 def bench_idle_and_edit(engine, cli, n):
     """A team of n under one controller: (cpu ms over IDLE_SECS, rss MB, [edit seconds],
-    untouched of n-1 after every edit, [heal seconds] of one member killed in the crowd)."""
+    untouched of n-1 after every edit, [heal seconds] of one member killed in the crowd,
+    [restart seconds] of the engine's own `--restart always` beside that crowd)."""
     d = tempfile.mkdtemp(prefix="ateam-idle-")
     os.makedirs(f"{d}/repo"), os.makedirs(f"{d}/sessions")
     os.chown(f"{d}/repo", 65534, 65534)
@@ -240,7 +241,7 @@ def bench_idle_and_edit(engine, cli, n):
                            env=env, cwd=d, stdout=subprocess.DEVNULL, stderr=log)
     tr = lambda i: f"{d}/sessions/members/m{i}/transcript.log"
     cpu = rss = 0.0
-    edits, heals, untouched = [], [], n - 1
+    edits, heals, peers, untouched = [], [], [], n - 1
     try:
         for i in range(1, n + 1):
             wait_starts(tr(i), 1, 600)
@@ -269,13 +270,16 @@ def bench_idle_and_edit(engine, cli, n):
             for _ in range(CROWD_KILLS):
                 time.sleep(SPACING)
                 heals.append(kill_and_time(cli, f"ateam_idle_m{victim}", tr(victim)))
+            # The engine's own restart beside the same crowd: what n containers cost the
+            # engine itself, apart from what they cost ateam.
+            peers = bench_engine(cli, CROWD_KILLS)
     finally:
         ctl.terminate()
         ctl.wait()
         subprocess.run([ATEAM, "--backend", engine, "delete", "--team", "idle", "--purge"],
                        env=env, cwd=d, capture_output=True)
         shutil.rmtree(d, ignore_errors=True)
-    return cpu, rss, edits, untouched, heals
+    return cpu, rss, edits, untouched, heals, peers
 
 
 def summary(ts):
@@ -286,11 +290,12 @@ def main():
     rows, idle = [], []
     for engine, cli in ENGINES.items():
         for n in SIZES:
-            cpu, rss, edits, untouched, heals = bench_idle_and_edit(engine, cli, n)
-            idle.append((engine, n, cpu, rss, edits, untouched, heals))
+            cpu, rss, edits, untouched, heals, peers = bench_idle_and_edit(engine, cli, n)
+            idle.append((engine, n, cpu, rss, edits, untouched, heals, peers))
             print(f"{engine}, {n} members: idle {cpu:.0f} ms CPU over {IDLE_SECS:.0f} s, "
                   f"RSS {rss:.1f} MB; edits {json.dumps([round(t, 3) for t in edits])}, "
-                  f"{untouched} of {n - 1} untouched; heals {json.dumps([round(t, 3) for t in heals])}")
+                  f"{untouched} of {n - 1} untouched; heals {json.dumps([round(t, 3) for t in heals])}; "
+                  f"engine's own beside them {json.dumps([round(t, 3) for t in peers])}")
     if "heal" in PARTS and KILLS > 0:
         for engine, cli in ENGINES.items():
             a = bench_ateam(engine, cli)
@@ -330,15 +335,19 @@ def write(rows, idle):
                 f"member's new container running its command ({EDITS} edits; the editor "
                 "debounce of 300 ms included), with how many of the other members kept their "
                 f"container through every edit; then {CROWD_KILLS} kills -9 of one member in "
-                "that crowd, each timed as above.\n\n"
+                "that crowd, each timed as above, and as many of the peer container started "
+                "beside the same crowd (the engine's own restart, with n containers to "
+                "keep).\n\n"
                 "| engine | members | idle CPU | RSS | edit median | edit worst | others untouched "
-                "| heal median | heal worst |\n|---|---|---|---|---|---|---|---|---|\n")
-        for engine, n, cpu, rss, edits, untouched, heals in idle:
+                "| heal median | heal worst | engine's own beside them, median | ratio |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for engine, n, cpu, rss, edits, untouched, heals, peers in idle:
             f.write(f"| {engine} | {n} | {cpu:.0f} ms / {IDLE_SECS:.0f} s "
                     f"({cpu * 60 / IDLE_SECS:.0f} ms a minute) | {rss:.1f} MB "
                     f"| {cell(edits, statistics.median):.3f} s | {cell(edits, max):.3f} s "
                     f"| {untouched} of {n - 1} | {cell(heals, statistics.median):.3f} s "
-                    f"| {cell(heals, max):.3f} s |\n")
+                    f"| {cell(heals, max):.3f} s | {cell(peers, statistics.median):.3f} s "
+                    f"| {cell(heals, statistics.median) / cell(peers, statistics.median):.2f} |\n")
 
 
 if __name__ == "__main__":
