@@ -294,6 +294,18 @@ impl Store {
 
     /// Every applied team, sorted by name.
     pub fn teams(&self) -> Result<Vec<Team>, StoreError> {
+        let mut teams = Vec::new();
+        for n in self.team_names()? {
+            if let Some(t) = self.team(&n)? {
+                teams.push(t);
+            }
+        }
+        Ok(teams)
+    }
+
+    /// The names of the teams' folders, sorted, none of their files read: a folder may be
+    /// a deleted team's (`teams` reads which are applied).
+    pub fn team_names(&self) -> Result<Vec<String>, StoreError> {
         let root = layout::teams_dir(&self.dir);
         let mut names: Vec<String> = match std::fs::read_dir(&root) {
             Ok(rd) => rd
@@ -309,13 +321,7 @@ impl Store {
             }
         };
         names.sort();
-        let mut teams = Vec::new();
-        for n in names {
-            if let Some(t) = self.team(&n)? {
-                teams.push(t);
-            }
-        }
-        Ok(teams)
+        Ok(names)
     }
 
     /// Refuses to go on when a member record of `team` was written by a later ateam

@@ -309,10 +309,11 @@ impl App {
         let target = match self.backend {
             Some(choice) => Err((choice, Env::from_process(self.host.uid))),
             None => {
-                let teams = self.store.teams().ok()?;
-                let r = teams
+                // Only which engine: the teams' manifests are read by the caller, meanwhile.
+                let names = self.store.team_names().ok()?;
+                let r = names
                     .iter()
-                    .find_map(|t| self.store.engine(&t.name).ok().flatten())?;
+                    .find_map(|n| self.store.engine(n).ok().flatten())?;
                 Ok(Candidate {
                     engine: r.engine,
                     uri: r.uri,

@@ -40,6 +40,8 @@ pub async fn run(global: &Global, args: Args<'_>) -> anyhow::Result<Exit> {
 
 /// The teams asked for and their status.
 async fn look(ctx: &App, args: &Args<'_>) -> anyhow::Result<(Desired, StatusDocument)> {
+    // The engine lists while the teams are read.
+    let early = ctx.begin_look();
     let mut desired = if args.files.files.is_empty() {
         ctx.applied(args.team)?
     } else {
@@ -51,7 +53,7 @@ async fn look(ctx: &App, args: &Args<'_>) -> anyhow::Result<(Desired, StatusDocu
             bail!("team `{t}` is not in these manifests");
         }
     }
-    let doc = ateam::app::status::status(ctx, &desired, args.selector).await?;
+    let doc = ateam::app::status::status_from(ctx, &desired, args.selector, early).await?;
     Ok((desired, doc))
 }
 

@@ -111,6 +111,14 @@ impl Cache {
         self.old.values().filter_map(|e| e.cgroup.as_deref())
     }
 
+    /// Each kept entry's container id, the pid of its first process and that process's
+    /// cgroups (`Start::cgroup`), where they were kept.
+    pub fn kept_starts(&self) -> impl Iterator<Item = (&str, u32, &str)> {
+        self.old
+            .iter()
+            .filter_map(|(id, e)| Some((id.as_str(), e.inspected.pid?, e.cgroup.as_deref()?)))
+    }
+
     /// When the kept entries' anchor happened (nanoseconds since the epoch), if they have one.
     pub fn anchor_time(&self) -> Option<i64> {
         self.anchor.0.as_ref().map(|a| a.time_nano)

@@ -96,7 +96,12 @@ pub fn usage(pid: u32) -> Usage {
     let Some(text) = read_small(Path::new(&format!("/proc/{pid}/cgroup"))) else {
         return Usage::default();
     };
-    usage_in(Path::new("/sys/fs/cgroup"), &text)
+    usage_on(&text)
+}
+
+/// `usage`, of the process whose `/proc/<pid>/cgroup` read `membership`.
+pub fn usage_on(membership: &str) -> Usage {
+    usage_in(Path::new("/sys/fs/cgroup"), membership)
 }
 
 /// As `enforced_in`: a v1 controller wins over the unified hierarchy.
