@@ -207,6 +207,7 @@ impl App {
     /// Validates `manifests` against the store as it is now (apply calls this again once it
     /// holds the lock: another apply may have stored a team meanwhile).
     pub fn judge(&self, manifests: &Manifests) -> Result<Desired, AppError> {
+        self.host.engine_dirs.prefetch();
         let applied = self.store.teams()?;
         Ok(manifests.validate(&self.host, &applied)?)
     }

@@ -7,6 +7,7 @@
 //! the engines' configuration files and the command lines of engine daemons running now
 //! (`dockerd --data-root ...`), never from asking an engine.
 
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -259,6 +260,18 @@ fn running_daemons() -> Vec<EngineDir> {
     let mut out = Vec::new();
     for p in procs.flatten() {
         let dir = p.path();
+        // The name the kernel keeps for the program first: a command line is read out of
+        // the process's memory, twice the cost, and at 200 members there are 900 processes.
+        // An engine's program has its own name there (the file it runs, `dockerd` and not a
+        // link to it of another name: `engine_program` would not know that one either).
+        let mut comm = [0u8; 32];
+        let Ok(n) = std::fs::File::open(dir.join("comm")).and_then(|mut f| f.read(&mut comm))
+        else {
+            continue;
+        };
+        if !may_be_engine(&comm[..n]) {
+            continue;
+        }
         let Ok(argv) = crate::files::read_kernel(&dir.join("cmdline")).map(split) else {
             continue;
         };
@@ -306,12 +319,21 @@ fn nspid_depth(status: &str) -> Option<usize> {
         .filter(|n| *n > 0)
 }
 
+/// The programs whose command lines say where an engine keeps its data.
+const ENGINE_PROGRAMS: [&str; 3] = ["dockerd", "containerd", "podman"];
+
 /// `dockerd`, `containerd` or `podman`, when `argv` runs one of them.
 fn engine_program(argv: &[String]) -> Option<&str> {
     argv.first()
         .and_then(|a| Path::new(a).file_name())
         .and_then(|n| n.to_str())
-        .filter(|p| ["dockerd", "containerd", "podman"].contains(p))
+        .filter(|p| ENGINE_PROGRAMS.contains(p))
+}
+
+/// Whether a process whose `/proc/PID/comm` reads `comm` may run an engine's program.
+fn may_be_engine(comm: &[u8]) -> bool {
+    let name = comm.strip_suffix(b"\n").unwrap_or(comm);
+    ENGINE_PROGRAMS.iter().any(|p| p.as_bytes() == name)
 }
 
 #[cfg(test)]
@@ -324,6 +346,17 @@ mod tests {
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn only_an_engines_program_name_is_read_further() {
+        assert!(may_be_engine(b"dockerd\n"));
+        assert!(may_be_engine(b"podman\n"));
+        assert!(may_be_engine(b"containerd"));
+        assert!(!may_be_engine(b"containerd-shim\n"));
+        assert!(!may_be_engine(b"conmon\n"));
+        assert!(!may_be_engine(b"docker\n"));
+        assert!(!may_be_engine(b""));
     }
 
     #[test]
