@@ -404,19 +404,28 @@ async fn member_inspects(
 ) -> Result<Vec<(Inspected, Option<cache::Start>)>, BackendError> {
     // By its record in each team in scope, wanted or not (a member no manifest wants any
     // more is looked at for its removal).
-    let mut names: BTreeSet<String> = desired
+    let ids: BTreeSet<String> = desired
         .teams
         .iter()
         .flat_map(|t| Record::load(&layout::member_record_path(&t.run_dir, member)).ids)
         .collect();
-    names.extend(desired.members.iter().map(|m| m.spec.name.clone()));
+    let mut found = inspect_all(backend, ids.into_iter()).await?;
+    // Then the names no recorded container holds: mostly the member's own container is
+    // both, and on Podman a second inspect of it waits for the first (its lock), which
+    // after a death is held by the engine's cleanup.
+    let names: BTreeSet<String> = desired
+        .members
+        .iter()
+        .map(|m| m.spec.name.clone())
+        .filter(|n| !found.iter().any(|(i, _)| i.summary.name == *n))
+        .collect();
+    found.extend(inspect_all(backend, names.into_iter()).await?);
     let wanted: BTreeSet<(&str, &str)> = desired
         .teams
         .iter()
         .map(|t| (t.name.as_str(), member))
         .collect();
     let mut seen = BTreeSet::new();
-    let mut found = inspect_all(backend, names.into_iter()).await?;
     found.retain(|(i, _)| {
         let l = &i.summary.labels;
         let label = |k| l.get(k).map(String::as_str).unwrap_or("");
