@@ -1134,11 +1134,15 @@ impl Executor<'_> {
     }
 
     /// Keeps how a member's container ended before ateam restarts it (for `status`), as the
-    /// engine says it; from the plan's exit code alone when the engine cannot say.
+    /// engine said it to the look (or says it now, for a plan made without a look); from the
+    /// plan's exit code alone when the engine cannot say.
     async fn record_exit(&self, m: &DesiredMember, id: &str, code: i64) {
-        let last = match self.rt.backend.inspect(id).await {
-            Ok(i) => i.last_exit,
-            Err(_) => None,
+        let last = match self.rt.last_exits.get(id) {
+            Some(l) => Some(l.clone()),
+            None => match self.rt.backend.inspect(id).await {
+                Ok(i) => i.last_exit,
+                Err(_) => None,
+            },
         }
         .unwrap_or_else(|| LastExit::exited(code, false, Some(rfc3339(SystemTime::now())), None));
         if let Err(e) = Record::set_last_exit(&m.record, last, self.rt.owner) {
@@ -1329,10 +1333,16 @@ impl Executor<'_> {
         id: &str,
         reason: &StartReason,
     ) -> Result<(), ActionError> {
-        if let StartReason::Restart { code, .. } = reason {
-            self.record_exit(m, id, *code).await;
-        }
-        Ok(self.rt.restart(m, id).await?)
+        // The inspect that reads the last exit runs beside the checks before the start, which
+        // ask no engine: on Podman the start should reach the engine before its cleanup
+        // process (started by conmon at the death) takes the container's lock.
+        let keep = async {
+            if let StartReason::Restart { code, .. } = reason {
+                self.record_exit(m, id, *code).await;
+            }
+        };
+        let ((), pins) = tokio::join!(keep, self.rt.before_restart(m, id));
+        Ok(self.rt.restart_pinned(m, id, &pins?).await?)
     }
 
     /// Counts a restart by the member's restart policy, in its control folder.

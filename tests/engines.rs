@@ -190,6 +190,7 @@ impl Team {
             store: desired.store.clone(),
             owner: e.owner,
             state_dir: host.state_dir.clone(),
+            last_exits: Default::default(),
         };
         let cli = match e.name {
             "docker" => vec!["docker".into(), "-H".into(), e.uri.clone()],

@@ -386,6 +386,12 @@ impl App {
             store: look.desired.store.clone(),
             owner: self.owner,
             state_dir: self.host.state_dir.clone(),
+            last_exits: look
+                .observed
+                .containers
+                .iter()
+                .filter_map(|c| Some((c.id.clone(), c.last_exit.clone()?)))
+                .collect(),
         }
     }
 }

@@ -226,6 +226,10 @@ pub struct Runtime {
     pub owner: Owner,
     /// ateam's state folder (for files shared by members, such as the gate).
     pub state_dir: PathBuf,
+    /// How each stopped container the look saw last ended, by id: a restart keeps that
+    /// without asking the engine again (on Podman, an inspect right after a death waits
+    /// on the container's lock).
+    pub last_exits: std::collections::BTreeMap<String, crate::core::container::LastExit>,
 }
 
 impl Runtime {
@@ -541,6 +545,17 @@ impl Runtime {
     /// start), and what the start makes is judged before its gate opens. Every millisecond
     /// here is one in which Podman's cleanup process may take the container's lock first.
     pub async fn restart(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
+        let pins = self.before_restart(m, id).await?;
+        self.restart_pinned(m, id, &pins).await
+    }
+
+    /// What `restart` does before the engine's start, none of it asking the engine (unless
+    /// a folder cannot be pinned: then the container is removed): the member's folders pinned.
+    pub async fn before_restart(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+    ) -> Result<Vec<(PathBuf, Pinned)>, RunError> {
         self.limits(m)?;
         self.check_read_only(m)?;
         gate::close(&m.ctl_dir).map_err(|source| RunError::Io {
@@ -550,12 +565,21 @@ impl Runtime {
         })?;
         // A folder that cannot be pinned now (swapped for a symlink, say) was mounted as
         // whatever it is now: that start must never be released.
-        let pins = match self.pin_all(m) {
-            Ok(p) => p,
-            Err(cause) => return Err(self.rollback(m, cause, id).await),
-        };
+        match self.pin_all(m) {
+            Ok(p) => Ok(p),
+            Err(cause) => Err(self.rollback(m, cause, id).await),
+        }
+    }
+
+    /// `restart`'s start and checks, with the folders `before_restart` pinned.
+    pub async fn restart_pinned(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        pins: &[(PathBuf, Pinned)],
+    ) -> Result<(), RunError> {
         // The command was found when the container was created; the image cannot change.
-        match self.verify_and_start(m, id, &pins, None, false).await {
+        match self.verify_and_start(m, id, pins, None, false).await {
             Ok(()) => Ok(()),
             Err(cause) => Err(self.rollback(m, cause, id).await),
         }

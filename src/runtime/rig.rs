@@ -81,6 +81,7 @@ impl Rig {
             store: desired.store.clone(),
             owner,
             state_dir: host.state_dir,
+            last_exits: Default::default(),
         };
         Rig {
             dir,
