@@ -5,8 +5,10 @@ and edit-to-effect with 50 members.
 For each engine, 20 times: kill -9 the main process of a running member (as a crash would)
 and time until the member's command runs again (its demo agent appends "agent: started as"
 to its transcript: after the gate, so ateam's checks are included). Side by side, the same
-for a plain container with `--restart always` and the same image and command. Prints the
-median and worst of each and the ratio.
+for a plain container with `--restart always` and the same image and command, and for that
+container with `--restart no`, started again through the engine's API the moment it is killed
+(the API floor: what a controller that restarts through the API pays at least, with no check
+and no gate). Prints the median and worst of each and the ratios.
 
 Then, with a team of 50 members under one controller: its CPU time over 240 s of nothing
 happening and its RSS (idle), and the time from saving the manifest with one member's memory
@@ -19,9 +21,11 @@ the idle, edit and heal-in-a-crowd parts), BENCH_PARTS="idle heal" and ATEAM_BIN
 Needs a release build: cargo build --release.
 """
 
+import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -106,8 +110,9 @@ def pid_of(cli, name):
     return int(out or 0)
 
 
-def kill_and_time(cli, name, transcript):
-    """Kills the container's main process; seconds until the command runs again."""
+def kill_and_time(cli, name, transcript, heal=None):
+    """Kills the container's main process; seconds until the command runs again (`heal`,
+    when given, is called at once with the container's name and does the restart)."""
     n = starts(transcript)
     pid = 0
     while pid <= 1:
@@ -115,8 +120,48 @@ def kill_and_time(cli, name, transcript):
         time.sleep(0.01)
     t0 = time.monotonic()
     os.kill(pid, 9)
+    if heal:
+        heal(name)
     wait_starts(transcript, n + 1)
     return time.monotonic() - t0
+
+
+class Api(http.client.HTTPConnection):
+    """An engine's API on its Unix socket."""
+
+    def __init__(self, engine):
+        super().__init__("localhost", timeout=30)
+        key = "ATEAM_TEST_DOCKER" if engine == "docker" else "ATEAM_TEST_PODMAN_ROOTFUL"
+        self.path = ENV[key].removeprefix("unix://")
+        # ateam asks Podman through its own API (libpod), Docker through the Docker API.
+        self.prefix = "/v1.41" if engine == "docker" else "/v4.0.0/libpod"
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.path)
+
+    def call(self, method, path):
+        self.request(method, self.prefix + path)
+        r = self.getresponse()
+        return r.status, r.read()
+
+
+def api_heal(engine):
+    """The least a controller that restarts through the API does, told of the death at once
+    (as a pidfd tells ateam): ask until the engine says the container stopped, then start it.
+    No check, no gate."""
+    def heal(name):
+        api = Api(engine)
+        while True:
+            _, body = api.call("GET", f"/containers/{name}/json")
+            if not json.loads(body)["State"]["Running"]:
+                break
+            time.sleep(0.002)
+        status, body = api.call("POST", f"/containers/{name}/start")
+        if status not in (204, 304):
+            raise SystemExit(f"start {name}: {status} {body!r}")
+        api.close()
+    return heal
 
 
 def bench_ateam(engine, cli):
@@ -148,12 +193,15 @@ def bench_ateam(engine, cli):
     return times
 
 
-def bench_engine(cli, kills=None):
+def bench_engine(cli, kills=None, engine=None):
+    """The engine's own `--restart always`; with `engine`, `--restart no` and `api_heal`."""
     d = tempfile.mkdtemp(prefix="engine-heal-")
     os.chmod(d, 0o777)
     name = f"heal-peer-{os.getpid()}"
+    restart = "no" if engine else "always"
+    heal = api_heal(engine) if engine else None
     subprocess.run(cli + ["rm", "-f", name], capture_output=True)
-    subprocess.run(cli + ["run", "-d", "--name", name, "--restart", "always", "--init",
+    subprocess.run(cli + ["run", "-d", "--name", name, "--restart", restart, "--init",
                           "--network", "none", "--cap-drop", "ALL", "--read-only",
                           "--security-opt", "no-new-privileges", "--user", "65534:65534",
                           "--memory", "64m", "--memory-swap", "64m", "--pids-limit", "64",
@@ -165,7 +213,7 @@ def bench_engine(cli, kills=None):
         wait_starts(transcript, 1, 60)
         for _ in range(KILLS if kills is None else kills):
             time.sleep(SPACING)
-            times.append(kill_and_time(cli, name, transcript))
+            times.append(kill_and_time(cli, name, transcript, heal))
     finally:
         subprocess.run(cli + ["rm", "-f", name], capture_output=True)
         shutil.rmtree(d, ignore_errors=True)
@@ -300,14 +348,17 @@ def main():
         for engine, cli in ENGINES.items():
             a = bench_ateam(engine, cli)
             e = bench_engine(cli)
-            rows.append((engine, a, e))
+            fl = bench_engine(cli, engine=engine)
+            rows.append((engine, a, e, fl))
             am, aw = summary(a)
             em, ew = summary(e)
             print(f"{engine}: ateam first {a[0]:.3f} s, median {am:.3f} s, worst {aw:.3f} s; "
                   f"engine --restart always median {em:.3f} s, worst {ew:.3f} s; "
+                  f"API floor median {statistics.median(fl):.3f} s; "
                   f"ratio of medians {am / em:.2f}")
             print(f"  ateam: {json.dumps([round(t, 3) for t in a])}")
             print(f"  engine: {json.dumps([round(t, 3) for t in e])}")
+            print(f"  API floor: {json.dumps([round(t, 3) for t in fl])}")
     write(rows, idle)
 
 
@@ -321,13 +372,18 @@ def write(rows, idle):
         f.write(f"Generated by scripts/bench-controller.py: {KILLS} kills -9 of a member's main "
                 f"process, {SPACING:.0f} s apart (both back off quicker crashes); time until "
                 "its command runs again (for ateam: after the gate and every check). The peer "
-                "is a plain container with the same image, flags and `--restart always`.\n\n")
+                "is a plain container with the same image, flags and `--restart always`. The API "
+                "floor is that container with `--restart no`, restarted through the engine's API "
+                "by the least a controller does, told of the death at once: inspect until it is "
+                "stopped, then start (no check, no gate).\n\n")
         f.write("| engine | ateam first | ateam median | ateam worst | engine median | engine worst "
-                "| ratio of medians |\n|---|---|---|---|---|---|---|\n")
-        for engine, a, e in rows:
-            f.write(f"| {engine} | {a[0]:.3f} s | {statistics.median(a):.3f} s | {max(a):.3f} s "
+                "| ratio of medians | API floor median | ateam / API floor |\n"
+                "|---|---|---|---|---|---|---|---|---|\n")
+        for engine, a, e, fl in rows:
+            am, fm = statistics.median(a), statistics.median(fl)
+            f.write(f"| {engine} | {a[0]:.3f} s | {am:.3f} s | {max(a):.3f} s "
                     f"| {statistics.median(e):.3f} s | {max(e):.3f} s "
-                    f"| {statistics.median(a) / statistics.median(e):.2f} |\n")
+                    f"| {am / statistics.median(e):.2f} | {fm:.3f} s | {am / fm:.2f} |\n")
         f.write(f"\n## Teams of {', '.join(str(n) for n in SIZES)} members under one controller\n\n"
                 f"CPU time of the controller over {IDLE_SECS:.0f} s with nothing happening (its "
                 "default resync is every 120 s), its "
