@@ -1333,9 +1333,10 @@ impl Executor<'_> {
         id: &str,
         reason: &StartReason,
     ) -> Result<(), ActionError> {
-        // The inspect that reads the last exit runs beside the checks before the start, which
-        // ask no engine: on Podman the start should reach the engine before its cleanup
-        // process (started by conmon at the death) takes the container's lock.
+        // Keeping the last exit (a write; an inspect only for a plan made without a look)
+        // runs beside the checks before the start: on Podman the start should reach the
+        // engine before its cleanup process (started by conmon at the death) takes the
+        // container's lock.
         let keep = async {
             if let StartReason::Restart { code, .. } = reason {
                 self.record_exit(m, id, *code).await;

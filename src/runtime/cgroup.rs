@@ -93,10 +93,9 @@ pub use crate::core::container::Usage;
 
 /// The usage of the cgroup of process `pid` (a container's first process).
 pub fn usage(pid: u32) -> Usage {
-    let Some(text) = read_small(Path::new(&format!("/proc/{pid}/cgroup"))) else {
-        return Usage::default();
-    };
-    usage_on(&text)
+    membership(pid)
+        .map(|text| usage_on(&text))
+        .unwrap_or_default()
 }
 
 /// `usage`, of the process whose `/proc/<pid>/cgroup` read `membership`.
