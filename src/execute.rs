@@ -1137,7 +1137,7 @@ impl Executor<'_> {
     /// engine said it to the look (or says it now, for a plan made without a look); from the
     /// plan's exit code alone when the engine cannot say.
     async fn record_exit(&self, m: &DesiredMember, id: &str, code: i64) {
-        let last = match self.rt.last_exits.get(id) {
+        let last = match self.rt.looked.get(id).and_then(|l| l.last_exit.as_ref()) {
             Some(l) => Some(l.clone()),
             None => match self.rt.backend.inspect(id).await {
                 Ok(i) => i.last_exit,

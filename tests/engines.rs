@@ -190,7 +190,7 @@ impl Team {
             store: desired.store.clone(),
             owner: e.owner,
             state_dir: host.state_dir.clone(),
-            last_exits: Default::default(),
+            looked: Default::default(),
         };
         let cli = match e.name {
             "docker" => vec!["docker".into(), "-H".into(), e.uri.clone()],
@@ -749,6 +749,80 @@ async fn a_restart_checks_again_before_the_member_runs(e: &Eng) {
     assert!(!log.exists(), "the member did not run");
 }
 
+/// A restart on Podman before 5 finds the new first process from the engine's pid files and
+/// the kernel, and judges the configuration its look inspected: the gate opens for that very
+/// process, and a look that read a configuration the policy refuses holds the member back
+/// even though the engine's own is fine (the proof the look's was judged, not a new inspect).
+/// Elsewhere the start is inspected as before.
+async fn a_restart_judges_what_its_look_read(e: &Eng) {
+    let t = Team::new(e, "looked", true, "ateam-demo:latest");
+    let id = t.up("writer").await.unwrap();
+    let m = t.member("writer").clone();
+    let log = m.transcript_dir.join("transcript.log");
+    wait_for(&log, "sleeping");
+    let restart_after = |looked: ateam::runtime::Looked| {
+        let rt = Runtime {
+            backend: t.rt.backend.clone(),
+            info: t.rt.info.clone(),
+            store: t.rt.store.clone(),
+            owner: t.rt.owner,
+            state_dir: t.rt.state_dir.clone(),
+            looked: [(id.clone(), looked)].into(),
+        };
+        let m = m.clone();
+        let id = id.clone();
+        async move { rt.restart(&m, &id).await }
+    };
+    e.backend.stop(&id, 5).await.unwrap();
+    std::fs::remove_file(&log).unwrap();
+    let seen = e.backend.inspect(&id).await.unwrap();
+    assert_eq!(seen.pid_files.is_some(), e.name != "docker", "{}", e.name);
+    let by_files = e.info.inspect_holds_while_running() && seen.pid_files.is_some();
+    restart_after((&seen).into())
+        .await
+        .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+    wait_for(&log, "sleeping");
+    let now = e.backend.inspect(&id).await.unwrap();
+    assert!(
+        ateam::runtime::gate::is_released(&m.ctl_dir, &id, now.pid),
+        "{}: released for the engine's own first process",
+        e.name
+    );
+    e.backend.stop(&id, 5).await.unwrap();
+    std::fs::remove_file(&log).unwrap();
+    let mut writable: ateam::runtime::Looked = (&e.backend.inspect(&id).await.unwrap()).into();
+    if let Some(effective) = writable.effective.as_mut() {
+        effective.read_only_rootfs = false;
+    }
+    let result = restart_after(writable).await;
+    if by_files {
+        let err = result.expect_err("the look's configuration is judged");
+        assert!(
+            matches!(
+                err,
+                RunError::PolicyViolation {
+                    stage: "after start",
+                    ..
+                }
+            ),
+            "{}: {err}",
+            e.name
+        );
+        assert!(
+            e.backend
+                .find_by_name(&m.spec.name)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(!log.exists(), "{}: the member did not run", e.name);
+    } else {
+        result.unwrap_or_else(|err| panic!("{}: inspected again: {err}", e.name));
+        wait_for(&log, "sleeping");
+    }
+}
+
 async fn unprivileged_user_gets_a_clear_error_on_the_docker_socket(e: &Eng) {
     assert_eq!(e.name, "podman_rootless");
     let sock = std::env::var("ATEAM_TEST_DOCKER").expect("ATEAM_TEST_DOCKER");
@@ -804,6 +878,7 @@ every_engine!(
     a_missing_image_is_named_and_never_pulled,
     a_foreign_container_with_the_name_is_never_touched,
     limits_are_enforced_or_refused,
-    a_restart_checks_again_before_the_member_runs;
+    a_restart_checks_again_before_the_member_runs,
+    a_restart_judges_what_its_look_read;
     rootless only: unprivileged_user_gets_a_clear_error_on_the_docker_socket
 );

@@ -386,11 +386,18 @@ impl App {
             store: look.desired.store.clone(),
             owner: self.owner,
             state_dir: self.host.state_dir.clone(),
-            last_exits: look
+            looked: look
                 .observed
                 .containers
                 .iter()
-                .filter_map(|c| Some((c.id.clone(), c.last_exit.clone()?)))
+                .map(|c| {
+                    let looked = crate::runtime::Looked {
+                        last_exit: c.last_exit.clone(),
+                        effective: c.effective.clone(),
+                        pid_files: c.pid_files.clone(),
+                    };
+                    (c.id.clone(), looked)
+                })
                 .collect(),
         }
     }

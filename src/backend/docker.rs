@@ -950,6 +950,8 @@ fn inspected(mut c: ContainerInspectResponse) -> Inspected {
         restart_count: u64::try_from(c.restart_count.unwrap_or(0)).unwrap_or(0),
         started_at: state.started_at.filter(|s| !s.is_empty() && s != ZERO_TIME),
         last_exit,
+        // Docker answers an inspect right after a start at once: nothing to gain.
+        pid_files: None,
     }
 }
 

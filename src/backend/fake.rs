@@ -218,6 +218,7 @@ impl FakeBackend {
             summary,
             effective: s.effective.clone(),
             pid: None,
+            pid_files: None,
             image: image.to_string(),
             restart_count: 0,
             started_at: None,

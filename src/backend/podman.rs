@@ -44,7 +44,8 @@ use serde_json::{Value, json};
 
 use super::{
     Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    ImageConfig, Inspected, LogOptions, PROBE_COMMAND, PathStat, Result, Summary, state_from,
+    ImageConfig, Inspected, LogOptions, PROBE_COMMAND, PathStat, PidFiles, Result, Summary,
+    state_from,
 };
 use crate::core::container::{ContainerState, Effective, LastExit, Mount, rfc3339_epoch};
 
@@ -576,7 +577,21 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
             .filter(|t| t.timestamp() > 0)
             .map(|t| t.to_rfc3339()),
         last_exit,
+        pid_files: pid_files(d),
     }
+}
+
+/// Where conmon and the OCI runtime write the pids of each start, when inspect names both.
+fn pid_files(d: &ContainerInspectResponseLibpod) -> Option<PidFiles> {
+    let path = |p: &Option<String>| {
+        p.as_deref()
+            .filter(|p| p.starts_with('/'))
+            .map(std::path::PathBuf::from)
+    };
+    Some(PidFiles {
+        init: path(&d.pid_file)?,
+        monitor: path(&d.conmon_pid_file)?,
+    })
 }
 
 #[async_trait]

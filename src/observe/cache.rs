@@ -269,6 +269,7 @@ mod tests {
             },
             effective: Default::default(),
             pid: Some(pid),
+            pid_files: None,
             image: "img".into(),
             restart_count: 0,
             started_at: None,

@@ -330,6 +330,7 @@ async fn foreign(
             released: false,
             last_exit: None,
             pid: None,
+            pid_files: None,
         })
         .collect();
     Ok((foreign, !missing.is_empty()))
@@ -754,5 +755,6 @@ fn observed_one(
         released,
         last_exit: i.last_exit,
         pid: i.pid,
+        pid_files: i.pid_files,
     }
 }

@@ -72,6 +72,10 @@ pub struct ObservedContainer {
     /// what it uses from its cgroup. The planner does not read it.
     #[serde(default)]
     pub pid: Option<u32>,
+    /// Where its engine writes each start's pids (from inspect): a restart finds the new
+    /// first process there. The planner does not read it.
+    #[serde(default)]
+    pub pid_files: Option<crate::backend::PidFiles>,
 }
 
 fn yes() -> bool {

@@ -89,6 +89,7 @@ fn in_sync(t: &Team) -> Observed {
             released: true,
             last_exit: None,
             pid: None,
+            pid_files: None,
         })
         .collect();
     Observed {

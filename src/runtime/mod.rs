@@ -20,8 +20,8 @@ mod tests;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, EngineInfo, Inspected};
-use crate::core::container::{ContainerState, CreateRequest, EngineKind, labels};
+use crate::backend::{Backend, BackendError, EngineInfo, Inspected, PidFiles};
+use crate::core::container::{ContainerState, CreateRequest, EngineKind, LastExit, labels};
 use crate::core::layout::{gate_dir, member_record_path, secrets_path, team_run_dir};
 use crate::files::{self, Owner};
 use crate::host::mounts::Mounts;
@@ -226,10 +226,31 @@ pub struct Runtime {
     pub owner: Owner,
     /// ateam's state folder (for files shared by members, such as the gate).
     pub state_dir: PathBuf,
-    /// How each stopped container the look saw last ended, by id: a restart keeps that
-    /// without asking the engine again (on Podman, an inspect right after a death waits
-    /// on the container's lock).
-    pub last_exits: std::collections::BTreeMap<String, crate::core::container::LastExit>,
+    /// What the look that planned this run read of each container, by id: a restart takes
+    /// it from here rather than ask the engine again (on Podman, an inspect right after a
+    /// death waits on the container's lock while the exit's cleanup process holds it).
+    pub looked: std::collections::BTreeMap<String, Looked>,
+}
+
+/// What a look's inspect said of one container, kept for what its plan does next.
+#[derive(Debug, Clone, Default)]
+pub struct Looked {
+    /// How it last ended, while it was stopped.
+    pub last_exit: Option<LastExit>,
+    /// Its configuration, as inspected (the plan replaces one the policy refuses).
+    pub effective: Option<policy::Effective>,
+    /// `Inspected::pid_files`.
+    pub pid_files: Option<PidFiles>,
+}
+
+impl From<&Inspected> for Looked {
+    fn from(i: &Inspected) -> Self {
+        Looked {
+            last_exit: i.last_exit.clone(),
+            effective: Some(i.effective.clone()),
+            pid_files: i.pid_files.clone(),
+        }
+    }
 }
 
 impl Runtime {
@@ -495,10 +516,14 @@ impl Runtime {
         if let Err(cause) = self.give_ca(m, &id).await {
             return Err(self.rollback(m, cause, &id).await);
         }
-        match self
-            .verify_and_start(m, &id, &p.pins, req.cmd.first().map(String::as_str), true)
-            .await
-        {
+        let command = req.cmd.first().map(String::as_str);
+        let checked = async {
+            let limits = self.limits(m)?;
+            let created = self.check_policy(m, &id, limits, "after create").await?;
+            self.verify_and_start(m, &id, &p.pins, command, Some(&Looked::from(&created)))
+                .await
+        };
+        match checked.await {
             Ok(()) => Ok(id),
             Err(cause) => Err(self.rollback(m, cause, &id).await),
         }
@@ -557,7 +582,6 @@ impl Runtime {
         id: &str,
     ) -> Result<Vec<(PathBuf, Pinned)>, RunError> {
         self.limits(m)?;
-        self.check_read_only(m)?;
         gate::close(&m.ctl_dir).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),
@@ -578,8 +602,18 @@ impl Runtime {
         id: &str,
         pins: &[(PathBuf, Pinned)],
     ) -> Result<(), RunError> {
-        // The command was found when the container was created; the image cannot change.
-        match self.verify_and_start(m, id, pins, None, false).await {
+        // The read-only check reads the host's whole mount table (130 KB with 200 containers):
+        // it runs while the engine starts, and the gate opens only once it has passed. The
+        // command was found when the container was created; the image cannot change.
+        let checked = async {
+            let (pid, read_only) =
+                tokio::join!(self.start_found(m, id, self.looked.get(id)), async {
+                    self.check_read_only(m)
+                });
+            read_only?;
+            self.release_checked(m, id, pid?, pins, None).await
+        };
+        match checked.await {
             Ok(()) => Ok(()),
             Err(cause) => Err(self.rollback(m, cause, id).await),
         }
@@ -627,24 +661,49 @@ impl Runtime {
         id: &str,
         pins: &[(PathBuf, Pinned)],
         command: Option<&str>,
-        check_first: bool,
+        before: Option<&Looked>,
     ) -> Result<(), RunError> {
+        let pid = self.start_found(m, id, before).await?;
+        self.release_checked(m, id, pid, pins, command).await
+    }
+
+    /// Starts the container and finds the host pid of the start's first process, its
+    /// configuration judged (`started_init`, or an inspect).
+    async fn start_found(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        before: Option<&Looked>,
+    ) -> Result<u32, RunError> {
         let limits = self.limits(m)?;
-        if check_first {
-            self.check_policy(m, id, limits, "after create").await?;
-        }
         self.backend
             .start(id)
             .await
             .map_err(|e| self.backend_err(m, e))?;
-        let inspected = self.check_policy(m, id, limits, "after start").await?;
+        let pid = match self.started_init(m, id, before, limits)? {
+            Some(pid) => Some(pid),
+            None => self.check_policy(m, id, limits, "after start").await?.pid,
+        };
+        match pid {
+            Some(pid) => Ok(pid),
+            None => Err(self.stopped_early(m, id).await),
+        }
+    }
+
+    /// Checks from the kernel what the start made of the container's first process `pid`,
+    /// then releases its gate for that start.
+    async fn release_checked(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        pid: u32,
+        pins: &[(PathBuf, Pinned)],
+        command: Option<&str>,
+    ) -> Result<(), RunError> {
         let process = |what: String| RunError::Process {
             member: m.member.clone(),
             id: id.to_string(),
             what,
-        };
-        let Some(pid) = inspected.pid else {
-            return Err(self.stopped_early(m, id).await);
         };
         // Taken before any check: the checks below are of this start, and the release will be
         // good for this start only. A restart in between makes a new init the token misses.
@@ -768,6 +827,46 @@ impl Runtime {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         err
+    }
+
+    /// The first process of the start just made, found without asking the engine where its
+    /// pid files allow (`procfs::init_from_files`), with the configuration inspected just
+    /// before the start (`before`) judged again beside the limits the kernel now enforces
+    /// on that process. That judgment is of this start only where the engine can change
+    /// nothing but the limits in place (`EngineInfo::inspect_holds_while_running`, Podman
+    /// before 5), and what the start made is checked from the kernel next, as after an
+    /// inspect. None where it cannot be found that way: the caller inspects.
+    fn started_init(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        before: Option<&Looked>,
+        limits: Limits,
+    ) -> Result<Option<u32>, RunError> {
+        if !self.info.inspect_holds_while_running() {
+            return Ok(None);
+        }
+        let Some((effective, files)) =
+            before.and_then(|b| Some((b.effective.as_ref()?, b.pid_files.as_ref()?)))
+        else {
+            return Ok(None);
+        };
+        let Some(pid) = procfs::init_from_files(files, id) else {
+            return Ok(None);
+        };
+        let mut effective = effective.clone();
+        cgroup::overlay(&mut effective, Some(pid));
+        let violations = policy::verify(&m.spec, &effective, limits);
+        if violations.is_empty() {
+            Ok(Some(pid))
+        } else {
+            Err(RunError::PolicyViolation {
+                member: m.member.clone(),
+                id: id.to_string(),
+                stage: "after start",
+                violations,
+            })
+        }
     }
 
     async fn check_policy(

@@ -85,6 +85,61 @@ fn stat_start_time(stat: &str) -> Option<&str> {
     after.split_whitespace().nth(19)
 }
 
+/// The host pid of the first process of container `id`'s start now running, from the files
+/// its engine rewrites at every start (`PidFiles`), trusted only as far as the kernel agrees:
+/// the process is the first of a pid namespace of its own, its parent is the monitor the
+/// other file names, and that monitor's command line names the container. Neither file is
+/// within any member's reach (they are in the engine's run folder); a file left from an
+/// earlier start names a process that is gone, or another one, which fails those checks.
+/// None then, and the caller asks the engine.
+pub fn init_from_files(files: &crate::backend::PidFiles, id: &str) -> Option<u32> {
+    let init = engine_pid(&files.init)?;
+    let monitor = engine_pid(&files.monitor)?;
+    let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{init}/stat"))).ok()?;
+    if stat_parent(&stat) != Some(monitor) || !first_of_own_namespace(init) {
+        return None;
+    }
+    let cmdline = crate::files::read_kernel(Path::new(&format!("/proc/{monitor}/cmdline"))).ok()?;
+    cmdline
+        .split(|b| *b == 0)
+        .any(|arg| arg == id.as_bytes())
+        .then_some(init)
+}
+
+/// A pid in a file of the engine's run folder. Opened by its path, not through its folder:
+/// rootless Podman's folder is its user namespace root's, which the user may pass through but
+/// not read.
+fn engine_pid(path: &Path) -> Option<u32> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let mut text = String::new();
+    std::fs::File::from(fd)
+        .take(32)
+        .read_to_string(&mut text)
+        .ok()?;
+    text.trim().parse::<u32>().ok().filter(|p| *p > 1)
+}
+
+/// Field 4 of `/proc/<pid>/stat`: the parent's pid.
+fn stat_parent(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is pid 1 of a pid namespace below the host's (`NSpid` of its status).
+fn first_of_own_namespace(pid: u32) -> bool {
+    let Ok(text) = crate::files::read_kernel_text(Path::new(&format!("/proc/{pid}/status"))) else {
+        return false;
+    };
+    let Some(ids) = text.lines().find_map(|l| l.strip_prefix("NSpid:")) else {
+        return false;
+    };
+    let ids: Vec<&str> = ids.split_whitespace().collect();
+    ids.len() >= 2 && ids.last() == Some(&"1")
+}
+
 /// Whether `program` names an executable file inside the container of `pid`: looked up in its
 /// PATH when it has no slash, resolved inside the container's root (RESOLVE_IN_ROOT, so an
 /// absolute symlink such as /bin/sh -> /bin/busybox means the container's busybox).
@@ -180,5 +235,95 @@ mod tests {
             "not executable"
         );
         assert!(!runnable_in(me, "/etc", Path::new("/")), "a folder");
+    }
+
+    /// A child of `parent`, once it has one.
+    fn child_of(parent: u32) -> u32 {
+        for _ in 0..200 {
+            let children =
+                std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"));
+            if let Some(c) = children
+                .ok()
+                .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            {
+                return c;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{parent} made no child");
+    }
+
+    /// A monitor whose command line names `id`, with a child: with `own_namespace`, one that
+    /// is pid 1 of its own pid namespace (`unshare`), as conmon and a container's first
+    /// process are; else one in the host's.
+    fn monitor_with_child(id: &str, own_namespace: bool) -> (std::process::Child, u32) {
+        let mut cmd = std::process::Command::new(if own_namespace { "unshare" } else { "sh" });
+        if own_namespace {
+            cmd.args([
+                "--user",
+                "--map-root-user",
+                "--pid",
+                "--fork",
+                "--kill-child",
+            ])
+            .args(["sh", "-c", "sleep 30", id]);
+        } else {
+            cmd.args(["-c", "sleep 30 & wait", id]);
+        }
+        let monitor = cmd.spawn().unwrap();
+        let child = child_of(monitor.id());
+        (monitor, child)
+    }
+
+    #[test]
+    fn a_starts_first_process_is_trusted_only_as_far_as_the_kernel_agrees() {
+        let id = "0123abcd";
+        let dir = tempfile::tempdir().unwrap();
+        let files = |init: u32, monitor: u32| {
+            std::fs::write(dir.path().join("pidfile"), format!("{init}\n")).unwrap();
+            std::fs::write(dir.path().join("conmon.pid"), monitor.to_string()).unwrap();
+            crate::backend::PidFiles {
+                init: dir.path().join("pidfile"),
+                monitor: dir.path().join("conmon.pid"),
+            }
+        };
+        let (mut monitor, init) = monitor_with_child(id, true);
+        let m = monitor.id();
+        assert_eq!(init_from_files(&files(init, m), id), Some(init));
+        assert_eq!(
+            init_from_files(&files(init, m), "0123abc"),
+            None,
+            "a monitor of another container"
+        );
+        let me = std::process::id();
+        assert_eq!(
+            init_from_files(&files(init, me), id),
+            None,
+            "not its parent"
+        );
+        assert_eq!(
+            init_from_files(&files(m, me), id),
+            None,
+            "the monitor is no namespace's first process"
+        );
+        let (mut plain, child) = monitor_with_child(id, false);
+        assert_eq!(
+            init_from_files(&files(child, plain.id()), id),
+            None,
+            "the right parent, but a child in the host's namespace"
+        );
+        let sleeper = rustix::process::Pid::from_raw(i32::try_from(child).unwrap()).unwrap();
+        rustix::process::kill_process(sleeper, rustix::process::Signal::KILL).unwrap();
+        plain.wait().unwrap();
+        let f = files(init, m);
+        std::fs::write(&f.init, "garbage").unwrap();
+        assert_eq!(init_from_files(&f, id), None);
+        monitor.kill().unwrap();
+        monitor.wait().unwrap();
+        assert_eq!(
+            init_from_files(&files(init, m), id),
+            None,
+            "gone: a stale file"
+        );
     }
 }

@@ -81,7 +81,7 @@ impl Rig {
             store: desired.store.clone(),
             owner,
             state_dir: host.state_dir,
-            last_exits: Default::default(),
+            looked: Default::default(),
         };
         Rig {
             dir,
@@ -146,6 +146,7 @@ impl Rig {
             },
             effective: crate::policy::compliant(&self.member.spec),
             pid,
+            pid_files: None,
             image: self.member.spec.image.clone(),
             restart_count: 0,
             started_at: None,
