@@ -345,10 +345,9 @@ impl App {
         let ahead = early.map(|e| e.take(backend.as_ref()).boxed());
         // Helpers members asked for are desired as much as what the manifests name.
         let (model, mut dropped) = crate::requests::merge(desired, &self.host.state_dir);
-        let mut ds = self.desired_state(&model);
         // One member's look wants that member alone: the planner's part for it reads no other.
+        let ds = crate::plan::spec::desired_state_of(&model, &self.host, opts.only.as_deref());
         if let Some(only) = &opts.only {
-            ds.members.retain(|m| m.member == *only);
             dropped.retain(|d| d.member == *only);
         }
         let observed =

@@ -251,6 +251,12 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
 
 /// The planner's view of a validated set of manifests.
 pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
+    desired_state_of(desired, host, None)
+}
+
+/// `desired_state`, with only the members named `only` when given (one member's look:
+/// each member's spec and its hash cost the same whether or not it is looked at).
+pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> DesiredState {
     let mut members = Vec::new();
     let mut sessions = Vec::new();
     for team in &desired.teams {
@@ -284,7 +290,11 @@ pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
                 takes_over: s.takes_over.clone(),
             });
         }
-        for m in &team.members {
+        for m in team
+            .members
+            .iter()
+            .filter(|m| only.is_none_or(|o| m.name == o))
+        {
             let spec = member_spec(team, m, host);
             members.push(DesiredMember {
                 team: team.name.clone(),

@@ -94,6 +94,7 @@ fn running(d: &DesiredState, name: &str, state: ContainerState) -> ObservedConta
         released: true,
         last_exit: None,
         pid: None,
+        pid_files: None,
     }
 }
 
@@ -483,6 +484,7 @@ fn a_foreign_container_with_the_name_is_a_conflict_never_touched() {
         released: true,
         last_exit: None,
         pid: None,
+        pid_files: None,
     };
     let o = Observed {
         containers: vec![foreign],
@@ -1419,5 +1421,25 @@ fn only_one_member_plans_that_member_alone_and_never_a_session() {
     assert_eq!(
         kinds(&plan(&d, &Observed::default(), PlanOptions::default())),
         ["session lead", "mkdir a", "create a", "mkdir b", "create b"]
+    );
+}
+
+#[test]
+fn one_members_desired_state_is_that_member_of_the_whole() {
+    let t = team(vec![member("a"), member("b"), member("c")]);
+    let whole = desired_state(&t, &host());
+    let one = super::spec::desired_state_of(&t, &host(), Some("b"));
+    assert_eq!(one.members.len(), 1);
+    assert_eq!(one.members[0].member, "b");
+    assert_eq!(one.members[0].hash, whole.members[1].hash);
+    assert_eq!(one.members[0].spec, whole.members[1].spec);
+    assert_eq!(
+        (one.store, one.teams),
+        (whole.store.clone(), whole.teams.clone())
+    );
+    assert!(
+        super::spec::desired_state_of(&t, &host(), Some("z"))
+            .members
+            .is_empty()
     );
 }
