@@ -179,12 +179,16 @@ impl World {
     fn until(&self, what: &str, secs: u64, ok: impl Fn() -> bool) -> Duration {
         let start = Instant::now();
         while !ok() {
-            assert!(
-                start.elapsed() < Duration::from_secs(secs),
-                "{}: never {what}; controller log:\n{}",
-                self.engine,
-                self.log()
-            );
+            if start.elapsed() >= Duration::from_secs(secs) {
+                let status = self.ateam(&["status", &self.team]);
+                panic!(
+                    "{}: never {what}; status:\n{}{}\ncontroller log:\n{}",
+                    self.engine,
+                    text(&status.stdout),
+                    text(&status.stderr),
+                    self.log()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         start.elapsed()
