@@ -13,6 +13,13 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "tools"
+# cargo-nextest runs the tests; machines of this kind do not come with it (built from
+# crates.io, a few minutes the first time; nothing after).
+if ! cargo nextest --version >/dev/null 2>&1; then
+    cargo install --locked cargo-nextest
+fi
+
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
