@@ -7,7 +7,8 @@ use http::HeaderMap;
 use super::{Credential, GitRule, HttpRule, Intercept, placeholder};
 
 /// Headers that carry credentials: each must be absent or carry the member's placeholder,
-/// and all are removed before the request goes on.
+/// and all are removed before the request goes on. Names are compared folded (`folded`):
+/// `x_api_key` is `x-api-key` to WSGI, Rack and PHP.
 pub const CREDENTIAL_HEADERS: [&str; 7] = [
     "authorization",
     "x-api-key",
@@ -34,6 +35,35 @@ const CREDENTIAL_PARAMS: [&str; 13] = [
     "sig",
     "signature",
 ];
+
+/// Headers and query parameters through which common servers take another method than the
+/// request line's (Google APIs, Express's method-override, Symfony, Laravel): each value
+/// must pass the rules as the method itself would. Compared folded.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// A header's name as servers that fold spellings see it: lower case, `_` as `-` (CGI-style
+/// servers map both to one variable; nginx drops one of them, others keep both).
+pub fn folded(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'_' => '-',
+            b => b.to_ascii_lowercase() as char,
+        })
+        .collect()
+}
+
+/// `path` without its path parameters: `;...` cut from every segment, as Java servlet
+/// containers (JGit, Gerrit, Bitbucket Server) and other matrix-parameter servers read it.
+pub fn without_params(path: &str) -> String {
+    path.split('/')
+        .map(|seg| seg.split(';').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("/")
+}
 
 /// git's two smart-HTTP services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,21 +142,29 @@ pub fn judge(i: &Intercept, port: u16, method: &str, target: &str, headers: &Hea
     if let Err(why) = host_header(i, port, headers) {
         return refused(403, why);
     }
-    // TRACE (and IIS's TRACK) answers with the request as the upstream got it: with the
-    // injected credential in it.
-    if ["TRACE", "TRACK"]
-        .iter()
-        .any(|m| m.eq_ignore_ascii_case(method))
-    {
-        return refused(
-            405,
-            format!(
-                "{method} is refused on a host with rules: its answer would echo the credential"
-            ),
-        );
-    }
-    if let Err(v) = rules(i, method, path, query) {
-        return v;
+    // Every method an upstream may act on (the line's and each override's), on every form of
+    // the path an upstream may read (as sent, and without `;` parameters), passes the rules.
+    let overrides = match method_overrides(headers, query) {
+        Ok(o) => o,
+        Err(why) => return refused(400, why),
+    };
+    let plain = without_params(path);
+    for m in std::iter::once(method).chain(overrides.iter().map(String::as_str)) {
+        // TRACE (and IIS's TRACK) answers with the request as the upstream got it: with the
+        // injected credential in it.
+        if ["TRACE", "TRACK"].iter().any(|t| t.eq_ignore_ascii_case(m)) {
+            return refused(
+                405,
+                format!(
+                    "{m} is refused on a host with rules: its answer would echo the credential"
+                ),
+            );
+        }
+        for p in [path, plain.as_str()] {
+            if let Err(v) = rules(i, m, p, query) {
+                return v;
+            }
+        }
     }
     let Some(cred) = &i.credentials else {
         return Verdict::Allowed {
@@ -142,10 +180,40 @@ pub fn judge(i: &Intercept, port: u16, method: &str, target: &str, headers: &Hea
     if let Credential::Header { header, .. } = cred {
         remove.push(header.to_ascii_lowercase());
     }
+    // Every other spelling of them the request carries (`x_api_key`) goes too.
+    let wanted: Vec<String> = remove.iter().map(|n| folded(n)).collect();
+    for name in headers.keys() {
+        let n = name.as_str();
+        if !remove.iter().any(|r| r == n) && wanted.contains(&folded(n)) {
+            remove.push(n.to_string());
+        }
+    }
     Verdict::Allowed {
         remove,
         inject: Some(cred.clone()),
     }
+}
+
+/// The methods the request's override headers and parameters name (upper case), in any
+/// spelling a server folds to one of `METHOD_OVERRIDES` or `_method`.
+fn method_overrides(headers: &HeaderMap, query: Option<&str>) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (name, v) in headers {
+        if METHOD_OVERRIDES.contains(&folded(name.as_str()).as_str()) {
+            let v = v
+                .to_str()
+                .map_err(|_| format!("header {name} is not a method"))?;
+            out.push(v.trim().to_ascii_uppercase());
+        }
+    }
+    for kv in query.unwrap_or("").split(['&', ';']) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        let k = folded(&percent_decoded(k));
+        if k == folded("_method") || METHOD_OVERRIDES.contains(&k.as_str()) {
+            out.push(percent_decoded(v).trim().to_ascii_uppercase());
+        }
+    }
+    Ok(out)
 }
 
 /// The header a credential becomes, given the secret's real value: (name, value).
@@ -341,7 +409,14 @@ fn glob(pat: &[u8], s: &[u8]) -> bool {
 /// segment or as any `service` value, once decoded and whatever the case (git http-backend
 /// decodes both, and takes the last of two `service` parameters).
 fn looks_like_push(path: &str, query: Option<&str>) -> bool {
-    let is = |s: &str| percent_decoded(s).eq_ignore_ascii_case("git-receive-pack");
+    // `git-receive-pack;x` (or `%3Bx`) is a push to a server that drops path parameters.
+    let is = |s: &str| {
+        let d = percent_decoded(s);
+        d.split(';')
+            .next()
+            .unwrap_or("")
+            .eq_ignore_ascii_case("git-receive-pack")
+    };
     let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
     is(last)
         || query.unwrap_or("").split(['&', ';']).any(|kv| {
@@ -420,17 +495,17 @@ fn foreign_credentials(
         Credential::Header { header, .. } => Some(header.to_ascii_lowercase()),
         Credential::Bearer { .. } | Credential::Basic { .. } => None,
     };
-    for name in CREDENTIAL_HEADERS
+    let wanted: Vec<String> = CREDENTIAL_HEADERS
         .iter()
         .copied()
         .chain(configured.as_deref())
-    {
-        for v in headers.get_all(name) {
-            if !carries_placeholder(v.as_bytes(), ph) {
-                return Err(format!(
-                    "header {name} carries a credential that is not this member's"
-                ));
-            }
+        .map(folded)
+        .collect();
+    for (name, v) in headers {
+        if wanted.contains(&folded(name.as_str())) && !carries_placeholder(v.as_bytes(), ph) {
+            return Err(format!(
+                "header {name} carries a credential that is not this member's"
+            ));
         }
     }
     // `;` separates parameters too, for some servers.

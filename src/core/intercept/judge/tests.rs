@@ -433,3 +433,117 @@ fn attack_planted_credentials_in_odd_places_are_refused_and_never_echoed() {
     assert_eq!(status(&q), 403, "{q:?}");
     assert!(!reason(&q).contains("planted"));
 }
+
+/// Issue 34: a push with a path parameter, as a Java servlet git server reads it.
+#[test]
+fn attack_a_path_parameter_does_not_hide_a_push_or_a_path() {
+    let mut i = icpt();
+    i.credentials = None;
+    i.http = vec![HttpRule {
+        methods: vec!["GET".into(), "POST".into()],
+        paths: vec!["/acme/**".into(), "/v1/*".into()],
+    }];
+    i.git = Some(GitRule {
+        repositories: vec!["acme/shop".into()],
+        push: false,
+    });
+    for t in [
+        "/acme/shop.git/git-receive-pack;x",
+        "/acme/shop.git/git-receive-pack;",
+        "/acme/shop.git/git-receive-pack%3Bx",
+        "/acme/shop.git/GIT-RECEIVE-PACK;jsessionid=1",
+    ] {
+        let v = judge(&i, 443, "POST", t, &h(&[]));
+        assert_eq!(status(&v), 403, "{t}: {v:?}");
+        assert!(reason(&v).contains("push"), "{t}: {v:?}");
+    }
+    // A parameter in a segment: the rules see both forms, and both must pass.
+    assert_eq!(status(&judge(&i, 443, "GET", "/v1/a;b", &h(&[]))), 200);
+    let v = judge(&i, 443, "GET", "/v1;x/admin/a", &h(&[]));
+    assert_eq!(status(&v), 403, "{v:?}");
+    assert_eq!(without_params("/a;x/b;y=1/c"), "/a/b/c");
+}
+
+/// Issue 34: a method the rules refuse, named by an override header or parameter.
+#[test]
+fn attack_method_overrides_are_judged_as_the_method_they_name() {
+    let i = icpt(); // GET only
+    let ph = placeholder("KEY");
+    for (k, v) in [
+        ("x-http-method-override", "DELETE"),
+        ("X-HTTP-Method", "delete"),
+        ("x-method-override", "PUT"),
+        ("x_http_method_override", "DELETE"),
+        ("X_Method_Override", "PATCH"),
+    ] {
+        let got = judge(
+            &i,
+            443,
+            "GET",
+            "/files/a",
+            &h(&[(k, v), ("x-api-key", &ph)]),
+        );
+        assert_eq!(status(&got), 403, "{k}: {v}: {got:?}");
+        assert!(reason(&got).contains(&v.to_ascii_uppercase()), "{got:?}");
+    }
+    for q in [
+        "_method=DELETE",
+        "x=1&_method=delete",
+        "%5Fmethod=DELETE",
+        "_METHOD=PUT",
+        "X-HTTP-Method-Override=DELETE",
+        "x;_method=DELETE",
+    ] {
+        let got = judge(&i, 443, "GET", &format!("/files/a?{q}"), &h(&[]));
+        assert_eq!(status(&got), 403, "{q}: {got:?}");
+    }
+    // TRACE by override is refused as TRACE is.
+    let got = judge(
+        &i,
+        443,
+        "GET",
+        "/files/a",
+        &h(&[("x-http-method-override", "TRACE")]),
+    );
+    assert_eq!(status(&got), 405, "{got:?}");
+    // An override the rules allow passes.
+    let got = judge(
+        &i,
+        443,
+        "GET",
+        "/files/a?_method=get",
+        &h(&[("x-http-method-override", "GET")]),
+    );
+    assert_eq!(status(&got), 200, "{got:?}");
+}
+
+/// Issue 34: `x_api_key` is `x-api-key` to WSGI, Rack and PHP.
+#[test]
+fn attack_credential_headers_are_matched_in_every_spelling_a_server_folds() {
+    let i = icpt();
+    let ph = placeholder("KEY");
+    for k in [
+        "x_api_key",
+        "X_API_KEY",
+        "x-api_key",
+        "api_key",
+        "private_token",
+    ] {
+        let got = judge(
+            &i,
+            443,
+            "GET",
+            "/files/a",
+            &h(&[("x-api-key", &ph), (k, "planted")]),
+        );
+        assert_eq!(status(&got), 403, "{k}: {got:?}");
+        assert!(!reason(&got).contains("planted"), "{got:?}");
+    }
+    // A placeholder in another spelling passes, and that spelling is removed too.
+    match judge(&i, 443, "GET", "/files/a", &h(&[("x_api_key", &ph)])) {
+        Verdict::Allowed { remove, .. } => {
+            assert!(remove.contains(&"x_api_key".to_string()), "{remove:?}")
+        }
+        v => panic!("{v:?}"),
+    }
+}
