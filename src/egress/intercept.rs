@@ -9,6 +9,7 @@
 //! another port its entry allows (80) is refused rather than tunnelled, and so is plain HTTP
 //! to it: rules and credentials apply to TLS only.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -17,6 +18,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -167,37 +169,83 @@ pub(super) fn prepare(i: &Intercept, file: &InterceptFile) -> Result<Prepared, S
     })
 }
 
-/// One member connection, after its CONNECT was answered 200.
+/// The configurations built for each intercepted host, kept while its intercept and the
+/// intercept file they came from are the ones in force: a handshake costs a handshake, not
+/// a copy of the host's roots and a parse of the leaf's key.
+#[derive(Default)]
+pub(super) struct Cache(HashMap<String, (Intercept, Arc<InterceptFile>, Arc<Prepared>)>);
+
+impl Cache {
+    /// The configurations for `i` under `file`, built if they are not yet.
+    pub(super) fn get(
+        &mut self,
+        i: &Intercept,
+        file: &Arc<InterceptFile>,
+    ) -> Result<Arc<Prepared>, String> {
+        if let Some((ci, cf, p)) = self.0.get(&i.host)
+            && ci == i
+            && Arc::ptr_eq(cf, file)
+        {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(prepare(i, file)?);
+        // What an older file built is of no more use.
+        self.0.retain(|_, (_, f, _)| Arc::ptr_eq(f, file));
+        self.0
+            .insert(i.host.clone(), (i.clone(), file.clone(), p.clone()));
+        Ok(p)
+    }
+}
+
+/// One member connection, after its CONNECT was answered 200. Its rules and secret are not
+/// kept: each request is judged by the intercept in force when it arrives.
 struct Conn {
-    i: Intercept,
+    /// What the CONNECT asked for.
+    host: String,
     port: u16,
-    name: String,
     addr: SocketAddr,
-    prepared: Prepared,
     upstream: tokio::sync::Mutex<Upstream>,
 }
 
 struct Upstream {
     /// The connection `decide` made, used for the first request.
     first: Option<TcpStream>,
-    sender: Option<hyper::client::conn::http1::SendRequest<Incoming>>,
+    sender: Option<hyper::client::conn::http1::SendRequest<Body>>,
+    /// The configuration `sender`'s TLS was made with: another one (a new upstream CA) makes
+    /// a new connection.
+    client: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// Serves the member's TLS connection until it closes.
-pub(super) async fn serve<S>(
-    member: S,
-    i: Intercept,
-    port: u16,
-    (addr, tcp): (SocketAddr, TcpStream),
-    prepared: Prepared,
-    state: Arc<State>,
-) where
+/// What one intercepted CONNECT was given: the host and port it asked for, the intercept
+/// that matched, the upstream connection, the TLS configurations, and its place among the
+/// handshakes (given back once the member's handshake ended).
+pub(super) struct Accepted {
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) i: Intercept,
+    pub(super) upstream: (SocketAddr, TcpStream),
+    pub(super) prepared: Arc<Prepared>,
+    pub(super) permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Serves the member's TLS connection until it closes, or until its host is no longer
+/// intercepted (revoked by an apply): then it is closed, even while idle.
+pub(super) async fn serve<S>(member: S, a: Accepted, state: Arc<State>)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Accepted {
+        host,
+        port,
+        i,
+        upstream: (addr, tcp),
+        prepared,
+        permit,
+    } = a;
     let name = server_name(&i);
     let refuse = |status: u16, reason: String| {
         state.record(event(
-            &i,
+            &name,
             port,
             "CONNECT",
             None,
@@ -228,31 +276,42 @@ pub(super) async fn serve<S>(
         Ok(Err(e)) => return refuse(400, format!("TLS with the member failed: {e}")),
         Err(_) => return refuse(408, "the member's TLS handshake did not end in time".into()),
     };
+    drop((permit, prepared));
     let conn = Arc::new(Conn {
-        i,
+        host,
         port,
-        name,
         addr,
-        prepared,
         upstream: tokio::sync::Mutex::new(Upstream {
             first: Some(tcp),
             sender: None,
+            client: None,
         }),
     });
-    let svc = hyper::service::service_fn(move |req| {
-        let conn = conn.clone();
-        let state = state.clone();
-        async move { Ok::<_, Infallible>(one(&conn, &state, req).await) }
-    });
+    let svc = {
+        let (conn, state) = (conn.clone(), state.clone());
+        hyper::service::service_fn(move |req| {
+            let conn = conn.clone();
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(one(&conn, &state, req).await) }
+        })
+    };
     let mut tls = tls;
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        // Exact, unlike the buffer's bound (about 400 KiB), which holds only while a head is
-        // incomplete: one that arrived whole in one read (a loaded machine) passed it.
-        .max_header_size(MAX_HEAD_BYTES)
-        .serve_connection(TokioIo::new(&mut tls), svc)
-        .await;
+    let served = {
+        let serving = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEAD_TIMEOUT)
+            // Exact, unlike the buffer's bound (about 400 KiB), which holds only while a head
+            // is incomplete: one that arrived whole in one read (a loaded machine) passed it.
+            .max_header_size(MAX_HEAD_BYTES)
+            .serve_connection(TokioIo::new(&mut tls), svc);
+        tokio::select! {
+            served = serving => served,
+            () = state.revoked(&conn.host, port, true) => {
+                refuse(403, format!("{name}:{port} is no longer allowed with these rules: its open connection is closed"));
+                return;
+            }
+        }
+    };
     if served.is_err() {
         linger(&mut tls).await;
     }
@@ -285,7 +344,7 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) {
 }
 
 fn event(
-    i: &Intercept,
+    host: &str,
     port: u16,
     method: &str,
     path: Option<&str>,
@@ -301,7 +360,7 @@ fn event(
             _ => Logged::Refused,
         },
         method: method.to_string(),
-        host: server_name(i),
+        host: host.to_string(),
         port,
         path: path.map(str::to_string),
         addr: addr.map(|a| a.to_string()),
@@ -314,7 +373,9 @@ fn event(
 /// (Node's own server takes 16 KiB); past it the answer is 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// One request: judged, then answered here or sent on.
+/// One request: judged by the intercept in force now (a revoked host closes the
+/// connection; a changed secret or rule applies from this request on), then answered here
+/// or sent on.
 async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
@@ -323,9 +384,34 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
         (None, Some(pq)) => pq.as_str().to_string(),
         _ => req.uri().to_string(),
     };
+    let (i, prepared) = match state.intercept_in_force(&c.host, c.port) {
+        Ok(Some(x)) => x,
+        Ok(None) | Err(_) => {
+            let why = format!(
+                "{}:{} is no longer allowed with these rules: connect again",
+                c.host, c.port
+            );
+            state.record(event(
+                &c.host,
+                c.port,
+                &method,
+                Some(&path),
+                Some(c.addr),
+                403,
+                Some(why.clone()),
+            ));
+            let mut r = refusal(403, &why, None);
+            r.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+            return r;
+        }
+    };
+    let name = server_name(&i);
     let log = |status: u16, reason: Option<String>| {
         state.record(event(
-            &c.i,
+            &name,
             c.port,
             &method,
             Some(&path),
@@ -334,7 +420,7 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
             reason,
         ));
     };
-    let (remove, inject) = match judge::judge(&c.i, c.port, &method, &target, req.headers()) {
+    let (remove, inject) = match judge::judge(&i, c.port, &method, &target, req.headers()) {
         Verdict::Allowed { remove, inject } => (remove, inject),
         Verdict::Refused {
             status,
@@ -365,18 +451,18 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
     }
     if !h.contains_key(http::header::HOST) {
         let host = match c.port {
-            443 => c.name.clone(),
-            p => format!("{}:{p}", c.name),
+            443 => name.clone(),
+            p => format!("{name}:{p}"),
         };
         if let Ok(v) = host.parse() {
             h.insert(http::header::HOST, v);
         }
     }
-    let injected = match (&inject, &c.prepared.secret) {
+    let injected = match (&inject, &prepared.secret) {
         (Some(cred), Some(value)) => {
-            let (name, v) = judge::injected(cred, value);
+            let (hname, v) = judge::injected(cred, value);
             match (
-                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderName::from_bytes(hname.as_bytes()),
                 http::HeaderValue::from_str(&v),
             ) {
                 (Ok(n), Ok(mut v)) => {
@@ -396,7 +482,19 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
         }
         _ => None,
     };
-    match send(c, req).await {
+    // Trailers arrive after the body, too late to be judged before the head went on: none is
+    // sent (hyper would send those the `Trailer` header names, planted credentials too).
+    let req = req.map(|b| {
+        b.map_frame(|f| {
+            if f.is_trailers() {
+                Frame::data(Bytes::new())
+            } else {
+                f
+            }
+        })
+        .boxed()
+    });
+    match send(c, &name, &prepared.client, req).await {
         Ok(resp) => {
             log(resp.status().as_u16(), injected);
             resp.map(BodyExt::boxed)
@@ -408,19 +506,28 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
     }
 }
 
-/// Headers of one hop, never sent on.
-const HOP_BY_HOP: [&str; 5] = [
+/// Headers of one hop, never sent on; `trailer` and `te` announce trailers, which are not.
+const HOP_BY_HOP: [&str; 7] = [
     "connection",
     "keep-alive",
     "proxy-connection",
     "proxy-authorization",
     "upgrade",
+    "trailer",
+    "te",
 ];
 
-/// Sends on the upstream connection, making it (again) when there is none or it closed.
-async fn send(c: &Conn, req: Request<Incoming>) -> Result<Response<Incoming>, String> {
+/// Sends on the upstream connection, making it (again) when there is none, it closed, or it
+/// was made with another TLS configuration than the one in force.
+async fn send(
+    c: &Conn,
+    name: &str,
+    client: &Arc<rustls::ClientConfig>,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, String> {
     let mut up = c.upstream.lock().await;
-    let usable = up.sender.as_mut().is_some_and(|s| !s.is_closed());
+    let usable = up.sender.as_mut().is_some_and(|s| !s.is_closed())
+        && up.client.as_ref().is_some_and(|k| Arc::ptr_eq(k, client));
     if !usable {
         up.sender = None;
         let tcp = match up.first.take() {
@@ -431,27 +538,28 @@ async fn send(c: &Conn, req: Request<Incoming>) -> Result<Response<Incoming>, St
                 .map_err(|e| format!("cannot connect to {}: {e}", c.addr))?,
         };
         let _ = tcp.set_nodelay(true);
-        let sn = ServerName::try_from(c.name.clone())
-            .map_err(|e| format!("{} is not a TLS server name: {e}", c.name))?;
-        let tls = tokio_rustls::TlsConnector::from(c.prepared.client.clone())
+        let sn = ServerName::try_from(name.to_string())
+            .map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(client.clone())
             .connect(sn, tcp)
             .await
-            .map_err(|e| format!("TLS with {} ({}) failed: {e}", c.name, c.addr))?;
+            .map_err(|e| format!("TLS with {name} ({}) failed: {e}", c.addr))?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
-            .map_err(|e| format!("HTTP with {} failed: {e}", c.name))?;
+            .map_err(|e| format!("HTTP with {name} failed: {e}"))?;
         tokio::spawn(conn);
         up.sender = Some(sender);
+        up.client = Some(client.clone());
     }
     let sender = up.sender.as_mut().expect("made above");
     sender
         .ready()
         .await
-        .map_err(|e| format!("the connection to {} closed: {e}", c.name))?;
+        .map_err(|e| format!("the connection to {name} closed: {e}"))?;
     sender
         .send_request(req)
         .await
-        .map_err(|e| format!("{} did not answer: {e}", c.name))
+        .map_err(|e| format!("{name} did not answer: {e}"))
 }
 
 /// The proxy's own answer to a request: for git's advertisement, one git prints (`fatal:

@@ -5,12 +5,14 @@
 //!
 //! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
-//! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying).
+//! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying);
+//! - `intercept`, `handshakes`: a host with rules, and the bound on its TLS work.
 //!
 //! Inside the member, the bridge (`bridge/main.rs`, started by the gate) listens on
 //! `plan::spec::BRIDGE_LISTEN` and forwards each connection to the socket, mounted at
 //! `/.ateam/egress.sock`.
 
+mod handshakes;
 mod intercept;
 pub mod log;
 pub mod proxy;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
+use super::handshakes::Handshakes;
 use super::intercept::{self as icpt, Route};
 use super::log::{Event, Log, Verdict};
 use super::{InterceptFile, PolicyFile, ProxyError};
@@ -62,7 +63,8 @@ pub struct Config {
 
 /// The allowlist as last read, and how to tell that its file changed.
 struct Policy {
-    list: Result<(Allowlist, Vec<Intercept>), String>,
+    /// Shared, not copied, by every connection that looks at it.
+    list: Result<Arc<(Allowlist, Vec<Intercept>)>, String>,
     stamp: Option<(i64, u64, u64, u64)>,
 }
 
@@ -131,6 +133,13 @@ pub(super) struct State {
     intercept: Mutex<Intercepts>,
     own: Mutex<Vec<IpAddr>>,
     log: Mutex<Log>,
+    /// TLS configurations per intercepted host, built once per intercept file.
+    prepared: Mutex<icpt::Cache>,
+    /// Bumped whenever the policy or the intercept file is read anew: open connections look
+    /// again whether what they carry is still allowed.
+    generation: tokio::sync::watch::Sender<u64>,
+    /// The bound on intercepted handshakes.
+    handshakes: Mutex<Handshakes>,
 }
 
 fn read_policy(dir: &Dir, name: &str) -> Policy {
@@ -149,7 +158,7 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             for i in &p.intercept {
                 icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
             }
-            Ok((Allowlist::parse(&p.allow)?, p.intercept))
+            Ok(Arc::new((Allowlist::parse(&p.allow)?, p.intercept)))
         });
     Policy { list, stamp }
 }
@@ -190,15 +199,16 @@ fn own_addresses() -> Vec<IpAddr> {
 
 impl State {
     /// The list in force: re-read when its file changed (apply rewrites it atomically).
-    fn list(&self) -> Result<Allowlist, String> {
-        self.rules().map(|(l, _)| l)
+    fn list(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
+        self.rules()
     }
 
     /// The list and the intercepts in force.
-    fn rules(&self) -> Result<(Allowlist, Vec<Intercept>), String> {
+    fn rules(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
         let mut p = self.policy.lock().expect("policy lock");
         if self.policy_dir.stamp(&self.policy_name) != p.stamp {
             *p = read_policy(&self.policy_dir, &self.policy_name);
+            self.generation.send_modify(|g| *g += 1);
         }
         p.list.clone()
     }
@@ -208,6 +218,7 @@ impl State {
         let mut f = self.intercept.lock().expect("intercept lock");
         if self.policy_dir.stamp(layout::EGRESS_INTERCEPT_NAME) != f.stamp {
             *f = read_intercepts(&self.policy_dir);
+            self.generation.send_modify(|g| *g += 1);
         }
         f.file.clone()
     }
@@ -216,6 +227,59 @@ impl State {
         *self.policy.lock().expect("policy lock") =
             read_policy(&self.policy_dir, &self.policy_name);
         *self.intercept.lock().expect("intercept lock") = read_intercepts(&self.policy_dir);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
+    /// configurations and secret; `None` when that host is no longer intercepted.
+    pub(super) fn intercept_in_force(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Option<(Intercept, Arc<icpt::Prepared>)>, String> {
+        let rules = self.rules()?;
+        match icpt::route(&rules.1, host, port, true) {
+            Route::Intercept(i) => {
+                let file = self.intercepts()?;
+                let p = self
+                    .prepared
+                    .lock()
+                    .expect("prepared lock")
+                    .get(&i, &file)?;
+                Ok(Some((*i, p)))
+            }
+            Route::Tunnel | Route::Refuse(_) => Ok(None),
+        }
+    }
+
+    /// Whether a connection to `host:port` opened earlier is still allowed as it was made:
+    /// intercepted with rules (`intercepted`), or tunnelled by the allowlist.
+    fn still_allowed(&self, host: &str, port: u16, intercepted: bool) -> bool {
+        let Ok(rules) = self.rules() else {
+            return false;
+        };
+        let (list, intercepts) = &*rules;
+        match icpt::route(intercepts, host, port, true) {
+            Route::Intercept(_) => intercepted,
+            Route::Refuse(_) => false,
+            Route::Tunnel => {
+                !intercepted && Host::parse(host).is_some_and(|h| list.allows(&h, port))
+            }
+        }
+    }
+
+    /// Resolves once `host:port` is no longer allowed as its connection was made: looked at
+    /// whenever the policy is read anew (at a request, and at each housekeeping tick).
+    pub(super) async fn revoked(&self, host: &str, port: u16, intercepted: bool) {
+        let mut rx = self.generation.subscribe();
+        loop {
+            if rx.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if !self.still_allowed(host, port, intercepted) {
+                return;
+            }
+        }
     }
 
     pub(super) fn record(&self, e: Event) {
@@ -267,6 +331,9 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
         policy_dir,
         own: Mutex::new(own_addresses()),
         log: Mutex::new(Log::open(log_dir.fd, &file_name(&cfg.log))),
+        prepared: Mutex::new(icpt::Cache::default()),
+        generation: tokio::sync::watch::Sender::new(0),
+        handshakes: Mutex::new(Handshakes::default()),
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -329,6 +396,9 @@ async fn serve(
                     continue;
                 };
                 let state = state.clone();
+                // Ended tasks are taken as new ones come: a flood of short connections
+                // must not pile up their handles until the next tick.
+                while tasks.try_join_next().is_some() {}
                 tasks.spawn(async move {
                     handle(conn, state).await;
                     drop(permit);
@@ -340,6 +410,8 @@ async fn serve(
                     return Ok(());
                 }
                 *state.own.lock().expect("own lock") = own_addresses();
+                // A changed policy reaches idle connections too (`State::revoked`).
+                let _ = (state.rules(), state.intercepts());
                 while tasks.try_join_next().is_some() {}
             }
             _ = hup.recv() => state.reload(),
@@ -446,7 +518,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         reason: None,
     };
     let route = match state.rules() {
-        Ok((_, intercepts)) => icpt::route(&intercepts, &req.host, req.port, req.forward.is_none()),
+        Ok(rules) => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
         // `decide` refuses it, with the reason.
         Err(_) => Route::Tunnel,
     };
@@ -459,7 +531,30 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
             let _ = answer(&mut conn, &refuse(403, reason)).await;
             return;
         }
-        Route::Intercept(i) => Some(i),
+        Route::Intercept(i) => {
+            // Before anything is connected or computed: the handshake's place, or a refusal.
+            let admitted = state
+                .handshakes
+                .lock()
+                .expect("handshakes lock")
+                .admit(Instant::now());
+            match admitted {
+                Ok(permit) => Some((i, permit)),
+                Err(r) => {
+                    if let Some(n) = r.log {
+                        event.verdict = Verdict::Failed;
+                        event.status = 503;
+                        event.reason = Some(format!(
+                            "{}: {n} refused since the last such line",
+                            r.reason
+                        ));
+                        state.record(event);
+                    }
+                    let _ = answer(&mut conn, &refuse(503, r.reason)).await;
+                    return;
+                }
+            }
+        }
     };
     let (addr, upstream) = match decide(&req, &state).await {
         Ok((addr, stream)) => {
@@ -478,9 +573,9 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
             return;
         }
     };
-    if let Some(i) = intercept {
+    if let Some((i, permit)) = intercept {
         let rest = buf[head_len..].to_vec();
-        return intercepted(conn, rest, *i, event, (addr, upstream), state).await;
+        return intercepted(conn, rest, (*i, permit), event, (addr, upstream), state).await;
     }
     event.verdict = Verdict::Allowed;
     event.status = 200;
@@ -489,7 +584,22 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         "connected"
     );
     state.record(event);
-    connected(conn, &buf[head_len..], &req, upstream).await;
+    tokio::select! {
+        () = connected(conn, &buf[head_len..], &req, upstream) => {}
+        () = state.revoked(&req.host, req.port, false) => {
+            state.record(Event {
+                ts: Event::now(),
+                verdict: Verdict::Refused,
+                method: req.method.clone(),
+                host: req.host.clone(),
+                port: req.port,
+                path: None,
+                addr: Some(addr.to_string()),
+                status: 403,
+                reason: Some(format!("{}:{} is no longer in this member's allow list: its open connection is closed", req.host, req.port)),
+            });
+        }
+    }
 }
 
 /// The request's head, read within `HEAD_TIMEOUT` into `buf`, and its length; none when
@@ -557,12 +667,15 @@ async fn connected(mut conn: UnixStream, rest: &[u8], req: &Request, mut upstrea
 async fn intercepted(
     mut conn: UnixStream,
     rest: Vec<u8>,
-    i: Intercept,
+    (i, permit): (Intercept, tokio::sync::OwnedSemaphorePermit),
     mut event: Event,
-    (addr, upstream): (SocketAddr, TcpStream),
+    upstream: (SocketAddr, TcpStream),
     state: Arc<State>,
 ) {
-    let prepared = match state.intercepts().and_then(|f| icpt::prepare(&i, &f)) {
+    let prepared = match state
+        .intercepts()
+        .and_then(|f| state.prepared.lock().expect("prepared lock").get(&i, &f))
+    {
         Ok(p) => p,
         Err(reason) => {
             event.verdict = Verdict::Failed;
@@ -584,8 +697,15 @@ async fn intercepted(
         head: rest,
         inner: conn,
     };
-    let port = event.port;
-    icpt::serve(member, i, port, (addr, upstream), prepared, state).await;
+    let accepted = icpt::Accepted {
+        host: event.host,
+        port: event.port,
+        i,
+        upstream,
+        prepared,
+        permit,
+    };
+    icpt::serve(member, accepted, state).await;
 }
 
 /// Reads until the end of the head (`\r\n\r\n`); `None` when the peer sent nothing at all.
@@ -701,7 +821,8 @@ async fn decide(
     req: &Request,
     state: &State,
 ) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
-    let list = state.list().map_err(|e| (None, refuse(503, e)))?;
+    let rules = state.list().map_err(|e| (None, refuse(503, e)))?;
+    let list = &rules.0;
     let host = Host::parse(&req.host).ok_or_else(|| {
         (
             None,
@@ -720,7 +841,7 @@ async fn decide(
     // The host's loopback by name: never resolved (no DNS answer can move it), and only
     // for an entry naming it with this very port.
     if matches!(&host, Host::Name(n) if n == HOST_SERVICE) {
-        return host_service(&list, req.port).await;
+        return host_service(list, req.port).await;
     }
     let addrs: Vec<SocketAddr> = match &host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
@@ -820,8 +941,7 @@ async fn answer(conn: &mut UnixStream, r: &Refused) -> std::io::Result<()> {
         r.status,
         body.len()
     );
-    conn.write_all(head.as_bytes()).await?;
-    conn.write_all(body.as_bytes()).await?;
+    conn.write_all(format!("{head}{body}").as_bytes()).await?;
     conn.shutdown().await
 }
 
