@@ -107,6 +107,38 @@ fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
             "HTTP/1.1 400",
         ),
         (
+            "a push with a path parameter",
+            format!(
+                "POST /acme/shop.git/git-receive-pack;x HTTP/1.1\r\nHost: host.ateam.internal:{}\r\nContent-Length: 0\r\n\r\n",
+                git.port
+            ),
+            "HTTP/1.1 403",
+        ),
+        (
+            "a method override",
+            format!(
+                "POST /v1/a HTTP/1.1\r\n{host}X-HTTP-Method-Override: DELETE\r\nContent-Length: 0\r\n\r\n"
+            ),
+            "HTTP/1.1 403",
+        ),
+        (
+            "a method override with underscores",
+            format!(
+                "POST /v1/a HTTP/1.1\r\n{host}x_method_override: DELETE\r\nContent-Length: 0\r\n\r\n"
+            ),
+            "HTTP/1.1 403",
+        ),
+        (
+            "_method",
+            format!("POST /v1/a?_method=DELETE HTTP/1.1\r\n{host}Content-Length: 0\r\n\r\n"),
+            "HTTP/1.1 403",
+        ),
+        (
+            "x_api_key",
+            format!("GET /v1/a HTTP/1.1\r\n{host}x_api_key: planted-underscore\r\n\r\n"),
+            "HTTP/1.1 403",
+        ),
+        (
             "a planted key after the placeholder",
             format!(
                 "GET /v1/a HTTP/1.1\r\nHost: host.ateam.internal:{}\r\nx-api-key: {PLACEHOLDER_API}, planted-key\r\n\r\n",
@@ -116,10 +148,27 @@ fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
         ),
     ];
     for (what, req, want) in &cases {
-        let got = raw_inside(&w, api.port, req);
+        let port = if what.contains("push") {
+            git.port
+        } else {
+            api.port
+        };
+        let got = raw_inside(&w, port, req);
         assert!(got.starts_with(want), "{engine:?}: {what}: {got}");
         w.clean(&got, what);
     }
+    // Trailers naming credential headers: the request goes on, its trailers do not.
+    let got = raw_inside(
+        &w,
+        api.port,
+        &format!(
+            "POST /v1/trailed HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\nTrailer: x-api-key, cookie\r\n\r\n3\r\nabc\r\n0\r\nx-api-key: planted-t1\r\ncookie: planted-t2\r\n\r\n"
+        ),
+    );
+    assert!(
+        got.starts_with("HTTP/1.1 200"),
+        "{engine:?}: trailers: {got}"
+    );
     // The control: the same client, a plain request, gets through with the key.
     let got = raw_inside(&w, api.port, &format!("GET /v1/ok HTTP/1.1\r\n{host}\r\n"));
     assert!(
@@ -134,7 +183,7 @@ fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
         .map(|s| format!("{} {} {:?}", s.method, s.path, s.headers))
         .collect();
     assert!(
-        seen.len() == 1
+        seen.len() == 2
             && !seen.iter().any(|s| s.contains("admin")
                 || s.contains("TRACE")
                 || s.contains("evil")
@@ -144,7 +193,7 @@ fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
 
     assert_eq!(
         api.values_of("x-api-key"),
-        vec![w.api_key.clone()],
+        vec![w.api_key.clone(), w.api_key.clone()],
         "{engine:?}: the upstream saw another key than the real one"
     );
 
@@ -171,6 +220,64 @@ fn a_member_cannot_get_or_widen_what_a_host_with_rules_gives(engine: Engine) {
     }
 }
 
-on_every_engine!(docker: a_member_cannot_get_or_widen_what_a_host_with_rules_gives);
-on_every_engine!(podman: a_member_cannot_get_or_widen_what_a_host_with_rules_gives);
-on_every_engine!(rootless_podman: a_member_cannot_get_or_widen_what_a_host_with_rules_gives);
+/// The member's keep-alive client (tests/fixtures/intercept/session_client.py).
+const SESSION_CLIENT: &str = include_str!("fixtures/intercept/session_client.py");
+
+/// Issue 34: a connection opened before an apply narrowed the rules keeps no rule of its
+/// CONNECT: its next request is judged by the rules in force.
+fn an_open_connection_is_judged_by_the_rules_in_force(engine: Engine) {
+    let w = World::new(engine, "ateam-attack-icpt-open-", "aicpo");
+    let api = Upstream::start(w.root().join("git"));
+    let git = Upstream::start(w.root().join("git"));
+    let rules = |paths| Rules {
+        helper_requests: false,
+        api_paths: paths,
+        git_http: None,
+    };
+    w.write(&api, &git, &rules(r#""/v1/**""#));
+    w.ok(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    let host = format!(
+        "Host: host.ateam.internal:{}\r\nx-api-key: {PLACEHOLDER_API}\r\n",
+        api.port
+    );
+    let steps = serde_json::json!([
+        {"send": format!("GET /v1/one HTTP/1.1\r\n{host}\r\n")},
+        {"wait": "/tmp/narrowed"},
+        {"send": format!("GET /v1/two HTTP/1.1\r\n{host}\r\n")},
+    ]);
+    let got = std::thread::scope(|s| {
+        let session = s.spawn(|| {
+            w.inside(&format!(
+                "cat > /tmp/s.py <<'PYEOF'\n{SESSION_CLIENT}\nPYEOF\ncat > /tmp/steps.json <<'JSONEOF'\n{steps}\nJSONEOF\npython3 /tmp/s.py \"${{HTTPS_PROXY#http://}}\" host.ateam.internal:{} \"$SSL_CERT_FILE\" /tmp/steps.json 2>&1",
+                api.port
+            ))
+        });
+        assert!(
+            common::eventually(std::time::Duration::from_secs(60), || {
+                api.seen.lock().unwrap().iter().any(|s| s.path == "/v1/one")
+            }),
+            "{engine:?}: the first request never arrived"
+        );
+        w.write(&api, &git, &rules(r#""/v2/**""#));
+        w.ok(&["apply", "-f", w.manifest().to_str().unwrap()]);
+        w.inside("touch /tmp/narrowed");
+        session.join().unwrap()
+    });
+    let answers: Vec<&str> = got.split("-----").collect();
+    assert!(answers[0].contains(" 200 "), "{engine:?}: {got}");
+    assert!(
+        answers.len() > 1
+            && answers[1].contains("403 ateam egress")
+            && answers[1].contains("/v1/two"),
+        "{engine:?}: the open connection kept its old rules: {got}"
+    );
+    assert!(
+        !api.seen.lock().unwrap().iter().any(|s| s.path == "/v1/two"),
+        "{engine:?}: a request outside the rules in force reached the upstream"
+    );
+    w.clean(&got, "the session's answers");
+}
+
+on_every_engine!(docker: a_member_cannot_get_or_widen_what_a_host_with_rules_gives, an_open_connection_is_judged_by_the_rules_in_force);
+on_every_engine!(podman: a_member_cannot_get_or_widen_what_a_host_with_rules_gives, an_open_connection_is_judged_by_the_rules_in_force);
+on_every_engine!(rootless_podman: a_member_cannot_get_or_widen_what_a_host_with_rules_gives, an_open_connection_is_judged_by_the_rules_in_force);
