@@ -348,6 +348,15 @@ async fn steps(
     }
     if j.step < PromotionStep::Started {
         if !is_running(&s.socket) {
+            let found = agent_state(&j.to);
+            if !found.is_empty() {
+                warn!(
+                    session = %s.name,
+                    folder = %j.to.display(),
+                    files = %found.join(", "),
+                    "the promoted session gets the agent state its member wrote: an agent that loads it on the host runs its hooks, MCP servers and commands as you (docs/sessions.md, \"What a promotion hands over\"); ateam never runs or loads them"
+                );
+            }
             if s.takes_over.is_some() {
                 set_aside_planted_resume(&j.to)?;
             }
@@ -363,6 +372,43 @@ async fn steps(
     files::remove_if_present(path).map_err(io(path))?;
     info!(session = %s.name, "promoted: the member's transcript is the session's");
     Ok(())
+}
+
+/// Files an agent loads from its own state folder that can run commands or steer it, by
+/// name: Claude Code's settings (hooks), MCP server lists, Codex's config (`notify`, MCP
+/// servers), and instruction files.
+const AGENT_STATE: [&str; 7] = [
+    "settings.json",
+    "settings.local.json",
+    ".mcp.json",
+    "config.toml",
+    "hooks",
+    "CLAUDE.md",
+    "AGENTS.md",
+];
+
+/// The agent state a member left in `dir` that a host session may load (relative paths,
+/// made safe to show): a bounded walk that never follows a link.
+fn agent_state(dir: &Path) -> Vec<String> {
+    let Ok(d) = Dir::open(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let bounds = Bounds {
+        depth: 3,
+        entries: 10_000,
+    };
+    d.walk(bounds, |e| {
+        let named = e
+            .rel
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| AGENT_STATE.contains(&n));
+        if named && found.len() < 10 {
+            found.push(crate::core::untrusted::shown(&e.rel.to_string_lossy()).into_owned());
+        }
+    });
+    found
 }
 
 /// The member's transcript to the session's place: one rename, so the very files move (never
@@ -762,6 +808,25 @@ mod tests {
             .filter(|l| !l.starts_with("      ") && l.starts_with("## "))
             .collect();
         assert_eq!(own, ["## a (running)"], "{text}");
+    }
+
+    /// A promotion names the agent state the member wrote (Claude Code's settings with its
+    /// hooks), found without following a link.
+    #[test]
+    fn agent_state_a_member_left_is_named_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join(".claude")).unwrap();
+        std::fs::write(d.path().join(".claude/settings.json"), "{\"hooks\":{}}").unwrap();
+        std::fs::write(d.path().join("notes.txt"), "x").unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("config.toml"), "notify=['sh']").unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), d.path().join("linked")).unwrap();
+        assert_eq!(
+            agent_state(d.path()),
+            vec![".claude/settings.json".to_string()]
+        );
+        assert!(agent_state(elsewhere.path()).contains(&"config.toml".to_string()));
+        assert!(agent_state(&d.path().join("none")).is_empty());
     }
 
     /// The member's own RESUME.md (even a folder, beside a taken `.member` name) is set
