@@ -5,6 +5,7 @@
 //!
 //! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
+//! - `listeners`: who owns a socket on the host, from the kernel's TCP table.
 //! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying).
 //!
 //! Inside the member, the bridge (`bridge/main.rs`, started by the gate) listens on
@@ -12,6 +13,7 @@
 //! `/.ateam/egress.sock`.
 
 mod intercept;
+pub mod listeners;
 pub mod log;
 pub mod proxy;
 mod relay;
@@ -106,6 +108,17 @@ pub struct PolicyFile {
     /// Absent from the files of ateam before rules existed: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intercept: Vec<Intercept>,
+    /// The uids of the person who applied the team (`EgressPolicy::applied_by`). Absent
+    /// from the files of ateam before it: the proxy trusts only its own uid's listeners.
+    #[serde(default, rename = "appliedBy", skip_serializing_if = "Vec::is_empty")]
+    pub applied_by: Vec<u32>,
+    /// The uids the grant names (`hostListeners`).
+    #[serde(
+        default,
+        rename = "hostListeners",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub host_listeners: Vec<u32>,
 }
 
 impl PolicyFile {
@@ -116,6 +129,8 @@ impl PolicyFile {
             member: member.to_string(),
             allow: policy.allow.clone(),
             intercept: policy.intercept.clone(),
+            applied_by: policy.applied_by.clone(),
+            host_listeners: policy.host_listeners.clone(),
         }
     }
 
@@ -124,6 +139,8 @@ impl PolicyFile {
         EgressPolicy {
             allow: self.allow.clone(),
             intercept: self.intercept.clone(),
+            applied_by: self.applied_by.clone(),
+            host_listeners: self.host_listeners.clone(),
         }
     }
 }
