@@ -275,64 +275,13 @@ fn the_host_service_name_reaches_only_its_port_on_loopback() {
     }
 }
 
-/// A listener on 127.0.0.1 of another uid (`nobody`), which says on its standard output
-/// each connection it accepts: what another local user who took the port first would get.
-struct ForeignListener {
-    child: Child,
-    port: u16,
-    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl ForeignListener {
-    fn start() -> ForeignListener {
-        use std::io::BufRead;
-        let script = concat!(
-            "import socket\n",
-            "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(8)\n",
-            "print(s.getsockname()[1], flush=True)\n",
-            "while True: c,_=s.accept(); print('accepted', flush=True); ",
-            "c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: 7\\r\\n\\r\\nforeign'); c.close()\n",
-        );
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            // The system's Python: a per-user one (pyenv) is not nobody's to run.
-            .args(["/usr/bin/python3", "-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let port = lines.next().unwrap().unwrap().trim().parse().unwrap();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let log = seen.clone();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                log.lock().unwrap().push(l);
-            }
-        });
-        ForeignListener { child, port, seen }
-    }
-
-    fn accepted(&self) -> usize {
-        std::thread::sleep(Duration::from_millis(100));
-        self.seen.lock().unwrap().len()
-    }
-}
-
-impl Drop for ForeignListener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn attack_a_host_service_held_by_another_uid_gets_no_connection() {
     if !rustix::process::geteuid().is_root() {
         eprintln!("skipped: starting another uid's listener needs root");
         return;
     }
-    let foreign = ForeignListener::start();
+    let foreign = common::UidListener::start(65534);
     let mine = echo_server();
     let (f, me) = (foreign.port, rustix::process::geteuid().as_raw());
     let allow = [
@@ -408,7 +357,7 @@ fn attack_a_host_service_held_by_another_uid_gets_no_connection() {
     p.set_policy(policy(&[65534]));
     for target in [format!("host.ateam.internal:{f}"), format!("127.0.0.1:{f}")] {
         let got = p.ask(&format!("GET http://{target}/ HTTP/1.1\r\nHost: x\r\n\r\n"));
-        assert!(got.contains("foreign"), "{target}: {got}");
+        assert!(got.contains("listener-of-65534"), "{target}: {got}");
     }
     assert_eq!(foreign.accepted(), 2);
 }

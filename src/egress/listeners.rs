@@ -197,6 +197,65 @@ pub fn on_this_host(ip: IpAddr, own: &[IpAddr]) -> bool {
     c.is_loopback() || c.is_unspecified() || own.iter().any(|o| o.to_canonical() == c)
 }
 
+/// For `apply`: a warning for each host service a grant names (`host.ateam.internal:PORT`,
+/// a loopback or own address with a port) that a listener of another uid holds right now.
+/// Advice, not a refusal: the proxy judges each connection when it is made.
+pub fn held_by_others(desired: &crate::model::Desired, host: &crate::host::Host) -> Vec<String> {
+    use crate::core::egress::{Entry, HOST_SERVICE, HOST_SERVICE_ADDRS, Target};
+    let Ok(table) = table() else {
+        return Vec::new();
+    };
+    let own: Vec<IpAddr> = if_addrs::get_if_addrs()
+        .map(|v| v.into_iter().map(|i| i.ip()).collect())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for t in &desired.teams {
+        let applied_by = host.appliers(crate::plan::spec::team_folder(t).as_deref());
+        for g in &t.grants {
+            let crate::model::Network::Allow(list) = &g.network else {
+                continue;
+            };
+            let owners = Owners {
+                applied_by: applied_by.clone(),
+                named: g.host_listeners.clone(),
+                own: host.uid,
+            };
+            for (i, h) in list.iter().enumerate() {
+                let addrs: Vec<SocketAddr> = match Entry::parse(h) {
+                    Ok(Entry {
+                        target: Target::Name(n),
+                        port: Some(p),
+                    }) if n == HOST_SERVICE => HOST_SERVICE_ADDRS
+                        .iter()
+                        .map(|ip| SocketAddr::new(*ip, p))
+                        .collect(),
+                    Ok(e) => e
+                        .exact_address()
+                        .filter(|(ip, _)| on_this_host(*ip, &own))
+                        .map(|(ip, p)| SocketAddr::new(ip, p))
+                        .into_iter()
+                        .collect(),
+                    Err(_) => continue,
+                };
+                let foreign = addrs.iter().find_map(|a| {
+                    listeners_for(&table, *a)
+                        .into_iter()
+                        .find(|l| !owners.trusts(l.uid))
+                });
+                if let Some(l) = foreign {
+                    out.push(format!(
+                        "warning: team {}: AccessGrant/{} spec.network.allow[{i}]: `{h}`: {}; its members will be refused it (name the uid in spec.hostListeners if it is meant)",
+                        t.name,
+                        g.name,
+                        owners.refusal(l.local, l.uid)
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -352,7 +352,7 @@ fn spec_network(n: &crate::model::Network, team_net: impl FnOnce() -> String) ->
 
 /// The folder the team was applied from (its first `-f` path, or that file's folder): whose
 /// owner a root apply is for when no sudo user says (`Host::appliers`).
-fn team_folder(team: &Team) -> Option<PathBuf> {
+pub fn team_folder(team: &Team) -> Option<PathBuf> {
     let first = team.manifests.first()?;
     if first.is_dir() {
         Some(first.clone())
