@@ -108,6 +108,10 @@ pub struct AccessGrant {
     /// The hosts of `network`'s allow list that have rules (each also in the list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intercept: Vec<crate::core::intercept::Intercept>,
+    /// Uids whose listeners on the host its members may reach besides the person's
+    /// (`hostListeners`). Default: records before it have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_listeners: Vec<u32>,
 }
 
 impl AccessGrant {
@@ -119,6 +123,7 @@ impl AccessGrant {
             write: vec![],
             network: Network::None,
             intercept: vec![],
+            host_listeners: vec![],
         }
     }
 }

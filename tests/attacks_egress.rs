@@ -65,6 +65,11 @@ impl World {
     /// A team with helper requests whose member `a` may reach `127.0.0.1:<port>` and gets
     /// `SECRET_VAR`; applied with `secret` in ateam's environment.
     fn applied(engine: Engine, tag: &str, port: u16, secret: &str) -> World {
+        World::applied_allowing(engine, tag, &format!("\"127.0.0.1:{port}\""), secret)
+    }
+
+    /// The same team, its grant allowing `allow` (YAML flow items).
+    fn applied_allowing(engine: Engine, tag: &str, allow: &str, secret: &str) -> World {
         let dir = tempfile::Builder::new()
             .prefix("ateam-attack-egress-")
             .tempdir()
@@ -92,7 +97,7 @@ spec: {{command: [sleep, "100000"], cwd: ./work}}
 apiVersion: ateam.dev/v1alpha1
 kind: AccessGrant
 metadata: {{name: net}}
-spec: {{read: [./work], network: {{allow: ["127.0.0.1:{port}"]}}}}
+spec: {{read: [./work], network: {{allow: [{allow}]}}}}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: Member
@@ -436,6 +441,52 @@ fn the_bridge_does_not_spin_out_of_descriptors(engine: Engine) {
     );
 }
 
+/// Another local uid's server on a host port the member's list names gets no connection and
+/// the member, `logs --egress`, `status` and `events` say why; the person's own server (root's
+/// here, the unprivileged user's on rootless Podman) is reached.
+fn a_member_never_reaches_another_uids_host_service(engine: Engine) {
+    let person = match engine {
+        Engine::Rootless => rootless_user().1,
+        Engine::Docker | Engine::Podman => 0,
+    };
+    let foreign = common::UidListener::start(65534);
+    let mine = common::UidListener::start(person);
+    let (f, m) = (foreign.port, mine.port);
+    let allow = format!("\"host.ateam.internal:{f}\", \"host.ateam.internal:{m}\"");
+    let w = World::applied_allowing(engine, "owner", &allow, "-");
+    let got = w.inside(&format!(
+        "wget -q -O - http://host.ateam.internal:{m}/ 2>&1"
+    ));
+    assert!(
+        got.contains(&format!("listener-of-{person}")),
+        "{engine:?}: the person's own listener: {got}"
+    );
+    let why = format!(
+        "the listener on 127.0.0.1:{f} belongs to uid 65534, not to uid {person} (who applied the team)"
+    );
+    let got = w.inside(&format!(
+        "wget -q -O - http://host.ateam.internal:{f}/v1/messages 2>&1"
+    ));
+    assert!(
+        got.contains(&why) && !got.contains("listener-of-65534"),
+        "{engine:?}: {got}"
+    );
+    assert_eq!(
+        foreign.accepted(),
+        0,
+        "{engine:?}: the foreign listener got a connection"
+    );
+    let log = text(
+        &w.ateam(&["logs", "a", "--team", &w.team, "--egress"], "-")
+            .stdout,
+    );
+    assert!(log.contains(&why), "{engine:?}: {log}");
+    let status = text(&w.ateam(&["status", &w.team, "-o", "json"], "-").stdout);
+    assert!(status.contains(&why), "{engine:?}: {status}");
+    let events = text(&w.ateam(&["events", &w.team, "-o", "json"], "-").stdout);
+    assert!(events.contains(&why), "{engine:?}: {events}");
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -450,6 +501,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn secrets_never_reach_the_proxy_or_the_helper_server() {
                     super::secrets_never_reach_the_proxy_or_the_helper_server($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_member_never_reaches_another_uids_host_service() {
+                    super::a_member_never_reaches_another_uids_host_service($e);
                 }
 
                 #[test]

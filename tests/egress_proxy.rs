@@ -275,6 +275,93 @@ fn the_host_service_name_reaches_only_its_port_on_loopback() {
     }
 }
 
+#[test]
+fn attack_a_host_service_held_by_another_uid_gets_no_connection() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: starting another uid's listener needs root");
+        return;
+    }
+    let foreign = common::UidListener::start(65534);
+    let mine = echo_server();
+    let (f, me) = (foreign.port, rustix::process::geteuid().as_raw());
+    let allow = [
+        format!("host.ateam.internal:{f}"),
+        format!("127.0.0.1:{f}"),
+        format!("host.ateam.internal:{mine}"),
+    ];
+    let p = Proxy::start(&allow);
+    let policy = |named: &[u32]| {
+        serde_json::json!({"team": "t", "member": "m", "allow": allow,
+            "appliedBy": [me], "hostListeners": named})
+    };
+    p.set_policy(policy(&[]));
+    let why = format!(
+        "the listener on 127.0.0.1:{f} belongs to uid 65534, not to uid {me} (who applied the team) nor to a uid the grant names"
+    );
+    for request in [
+        format!("CONNECT host.ateam.internal:{f} HTTP/1.1\r\n\r\n"),
+        format!("CONNECT 127.0.0.1:{f} HTTP/1.1\r\n\r\n"),
+        format!("GET http://host.ateam.internal:{f}/v1/messages HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ] {
+        let got = p.ask(&request);
+        assert!(
+            got.starts_with("HTTP/1.1 403") && got.contains(&why),
+            "{request}: {got}"
+        );
+    }
+    assert_eq!(
+        foreign.accepted(),
+        0,
+        "the foreign listener got a connection"
+    );
+    let refused: Vec<_> = p
+        .log()
+        .into_iter()
+        .filter(|e| e["verdict"] == "refused" && e["port"] == f)
+        .collect();
+    assert_eq!(refused.len(), 3, "{refused:?}");
+    for e in &refused {
+        assert_eq!(e["status"], 403, "{e}");
+        assert_eq!(e["reason"], why.as_str(), "{e}");
+        assert_eq!(e["addr"], format!("127.0.0.1:{f}"), "{e}");
+    }
+    // The person's own listener works as before.
+    let got = p.ask(&format!(
+        "CONNECT host.ateam.internal:{mine} HTTP/1.1\r\n\r\nGET /mine HTTP/1.0\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.contains("GET /mine"),
+        "{got}"
+    );
+    // A policy of an older ateam (no `appliedBy`): the proxy's own uid alone.
+    p.set(&allow);
+    let got = p.ask(&format!("CONNECT host.ateam.internal:{f} HTTP/1.1\r\n\r\n"));
+    assert!(
+        got.starts_with("HTTP/1.1 403")
+            && got.contains(&format!("not to uid {me} (this proxy's own")),
+        "{got}"
+    );
+    let got = p.ask(&format!(
+        "CONNECT host.ateam.internal:{mine} HTTP/1.1\r\n\r\nGET /old HTTP/1.0\r\n\r\n"
+    ));
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.contains("GET /old"),
+        "{got}"
+    );
+    assert_eq!(
+        foreign.accepted(),
+        0,
+        "the foreign listener got a connection"
+    );
+    // A uid the grant names: reached, by name and by address.
+    p.set_policy(policy(&[65534]));
+    for target in [format!("host.ateam.internal:{f}"), format!("127.0.0.1:{f}")] {
+        let got = p.ask(&format!("GET http://{target}/ HTTP/1.1\r\nHost: x\r\n\r\n"));
+        assert!(got.contains("listener-of-65534"), "{target}: {got}");
+    }
+    assert_eq!(foreign.accepted(), 2);
+}
+
 // ---- Hosts with rules: the proxy terminates TLS, judges each request, injects the key. ----
 
 const HOST: &str = "host.ateam.internal";

@@ -29,6 +29,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     }
     let app = app(global);
     let manifests = Manifests::read(&files.files)?;
+    host_service_warnings(&app, &manifests);
     let secret = |name: &str| std::env::var(name).ok();
     let display = Display::new();
     let opts = ApplyOptions {
@@ -90,4 +91,17 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         eprintln!("{drift_left} left as they are differ from the manifests (see above)");
     }
     Ok(exit)
+}
+
+/// Warns of a host service a grant names that another uid's listener holds now (the proxy
+/// would refuse it). Manifests that do not validate are left to `apply` to report.
+fn host_service_warnings(app: &ateam::app::App, manifests: &Manifests) {
+    let Ok(applied) = app.store.teams() else {
+        return;
+    };
+    if let Ok(desired) = manifests.validate(&app.host, &applied) {
+        for line in ateam::egress::listeners::held_by_others(&desired, &app.host) {
+            eprintln!("{line}");
+        }
+    }
 }

@@ -606,6 +606,7 @@ mod tests {
                 write: vec![],
                 network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
                 intercept: vec![],
+                host_listeners: vec![],
             },
             &host_service,
         );
@@ -632,6 +633,7 @@ mod tests {
             write: vec![],
             network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
             intercept: vec![],
+            host_listeners: vec![],
         };
         let s = suggest("t", &grant, &r);
         let yaml = s.grant.unwrap();
@@ -675,6 +677,7 @@ mod tests {
             write: vec![],
             network: crate::model::Network::Allow(vec!["api.github.com".into()]),
             intercept: vec![ruled.clone()],
+            host_listeners: vec![],
         };
         let mut by_rule = ev(Verdict::Refused, "api.github.com", 443, 10.0);
         by_rule.method = "POST".into();

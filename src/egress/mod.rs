@@ -5,6 +5,7 @@
 //!
 //! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
+//! - `listeners`: who owns a socket on the host, from the kernel's TCP table;
 //! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying);
 //! - `intercept`, `handshakes`: a host with rules, and the bound on its TLS work.
 //!
@@ -14,6 +15,7 @@
 
 mod handshakes;
 mod intercept;
+pub mod listeners;
 pub mod log;
 pub mod proxy;
 mod relay;
@@ -108,6 +110,17 @@ pub struct PolicyFile {
     /// Absent from the files of ateam before rules existed: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intercept: Vec<Intercept>,
+    /// The uids of the person who applied the team (`EgressPolicy::applied_by`). Absent
+    /// from the files of ateam before it: the proxy trusts only its own uid's listeners.
+    #[serde(default, rename = "appliedBy", skip_serializing_if = "Vec::is_empty")]
+    pub applied_by: Vec<u32>,
+    /// The uids the grant names (`hostListeners`).
+    #[serde(
+        default,
+        rename = "hostListeners",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub host_listeners: Vec<u32>,
 }
 
 impl PolicyFile {
@@ -118,6 +131,8 @@ impl PolicyFile {
             member: member.to_string(),
             allow: policy.allow.clone(),
             intercept: policy.intercept.clone(),
+            applied_by: policy.applied_by.clone(),
+            host_listeners: policy.host_listeners.clone(),
         }
     }
 
@@ -126,6 +141,8 @@ impl PolicyFile {
         EgressPolicy {
             allow: self.allow.clone(),
             intercept: self.intercept.clone(),
+            applied_by: self.applied_by.clone(),
+            host_listeners: self.host_listeners.clone(),
         }
     }
 }

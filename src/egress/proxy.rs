@@ -17,6 +17,7 @@ use tokio::net::{TcpStream, UnixListener, UnixStream};
 
 use super::handshakes::Handshakes;
 use super::intercept::{self as icpt, Route};
+use super::listeners::{self, Owners};
 use super::log::{Event, Log, Verdict};
 use super::{InterceptFile, PolicyFile, ProxyError};
 use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
@@ -65,6 +66,8 @@ pub struct Config {
 struct Policy {
     /// Shared, not copied, by every connection that looks at it.
     list: Result<Arc<(Allowlist, Vec<Intercept>)>, String>,
+    /// `appliedBy` and `hostListeners`: whose listeners on the host are reached.
+    owners: (Vec<u32>, Vec<u32>),
     stamp: Option<(i64, u64, u64, u64)>,
 }
 
@@ -145,6 +148,7 @@ pub(super) struct State {
 fn read_policy(dir: &Dir, name: &str) -> Policy {
     let stamp = dir.stamp(name);
     let shown = dir.path.join(name);
+    let mut owners = (Vec::new(), Vec::new());
     let list = dir
         .read(name)
         .map_err(|e| format!("cannot read the allowlist {}: {e}", shown.display()))
@@ -158,9 +162,14 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             for i in &p.intercept {
                 icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
             }
+            owners = (p.applied_by, p.host_listeners);
             Ok(Arc::new((Allowlist::parse(&p.allow)?, p.intercept)))
         });
-    Policy { list, stamp }
+    Policy {
+        list,
+        owners,
+        stamp,
+    }
 }
 
 /// The certificates and secrets as last read, and how to tell that their file changed.
@@ -211,6 +220,19 @@ impl State {
             self.generation.send_modify(|g| *g += 1);
         }
         p.list.clone()
+    }
+
+    /// Whose listeners on the host the member may reach, by the policy in force.
+    fn owners(&self) -> Owners {
+        let mut p = self.policy.lock().expect("policy lock");
+        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name);
+        }
+        Owners {
+            applied_by: p.owners.0.clone(),
+            named: p.owners.1.clone(),
+            own: rustix::process::geteuid().as_raw(),
+        }
     }
 
     /// The intercept file in force: re-read when it changed.
@@ -489,12 +511,16 @@ struct Request {
 struct Refused {
     status: u16,
     reason: String,
+    /// For a failed connect: the address and the error alone, to be put in a sentence.
+    detail: String,
 }
 
 fn refuse(status: u16, reason: impl Into<String>) -> Refused {
+    let reason = reason.into();
     Refused {
         status,
-        reason: reason.into(),
+        detail: reason.clone(),
+        reason,
     }
 }
 
@@ -841,7 +867,7 @@ async fn decide(
     // The host's loopback by name: never resolved (no DNS answer can move it), and only
     // for an entry naming it with this very port.
     if matches!(&host, Host::Name(n) if n == HOST_SERVICE) {
-        return host_service(list, req.port).await;
+        return host_service(list, req.port, &state.owners()).await;
     }
     let addrs: Vec<SocketAddr> = match &host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, req.port)],
@@ -866,12 +892,12 @@ async fn decide(
             first_refusal.get_or_insert((a, why));
             continue;
         }
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok((a, s)),
-            Ok(Err(e)) => {
-                last_error = Some((a, refuse(502, format!("cannot connect to {a}: {e}"))))
-            }
-            Err(_) => last_error = Some((a, refuse(504, format!("connecting to {a} timed out")))),
+        // A port of this host's own: only its person's (or a named uid's) listener.
+        let owners = listeners::on_this_host(a.ip(), &own).then(|| state.owners());
+        match connect(a, owners.as_ref()).await {
+            Ok(s) => return Ok((a, s)),
+            Err(r) if r.status == 403 => return Err((Some(a), r)),
+            Err(r) => last_error = Some((a, r)),
         }
     }
     if let Some((a, r)) = last_error {
@@ -892,10 +918,12 @@ async fn decide(
     }
 }
 
-/// `host.ateam.internal:PORT`: connects to the host's loopback on PORT, IPv4 first.
+/// `host.ateam.internal:PORT`: connects to the host's loopback on PORT, IPv4 first, and
+/// only to a listener of `owners`: one of another uid is refused, not passed over.
 async fn host_service(
     list: &Allowlist,
     port: u16,
+    owners: &Owners,
 ) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
     if !list.allows_host_service(port) {
         return Err((
@@ -910,12 +938,14 @@ async fn host_service(
     let mut status = 502;
     for ip in HOST_SERVICE_ADDRS {
         let a = SocketAddr::new(ip, port);
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok((a, s)),
-            Ok(Err(e)) => why.push(format!("{a}: {e}")),
-            Err(_) => {
-                status = 504;
-                why.push(format!("{a}: timed out"));
+        match connect(a, Some(owners)).await {
+            Ok(s) => return Ok((a, s)),
+            Err(r) if r.status == 403 => return Err((Some(a), r)),
+            Err(r) => {
+                if r.status == 504 {
+                    status = 504;
+                }
+                why.push(r.detail);
             }
         }
     }
@@ -925,6 +955,65 @@ async fn host_service(
         why.join("; ")
     );
     Err((Some(first), refuse(status, reason)))
+}
+
+/// Connects to `a`; with `owners`, only to a listener one of them owns (403 otherwise):
+/// judged from the kernel's table before connecting, so that a foreign listener gets no
+/// connection, and again for the socket that accepted, before any byte is sent, so that one
+/// that took the port in between gets nothing either. `detail` is the failure alone.
+async fn connect(a: SocketAddr, owners: Option<&Owners>) -> Result<TcpStream, Refused> {
+    let failed = |status: u16, detail: String| Refused {
+        status,
+        reason: format!("cannot connect to {detail}"),
+        detail,
+    };
+    if let Some(o) = owners {
+        let table = listeners::table().map_err(|e| refuse(503, e.to_string()))?;
+        if let Some(l) = listeners::listeners_for(&table, a)
+            .into_iter()
+            .find(|l| !o.trusts(l.uid))
+        {
+            return Err(refuse(403, o.refusal(l.local, l.uid)));
+        }
+    }
+    let s = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(failed(502, format!("{a}: {e}"))),
+        Err(_) => {
+            let mut r = failed(504, format!("{a}: timed out"));
+            r.reason = format!("connecting to {a} timed out");
+            return Err(r);
+        }
+    };
+    match owners {
+        Some(o) => accepted_by_owner(s, a, o).await,
+        None => Ok(s),
+    }
+}
+
+/// The connection `s` to `a`, if the socket that accepted it is of `owners`; closed (and
+/// 403) if not, or if the kernel's table never shows it.
+async fn accepted_by_owner(s: TcpStream, a: SocketAddr, o: &Owners) -> Result<TcpStream, Refused> {
+    let (Ok(ours), Ok(peer)) = (s.local_addr(), s.peer_addr()) else {
+        return Err(refuse(502, format!("the connection to {a} closed at once")));
+    };
+    // The accepted socket is in the table once the handshake is, which `connect` waited
+    // for; a few short looks cover a table read in the middle of its update.
+    for _ in 0..5 {
+        let table = listeners::table().map_err(|e| refuse(503, e.to_string()))?;
+        if let Some(got) = listeners::accepted_by(&table, ours, peer) {
+            if o.trusts(got.uid) {
+                return Ok(s);
+            }
+            drop(s);
+            return Err(refuse(403, o.refusal(peer, got.uid)));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err(refuse(
+        403,
+        format!("cannot tell whose listener accepted the connection to {peer}"),
+    ))
 }
 
 /// The proxy's own answer: the reason in the status line (clients such as busybox `wget`

@@ -110,6 +110,27 @@ impl Host {
 }
 
 impl Host {
+    /// The uids of the person applying, whose listeners on the host a member's
+    /// `host.ateam.internal:PORT` may reach: ateam's own uid; when that is root, also the
+    /// user it runs for by default (who ran sudo, or else the owner of the team's
+    /// `folder`), since a root apply is that person's. Never `nobody`: it is everyone's.
+    pub fn appliers(&self, folder: Option<&Path>) -> Vec<u32> {
+        let mut out = vec![self.uid];
+        if self.uid != 0 {
+            return out;
+        }
+        let person = self
+            .sudo_user
+            .filter(|u| !u.is_root())
+            .or_else(|| folder.and_then(|f| self.folder_owner_user(f)));
+        if let Some(u) = person.filter(|u| u.uid != UserId::NOBODY.uid) {
+            out.push(u.uid);
+        }
+        out
+    }
+}
+
+impl Host {
     /// Who members of a team whose manifest lies in `folder` run as, when neither the Member
     /// nor the Team says `user` and the caller is root with no sudo user: the folder's owner
     /// (the person whose checkout it is), unless that is root. `None`: the default holds.
@@ -252,5 +273,24 @@ mod tests {
         let sudo = Some(UserId { uid: 1, gid: 1 });
         assert_eq!(host(0, sudo).folder_owner_user(d.path()), None);
         assert_eq!(host(1000, None).folder_owner_user(d.path()), None);
+    }
+
+    #[test]
+    fn the_person_who_applies_is_the_caller_and_for_root_whom_it_runs_for() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(host(1000, None).appliers(Some(d.path())), [1000]);
+        let sudo = Some(UserId {
+            uid: 1001,
+            gid: 1001,
+        });
+        assert_eq!(host(0, sudo).appliers(None), [0, 1001]);
+        // `sudo -u root`, or no sudo and a folder of root's: root alone, never nobody.
+        let root = Some(UserId { uid: 0, gid: 0 });
+        assert_eq!(host(0, root).appliers(Some(Path::new("/"))), [0]);
+        assert_eq!(host(0, Some(UserId::NOBODY)).appliers(None), [0]);
+        if rustix::process::getuid().is_root() {
+            std::os::unix::fs::chown(d.path(), Some(4242), Some(4242)).unwrap();
+            assert_eq!(host(0, None).appliers(Some(d.path())), [0, 4242]);
+        }
     }
 }

@@ -268,6 +268,12 @@ pub struct AccessGrantSpec {
     /// `none` (default), `open`, or `{allow: [hosts]}`.
     #[serde(default = "network_none")]
     pub network: NetworkSpec,
+    /// Uids (numbers) whose listeners on this host the members may reach, besides the
+    /// person who applied the team: `host.ateam.internal:PORT` and entries naming a
+    /// loopback or host address connect only to a listener one of them owns. Only with
+    /// `network: {allow: [...]}`; a member's grant may only name uids its parent's names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_listeners: Vec<u32>,
 }
 
 fn network_none() -> NetworkSpec {

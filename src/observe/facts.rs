@@ -216,6 +216,7 @@ mod tests {
                 write: vec![dir.join("private")],
                 network: Network::Allow(vec!["example.com".into()]),
                 intercept: vec![],
+                host_listeners: vec![],
             },
             image: "ateam-demo:latest".into(),
             command: None,

@@ -5,7 +5,7 @@
 //! at run time without touching the container (the restart policy) lives beside it, not in it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -313,6 +313,8 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                         policy: EgressPolicy {
                             allow: allow.clone(),
                             intercept: m.access.intercept.clone(),
+                            applied_by: host.appliers(team_folder(team).as_deref()),
+                            host_listeners: m.access.host_listeners.clone(),
                         },
                     }),
                     Network::None | Network::Open => None,
@@ -345,5 +347,16 @@ fn spec_network(n: &crate::model::Network, team_net: impl FnOnce() -> String) ->
         crate::model::Network::None => SpecNetwork::None,
         crate::model::Network::Allow(_) => SpecNetwork::Proxy,
         crate::model::Network::Open => SpecNetwork::Open(team_net()),
+    }
+}
+
+/// The folder the team was applied from (its first `-f` path, or that file's folder): whose
+/// owner a root apply is for when no sudo user says (`Host::appliers`).
+pub fn team_folder(team: &Team) -> Option<PathBuf> {
+    let first = team.manifests.first()?;
+    if first.is_dir() {
+        Some(first.clone())
+    } else {
+        first.parent().map(Path::to_path_buf)
     }
 }

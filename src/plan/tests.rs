@@ -38,6 +38,7 @@ pub(crate) fn member(name: &str) -> Member {
             write: vec!["/src/repo".into()],
             network: Network::None,
             intercept: vec![],
+            host_listeners: vec![],
         },
         image: "ateam-demo:latest".into(),
         command: None,
@@ -747,6 +748,18 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         EgressPolicy {
             allow: vec!["old.example.com".into()],
             intercept: vec![],
+            ..Default::default()
+        },
+    );
+    assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["allow b"]);
+    // A file of an ateam before owners were judged: the same list, but no `appliedBy`, so
+    // it is rewritten to name the person whose listeners the member may reach.
+    o.egress_policies.insert(
+        proxy.clone(),
+        EgressPolicy {
+            allow: vec!["api.example.com".into()],
+            intercept: vec![],
+            ..Default::default()
         },
     );
     assert_eq!(kinds(&plan(&d, &o, PlanOptions::default())), ["allow b"]);
@@ -755,6 +768,8 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         EgressPolicy {
             allow: vec!["api.example.com".into()],
             intercept: vec![],
+            applied_by: vec![1000],
+            host_listeners: vec![],
         },
     );
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());

@@ -52,8 +52,16 @@ pub fn action_text(a: &Action) -> String {
         }
         Action::StartEgressProxy { member, .. } => format!("+ egress proxy of {member}"),
         Action::UpdateEgressPolicy { member, policy, .. } => {
+            let uids: Vec<String> = (policy.applied_by.iter())
+                .chain(&policy.host_listeners)
+                .map(u32::to_string)
+                .collect();
+            let owners = match uids.as_slice() {
+                [] => String::new(),
+                u => format!(" (host listeners of uid {})", u.join(",")),
+            };
             format!(
-                "~ egress allow list of {member}: {}",
+                "~ egress allow list of {member}: {}{owners}",
                 policy.allow.join(",")
             )
         }

@@ -34,6 +34,7 @@ fn team(members: &[&str]) -> Team {
             write: vec!["/src/repo".into()],
             network: Network::Allow(vec!["example.com".into()]),
             intercept: vec![],
+            host_listeners: vec![],
         },
         image: "ateam-demo:latest".into(),
         command: None,
@@ -364,6 +365,7 @@ fn grant_folders_are_shown_escaped() {
         write: vec!["/w/x\u{1b}]0;PWNED\u{7}".into()],
         network: Network::None,
         intercept: vec![],
+        host_listeners: vec![],
     };
     let s = Grants::of(&g).summary();
     assert_eq!(s, "ro:r\\u{202e}txt rw:x\\u{1b}]0;PWNED\\u{7} net:none");
@@ -404,6 +406,7 @@ fn hosts_with_rules_and_injected_secrets_are_shown_by_name() {
             git: None,
             upstream_ca: None,
         }],
+        host_listeners: vec![],
     };
     let grants = Grants::of(&g);
     assert_eq!(grants.network.tunnelled, ["pypi.org"]);

@@ -678,6 +678,8 @@ fn as_manifests(
         write: vec![],
         network: crate::model::Network::None,
         intercept: vec![],
+        // A helper's own: a requested grant names no other user's listeners.
+        host_listeners: vec![],
     };
     let mut grant_obj = export::grant_object(&team.name, &grant);
     grant_obj.spec.read = req.read.clone();

@@ -160,3 +160,61 @@ pub fn engine_of(name: &str) -> Engine {
         _ => Engine::Rootless,
     }
 }
+
+/// A listener on 127.0.0.1 of `uid` (started as root through `setpriv`), which answers
+/// `listener-of-UID` and notes each connection it accepts: another local user's server.
+pub struct UidListener {
+    child: std::process::Child,
+    pub port: u16,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl UidListener {
+    pub fn start(uid: u32) -> UidListener {
+        use std::io::BufRead;
+        let script = concat!(
+            "import socket,sys\n",
+            "b=sys.argv[1].encode()\n",
+            "s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(8)\n",
+            "print(s.getsockname()[1], flush=True)\n",
+            "while True: c,_=s.accept(); print('accepted', flush=True); ",
+            "c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(b) + b); c.close()\n",
+        );
+        let mut child = std::process::Command::new("setpriv")
+            .args([
+                format!("--reuid={uid}"),
+                format!("--regid={uid}"),
+                "--clear-groups".into(),
+            ])
+            // The system's Python: a per-user one (pyenv) is not nobody's to run.
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(format!("listener-of-{uid}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let port = lines.next().unwrap().unwrap().trim().parse().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                log.lock().unwrap().push(l);
+            }
+        });
+        UidListener { child, port, seen }
+    }
+
+    /// How many connections it accepted (after a moment for its output to arrive).
+    pub fn accepted(&self) -> usize {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        self.seen.lock().unwrap().len()
+    }
+}
+
+impl Drop for UidListener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -237,6 +237,7 @@ mod tests {
         EgressPolicy {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             intercept,
+            ..Default::default()
         }
     }
 

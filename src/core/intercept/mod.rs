@@ -129,4 +129,12 @@ pub struct EgressPolicy {
     /// Absent from the files of ateam before rules existed: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intercept: Vec<Intercept>,
+    /// Whose listeners on the host the member may reach (`host.ateam.internal:PORT`, a
+    /// loopback or own address named exactly): the person who applied the team.
+    /// Absent from the files of ateam before it: the proxy then trusts only its own uid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_by: Vec<u32>,
+    /// And the uids the grant names (`hostListeners`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_listeners: Vec<u32>,
 }

@@ -41,6 +41,7 @@ impl Build<'_> {
                 .filter(|r| !write.contains(r))
                 .collect();
             let (network, intercept) = self.network(o, &g.network);
+            let host_listeners = self.host_listeners(o, g, &network);
             grants.insert(
                 o.name.as_str(),
                 AccessGrant {
@@ -49,6 +50,7 @@ impl Build<'_> {
                     write,
                     network,
                     intercept,
+                    host_listeners,
                 },
             );
         }
@@ -116,6 +118,39 @@ impl Build<'_> {
     }
 }
 
+impl Build<'_> {
+    /// `spec.hostListeners`: meaningful only where the proxy judges (an allow list), each
+    /// uid once.
+    fn host_listeners(
+        &mut self,
+        o: &Parsed,
+        g: &raw::AccessGrantSpec,
+        network: &Network,
+    ) -> Vec<u32> {
+        if g.host_listeners.is_empty() {
+            return Vec::new();
+        }
+        if !matches!(network, Network::Allow(_)) {
+            self.problems.push(o.value_problem(
+                "spec.hostListeners",
+                "only an allow list (`network: {allow: [...]}`) reaches host services through the proxy; remove hostListeners or write an allow list".to_string(),
+            ));
+        }
+        let mut seen = Vec::new();
+        for (i, uid) in g.host_listeners.iter().enumerate() {
+            if seen.contains(uid) {
+                self.problems.push(o.value_problem(
+                    &format!("spec.hostListeners[{i}]"),
+                    format!("uid {uid} is named twice"),
+                ));
+            } else {
+                seen.push(*uid);
+            }
+        }
+        seen
+    }
+}
+
 fn check_host_pattern(h: &str) -> Result<(), String> {
     egress::Entry::parse(h).map(|_| ())
 }
@@ -150,6 +185,17 @@ pub(crate) fn narrower(child: &AccessGrant, parent: &AccessGrant) -> Result<(), 
                 format!("writes `{}`, which its parent may not write", w.display()),
             ));
         }
+    }
+    if let Some((i, uid)) = child
+        .host_listeners
+        .iter()
+        .enumerate()
+        .find(|(_, u)| !parent.host_listeners.contains(u))
+    {
+        return Err((
+            format!("hostListeners[{i}]"),
+            format!("names uid {uid}, whose listeners its parent's grant may not reach"),
+        ));
     }
     let ok = match (&child.network, &parent.network) {
         (Network::None, _) | (Network::Open, Network::Open) => true,
@@ -198,6 +244,7 @@ fn rules_within(
     let policy = |allow: &[String], g: &AccessGrant| EgressPolicy {
         allow: allow.to_vec(),
         intercept: g.intercept.clone(),
+        ..Default::default()
     };
     let parent = parent.map(|(a, g)| policy(a, g));
     covers::within(&policy(allow, child), parent.as_ref())
