@@ -307,6 +307,7 @@ fn event(
         addr: addr.map(|a| a.to_string()),
         status,
         reason,
+        count: None,
     }
 }
 
