@@ -334,7 +334,7 @@ pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> V
         {
             let e = &mut out[i];
             e.first_at.get_or_insert_with(|| e.at.clone());
-            e.count += 1;
+            e.count += r.times();
             e.ts = r.ts;
             e.at = rfc3339(t);
             continue;
@@ -350,6 +350,8 @@ pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> V
         );
         let mut e = Event::at(t, team, member, EventKind::EgressRefused, &reason);
         e.ts = r.ts;
+        // A summary line of a minute's refusals past the ones written one by one.
+        e.count = r.times();
         open.insert((r.host.as_str(), r.port), out.len());
         out.push(e);
     }

@@ -78,8 +78,23 @@ impl Proxy {
         out
     }
 
+    /// The log and the refusal log, as written.
+    fn log_text(&self) -> String {
+        let read = |n: &str| std::fs::read_to_string(self.dir.path().join(n)).unwrap_or_default();
+        read("log.jsonl") + &read("log-refused.jsonl")
+    }
+
+    /// Every decision, by time: the log and the refusal log beside it merged.
     fn log(&self) -> Vec<serde_json::Value> {
-        read_log(&self.dir.path().join("log.jsonl"))
+        let mut all = read_log(&self.dir.path().join("log.jsonl"));
+        all.extend(read_log(&self.dir.path().join("log-refused.jsonl")));
+        all.sort_by(|a, b| {
+            a["ts"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["ts"].as_f64().unwrap())
+        });
+        all
     }
 }
 
@@ -214,6 +229,69 @@ fn a_closed_port_is_a_failure_not_a_refusal() {
     assert!(got.starts_with("HTTP/1.1 502"), "{got}");
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(p.log()[0]["verdict"], "failed");
+}
+
+/// Issue 34: a member refused once sends 2.5 MiB of allowed and failed requests, enough
+/// to rotate its refusal out of a 1 MiB log and its `.1`; the refusal has a log of its own,
+/// and `status`'s reading of it (`egress::log::read`, `refusals`) still finds it.
+#[test]
+fn a_refusal_survives_a_flood_of_allowed_and_failed_requests() {
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let port = echo_server();
+    let p = Proxy::start(&[format!("127.0.0.1:{port}"), format!("127.0.0.1:{closed}")]);
+    let got = p.ask("CONNECT evil.example:443 HTTP/1.1\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    let log = p.dir.path().join("log.jsonl");
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    // Noise: allowed tunnels and failed ones, from 4 clients at once, until 2.5 MiB of lines
+    // were written (the log's own size, plus what each rotation took away).
+    let socket = p.socket();
+    let (mut written, mut last) = (0u64, 0u64);
+    while written < 5 * 1024 * 1024 / 2 {
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let socket = socket.clone();
+                std::thread::spawn(move || {
+                    for i in 0..250 {
+                        let to = if (i + w) % 2 == 0 { port } else { closed };
+                        let mut s = UnixStream::connect(&socket).unwrap();
+                        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                        write!(s, "CONNECT 127.0.0.1:{to} HTTP/1.1\r\n\r\n").unwrap();
+                        let mut line = [0u8; 12];
+                        let _ = s.read(&mut line);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        let now = size(&log);
+        written += if now >= last {
+            now - last
+        } else {
+            now + (1 << 20) - last
+        };
+        last = now;
+    }
+    assert!(
+        size(&ateam::egress::log::rotated(&log)) > 0,
+        "the log rotated"
+    );
+    let events = ateam::egress::log::read(&log);
+    let refused = ateam::egress::log::refusals(&events, 0.0);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (refused[0].host.as_str(), refused[0].count),
+        ("evil.example", 1)
+    );
+    assert!(
+        events.len() > 5_000,
+        "logs --egress still shows the noise: {}",
+        events.len()
+    );
 }
 
 /// `host.ateam.internal:PORT` is the host's loopback on that port alone: never looked up by
@@ -714,7 +792,7 @@ http.request({{host:ph,port:pp,method:'CONNECT',path:'{entry}'}}).on('connect',(
     assert!(!raw.contains(PLACEHOLDER) && !raw.contains("sk-foreign-key"));
     // Every request is a line of the egress log, with its path; no line holds the key.
     std::thread::sleep(Duration::from_millis(100));
-    let log_text = std::fs::read_to_string(p.dir.path().join("log.jsonl")).unwrap();
+    let log_text = p.log_text();
     assert!(
         !log_text.contains(REAL_KEY) && !log_text.contains("sk-foreign-key"),
         "{log_text}"
@@ -1100,7 +1178,7 @@ fn attack_wire_tricks_on_an_intercepted_host_never_reach_the_upstream_unjudged()
     );
 
     // The egress log: one JSON line per decision, never the key nor a planted value.
-    let log_text = std::fs::read_to_string(p.dir.path().join("log.jsonl")).unwrap();
+    let log_text = p.log_text();
     assert!(
         !log_text.contains(REAL_KEY) && !log_text.contains("planted"),
         "{log_text}"

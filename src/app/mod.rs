@@ -142,6 +142,9 @@ pub struct App {
     pub owner: Owner,
     /// `--backend`, when given: it wins over the engine recorded for a team.
     backend: Option<BackendChoice>,
+    /// The transcript folders' last walks, shared by this app's looks: a watch (`status -w`,
+    /// `top`, the controller's metrics) walks a folder only when due (`observe::transcripts`).
+    pub transcripts: Arc<crate::observe::TranscriptCache>,
 }
 
 /// The list of a look, asked before the manifests are judged (`App::begin_look`), with the
@@ -201,6 +204,7 @@ impl App {
             store,
             owner,
             backend,
+            transcripts: Arc::default(),
         }
     }
 

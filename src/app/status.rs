@@ -40,7 +40,8 @@ pub async fn status_from(
     // What needs no engine is read while the look waits for it.
     let early = {
         let (host, desired) = (app.host.clone(), desired.clone());
-        tokio::task::spawn_blocking(move || EarlyFacts::read(&host, &desired, now))
+        let walks = app.transcripts.clone();
+        tokio::task::spawn_blocking(move || EarlyFacts::read(&host, &desired, now, &walks))
     };
     let look = app
         .look_from(desired, PlanOptions::default(), early_list)
@@ -49,7 +50,8 @@ pub async fn status_from(
     let early = early.await.unwrap_or_default();
     // With the helpers members asked for: they are rows too.
     let model = look.model;
-    let facts = status_facts(&app.host, &model, &look.observed, now, early);
+    let (observed, walks) = (&look.observed, &app.transcripts);
+    let facts = status_facts(&app.host, &model, observed, now, early, walks);
     let engine = look.info.kind.to_string();
     let mut teams: Vec<_> = model
         .teams

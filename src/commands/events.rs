@@ -158,8 +158,11 @@ fn fingerprint(state_dir: &Path, teams: &[String]) -> Vec<(PathBuf, u64, i64, i6
                 continue;
             };
             let log = layout::egress_log_path(&layout::egress_dir_in(&run_dir, &member));
+            let refused = ateam::egress::log::refused(&log);
             paths.push(ateam::egress::log::rotated(&log));
             paths.push(log);
+            paths.push(ateam::egress::log::rotated(&refused));
+            paths.push(refused);
         }
     }
     paths

@@ -20,6 +20,7 @@
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
 //! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file, log,
+//!                                                   refusal log (`log-refused.jsonl`),
 //!                                                   stderr, intercept.json, image-roots.pem
 //! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
 //! <state>/teams/<team>/members/<m>/helpers/         the helper server's pid file and stderr
@@ -167,7 +168,9 @@ pub fn egress_pid_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("proxy.pid")
 }
 
-/// Allowed and refused connections, JSON lines; rotated to `log.jsonl.1`.
+/// Allowed and failed connections, JSON lines; rotated to `log.jsonl.1`. Refusals are
+/// beside it, in `log-refused.jsonl` (`egress::log::refused`), so that no noise rotates
+/// them away.
 pub fn egress_log_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("log.jsonl")
 }

@@ -366,6 +366,7 @@ fn event(
         addr: addr.map(|a| a.to_string()),
         status,
         reason,
+        count: None,
     }
 }
 

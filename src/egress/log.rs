@@ -2,6 +2,16 @@
 //! in a file that is rotated once it passes `MAX_LOG_BYTES` (the previous one kept as `.1`),
 //! so a member that keeps knocking cannot fill the disk. `ateam logs --egress` and `status`
 //! read it back.
+//!
+//! Refusals go to a file of their own (`refused`, rotated at `MAX_REFUSED_BYTES`), a member
+//! decides what it asks for: 2 MiB of allowed or failed requests must not rotate away the
+//! refusals `status` and `events` show. And its refusals are bounded a minute (`quota`), so
+//! that its own refusal noise cannot either: the refusal log always holds at least the last
+//! `KEPT_MINUTES` of refusals, counted in full.
+
+mod quota;
+
+pub use quota::{FULL_PER_MINUTE, MAX_BYTES_PER_MINUTE, OTHERS};
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -15,6 +25,13 @@ use crate::core::untrusted::shown;
 
 /// Size at which the log is rotated: two files of this size at most.
 pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+
+/// Size at which the refusal log is rotated: two files of this size at most.
+pub const MAX_REFUSED_BYTES: u64 = 2 * 1024 * 1024;
+
+/// Minutes of refusals the refusal log holds at least, whatever the member asks for: the
+/// rotated file alone holds `MAX_REFUSED_BYTES` less one line, `MAX_BYTES_PER_MINUTE` a minute.
+pub const KEPT_MINUTES: u64 = (MAX_REFUSED_BYTES - MAX_BYTES_PER_MINUTE) / MAX_BYTES_PER_MINUTE;
 
 /// What the proxy decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +71,10 @@ pub struct Event {
     /// Why it was refused or failed; `None` when allowed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A summary line: this many refusals of this destination in one minute, past the ones
+    /// written one by one (`quota`); `None` for one decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
 }
 
 impl Event {
@@ -63,6 +84,11 @@ impl Event {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)
+    }
+
+    /// How many decisions this line stands for.
+    pub fn times(&self) -> u64 {
+        self.count.unwrap_or(1)
     }
 
     /// This event with every text a member chose escaped (`core::untrusted::shown`).
@@ -101,47 +127,59 @@ impl Event {
             s.push_str(": ");
             s.push_str(r);
         }
+        if let Some(n) = self.count {
+            s.push_str(&format!(
+                " [x{n} this minute, past the {FULL_PER_MINUTE} written one by one]"
+            ));
+        }
         s
     }
 }
 
 /// The writer, owned by the proxy (one process per log: no locking needed). It works through
 /// its folder's descriptor, opened before the proxy gave up root: the folders above it are
-/// private to ateam's user.
+/// private to ateam's user. Refusals go to the refusal log (`refused`), within the minute's
+/// quota; everything else to the log.
 ///
 /// A full disk must neither stop the proxy nor spoil the log: a write that fails (or lands in
-/// part) leaves the log "torn", and the next line that is written starts with a newline, so
+/// part) leaves the file "torn", and the next line that is written starts with a newline, so
 /// that the cut line stands alone (readers skip it) rather than swallowing the next one. The
 /// first failure is said once on the proxy's standard error.
 pub struct Log {
     dir: std::os::fd::OwnedFd,
+    main: Sink,
+    refused: Sink,
+    quota: quota::Quota,
+    warned: bool,
+}
+
+/// One file of lines, rotated to `.1` at `max` bytes.
+struct Sink {
     name: String,
+    max: u64,
     file: Option<File>,
     size: u64,
     /// The file does not end with a whole line.
     torn: bool,
-    warned: bool,
 }
 
-impl Log {
-    /// The log `name` in the folder `dir`.
-    pub fn open(dir: std::os::fd::OwnedFd, name: &str) -> Log {
-        let mut log = Log {
-            dir,
-            name: name.to_string(),
+impl Sink {
+    fn open(dir: &std::os::fd::OwnedFd, name: String, max: u64) -> Sink {
+        let mut s = Sink {
+            name,
+            max,
             file: None,
             size: 0,
             torn: false,
-            warned: false,
         };
-        log.reopen();
-        log
+        s.reopen(dir);
+        s
     }
 
-    fn reopen(&mut self) {
+    fn reopen(&mut self, dir: &std::os::fd::OwnedFd) {
         use rustix::fs::{Mode, OFlags, openat};
         self.file = openat(
-            &self.dir,
+            dir,
             self.name.as_str(),
             OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
             Mode::from_raw_mode(0o600),
@@ -164,43 +202,101 @@ impl Log {
             });
     }
 
-    /// Appends one event; a log that cannot be written never stops the proxy.
-    pub fn write(&mut self, e: &Event) {
-        let Ok(mut line) = serde_json::to_vec(e) else {
-            return;
-        };
-        line.push(b'\n');
-        if self.size + line.len() as u64 > MAX_LOG_BYTES {
+    /// Appends one line (ending with a newline), rotating first if it would pass `max`.
+    fn append(&mut self, dir: &std::os::fd::OwnedFd, mut line: Vec<u8>) -> std::io::Result<()> {
+        if self.size + line.len() as u64 > self.max {
             let old = format!("{}.1", self.name);
-            let _ = rustix::fs::renameat(&self.dir, self.name.as_str(), &self.dir, old.as_str());
-            self.reopen();
+            let _ = rustix::fs::renameat(dir, self.name.as_str(), dir, old.as_str());
+            self.reopen(dir);
         }
         if self.torn {
             line.insert(0, b'\n');
         }
         let Some(f) = &mut self.file else {
-            self.failed(&std::io::Error::other("the log could not be opened"));
-            return;
+            return Err(std::io::Error::other("the log could not be opened"));
         };
         match f.write_all(&line) {
             Ok(()) => {
                 self.size += line.len() as u64;
                 self.torn = false;
+                Ok(())
             }
             Err(err) => {
                 // Some of it may have landed: the size is looked at again, and the line ended.
                 self.size = f.metadata().map(|m| m.len()).unwrap_or(self.size);
                 self.torn = true;
-                self.failed(&err);
+                Err(err)
             }
         }
     }
+}
 
-    fn failed(&mut self, err: &std::io::Error) {
-        if !std::mem::replace(&mut self.warned, true) {
-            tracing::warn!(log = %self.name, error = %err, "cannot write the egress log; still serving (further failures are not logged)");
+impl Log {
+    /// The log `name` in the folder `dir`, and its refusal log beside it (`refused_name`).
+    pub fn open(dir: std::os::fd::OwnedFd, name: &str) -> Log {
+        let main = Sink::open(&dir, name.to_string(), MAX_LOG_BYTES);
+        let refused = Sink::open(&dir, refused_name(name), MAX_REFUSED_BYTES);
+        Log {
+            dir,
+            main,
+            refused,
+            quota: quota::Quota::default(),
+            warned: false,
         }
     }
+
+    /// Appends one event; a log that cannot be written never stops the proxy.
+    pub fn write(&mut self, e: &Event) {
+        for s in self.quota.turn(e.ts) {
+            self.append(&s, true);
+        }
+        self.append(e, e.verdict == Verdict::Refused);
+    }
+
+    fn append(&mut self, e: &Event, refusal: bool) {
+        let Ok(mut line) = serde_json::to_vec(e) else {
+            return;
+        };
+        line.push(b'\n');
+        let sink = if !refusal {
+            &mut self.main
+        } else if e.count.is_some() || self.quota.admit(e, line.len()) {
+            &mut self.refused
+        } else {
+            return;
+        };
+        if let Err(err) = sink.append(&self.dir, line)
+            && !std::mem::replace(&mut self.warned, true)
+        {
+            tracing::warn!(log = %sink.name, error = %err, "cannot write the egress log; still serving (further failures are not logged)");
+        }
+    }
+}
+
+impl Drop for Log {
+    /// The proxy is going away: the refusals counted this minute are written.
+    fn drop(&mut self) {
+        for s in self.quota.summaries() {
+            self.append(&s, true);
+        }
+    }
+}
+
+/// The refusal log's name beside the log `name`: `log.jsonl` -> `log-refused.jsonl`.
+fn refused_name(name: &str) -> String {
+    match name.strip_suffix(".jsonl") {
+        Some(stem) => format!("{stem}-refused.jsonl"),
+        None => format!("{name}-refused"),
+    }
+}
+
+/// The refusal log beside the log `path` (`log-refused.jsonl`; rotated as `rotated` says).
+pub fn refused(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(refused_name(&name))
 }
 
 /// The previous log, once rotated (`log.jsonl.1`).
@@ -210,26 +306,40 @@ pub fn rotated(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Every event still in the log (the rotated file first), oldest first. Lines that do not
-/// parse (a line cut by a crash) are skipped. What the member chose (the method, the host it
-/// asked for, a reason that quotes them) comes back made safe to show: a `CONNECT` of a "host"
-/// made of terminal escapes must not reach the person's terminal through `status` or `logs`.
+/// Every event still in the log and the refusal log (each one's rotated file first), by
+/// time, oldest first (events of one time in the order read). Lines that do not parse (a
+/// line cut by a crash) are skipped. A log written before refusals had a file of their own
+/// holds its refusals itself: read once, as any line. What the member chose (the method, the
+/// host it asked for, a reason that quotes them) comes back made safe to show: a `CONNECT`
+/// of a "host" made of terminal escapes must not reach the person's terminal through
+/// `status` or `logs`.
 pub fn read(path: &Path) -> Vec<Event> {
+    let refused = refused(path);
     let mut out = Vec::new();
-    for p in [rotated(path), path.to_path_buf()] {
-        // The folder is the member uid's: a link or a FIFO there is not read.
-        let Ok(f) = crate::files::open_regular(&p) else {
-            continue;
-        };
-        // By bytes, not `lines()`: a line cut inside a character is not UTF-8, and must be
-        // skipped, not end the reading of every line after it.
-        for line in BufReader::new(f).split(b'\n').map_while(Result::ok) {
-            if let Ok(e) = serde_json::from_slice::<Event>(&line) {
-                out.push(e.shown());
-            }
+    for p in [
+        rotated(path),
+        path.to_path_buf(),
+        rotated(&refused),
+        refused,
+    ] {
+        read_file(&p, &mut out);
+    }
+    out.sort_by(|a, b| a.ts.total_cmp(&b.ts));
+    out
+}
+
+fn read_file(p: &Path, out: &mut Vec<Event>) {
+    // The folder is the member uid's: a link or a FIFO there is not read.
+    let Ok(f) = crate::files::open_regular(p) else {
+        return;
+    };
+    // By bytes, not `lines()`: a line cut inside a character is not UTF-8, and must be
+    // skipped, not end the reading of every line after it.
+    for line in BufReader::new(f).split(b'\n').map_while(Result::ok) {
+        if let Ok(e) = serde_json::from_slice::<Event>(&line) {
+            out.push(e.shown());
         }
     }
-    out
 }
 
 /// Refusals grouped by what was asked for: `host:port` -> (count, last reason).
@@ -261,7 +371,7 @@ pub fn refusals(events: &[Event], since: f64) -> Vec<Refusal> {
                 count: 0,
                 reason: String::new(),
             });
-        r.count += 1;
+        r.count += e.times();
         r.reason = e.reason.clone().unwrap_or_default();
     }
     let mut v: Vec<Refusal> = by.into_values().collect();
@@ -331,6 +441,12 @@ fn address_opens(ip: std::net::IpAddr) -> &'static str {
 /// metadata or private address, or a port that serves more than the web. The reason says
 /// what allowing it would open.
 pub fn withheld(r: &Refusal) -> Option<String> {
+    if r.host == OTHERS && r.port == 0 {
+        return Some(format!(
+            "`{OTHERS}` counts the refusals of many destinations past a minute's first \
+             {FULL_PER_MINUTE} (`ateam logs --egress` names those): it is no entry"
+        ));
+    }
     use crate::core::egress::{HOST_SERVICE, HOST_SERVICE_ADDRS, Host, reserved, special};
     let addr = match Host::parse(&r.host) {
         Some(Host::Ip(ip)) => special(ip).map(|what| (what, address_opens(ip))),
@@ -465,6 +581,7 @@ mod tests {
             addr: None,
             status: 403,
             reason: Some("not in the allow list".into()),
+            count: None,
         }
     }
 
@@ -571,7 +688,7 @@ mod tests {
         let mut log = Log::open(fd, "log.jsonl");
         let n = 30_000;
         for i in 0..n {
-            log.write(&ev(Verdict::Refused, "example.com", 443, i as f64));
+            log.write(&ev(Verdict::Allowed, "example.com", 443, i as f64));
         }
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         assert!(size(&path) <= MAX_LOG_BYTES);
@@ -580,6 +697,144 @@ mod tests {
         assert!(back.len() < n && !back.is_empty());
         assert!(back.windows(2).all(|w| w[0].ts < w[1].ts));
         assert_eq!(back.last().unwrap().ts, (n - 1) as f64);
+    }
+
+    fn open_in(dir: &Path) -> Log {
+        let fd = rustix::fs::open(
+            dir,
+            rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        Log::open(fd, "log.jsonl")
+    }
+
+    fn size(p: &Path) -> u64 {
+        std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// Issue 34: a member sent 3 MiB of allowed and failed requests after a refusal, to
+    /// rotate it out of the log; the refusal has a file of its own and is still read.
+    #[test]
+    fn a_refusal_outlives_three_mib_of_allowed_and_failed_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut log = open_in(dir.path());
+        log.write(&ev(Verdict::Refused, "evil.example", 443, 1000.0));
+        let (mut ts, mut sent) = (1000.0, 0);
+        while sent < 3 * 1024 * 1024 {
+            ts += 0.01;
+            let v = if (ts as u64).is_multiple_of(2) {
+                Verdict::Allowed
+            } else {
+                Verdict::Failed
+            };
+            let e = ev(v, "noise.example", 443, ts);
+            sent += serde_json::to_vec(&e).unwrap().len() + 1;
+            log.write(&e);
+        }
+        drop(log);
+        assert!(size(&path) <= MAX_LOG_BYTES && size(&rotated(&path)) <= MAX_LOG_BYTES);
+        let back = read(&path);
+        let r = refusals(&back, 0.0);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].host.as_str(), r[0].count), ("evil.example", 1));
+        assert!(
+            back.windows(2).all(|w| w[0].ts <= w[1].ts),
+            "merged by time"
+        );
+        assert_eq!(back[0].verdict, Verdict::Refused);
+    }
+
+    /// 10,000 refusals in one minute: the first `FULL_PER_MINUTE` one by one, the rest on a
+    /// few summary lines; the file stays within a minute's bound and the counts add up, by
+    /// destination for the first few and together for the others.
+    #[test]
+    fn ten_thousand_refusals_in_a_minute_stay_bounded_and_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut log = open_in(dir.path());
+        let n = 10_000;
+        for i in 0..n {
+            let host = format!("h{}.example", i % 50);
+            log.write(&ev(Verdict::Refused, &host, 443, 600.0 + i as f64 / 1000.0));
+        }
+        // The next minute begins: the summaries are written.
+        log.write(&ev(Verdict::Allowed, "ok.example", 443, 661.0));
+        let written = size(&refused(&path));
+        assert!(written <= MAX_BYTES_PER_MINUTE, "{written} bytes");
+        let back = read(&path);
+        let lines = back
+            .iter()
+            .filter(|e| e.verdict == Verdict::Refused)
+            .count();
+        assert!(lines <= FULL_PER_MINUTE as usize + 5, "{lines} lines");
+        let r = refusals(&back, 0.0);
+        assert_eq!(r.iter().map(|r| r.count).sum::<u64>(), n);
+        let h0 = r.iter().find(|r| r.host == "h0.example").unwrap();
+        assert_eq!(
+            h0.count,
+            n / 50,
+            "h0 was among the first counted on its own"
+        );
+        let others = r.iter().find(|r| r.host == OTHERS).unwrap();
+        assert!(others.count > 0 && others.port == 0);
+        assert!(withheld(others).is_some(), "never offered as an entry");
+        let summary = back.iter().find(|e| e.count.is_some()).unwrap();
+        assert!(summary.line().contains("this minute"), "{}", summary.line());
+    }
+
+    /// The promise of docs/security.md: whatever the member asks for (long hosts full of
+    /// escapes, as many as it can), the last `KEPT_MINUTES` (at least an hour) of refusals
+    /// are all still counted.
+    #[test]
+    fn the_refusal_log_keeps_at_least_an_hour_of_the_worst_noise() {
+        const { assert!(KEPT_MINUTES >= 60) };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let mut log = open_in(dir.path());
+        let minutes = 150;
+        let per_minute = 400;
+        let ugly = "\u{1b}".repeat(60);
+        for m in 0..minutes {
+            for i in 0..per_minute {
+                let host = format!("{ugly}{}", i % 7);
+                let mut e = ev(
+                    Verdict::Refused,
+                    &host,
+                    443,
+                    (m * 60) as f64 + i as f64 / 10.0,
+                );
+                e.reason = Some("\u{1b}".repeat(500));
+                log.write(&e);
+            }
+        }
+        drop(log);
+        assert!(size(&refused(&path)) <= MAX_REFUSED_BYTES);
+        assert!(size(&rotated(&refused(&path))) <= MAX_REFUSED_BYTES);
+        let since = ((minutes - KEPT_MINUTES as usize) * 60) as f64;
+        let kept: u64 = refusals(&read(&path), since).iter().map(|r| r.count).sum();
+        assert_eq!(kept, KEPT_MINUTES * per_minute as u64);
+    }
+
+    /// A log written before refusals had their own file holds refusals itself: they are read
+    /// once, beside the new ones.
+    #[test]
+    fn refusals_in_a_log_of_before_are_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let old = ev(Verdict::Refused, "a.example", 443, 10.0);
+        let mut line = serde_json::to_string(&old).unwrap();
+        line.push('\n');
+        std::fs::write(&path, line).unwrap();
+        let mut log = open_in(dir.path());
+        log.write(&ev(Verdict::Allowed, "b.example", 443, 20.0));
+        log.write(&ev(Verdict::Refused, "a.example", 443, 30.0));
+        drop(log);
+        let back = read(&path);
+        assert_eq!(back.len(), 3);
+        assert_eq!(refusals(&back, 0.0)[0].count, 2);
+        assert_eq!(refused(&path), dir.path().join("log-refused.jsonl"));
     }
 
     #[test]

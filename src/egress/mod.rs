@@ -403,8 +403,9 @@ pub fn start(
     stop(paths).map_err(io(&paths.pid))?;
     // The log outlives its proxies: one that ran as the member's old uid left it owned by
     // that uid (0600), and this one, as the new uid, could not append to it.
-    let rotated = log::rotated(&paths.log);
-    for log in [&paths.log, &rotated] {
+    let refused = log::refused(&paths.log);
+    let (rotated, refused_rotated) = (log::rotated(&paths.log), log::rotated(&refused));
+    for log in [&paths.log, &rotated, &refused, &refused_rotated] {
         files::give_file(log, member).map_err(io(log))?;
     }
     // Nothing of apply's environment (its `secretEnv` values) reaches the proxy.

@@ -493,6 +493,7 @@ impl Overload {
             addr: None,
             status: 503,
             reason: Some(format!("{reason}: {} refused so far", self.refused)),
+            count: None,
         });
         self.logged = Some(Instant::now());
     }
@@ -542,6 +543,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         addr: None,
         status: 0,
         reason: None,
+        count: None,
     };
     let route = match state.rules() {
         Ok(rules) => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
@@ -663,6 +665,7 @@ async fn read_request(
                 addr: None,
                 status: r.status,
                 reason: Some(r.reason),
+                count: None,
             });
             None
         }

@@ -18,6 +18,7 @@ fn refusal(host: &str, port: u16, ts: f64) -> egress_log::Event {
         addr: None,
         status: 403,
         reason: Some("not in the allow list".into()),
+        count: None,
     }
 }
 
@@ -228,4 +229,18 @@ fn a_refusal_repeated_in_a_loop_is_written_once_a_minute_with_its_count() {
     assert_eq!(q.admit("rule-b", at(2)), Some(0));
     assert_eq!(q.admit("rule-a", at(61)), Some(2));
     assert_eq!(q.admit("rule-a", at(62)), None);
+}
+
+/// A summary line of the proxy (a minute's refusals past the ones written one by one) counts
+/// as many refusals as it says, in the run it belongs to.
+#[test]
+fn a_summary_line_of_refusals_counts_what_it_says() {
+    let mut summary = refusal("a.example", 443, 20.0);
+    summary.count = Some(57);
+    let log = [refusal("a.example", 443, 10.0), summary];
+    let events = egress_refusals("t", "m", &log);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].count, 58);
+    let alone = egress_refusals("t", "m", &log[1..]);
+    assert_eq!(alone[0].count, 57);
 }

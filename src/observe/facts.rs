@@ -8,10 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::core::layout;
 use crate::egress::{self, Paths};
-use crate::execute::{restarts, transcript_usage};
+use crate::execute::restarts;
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, Team};
 use crate::observe::cache::Cache;
+use crate::observe::transcripts::TranscriptCache;
 use crate::plan::Observed;
 use crate::report::{
     ControllerStatus, EgressCounts, EgressFacts, LastReconcile, MemberFacts, SessionFacts,
@@ -37,16 +38,21 @@ pub struct EarlyFacts {
 }
 
 impl EarlyFacts {
-    /// Reads them for `desired`, as of `now`.
-    pub fn read(host: &Host, desired: &Desired, now: SystemTime) -> EarlyFacts {
+    /// Reads them for `desired`, as of `now`; transcript folders through `walks` (a watch's
+    /// looks share one, and walk a folder again only when due).
+    pub fn read(
+        host: &Host,
+        desired: &Desired,
+        now: SystemTime,
+        walks: &TranscriptCache,
+    ) -> EarlyFacts {
         let since = since(now);
         let mut early = EarlyFacts::default();
         for t in &desired.teams {
             for m in &t.members {
                 let f = member_facts(host, t, m, since);
                 early.members.insert((t.name.clone(), m.name.clone()), f);
-                let (bytes, last_change) = transcript_usage(&m.transcript_dir);
-                let u = TranscriptUsage { bytes, last_change };
+                let u = walks.usage(&m.transcript_dir);
                 early.transcripts.insert(m.transcript_dir.clone(), u);
             }
             let cache = Cache::load(&layout::team_run_dir(&host.state_dir, &t.name));
@@ -68,13 +74,15 @@ fn since(now: SystemTime) -> f64 {
 }
 
 /// The facts status shows of the teams in `model` (with the helpers their members asked
-/// for), as `observed` found them, at `now`; what `early` read already is not read again.
+/// for), as `observed` found them, at `now`; what `early` read already is not read again,
+/// and transcript folders are read through `walks`.
 pub fn status_facts(
     host: &Host,
     model: &Desired,
     observed: &Observed,
     now: SystemTime,
     early: EarlyFacts,
+    walks: &TranscriptCache,
 ) -> StatusFacts {
     let state_dir = &host.state_dir;
     let mut facts = StatusFacts::empty(now);
@@ -103,10 +111,9 @@ pub fn status_facts(
         }
     }
     for dir in transcript_dirs(model, observed) {
-        let usage = transcripts.remove(&dir).unwrap_or_else(|| {
-            let (bytes, last_change) = transcript_usage(&dir);
-            TranscriptUsage { bytes, last_change }
-        });
+        let usage = transcripts
+            .remove(&dir)
+            .unwrap_or_else(|| walks.usage(&dir));
         facts.transcripts.insert(dir, usage);
     }
     facts.usage = observed
@@ -286,7 +293,8 @@ mod tests {
         };
         let now = UNIX_EPOCH + std::time::Duration::from_secs(1000);
         let model = Desired { teams: vec![team] };
-        let f = status_facts(&host, &model, &observed, now, EarlyFacts::default());
+        let walks = TranscriptCache::default();
+        let f = status_facts(&host, &model, &observed, now, EarlyFacts::default(), &walks);
         assert_eq!(f.now, now);
         let a = &f.members[&("t".to_string(), "a".to_string())];
         assert_eq!(a.restarts, 3);
@@ -303,19 +311,19 @@ mod tests {
 
         // Read early (while the look waits for the engine), the same facts; a member the
         // early read did not know (a helper asked for since) is read then.
-        let early = EarlyFacts::read(&host, &Desired { teams: vec![] }, now);
+        let early = EarlyFacts::read(&host, &Desired { teams: vec![] }, now, &walks);
         assert!(early.members.is_empty());
-        let early = EarlyFacts::read(&host, &model, now);
+        let early = EarlyFacts::read(&host, &model, now, &walks);
         assert_eq!(early.members.len(), 1);
         std::fs::write(ctl.join("restarts"), "4\n").unwrap();
-        let g = status_facts(&host, &model, &observed, now, early);
+        let g = status_facts(&host, &model, &observed, now, early, &walks);
         assert_eq!(
             g.members[&("t".to_string(), "a".to_string())].restarts,
             3,
             "the early read"
         );
         assert_eq!(g.transcripts, f.transcripts);
-        let late = status_facts(&host, &model, &observed, now, EarlyFacts::default());
+        let late = status_facts(&host, &model, &observed, now, EarlyFacts::default(), &walks);
         assert_eq!(
             late.members[&("t".to_string(), "a".to_string())].restarts,
             4

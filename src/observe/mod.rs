@@ -6,6 +6,7 @@ pub mod cache;
 mod facts;
 #[cfg(test)]
 mod tests;
+pub mod transcripts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
@@ -24,6 +25,7 @@ use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 use cache::Cache;
 pub use facts::{EarlyFacts, controller_status, status_facts};
+pub use transcripts::TranscriptCache;
 
 /// How many inspects run at once.
 pub const INSPECT_CONCURRENCY: usize = 16;

@@ -61,9 +61,9 @@ impl EgressCounts {
         let mut c = EgressCounts::default();
         for e in events.iter().filter(|e| e.ts >= since) {
             match e.verdict {
-                Verdict::Allowed => c.allowed += 1,
-                Verdict::Refused => c.refused += 1,
-                Verdict::Failed => c.failed += 1,
+                Verdict::Allowed => c.allowed += e.times(),
+                Verdict::Refused => c.refused += e.times(),
+                Verdict::Failed => c.failed += e.times(),
             }
         }
         c

@@ -1,0 +1,180 @@
+//! Transcript folders' usage as a watcher (`status -w`, `top`, the controller's metrics)
+//! reads it: one look after another from the same process. A member owns its folder and can
+//! fill it up to the walk's bound (`execute::TRANSCRIPT_WALK`, 100,000 entries): walked at
+//! every look, four times a second for `status -w`, that is a third of a core spent on what
+//! the watch does not even print. So a folder is walked again only when what it shows may
+//! have moved (its own change stamp moved: an entry was added, removed or renamed in it) or
+//! when the figure is `REFRESH` old (a file grew: that does not move the folder's stamp),
+//! and never sooner than `COST_RATIO` times what its last walk took: whatever the member
+//! does, its folder costs a watcher at most about 1/`COST_RATIO` of a core.
+//!
+//! A one-shot `status` makes a new cache, so it walks every folder, as before.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::execute::transcript_usage;
+use crate::report::TranscriptUsage;
+
+/// How old a figure may get while the folder's stamp stays put: files growing move sizes
+/// and the last activity but not the folder's stamp. `top` shows both; `status -w` neither.
+pub const REFRESH: Duration = Duration::from_secs(3);
+
+/// A folder is never walked again sooner than this many times what its last walk took: a
+/// member that keeps changing its folder costs a watcher at most ~1/25 of a core (4 %).
+pub const COST_RATIO: u32 = 25;
+
+/// What tells that a folder's entries changed: `lstat` of the folder itself (its mtime and
+/// ctime move when an entry is added, removed or renamed in it; a new folder is a new inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    size: i64,
+    nlink: u64,
+}
+
+impl Stamp {
+    fn of(dir: &Path) -> Option<Stamp> {
+        let st = rustix::fs::lstat(dir).ok()?;
+        Some(Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mtime: (st.st_mtime, st.st_mtime_nsec as i64),
+            ctime: (st.st_ctime, st.st_ctime_nsec as i64),
+            size: st.st_size,
+            #[allow(clippy::useless_conversion)]
+            nlink: u64::from(st.st_nlink),
+        })
+    }
+}
+
+/// One folder's last walk.
+#[derive(Debug, Clone, Copy)]
+struct Walked {
+    stamp: Option<Stamp>,
+    at: Instant,
+    took: Duration,
+    usage: TranscriptUsage,
+}
+
+impl Walked {
+    /// Whether the folder is to be walked again at `now`, its stamp being `stamp`.
+    fn due(&self, stamp: Option<Stamp>, now: Instant) -> bool {
+        let age = now.saturating_duration_since(self.at);
+        if age < self.took.saturating_mul(COST_RATIO) {
+            return false;
+        }
+        stamp != self.stamp || age >= REFRESH
+    }
+}
+
+/// The last walk of each transcript folder a process looked at (shared by its looks).
+#[derive(Debug, Default)]
+pub struct TranscriptCache {
+    folders: Mutex<HashMap<PathBuf, Walked>>,
+    walks: AtomicU64,
+}
+
+impl TranscriptCache {
+    /// `dir`'s usage now: its last walk's, or a new walk's when due.
+    pub fn usage(&self, dir: &Path) -> TranscriptUsage {
+        self.usage_at(dir, Instant::now())
+    }
+
+    /// `usage`, as of `now` (tests move the clock).
+    pub fn usage_at(&self, dir: &Path, now: Instant) -> TranscriptUsage {
+        let stamp = Stamp::of(dir);
+        let last = self.lock().get(dir).copied();
+        if let Some(w) = last.filter(|w| !w.due(stamp, now)) {
+            return w.usage;
+        }
+        let began = Instant::now();
+        let (bytes, last_change) = transcript_usage(dir);
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        let usage = TranscriptUsage { bytes, last_change };
+        let walked = Walked {
+            stamp,
+            at: now,
+            took: began.elapsed(),
+            usage,
+        };
+        self.lock().insert(dir.to_path_buf(), walked);
+        usage
+    }
+
+    /// How many walks this cache made (for tests and benchmarks).
+    pub fn walks(&self) -> u64 {
+        self.walks.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Walked>> {
+        // A panic elsewhere leaves figures that are still figures.
+        self.folders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Looks at an unchanged folder reuse the walk; an entry added is seen at the next look;
+    /// a file that grew is seen once the figure is `REFRESH` old.
+    #[test]
+    fn an_unchanged_folder_is_walked_once_across_looks() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("m");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("log"), "hello").unwrap();
+        let cache = TranscriptCache::default();
+        let t0 = Instant::now();
+        for i in 0..20 {
+            let u = cache.usage_at(&dir, t0 + Duration::from_millis(100 * i));
+            assert_eq!(u.bytes, 5);
+        }
+        assert_eq!(cache.walks(), 1, "twenty looks in two seconds, one walk");
+
+        std::fs::write(dir.join("more"), "abc").unwrap();
+        let later = t0 + Duration::from_millis(2100);
+        assert_eq!(
+            cache.usage_at(&dir, later).bytes,
+            8,
+            "a new entry is seen at once"
+        );
+        assert_eq!(cache.walks(), 2);
+
+        std::fs::write(dir.join("log"), "hello, world").unwrap();
+        let soon = later + Duration::from_millis(500);
+        assert_eq!(cache.usage_at(&dir, soon).bytes, 8, "a file grew: not yet");
+        let stale = later + REFRESH;
+        assert_eq!(cache.usage_at(&dir, stale).bytes, 15, "and at REFRESH");
+        assert_eq!(cache.walks(), 3);
+    }
+
+    /// A folder a member keeps changing is walked no sooner than `COST_RATIO` times what
+    /// its last walk took: here a walk that took 40 ms, so not again within a second.
+    #[test]
+    fn a_folder_that_keeps_changing_costs_a_bounded_share() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("m");
+        std::fs::create_dir(&dir).unwrap();
+        let cache = TranscriptCache::default();
+        let t0 = Instant::now();
+        cache.usage_at(&dir, t0);
+        cache.lock().get_mut(&dir).unwrap().took = Duration::from_millis(40);
+        for i in 0..99 {
+            // The member changes its folder before every look, 100 looks a second.
+            std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+            cache.usage_at(&dir, t0 + Duration::from_millis(10 * i));
+        }
+        assert_eq!(cache.walks(), 1, "no walk within 25 x 40 ms");
+        std::fs::File::create(dir.join("last")).unwrap();
+        cache.usage_at(&dir, t0 + Duration::from_millis(1000));
+        assert_eq!(cache.walks(), 2, "and one after");
+    }
+}
