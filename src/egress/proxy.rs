@@ -625,6 +625,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
                 addr: Some(addr.to_string()),
                 status: 403,
                 reason: Some(format!("{}:{} is no longer in this member's allow list: its open connection is closed", req.host, req.port)),
+                count: None,
             });
         }
     }
