@@ -227,6 +227,7 @@ impl State {
         let mut p = self.policy.lock().expect("policy lock");
         if self.policy_dir.stamp(&self.policy_name) != p.stamp {
             *p = read_policy(&self.policy_dir, &self.policy_name);
+            self.generation.send_modify(|g| *g += 1);
         }
         Owners {
             applied_by: p.owners.0.clone(),
