@@ -136,11 +136,11 @@ fn main() {
     }
     let deadline = Instant::now() + WAIT;
     let wake = Wake::new();
-    loop {
+    let release = loop {
         if let (Ok(release), Some(start)) = (std::fs::read_to_string(&go), &this_start)
             && released(&release, &me, start)
         {
-            break;
+            break release.trim().to_string();
         }
         if Instant::now() > deadline {
             eprintln!(
@@ -150,7 +150,7 @@ fn main() {
             exit(125);
         }
         wake.wait(10);
-    }
+    };
     // A member with an allow list reaches the network only through the bridge: started now,
     // after the release, and before the member's command, which finds it listening.
     if let (Some(listen), Some(socket)) = (
@@ -170,6 +170,9 @@ fn main() {
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     add_secrets(&mut command);
+    // The release this start ran on, as read: the file itself is rewritten by the next start
+    // (a replacement's, even while this one still runs).
+    command.env("ATEAM_RELEASE", release);
     let err = command.exec();
     eprintln!("ateam-gate: cannot run {:?}: {err}", cmd[0]);
     exit(127);

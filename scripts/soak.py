@@ -21,8 +21,9 @@ At the end, within BOUND seconds after the last event:
 - exactly one container per member, named as ateam names it, none for anything else (no
   stranger left, none adopted: no stranger's id is ever a member's);
 - every start of a member's command was released by ateam for that very start: the member's
-  command appends `<hostname> <boot id> <init start time> go=<release file>` to a file in its
-  write grant each time it starts; the release file must name that container and start, and
+  command appends `<hostname> <boot id> <init start time> go=<release>` to a file in its
+  write grant each time it starts (`$ATEAM_RELEASE`: the release file as the gate read it; the
+  file is shared with a replacement, which rewrites it); it must name that container and start, and
   ateam's events (`created/replaced/started/restarted/released`, per container) must count at
   least as many released starts of that container as the member wrote;
 - no transcript file lost or truncated (each member appends a line a second to one; sampled);
@@ -79,7 +80,7 @@ WEIGHTS = {"engine-restart": 1, "controller-restart": 2, "helper": 1, "apply": 3
 MEMBER_SH = r"""
 R="$SOAK_W/starts-$SOAK_NAME.log"
 st=$(awk '{print $22}' /proc/1/stat)
-go=$(tr ' ' , </.ateam/go 2>/dev/null || echo none)
+go=$(echo "${ATEAM_RELEASE:-none}" | tr ' ' ,)
 echo "$(hostname) $(cat /proc/sys/kernel/random/boot_id) $st go=$go $(date +%s)" >>"$R"
 T="$ATEAM_SESSION_DIR/soak.log"
 i=0

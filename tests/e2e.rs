@@ -1342,7 +1342,7 @@ metadata: {{name: tester}}
 spec:
   parent: writer
   access: repo
-  command: [sh, -c, 'echo $ATEAM_ROLE > \"$ATEAM_SESSION_DIR/role\"; exec sleep 100000']
+  command: [sh, -c, 'echo $ATEAM_ROLE $(hostname) $ATEAM_RELEASE > \"$ATEAM_SESSION_DIR/role\"; exec sleep 100000']
   restart: Always
 ",
         team = w.team,
@@ -1463,7 +1463,31 @@ fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: &'static str
         assert!(env.lines().any(|l| l == want), "{want} not in\n{env}");
     }
     // A member: its command's own environment, and a shell run in it.
-    wait_for(&w.root().join("sessions/members/tester/role"), "member");
+    let role = w.root().join("sessions/members/tester/role");
+    wait_for(&role, "member");
+    // The gate hands the command the release it ran on: this container, this start.
+    let role = std::fs::read_to_string(&role).unwrap();
+    let words: Vec<&str> = role.split_whitespace().collect();
+    assert!(
+        words.len() == 5 && words[2].starts_with(words[1]) && words[2].len() == 64,
+        "{role}"
+    );
+    let pid1 = w.ateam(&[
+        "exec",
+        "tester",
+        "--",
+        "cut",
+        "-d",
+        " ",
+        "-f",
+        "22",
+        "/proc/1/stat",
+    ]);
+    assert!(
+        words[4] == text(&pid1.stdout).trim(),
+        "release {role} vs init start {}",
+        text(&pid1.stdout)
+    );
     let out = w.ateam(&[
         "exec",
         "writer",
