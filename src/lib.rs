@@ -35,6 +35,8 @@
 //!   `core::intercept`'s types);
 //! - `core`: the container types every layer shares, every path of the state folder
 //!   (`core::layout`), and the environment variables ateam owns in a member (`core::env`);
+//! - `workspace`: a writer's own repository beside the person's, its snapshots, and what
+//!   ateam shows and collects of it, with git never running a member's config or hooks;
 //! - `detached`: launching, finding and stopping the per-member processes ateam detaches
 //!   (egress proxies, helper servers); `files`: private folders and atomic writes.
 //!
@@ -69,3 +71,4 @@ pub mod requests;
 pub mod runtime;
 pub mod sessions;
 pub mod store;
+pub mod workspace;

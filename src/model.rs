@@ -178,9 +178,32 @@ pub struct Member {
     pub labels: BTreeMap<String, String>,
     /// `<sessionDir>/members/<name>`.
     pub transcript_dir: PathBuf,
+    /// Its own repository beside the person's, when it is a writer with a workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
     /// Where it comes from. Default (and for records of 0.1.0): a manifest.
     #[serde(default, skip_serializing_if = "Origin::is_manifest")]
     pub origin: Origin,
+}
+
+/// A writer's workspace, validated: a repository of the member's own at `path`, made from
+/// the person's repository at `repo` (`crate::workspace`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Workspace {
+    /// The person's repository: its top folder.
+    pub repo: PathBuf,
+    /// Its git folder (`<repo>/.git`).
+    pub git_dir: PathBuf,
+    /// `<git_dir>/objects`: the member reads it (read-only) through its alternates.
+    pub objects: PathBuf,
+    /// The commit the branch starts at, as the manifest names it (resolved when the
+    /// workspace is made).
+    pub base: String,
+    /// The member's branch.
+    pub branch: String,
+    /// `<sessionDir>/workspaces/<member>`: mounted read-write, the member's working folder.
+    pub path: PathBuf,
 }
 
 /// Why a member exists: a manifest names it, or another member asked for it at run time.

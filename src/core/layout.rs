@@ -264,6 +264,26 @@ pub fn transcripts_dir(session_dir: &Path) -> PathBuf {
     session_dir.join("members")
 }
 
+/// Where a team's writers' repositories live: `<sessionDir>/workspaces` (so no main session
+/// may be called `workspaces`), each `<member>`, and ateam's shadow repositories beside them
+/// in `.ateam` (a name no member can have).
+pub fn workspaces_dir(session_dir: &Path) -> PathBuf {
+    session_dir.join("workspaces")
+}
+
+/// A member's own repository: `<sessionDir>/workspaces/<member>`.
+pub fn workspace_dir(session_dir: &Path, member: &str) -> PathBuf {
+    workspaces_dir(session_dir).join(member)
+}
+
+/// ateam's shadow of a member's repository: its own config, index and snapshot refs, with
+/// the member's objects as an alternate (`crate::workspace`).
+pub fn workspace_shadow(session_dir: &Path, member: &str) -> PathBuf {
+    workspaces_dir(session_dir)
+        .join(".ateam")
+        .join(format!("{member}.git"))
+}
+
 /// A main session's transcript folder: at the top of the sessionDir (so no main session may
 /// be called `members`).
 pub fn session_transcript_dir(session_dir: &Path, session: &str) -> PathBuf {

@@ -130,6 +130,13 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 .user
                 .filter(|u| Some(*u) != team.user)
                 .map(|u| u.to_string()),
+            workspace: m.workspace.as_ref().map(|w| {
+                Box::new(super::raw::WorkspaceSpec {
+                    repo: w.repo.display().to_string(),
+                    base: Some(w.base.clone()),
+                    branch: Some(w.branch.clone()),
+                })
+            }),
         },
     );
     if let Origin::Requested { by, at } = &m.origin {

@@ -405,6 +405,21 @@ pub struct MemberSpec {
     /// `UID:GID` it runs as; default the Team's `user`. On rootless Podman members always run
     /// as you.
     pub user: Option<String>,
+    /// A repository of its own to work in, on a branch of its own (docs/workspaces.md).
+    pub workspace: Option<Box<WorkspaceSpec>>,
+}
+
+/// A writer's workspace: a repository of the member's own made from the person's `repo`, its
+/// branch at `base`; the member's working folder unless `cwd` says otherwise.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WorkspaceSpec {
+    /// The person's repository (its top folder; `~` and relative paths as for grants).
+    pub repo: String,
+    /// Where its branch starts: a branch, tag or commit of `repo`. Default `HEAD`.
+    pub base: Option<String>,
+    /// Its branch. Default `ateam/<team>/<member>`.
+    pub branch: Option<String>,
 }
 
 /// The four kinds, as one JSON Schema for editors.

@@ -237,6 +237,7 @@ mod tests {
             image_pull_policy: Default::default(),
             labels: Default::default(),
             transcript_dir: dir.join("sessions/members/a"),
+            workspace: None,
             origin: Default::default(),
         }
     }

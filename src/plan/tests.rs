@@ -52,6 +52,7 @@ pub(crate) fn member(name: &str) -> Member {
         image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+        workspace: None,
         origin: Default::default(),
     }
 }

@@ -48,6 +48,7 @@ fn team(members: &[&str]) -> Team {
         image_pull_policy: Default::default(),
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
+        workspace: None,
         origin: Default::default(),
     };
     Team {

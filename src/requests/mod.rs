@@ -707,6 +707,7 @@ fn as_manifests(
         image_pull_policy: parent.image_pull_policy,
         labels: BTreeMap::new(),
         transcript_dir: PathBuf::new(),
+        workspace: None,
         origin: Origin::Requested {
             by: by.to_string(),
             at: at.to_string(),

@@ -215,7 +215,11 @@ impl Build<'_> {
         let access = self.member_access(tree, name, o, m);
         let image = self.member_runs(t, name, o, m);
         let transcript_dir = transcript_dir(&t.session_dir, name);
-        let cwd = self.member_cwd(o, m, &access, &transcript_dir);
+        let workspace = m
+            .workspace
+            .as_ref()
+            .and_then(|w| self.member_workspace(&t.team.name, &t.session_dir, name, o, w));
+        let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
         let user = self.member_user(tree, o, m);
@@ -245,6 +249,7 @@ impl Build<'_> {
                 .unwrap_or_default(),
             labels: o.labels.clone(),
             transcript_dir,
+            workspace,
             origin: model::Origin::Manifest,
         }
     }
@@ -321,42 +326,42 @@ impl Build<'_> {
         image
     }
 
-    /// Where the member starts: inside its grants or its transcript folder, as only those
-    /// are mounted; by default its first written folder, else its first read one, else its
-    /// transcript folder.
+    /// Where the member starts: inside its grants, workspace or transcript folder, as only
+    /// those are mounted; by default its workspace, else its first written folder, else its
+    /// first read one, else its transcript folder.
     fn member_cwd(
         &mut self,
         o: &Parsed,
         m: &raw::MemberSpec,
         access: &AccessGrant,
         transcript_dir: &Path,
+        workspace: Option<&model::Workspace>,
     ) -> PathBuf {
+        let ws = workspace.map(|w| w.path.as_path());
         let Some(c) = &m.cwd else {
-            return access
-                .write
-                .first()
-                .or(access.read.first())
-                .cloned()
-                .unwrap_or_else(|| transcript_dir.to_path_buf());
+            return ws
+                .or(access.write.first().map(PathBuf::as_path))
+                .or(access.read.first().map(PathBuf::as_path))
+                .unwrap_or(transcript_dir)
+                .to_path_buf();
         };
         let p = resolve(c, &o.src.dir, &self.host.home);
+        let made = within(&p, transcript_dir) || ws.is_some_and(|w| within(&p, w));
         let inside = access
             .read
             .iter()
             .chain(&access.write)
             .any(|g| within(&p, g))
-            || within(&p, transcript_dir);
+            || made;
         if !inside {
             self.problems.push(o.value_problem(
                 "spec.cwd",
                 format!(
-                    "`{}` is not inside the member's grants or transcript folder",
+                    "`{}` is not inside the member's grants, workspace or transcript folder",
                     p.display()
                 ),
             ));
-        } else if !within(&p, transcript_dir)
-            && let Err(e) = check_dir(&p)
-        {
+        } else if !made && let Err(e) = check_dir(&p) {
             self.problems.push(o.value_problem("spec.cwd", e));
         }
         p

@@ -29,6 +29,7 @@ mod members;
 mod sessions;
 mod shape;
 mod teams;
+mod workspaces;
 
 pub(crate) use grants::narrower;
 use limits::Admission;
@@ -235,6 +236,8 @@ struct Build<'a> {
     broken: &'a Broken,
     fence: Fence<'a>,
     admission: Admission,
+    /// Workspaces judged so far: checked against every write grant once all are built.
+    workspaces: Vec<workspaces::Made>,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -274,6 +277,7 @@ fn build(
         broken,
         fence: Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given),
         admission: Admission::new(host, applied, &redefined),
+        workspaces: Vec::new(),
         problems,
     };
     let mut desired = Desired::default();
@@ -281,6 +285,17 @@ fn build(
         let team = stages.team(t);
         desired.teams.push(team);
     }
+    let teams: Vec<&model::Team> = desired
+        .teams
+        .iter()
+        .chain(
+            applied
+                .iter()
+                .filter(|t| !redefined.contains(&t.name.as_str())),
+        )
+        .collect();
+    let made = std::mem::take(&mut stages.workspaces);
+    workspaces::writable_repositories(made, &teams, stages.problems);
     desired
 }
 

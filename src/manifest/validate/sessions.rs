@@ -65,6 +65,12 @@ impl Build<'_> {
                 "`members` is the folder of the members' transcripts in the sessionDir; name the main session otherwise",
             ));
         }
+        if o.name == "workspaces" {
+            problems.push(o.value_problem(
+                "metadata.name",
+                "`workspaces` is the folder of the writers' repositories in the sessionDir; name the main session otherwise",
+            ));
+        }
         cwd
     }
 
