@@ -263,6 +263,51 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// What a writer did in its workspace: commits ahead of its base, files not committed,
+    /// and with --diff the diff from its base (docs/workspaces.md).
+    Changes {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        /// Also print the diff from the base to the work tree.
+        #[arg(long)]
+        diff: bool,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring a writer's branch into your repository as refs/ateam/<team>/<member> (nothing
+    /// is checked out); with --into, also fast-forward (or make) that branch.
+    Collect {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long)]
+        into: Option<String>,
+    },
+    /// List the snapshots of a writer's workspace, the newest first (one before every start).
+    Snapshots {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+    },
+    /// Put a writer's workspace back as a snapshot recorded it (the newest by default), after
+    /// a snapshot of the present; the member is stopped first.
+    Rollback {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        /// A snapshot's id, as `ateam snapshots` lists it.
+        #[arg(long)]
+        to: Option<String>,
+    },
+    /// Put a writer's workspace back at its base (after a snapshot of the present); the
+    /// member is stopped first.
+    Reset {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+    },
     /// Join a main session's terminal (its tmux session), or follow a member's console.
     ///
     /// The way out is printed first: tmux's detach key (Ctrl-b d) leaves the session running;

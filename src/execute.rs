@@ -417,9 +417,10 @@ fn short_id(id: &str) -> &str {
 fn failure_kind(err: &ActionError) -> crate::events::EventKind {
     fn at_gate(e: &RunError) -> bool {
         match e {
-            RunError::Pin { .. } | RunError::PolicyViolation { .. } | RunError::Process { .. } => {
-                true
-            }
+            RunError::Pin { .. }
+            | RunError::PolicyViolation { .. }
+            | RunError::Process { .. }
+            | RunError::Workspace { .. } => true,
             RunError::Rollback { cause, .. } => at_gate(cause),
             RunError::Ca { .. }
             | RunError::Backend { .. }

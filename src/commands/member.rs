@@ -63,23 +63,10 @@ async fn find(
     member: &str,
     reach: Reach,
 ) -> anyhow::Result<Found> {
-    let applied = ctx.applied_with_requests(team)?;
-    let (t, _) = member_of(&applied, member)?;
-    let t = t.clone();
-    let (backend, _) = ctx.connect(std::slice::from_ref(&t)).await?;
-    let filter = BTreeMap::from([
-        (labels::STORE.to_string(), store_id(&ctx.host.state_dir)),
-        (labels::TEAM.to_string(), t.name.clone()),
-        (labels::MEMBER.to_string(), member.to_string()),
-    ]);
-    let found = backend.list(&filter).await?;
-    // Only a container ateam made (in its record), never one that merely carries the labels.
-    let run = team_run_dir(&ctx.host.state_dir, &t.name);
-    let record = Record::load(&member_record_path(&run, member));
+    let (t, backend, found) = recorded(ctx, team, member).await?;
     let name = container_name(&t.name, member);
     let Some(c) = found
         .iter()
-        .filter(|c| record.ids.contains(&c.id))
         .find(|c| !is_replacement(&name, &c.name, &c.labels))
     else {
         bail!(
@@ -128,6 +115,53 @@ pub async fn logs(
         })
         .await?;
     Ok(Exit::Ok)
+}
+
+/// The member's team, its engine, and the containers of it ateam made (in its record), never
+/// one that merely carries the labels.
+async fn recorded(
+    ctx: &ateam::app::App,
+    team: Option<&str>,
+    member: &str,
+) -> anyhow::Result<(
+    ateam::model::Team,
+    std::sync::Arc<dyn ateam::backend::Backend>,
+    Vec<ateam::backend::Summary>,
+)> {
+    let applied = ctx.applied_with_requests(team)?;
+    let (t, _) = member_of(&applied, member)?;
+    let t = t.clone();
+    let (backend, _) = ctx.connect(std::slice::from_ref(&t)).await?;
+    let filter = BTreeMap::from([
+        (labels::STORE.to_string(), store_id(&ctx.host.state_dir)),
+        (labels::TEAM.to_string(), t.name.clone()),
+        (labels::MEMBER.to_string(), member.to_string()),
+    ]);
+    let run = team_run_dir(&ctx.host.state_dir, &t.name);
+    let record = Record::load(&member_record_path(&run, member));
+    let found = backend
+        .list(&filter)
+        .await?
+        .into_iter()
+        .filter(|c| record.ids.contains(&c.id))
+        .collect();
+    Ok((t, backend, found))
+}
+
+/// Stops every live container of `member` (for a rollback of its workspace); whether one was.
+pub async fn stop_member(
+    global: &Global,
+    team: Option<&str>,
+    member: &str,
+) -> anyhow::Result<bool> {
+    let ctx = app(global);
+    let (_, backend, found) = recorded(&ctx, team, member).await?;
+    let mut stopped = false;
+    for c in found.iter().filter(|c| c.state.is_live()) {
+        backend.stop(&c.id, 10).await?;
+        stopped = true;
+    }
+    Ok(stopped)
 }
 
 /// A container's state in words, for a refusal.

@@ -33,6 +33,7 @@ mod schema;
 mod status;
 mod top;
 mod validate;
+mod workspace;
 
 use std::future::Future;
 
@@ -138,6 +139,31 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         } => {
             let how = member::ExecMode { interactive, tty };
             block_on(member::exec(g, team.as_deref(), &member, how, &command))?
+        }
+        Command::Changes {
+            member,
+            team,
+            diff,
+            json,
+        } => block_on(workspace::changes(g, team.as_deref(), &member, diff, json))?,
+        Command::Collect { member, team, into } => block_on(workspace::collect(
+            g,
+            team.as_deref(),
+            &member,
+            into.as_deref(),
+        ))?,
+        Command::Snapshots { member, team } => {
+            block_on(workspace::snapshots(g, team.as_deref(), &member))?
+        }
+        Command::Rollback { member, team, to } => block_on(workspace::rollback(
+            g,
+            team.as_deref(),
+            &member,
+            to.as_deref(),
+            false,
+        ))?,
+        Command::Reset { member, team } => {
+            block_on(workspace::rollback(g, team.as_deref(), &member, None, true))?
         }
         Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
         Command::Top { selector } => {

@@ -74,6 +74,9 @@ pub struct DesiredMember {
     /// Its helper server's socket, when its team allows helper requests.
     #[serde(default)]
     pub helpers: Option<PathBuf>,
+    /// Its own repository, made and snapshotted before each start.
+    #[serde(default)]
+    pub workspace: Option<crate::model::Workspace>,
 }
 
 /// A member's egress proxy as the planner wants it: listening on `socket`, judging by `allow`.
@@ -160,6 +163,10 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         .iter()
         .map(|p| Mount::same(p, true))
         .chain(m.access.write.iter().map(|p| Mount::same(p, false)))
+        .chain(m.workspace.iter().flat_map(|w| {
+            // The member's repository, and the person's objects it borrows, read-only.
+            [Mount::same(&w.path, false), Mount::same(&w.objects, true)]
+        }))
         .chain([
             Mount::same(&m.transcript_dir, false),
             Mount {
@@ -189,6 +196,9 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     };
     env.insert("ATEAM_READ_DIRS".into(), join(&m.access.read));
     env.insert("ATEAM_WRITE_DIRS".into(), join(&m.access.write));
+    if let Some(w) = &m.workspace {
+        env.insert("ATEAM_WORKSPACE".into(), w.path.display().to_string());
+    }
     let network = spec_network(&m.access.network, || {
         team_network_name(&store_id(&host.state_dir), &team.name)
     });
@@ -322,6 +332,7 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                 helpers: team
                     .helper_requests
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
+                workspace: m.workspace.clone(),
             });
         }
     }

@@ -34,6 +34,15 @@ use pin::{PinError, Pinned};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
+    /// A writer's workspace could not be made or snapshotted: the start is held.
+    #[error("member `{member}`: its workspace: {source}; the start is held")]
+    Workspace {
+        /// The member.
+        member: String,
+        /// What failed.
+        #[source]
+        source: crate::workspace::WorkspaceError,
+    },
     /// The CA files of a member with intercepted hosts.
     #[error("member `{member}`: its CA for intercepted hosts: {source}")]
     Ca {
@@ -298,6 +307,31 @@ impl Runtime {
         Ok(owner)
     }
 
+    /// A writer's workspace before a start: made when it is not there yet (`make`: a first
+    /// start or a replacement), then snapshotted. Any failure holds the start.
+    async fn snapshot_workspace(
+        &self,
+        m: &DesiredMember,
+        member_owner: Owner,
+        make: bool,
+    ) -> Result<(), RunError> {
+        let Some(ws) = &m.workspace else {
+            return Ok(());
+        };
+        let place = crate::workspace::Place::new(&m.team, &m.member, ws, member_owner, self.owner);
+        let fail = |source| RunError::Workspace {
+            member: m.member.clone(),
+            source,
+        };
+        if make || !place.exists() {
+            crate::workspace::ensure(&place).await.map_err(fail)?;
+        }
+        crate::workspace::snapshot(&place, "before start")
+            .await
+            .map_err(fail)?;
+        Ok(())
+    }
+
     /// Refuses a member that would get a writable file system below one of its read-only
     /// folders: the engines bind folders recursively, but make only the top read-only.
     pub fn check_read_only(&self, m: &DesiredMember) -> Result<(), RunError> {
@@ -406,6 +440,7 @@ impl Runtime {
                 .map_err(io(&m.ctl_dir))?;
         }
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
+        self.snapshot_workspace(m, member_owner, true).await?;
         let mut secrets = Vec::new();
         // A secret the proxy injects reaches the member as its placeholder only.
         let injected = m
@@ -587,6 +622,8 @@ impl Runtime {
             path: m.ctl_dir.clone(),
             source,
         })?;
+        let member_owner = self.member_owner(m)?;
+        self.snapshot_workspace(m, member_owner, false).await?;
         // A folder that cannot be pinned now (swapped for a symlink, say) was mounted as
         // whatever it is now: that start must never be released.
         match self.pin_all(m) {

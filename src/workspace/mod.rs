@@ -113,6 +113,30 @@ const BASE_REF: &str = "refs/ateam/base";
 const COLLECTED_REF: &str = "refs/ateam/collected";
 
 impl Place {
+    /// The place of `team`/`member`'s workspace `ws`; its shadow beside it, in `.ateam`.
+    pub fn new(
+        team: &str,
+        member: &str,
+        ws: &model::Workspace,
+        member_owner: Owner,
+        ateam_owner: Owner,
+    ) -> Place {
+        let shadow = ws
+            .path
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(".ateam")
+            .join(format!("{member}.git"));
+        Place {
+            team: team.to_string(),
+            member: member.to_string(),
+            ws: ws.clone(),
+            shadow,
+            member_owner,
+            ateam_owner,
+        }
+    }
+
     fn member_git(&self) -> PathBuf {
         self.ws.path.join(".git")
     }
@@ -139,6 +163,24 @@ impl Place {
             .text())
     }
 
+    /// Holds the workspace's lock (a file of ateam's beside the shadow) until dropped: a
+    /// snapshot before a start and a person's rollback never work on one index at once.
+    pub async fn lock(&self) -> Result<std::fs::File, WorkspaceError> {
+        let dir = self.shadow.parent().expect("the shadow is in .ateam");
+        files::private_dir(dir, self.ateam_owner).map_err(io(dir))?;
+        let path = self.shadow.with_extension("lock");
+        let file = files::open_lock(&path).map_err(io(&path))?;
+        tokio::task::spawn_blocking(move || {
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map(|()| file)
+        })
+        .await
+        .map_err(|e| WorkspaceError::Refused(format!("the workspace lock: {e}")))?
+        .map_err(|e| WorkspaceError::Io {
+            path,
+            source: e.into(),
+        })
+    }
+
     /// Whether ateam has made this workspace.
     pub fn exists(&self) -> bool {
         self.shadow.join("HEAD").exists() && self.member_git().is_dir()
@@ -149,6 +191,7 @@ impl Place {
 /// at the base's commit, checked out, owned by the member. An existing workspace is the
 /// person's data and is kept as it is (a changed base or branch applies to a new one only).
 pub async fn ensure(p: &Place) -> Result<bool, WorkspaceError> {
+    let _lock = p.lock().await?;
     if p.exists() {
         vet(p)?;
         return Ok(false);
@@ -161,7 +204,6 @@ pub async fn ensure(p: &Place) -> Result<bool, WorkspaceError> {
     // Above the member's folder: the person's, passable (not readable) by a member's uid.
     files::private_dir(root, p.ateam_owner).map_err(io(root))?;
     let shadow_root = p.shadow.parent().expect("the shadow is in .ateam");
-    files::private_dir(shadow_root, p.ateam_owner).map_err(io(shadow_root))?;
     for d in [root, shadow_root] {
         passable(d).map_err(io(d))?;
     }
@@ -311,6 +353,12 @@ pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
 /// Records the member's folder as it is: HEAD, and the work tree with untracked files (not
 /// ignored ones), as a commit under the shadow's `refs/ateam/snapshots/`, HEAD its parent.
 pub async fn snapshot(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
+    let _lock = p.lock().await?;
+    take(p, reason).await
+}
+
+/// `snapshot`, with the lock held.
+async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
     vet(p)?;
     let head = refs::head(&p.member_git(), &p.ws.branch).map_err(io(&p.ws.path))?;
     let shadow = p.shadow();
@@ -351,6 +399,9 @@ pub async fn snapshot(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceErro
 
 /// Every snapshot, the newest first.
 pub async fn snapshots(p: &Place) -> Result<Vec<Snapshot>, WorkspaceError> {
+    if !p.exists() {
+        return Ok(Vec::new());
+    }
     let out = p
         .shadow()
         .run(&[
@@ -383,6 +434,7 @@ pub async fn snapshots(p: &Place) -> Result<Vec<Snapshot>, WorkspaceError> {
 /// tree, the branch at the snapshot's HEAD, and an index of that HEAD. The member must be
 /// stopped. Returns the snapshot of the present and the one restored.
 pub async fn rollback(p: &Place, to: Option<&str>) -> Result<(Snapshot, Snapshot), WorkspaceError> {
+    let _lock = p.lock().await?;
     let all = snapshots(p).await?;
     let target = match to {
         None => all.first().cloned(),
@@ -401,7 +453,7 @@ pub async fn rollback(p: &Place, to: Option<&str>) -> Result<(Snapshot, Snapshot
             None => format!("{} has no snapshot yet", p.member),
         })
     })?;
-    let saved = snapshot(p, "before rollback").await?;
+    let saved = take(p, "before rollback").await?;
     let head = p
         .shadow()
         .try_run(
@@ -421,7 +473,8 @@ pub async fn rollback(p: &Place, to: Option<&str>) -> Result<(Snapshot, Snapshot
 
 /// Puts the member's folder back at its base (after a snapshot of the present).
 pub async fn reset(p: &Place) -> Result<Snapshot, WorkspaceError> {
-    let saved = snapshot(p, "before reset").await?;
+    let _lock = p.lock().await?;
+    let saved = take(p, "before reset").await?;
     let base = p.base().await?;
     restore(p, &base, Some(&base)).await?;
     Ok(saved)
@@ -499,6 +552,7 @@ async fn tip(p: &Place) -> Result<Option<String>, WorkspaceError> {
 
 /// What the writer changed (`diff`: with the whole diff, at most `max_diff` bytes).
 pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
+    let _lock = p.lock().await?;
     vet(p)?;
     let base = p.base().await?;
     let tip = tip(p).await?;
@@ -614,6 +668,7 @@ pub async fn collect(
     person: Owner,
     into: Option<&str>,
 ) -> Result<Collected, WorkspaceError> {
+    let _lock = p.lock().await?;
     vet(p)?;
     let base = p.base().await?;
     let Some(tip) = tip(p).await? else {
