@@ -1287,6 +1287,7 @@ fn image_probe_findings_are_kept_by_image_id(engine: &'static str) {
 }
 
 every_engine!(
+    two_writers_commit_on_their_own_branches_and_the_person_collects_both,
     the_demo_writer_writes_its_repository,
     image_probe_findings_are_kept_by_image_id,
     a_session_no_manifest_wants_is_drift_until_pruned,
@@ -1733,4 +1734,167 @@ fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
     );
     assert_eq!(w.containers(), ids);
     w.kill_sessions();
+}
+
+// ------------------------------------------------------------------- workspaces
+
+/// git as the person in their repository (the test runs as root: the person's checkout is
+/// uid 1000's, so ownership is not git's business here).
+fn person_git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(repo)
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=p",
+            "-c",
+            "user.email=p@x",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+/// Every file of the person's `.git` but objects and the refs ateam writes, with its bytes.
+fn git_files(dir: &Path, rel: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir.join(rel)).unwrap() {
+        let e = e.unwrap();
+        let r = rel.join(e.file_name());
+        if r.starts_with("objects")
+            || r.starts_with("refs/ateam")
+            || r.starts_with("refs/heads/bob-work")
+            || r.starts_with("logs/refs/heads/bob-work")
+        {
+            continue;
+        }
+        if e.file_type().unwrap().is_dir() {
+            git_files(dir, &r, out);
+        } else {
+            out.push((r, std::fs::read(e.path()).unwrap()));
+        }
+    }
+}
+
+/// A writer with a workspace: commits once on its own branch (git of Debian's, in the
+/// clients' image), then waits.
+fn writer(name: &str) -> String {
+    format!(
+        "---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: {name}}}
+spec:
+  parent: lead
+  image: ateam-clients:latest
+  workspace: {{repo: ./workspace/repo}}
+  command: [sh, -c, 'echo {name} > {name}.txt && git add {name}.txt && git -c user.name={name} -c user.email={name}@x commit -qm \"{name} was here\" && git log --format=%s -1 > \"$ATEAM_SESSION_DIR/done\"; exec sleep 100000']
+"
+    )
+}
+
+/// The new user's goal: two agents on their own branches of one repository. Each member gets
+/// a repository of its own (the person's objects shared read-only), commits on
+/// `ateam/<team>/<member>`; `changes` shows it, `collect` brings both into the person's
+/// repository, whose `.git` is byte-identical but for the refs ateam wrote (and objects).
+fn two_writers_commit_on_their_own_branches_and_the_person_collects_both(engine: &'static str) {
+    let w = World::new(engine, "ws");
+    let repo = w.root().join("workspace/repo");
+    person_git(&repo, &["init", "-q", "-b", "main"]);
+    person_git(&repo, &["add", "-A"]);
+    person_git(&repo, &["commit", "-qm", "first"]);
+    chown_tree(&repo, PERSON);
+    let mut before = Vec::new();
+    git_files(&repo.join(".git"), Path::new(""), &mut before);
+    w.write_manifest(&format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
+{alice}{bob}",
+        team = w.team,
+        alice = writer("alice"),
+        bob = writer("bob"),
+    ));
+    w.apply();
+    for m in ["alice", "bob"] {
+        wait_for(
+            &w.root().join(format!("sessions/members/{m}/done")),
+            &format!("{m} was here"),
+        );
+    }
+    // Each on its own branch, in its own folder; the person's checkout untouched.
+    let ws = |m: &str| w.root().join(format!("sessions/workspaces/{m}"));
+    assert!(ws("alice").join("alice.txt").exists() && !ws("alice").join("bob.txt").exists());
+    assert!(!repo.join("alice.txt").exists());
+    let out = w.ateam(&["changes", "alice"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("branch ateam/{}/alice", w.team))
+            && shown.contains("alice was here"),
+        "{shown}"
+    );
+    let out = w.ateam(&["snapshots", "bob"]);
+    assert!(
+        text(&out.stdout).contains("before start"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Collected: as refs of ateam's, and bob's also into a branch; nothing checked out.
+    for args in [
+        vec!["collect", "alice"],
+        vec!["collect", "bob", "--into", "bob-work"],
+    ] {
+        let out = w.ateam(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let alice = format!("refs/ateam/{}/alice", w.team);
+    assert_eq!(
+        person_git(&repo, &["log", "-1", "--format=%s", &alice]),
+        "alice was here"
+    );
+    assert_eq!(
+        person_git(&repo, &["log", "-1", "--format=%s", "bob-work"]),
+        "bob was here"
+    );
+    assert_eq!(
+        person_git(&repo, &["show", &format!("{alice}:alice.txt")]),
+        "alice"
+    );
+    person_git(&repo, &["fsck", "--strict", "--no-dangling"]);
+    let mut after = Vec::new();
+    git_files(&repo.join(".git"), Path::new(""), &mut after);
+    before.sort();
+    after.sort();
+    assert_eq!(
+        before, after,
+        "the person's .git changed beyond the refs ateam wrote"
+    );
+    // The person's own git works on what came back, as the person.
+    let out = Command::new("git")
+        .current_dir(&repo)
+        .uid_gid(PERSON)
+        .args(["log", "--oneline", "bob-work"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+trait AsPerson {
+    fn uid_gid(&mut self, who: (u32, u32)) -> &mut Self;
+}
+
+impl AsPerson for Command {
+    fn uid_gid(&mut self, (uid, gid): (u32, u32)) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        self.uid(uid).gid(gid).env("HOME", "/nonexistent")
+    }
 }
