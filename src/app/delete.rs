@@ -21,6 +21,9 @@ pub struct Deleted {
     pub transcripts: PathBuf,
     /// Its transcripts were removed too.
     pub purged: bool,
+    /// Its writers' workspaces kept (the person's data, without `purge`): the member, its
+    /// folder, and how many of its commits were never collected (`None`: could not tell).
+    pub workspaces: Vec<(String, PathBuf, Option<u64>)>,
 }
 
 /// What a delete did.
@@ -123,11 +126,36 @@ pub async fn delete(
                     dirs.insert(path.clone());
                 }
             }
-            for d in dirs.iter().filter(|d| d.exists()) {
+            // And its writers' workspaces, with ateam's shadows of them.
+            for m in &t.members {
+                if let Some(p) = app.workspace_place(t, m) {
+                    let lock = p.shadow.with_extension("lock");
+                    dirs.extend([p.ws.path, p.shadow, lock]);
+                }
+            }
+            for d in dirs.iter().filter(|d| d.symlink_metadata().is_ok()) {
+                if d.is_file() {
+                    let _ = std::fs::remove_file(d);
+                    continue;
+                }
                 std::fs::remove_dir_all(d).map_err(|source| AppError::Io {
                     path: d.clone(),
                     source,
                 })?;
+            }
+        }
+        let mut workspaces = Vec::new();
+        if !purge {
+            for m in &t.members {
+                if let Some(p) = app.workspace_place(t, m)
+                    && p.exists()
+                {
+                    let left = crate::workspace::changes(&p, false)
+                        .await
+                        .ok()
+                        .map(|c| c.uncollected);
+                    workspaces.push((m.name.clone(), p.ws.path, left));
+                }
             }
         }
         crate::requests::servers::stop_team(&app.host.state_dir, &t.name);
@@ -149,6 +177,7 @@ pub async fn delete(
             team: t.name.clone(),
             transcripts: t.session_dir.clone(),
             purged: purge,
+            workspaces,
         });
     }
     Ok(DeleteReport::Deleted(deleted))

@@ -381,6 +381,33 @@ impl App {
         Ok(())
     }
 
+    /// The workspace of member `m` of team `t`, if it has one, as ateam works on it: git run
+    /// as the member's uid where ateam can act as it (root), else as the caller (as members
+    /// run on rootless Podman).
+    pub fn workspace_place(
+        &self,
+        t: &crate::model::Team,
+        m: &crate::model::Member,
+    ) -> Option<crate::workspace::Place> {
+        let ws = m.workspace.as_ref()?;
+        let member_owner = if rustix::process::geteuid().is_root() {
+            let u = m.user.unwrap_or_else(|| self.host.default_member_user());
+            Owner {
+                uid: u.uid,
+                gid: u.gid,
+            }
+        } else {
+            self.owner
+        };
+        Some(crate::workspace::Place::new(
+            &t.name,
+            &m.name,
+            ws,
+            member_owner,
+            self.owner,
+        ))
+    }
+
     /// A runtime on the engine of `look`.
     pub fn runtime(&self, look: &Look) -> Runtime {
         Runtime {

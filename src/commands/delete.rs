@@ -64,6 +64,19 @@ pub async fn run(
                         t.transcripts.display()
                     );
                 }
+                for (member, path, left) in &t.workspaces {
+                    let left = match left {
+                        Some(0) => "all collected".to_string(),
+                        Some(n) => format!(
+                            "{n} commit(s) not collected: apply the team again to collect them"
+                        ),
+                        None => "its commits could not be counted".to_string(),
+                    };
+                    outln!(
+                        "  workspace of {member} kept in {} ({left}); --purge removes it",
+                        path.display()
+                    );
+                }
             }
             Ok(Exit::Ok)
         }

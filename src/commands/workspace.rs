@@ -17,24 +17,13 @@ fn place(global: &Global, team: Option<&str>, member: &str) -> anyhow::Result<(P
     let ctx = app(global);
     let applied = ctx.applied_with_requests(team)?;
     let (t, m) = member_of(&applied, member)?;
-    let Some(ws) = &m.workspace else {
+    let Some(place) = ctx.workspace_place(t, m) else {
         bail!(
             "member `{member}` of team `{}` has no workspace (Member spec.workspace)",
             t.name
         );
     };
-    // Its uid where ateam can act as it (root); else the caller, as members run on rootless
-    // Podman.
-    let member_owner = if rustix::process::geteuid().is_root() {
-        let u = m.user.unwrap_or_else(|| ctx.host.default_member_user());
-        Owner {
-            uid: u.uid,
-            gid: u.gid,
-        }
-    } else {
-        ctx.owner
-    };
-    let place = Place::new(&t.name, member, ws, member_owner, ctx.owner);
+    let ws = &place.ws;
     if !place.exists() {
         bail!("member `{member}` has no workspace yet: ateam makes it at the member's first start");
     }
