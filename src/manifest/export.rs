@@ -130,6 +130,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 .user
                 .filter(|u| Some(*u) != team.user)
                 .map(|u| u.to_string()),
+            share_writes: m.share_writes,
         },
     );
     if let Origin::Requested { by, at } = &m.origin {

@@ -711,6 +711,7 @@ fn as_manifests(
             by: by.to_string(),
             at: at.to_string(),
         },
+        share_writes: false,
     };
     let mut member_obj = export::member_object(team, &child);
     member_obj.spec.cwd = req.cwd.clone();

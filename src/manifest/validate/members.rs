@@ -246,6 +246,7 @@ impl Build<'_> {
             labels: o.labels.clone(),
             transcript_dir,
             origin: model::Origin::Manifest,
+            share_writes: m.share_writes,
         }
     }
 
