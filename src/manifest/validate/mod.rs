@@ -4,8 +4,9 @@
 //! an earlier one could read. `shape` reads each document into an object of its kind; `teams`
 //! sorts the objects into their teams and judges each team's own settings; then, team by team,
 //! `sessions`, `grants` and `members` build the model's parts, `limits` judging members'
-//! resources and the host's admission. The stages after `shape` share `Build`: what they judge
-//! against, and the problems they find.
+//! resources and the host's admission; last, `writers` judges every member's write grant
+//! against every other's, across teams. The stages after `shape` share `Build`: what they
+//! judge against, and the problems they find.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -29,10 +30,12 @@ mod members;
 mod sessions;
 mod shape;
 mod teams;
+mod writers;
 
 pub(crate) use grants::narrower;
 use limits::Admission;
 pub use limits::{DEFAULT_MEMORY, MEMORY_SHARE};
+pub(crate) use writers::ONE_WRITER;
 
 /// What `kind` says an object is. A string that names no kind is refused (`FromStr`), so no
 /// object is ever read as a kind it does not name.
@@ -235,6 +238,8 @@ struct Build<'a> {
     broken: &'a Broken,
     fence: Fence<'a>,
     admission: Admission,
+    /// The manifests' members that write, as `members` builds them (`writers`).
+    writers: Vec<writers::Writer>,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -274,6 +279,7 @@ fn build(
         broken,
         fence: Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given),
         admission: Admission::new(host, applied, &redefined),
+        writers: Vec::new(),
         problems,
     };
     let mut desired = Desired::default();
@@ -281,6 +287,7 @@ fn build(
         let team = stages.team(t);
         desired.teams.push(team);
     }
+    stages.one_writer_per_folder(objects, &redefined);
     desired
 }
 
