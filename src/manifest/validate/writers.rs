@@ -3,10 +3,12 @@
 //! edit one tree unawares undo each other's work. Main sessions run on the host as the person
 //! and are not counted; read grants never are.
 //!
-//! Two folders overlap when one is the other or inside it: by path, and, where the folders
-//! exist, by device and inode of each folder and its ancestors, so that one folder reached by
-//! two paths (a bind mount) is still one folder. Each write folder is looked up once per
-//! ancestor: O(folders × depth), whatever the store holds.
+//! Two folders overlap when one is the other or inside it, judged as grants are
+//! (`crate::manifest::reach`): by name; by device and inode of each folder and its ancestors,
+//! so that one folder reached by two paths (a bind mount) is one folder; and by the mount
+//! table, which also shows a bind mount of a folder inside another's (its ancestors are its
+//! own) and a mount below a folder. Each folder looks up each of its ancestors once per way,
+//! in hash maps: O(folders × depth), whatever the store holds.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -135,7 +137,7 @@ fn note(
 
 /// Each pair of writers (by index, the lower first) with a folder each that overlap, and the
 /// first such overlap found: by names, then by device and inode (`id_of`, where a folder
-/// exists), then by the mount table. Each folder looks up each of its ancestors once per way.
+/// exists), then by the mount table.
 fn overlaps(
     writers: &[Writer],
     id_of: impl Fn(&Path) -> Option<FolderId>,
@@ -152,37 +154,60 @@ fn overlaps(
         })
         .collect();
     let mut found = BTreeMap::new();
+    by_names(&folders, &mut found);
+    by_inodes(&folders, id_of, &mut found);
+    if let Some(m) = mounts {
+        by_mounts(&folders, m, &mut found);
+    }
+    found
+}
+
+/// Folders whose names nest.
+fn by_names(folders: &[(Folder, &Path)], found: &mut BTreeMap<(usize, usize), Overlap>) {
     let mut by_name: HashMap<&Path, Vec<Folder>> = HashMap::new();
-    for &(f, p) in &folders {
+    for &(f, p) in folders {
         by_name.entry(p).or_default().push(f);
     }
-    for &(f, p) in &folders {
+    for &(f, p) in folders {
         for a in p.ancestors() {
             for &o in by_name.get(a).into_iter().flatten() {
-                note(&mut found, f, o, a == p, How::Names);
+                note(found, f, o, a == p, How::Names);
             }
         }
     }
+}
+
+/// Folders of which one, or one of its ancestors, is the other by device and inode.
+fn by_inodes(
+    folders: &[(Folder, &Path)],
+    id_of: impl Fn(&Path) -> Option<FolderId>,
+    found: &mut BTreeMap<(usize, usize), Overlap>,
+) {
     let mut ids: HashMap<&Path, Option<FolderId>> = HashMap::new();
     let mut by_id: HashMap<FolderId, Vec<Folder>> = HashMap::new();
-    for &(f, p) in &folders {
+    for &(f, p) in folders {
         if let Some(i) = cached(&mut ids, &id_of, p) {
             by_id.entry(i).or_default().push(f);
         }
     }
-    for &(f, p) in &folders {
+    for &(f, p) in folders {
         for a in p.ancestors() {
             let Some(i) = cached(&mut ids, &id_of, a) else {
                 continue;
             };
             for &o in by_id.get(&i).into_iter().flatten() {
-                note(&mut found, f, o, a == p, How::Inode { via: a.into() });
+                note(found, f, o, a == p, How::Inode { via: a.into() });
             }
         }
     }
-    let Some(mounts) = mounts else {
-        return found;
-    };
+}
+
+/// Folders whose places in one file system nest, by the mount table (`places`).
+fn by_mounts(
+    folders: &[(Folder, &Path)],
+    mounts: &Mounts,
+    found: &mut BTreeMap<(usize, usize), Overlap>,
+) {
     let placed: Vec<(Folder, Vec<(FsPath, PathBuf)>)> = folders
         .iter()
         .map(|&(f, p)| (f, places(mounts, p)))
@@ -206,19 +231,19 @@ fn overlaps(
                     } else {
                         point
                     };
-                    note(&mut found, *f, o, a == fs.path, How::Mount(at.into()));
+                    note(found, *f, o, a == fs.path, How::Mount(at.into()));
                 }
             }
         }
     }
-    found
 }
 
 /// Where in the run a writer's grant is named, to report each pair at the one read later; a
 /// member of the store comes before every file.
 fn reading_key(w: &Writer, files: &BTreeMap<&Path, usize>) -> Option<(usize, usize, usize)> {
     let p = w.at.as_ref()?;
-    Some((files.get(p.file.as_path()).copied()?, p.line, p.column))
+    let file = files.get(p.file.as_path()).copied().unwrap_or(usize::MAX);
+    Some((file, p.line, p.column))
 }
 
 impl Build<'_> {
