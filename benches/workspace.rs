@@ -6,6 +6,11 @@
 //! `cargo bench --bench workspace [-- COMMITS...]` (default 100, about 100 MB of history;
 //! give several, such as `10 100`, to see whether both stay flat as history grows).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark that cannot set up fails loudly"
+)]
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};

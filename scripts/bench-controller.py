@@ -221,9 +221,10 @@ def bench_engine(cli, kills=None, engine=None):
 
 
 def team_of(n, memory_of):
+    # Every member writes ./repo, and says it shares it.
     members = "".join(
         f"---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\n"
-        f"spec: {{parent: lead, access: rw, restart: Always, "
+        f"spec: {{parent: lead, access: rw, restart: Always, shareWrites: true, "
         f"resources: {{memory: {memory_of(i)}, pids: 64}}}}\n"
         for i in range(1, n + 1))
     head = TEAM.split("---\napiVersion: ateam.dev/v1alpha1\nkind: Member")[0]

@@ -60,11 +60,12 @@ metadata: {name: rw}
 spec: {write: [../repo]}
 """
 
+# Every member writes ../repo, and says it shares it.
 MEMBER = """---
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {name: w%d}
-spec: {parent: lead, access: rw, restart: Always, resources: {memory: 64Mi, pids: 64}}
+spec: {parent: lead, access: rw, restart: Always, resources: {memory: 64Mi, pids: 64}, shareWrites: true}
 """
 
 

@@ -39,7 +39,8 @@ pkill -f "tmux -S $W/" 2>/dev/null || true
 [ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$W"
 mkdir -p "$W/results"
 
-# gen_ateam DIR N: a team of N members, each with one write grant, no network.
+# gen_ateam DIR N: a team of N members, each with one write grant (the same folder, which
+# they say they share), no network.
 gen_ateam() {
     local dir=$1 n=$2 i
     mkdir -p "$dir/repo"
@@ -52,7 +53,7 @@ gen_ateam() {
         printf -- '---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: g}\nspec: {write: [./repo]}\n'
         for i in $(seq 1 "$n"); do
             printf -- '---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {name: m%s, labels: {bench: "1"}}\n' "$i"
-            printf 'spec: {parent: lead, access: g, resources: {memory: 64Mi, pids: 64}}\n'
+            printf 'spec: {parent: lead, access: g, resources: {memory: 64Mi, pids: 64}, shareWrites: true}\n'
         done
     } >"$dir/team.yaml"
 }

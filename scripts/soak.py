@@ -225,9 +225,11 @@ class Soak:
         return "---\n".join(json.dumps(d) + "\n" for d in docs)
 
     def member_text(self, team, name, memory):
+        # Every member of a team writes its one repo, and says it shares it.
         doc = {"apiVersion": "ateam.dev/v1alpha1", "kind": "Member",
                "metadata": {"name": name},
                "spec": {"team": team, "parent": "lead", "access": "rw", "restart": "Always",
+                        "shareWrites": True,
                         "command": ["sh", "-c", MEMBER_SH],
                         "env": {"SOAK_NAME": name, "SOAK_W": f"{self.root}/repo-{team}"},
                         "resources": {"memory": memory, "pids": 64}}}

@@ -184,6 +184,11 @@ pub struct Member {
     /// Where it comes from. Default (and for records of 0.1.0): a manifest.
     #[serde(default, skip_serializing_if = "Origin::is_manifest")]
     pub origin: Origin,
+    /// It lets other members write where it writes (`shareWrites`): one writer per folder
+    /// holds unless both of two overlapping members say so. Default: records before it have
+    /// none, and did not share.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_writes: bool,
 }
 
 /// A writer's workspace, validated: a repository of the member's own at `path`, made from

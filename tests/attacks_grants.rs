@@ -315,6 +315,69 @@ fn a_bind_mount_alias_of_a_session_dir_in_the_same_apply_is_refused() {
     assert!(!lab.state().exists(), "a refused apply created the store");
 }
 
+/// One writer per folder, judged as grants are: team b's member writes team a's member's
+/// folder under another name (a bind mount of it, or of a folder inside it), both in one
+/// apply. By name the folders are apart; by device and inode, or by the mount table, they
+/// are one.
+#[test]
+fn two_writers_of_one_folder_through_a_bind_mount_are_refused() {
+    let lab = Lab::new(None);
+    let work = lab.mkdir("a/work");
+    lab.mkdir("a/work/src");
+    let alias = lab.root().join("b/alias");
+    lab.bind(&work, &alias);
+    let src_alias = lab.root().join("b/src");
+    lab.bind(&work.join("src"), &src_alias);
+    let (a, b) = (lab.team_name("writera"), lab.team_name("writerb"));
+    for (folder, words) in [
+        (
+            "./b/alias",
+            format!(
+                "member `{b}/m` writes `{}`, which `{a}/m` (",
+                alias.display()
+            ),
+        ),
+        (
+            "./b/src",
+            format!(
+                "member `{b}/m` writes `{}`, and `{a}/m` (",
+                src_alias.display()
+            ),
+        ),
+    ] {
+        let yaml = format!(
+            "{}---\n{}",
+            team_yaml(&a, "./a/sessions", &[], &["./a/work"], "64Mi"),
+            team_yaml(&b, "./b/sessions", &[], &[folder], "64Mi")
+        );
+        let m = lab.manifest("both", &yaml);
+        let how = if folder == "./b/alias" {
+            format!(
+                "writes too as `{}` (the same device and inode)",
+                work.display()
+            )
+        } else {
+            format!(
+                "the mount at `{}` shows one as the other",
+                src_alias.display()
+            )
+        };
+        lab.apply_refused(
+            &b,
+            &m,
+            &["spec.access", &words, &how, "one writer per folder"],
+        );
+        // Both saying they share it, it is theirs to share.
+        let shared = yaml.replace("pids: 64}}", "pids: 64}, shareWrites: true}");
+        let out = lab.ateam(&[
+            "validate",
+            "-f",
+            lab.manifest("both", &shared).to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", both(&out));
+    }
+}
+
 /// The grant does not name the alias but its parent: the member would see the transcripts
 /// through the bind mount below the granted folder.
 #[test]

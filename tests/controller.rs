@@ -39,9 +39,11 @@ metadata: {name: rw}
 spec: {write: [../repo]}
 "#;
 
+/// A member of the World's team (or of a second team in its store). They share the one
+/// folder `rw` writes (one writer per folder is not what these cases are about), and say so.
 fn member(name: &str, extra: &str) -> String {
     format!(
-        "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: {name}}}\nspec: {{parent: lead, access: rw, restart: Always, resources: {{memory: 64Mi, pids: 64}}{extra}}}\n"
+        "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: {name}}}\nspec: {{parent: lead, access: rw, restart: Always, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true{extra}}}\n"
     )
 }
 

@@ -698,7 +698,8 @@ fn a_member_that_cannot_start_is_named_with_its_output(engine: &'static str) {
     assert_eq!(state_of(&w.status_json(), "tester"), "running");
 }
 
-/// A team of ten plain members, for the crash and concurrency cases.
+/// A team of ten plain members, for the crash and concurrency cases: they share the one
+/// folder `g` writes, and say so.
 fn ten_members(w: &World, memory: &str) {
     let mut t = format!(
         "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {{name: {}}}\nspec: {{image: ateam-demo:latest, sessionDir: ./sessions}}\n---\n\
@@ -707,7 +708,7 @@ fn ten_members(w: &World, memory: &str) {
     );
     for i in 0..10 {
         t.push_str(&format!(
-            "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\nspec: {{parent: lead, access: g, resources: {{memory: {memory}}}}}\n"
+            "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\nspec: {{parent: lead, access: g, resources: {{memory: {memory}}}, shareWrites: true}}\n"
         ));
     }
     t.push_str("---\napiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: lead}\nspec: {command: [sh]}\n");
@@ -1316,7 +1317,8 @@ every_engine!(
 
 /// The team of the session cases: a lead session that writes its environment into its
 /// transcript folder; `writer` (a Member, or a MainSession promoted from it: `writer_doc`)
-/// with a transcript it writes once; `tester`, which works for writer.
+/// with a transcript it writes once; `tester`, which works for writer. Both members write
+/// ./workspace/repo, and say they share it.
 fn sessions_team(w: &World, lead: &str, writer_doc: &str) -> String {
     format!(
         "apiVersion: ateam.dev/v1alpha1
@@ -1343,6 +1345,7 @@ metadata: {{name: tester}}
 spec:
   parent: writer
   access: repo
+  shareWrites: true
   command: [sh, -c, 'echo $ATEAM_ROLE $(hostname) $ATEAM_RELEASE > \"$ATEAM_SESSION_DIR/role\"; exec sleep 100000']
   restart: Always
 ",
@@ -1362,6 +1365,7 @@ metadata: {name: writer}
 spec:
   parent: lead
   access: repo
+  shareWrites: true
   command: [sh, -c, 'd=$ATEAM_SESSION_DIR; [ -f $d/transcript.log ] || { echo working > $d/transcript.log; mkdir $d/notes; seq 1 5000 > $d/notes/big.txt; }; exec sleep 100000']
   restart: Always
 ";

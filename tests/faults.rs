@@ -88,12 +88,13 @@ impl World {
         self.root().join("state")
     }
 
-    /// The manifests: the team and `members` members (`m0`, `m1`, ...).
+    /// The manifests: the team and `members` members (`m0`, `m1`, ...), sharing the one
+    /// folder `rw` writes (and saying so).
     fn members(&self, members: usize) {
         let mut yaml = TEAM.replace("TEAM", &self.team);
         for i in 0..members {
             yaml.push_str(&format!(
-                "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\nspec: {{parent: lead, access: rw, restart: Always, resources: {{memory: 32Mi, pids: 32}}}}\n"
+                "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: m{i}}}\nspec: {{parent: lead, access: rw, restart: Always, resources: {{memory: 32Mi, pids: 32}}, shareWrites: true}}\n"
             ));
         }
         std::fs::write(self.root().join("manifests/team.yaml"), yaml).unwrap();

@@ -657,3 +657,266 @@ spec: {parent: lead, access: g, secretEnv: [OTHER]}
     assert_eq!(problems[0].field.as_deref(), Some("spec.secretEnv"));
     assert!(problems[0].message.contains("injects `OPENAI_API_KEY`"));
 }
+
+/// A member of `writers_team`: its name, parent, the folder it writes and the one it reads
+/// (relative to the team's folder; "" for none), and whether it shares what it writes.
+type W<'a> = (&'a str, &'a str, &'a str, &'a str, bool);
+
+/// Team `team` in `dir`, each member with an AccessGrant of its own (`g-<member>`), in block
+/// style so that `line_of` finds each member's `access`.
+fn writers_team(team: &str, members: &[W]) -> String {
+    let mut y = format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: sessions-{team}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: .}}
+"
+    );
+    for (name, parent, write, read, share) in members {
+        y.push_str(&format!(
+            "---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g-{name}}}
+spec:
+  write: [{write}]
+  read: [{read}]
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: {name}}}
+spec:
+  parent: {parent}
+  access: g-{name}
+  shareWrites: {share}
+"
+        ));
+    }
+    y
+}
+
+/// The 1-based line of `yaml` that holds `needle`.
+fn line_of(yaml: &str, needle: &str) -> usize {
+    yaml.lines().position(|l| l.contains(needle)).unwrap() + 1
+}
+
+/// A folder with `repo/src` and `docs`, and a host whose home and state are elsewhere.
+fn writers_dir() -> (tempfile::TempDir, PathBuf, Host) {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().canonicalize().unwrap();
+    for d in ["repo/src", "docs", "sessions-t", "sessions-s"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let mut host = test_host();
+    host.home = "/nonexistent-home".into();
+    (t, dir, host)
+}
+
+fn judge_in(dir: &Path, host: &Host, yaml: &str, applied: &[Team]) -> Result<Team, Vec<Problem>> {
+    let src = Source {
+        path: dir.join("team.yaml"),
+        dir: dir.to_path_buf(),
+        text: yaml.to_string(),
+        given: None,
+    };
+    validate(&[src], host, applied).map(|mut d| d.teams.remove(0))
+}
+
+/// One writer per folder: two members writing one folder, or one inside the other, are
+/// refused at the later one's `access`, naming both members and the other's line; every pair
+/// is one problem.
+#[test]
+fn two_writers_of_one_folder_are_refused_naming_both() {
+    let (_t, dir, host) = writers_dir();
+    let file = dir.join("team.yaml").display().to_string();
+    let repo = dir.join("repo").display().to_string();
+    let yaml = writers_team(
+        "t",
+        &[
+            ("a", "lead", "repo", "", false),
+            ("b", "lead", "repo", "", false),
+        ],
+    );
+    let p = judge_in(&dir, &host, &yaml, &[]).unwrap_err();
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(
+        (
+            p[0].line,
+            p[0].column,
+            p[0].object.as_deref(),
+            p[0].field.as_deref()
+        ),
+        (
+            line_of(&yaml, "access: g-b"),
+            11,
+            Some("Member/b"),
+            Some("spec.access")
+        )
+    );
+    assert_eq!(
+        p[0].message,
+        format!(
+            "member `t/b` writes `{repo}`, which `t/a` ({file}:{}) writes too: one writer per folder; give each member a folder of its own, or set `shareWrites: true` on both",
+            line_of(&yaml, "access: g-a")
+        )
+    );
+
+    // One inside the other, whichever is read first.
+    for (a, b, words) in [
+        (
+            "repo",
+            "repo/src",
+            format!("member `t/b` writes `{repo}/src`, inside `{repo}`, which `t/a` ({file}:"),
+        ),
+        (
+            "repo/src",
+            "repo",
+            format!("member `t/b` writes `{repo}`, and `t/a` ({file}:"),
+        ),
+    ] {
+        let yaml = writers_team(
+            "t",
+            &[("a", "lead", a, "", false), ("b", "lead", b, "", false)],
+        );
+        let p = judge_in(&dir, &host, &yaml, &[]).unwrap_err();
+        assert!(
+            p.len() == 1 && p[0].message.starts_with(&words),
+            "{words}\n{p:#?}"
+        );
+    }
+
+    // Every pair, once: three writers of one folder are three problems.
+    let yaml = writers_team(
+        "t",
+        &[
+            ("a", "lead", "repo", "", false),
+            ("b", "lead", "repo/src", "", false),
+            ("c", "lead", "repo", "", false),
+        ],
+    );
+    let p = judge_in(&dir, &host, &yaml, &[]).unwrap_err();
+    let pairs: Vec<(&str, bool, bool)> = p
+        .iter()
+        .map(|p| {
+            (
+                p.object.as_deref().unwrap(),
+                p.message.contains("`t/a`"),
+                p.message.contains("`t/b`"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("Member/b", true, true),
+            ("Member/c", true, false),
+            ("Member/c", false, true)
+        ],
+        "{p:#?}"
+    );
+}
+
+/// Two members may write one folder when both say they share it (`shareWrites`); one saying
+/// so is not enough. A child writing inside its parent's folder is a second writer too, and
+/// reading a folder is not writing it.
+#[test]
+fn members_that_both_share_may_write_one_folder() {
+    let (_t, dir, host) = writers_dir();
+    for (members, refused) in [
+        (
+            [
+                ("a", "lead", "repo", "", true),
+                ("b", "lead", "repo", "", true),
+            ],
+            None,
+        ),
+        (
+            [
+                ("a", "lead", "repo", "", true),
+                ("b", "lead", "repo/src", "", false),
+            ],
+            Some("set `shareWrites: true` on both (only `t/a` says so)"),
+        ),
+        (
+            [
+                ("a", "lead", "repo", "", false),
+                ("b", "a", "repo/src", "", false),
+            ],
+            Some("member `t/b` writes"),
+        ),
+        (
+            [
+                ("a", "lead", "repo", "", true),
+                ("b", "a", "repo", "", true),
+            ],
+            None,
+        ),
+        (
+            [
+                ("a", "lead", "repo", "", false),
+                ("b", "lead", "docs", "repo", false),
+            ],
+            None,
+        ),
+    ] {
+        let yaml = writers_team("t", &members);
+        let got = judge_in(&dir, &host, &yaml, &[]);
+        match refused {
+            None => {
+                got.unwrap_or_else(|p| panic!("{members:?}: {p:#?}"));
+            }
+            Some(words) => {
+                let p = got.unwrap_err();
+                assert!(
+                    p.len() == 1
+                        && p[0].message.contains(words)
+                        && p[0].message.contains("one writer per folder"),
+                    "{members:?}: {p:#?}"
+                );
+            }
+        }
+    }
+}
+
+/// The teams of the store count: a member writing inside a stored team's member's folder is
+/// refused, naming the stored team; a team the manifests define again is not judged against
+/// its own stored copy.
+#[test]
+fn a_writer_of_a_stored_team_counts() {
+    let (_t, dir, host) = writers_dir();
+    let repo = dir.join("repo").display().to_string();
+    let stored_yaml = writers_team("s", &[("w", "lead", "repo", "", false)]);
+    let stored = judge_in(&dir, &host, &stored_yaml, &[]).unwrap();
+    let applied = std::slice::from_ref(&stored);
+    let yaml = writers_team("t", &[("m", "lead", "repo/src", "docs", false)]);
+    let p = judge_in(&dir, &host, &yaml, applied).unwrap_err();
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(p[0].line, line_of(&yaml, "access: g-m"));
+    assert!(
+        p[0].message.starts_with(&format!(
+            "member `t/m` writes `{repo}/src`, inside `{repo}`, which `s/w` (applied in the store) writes: one writer per folder"
+        )),
+        "{p:#?}"
+    );
+    // Team s again, as it is or with a second writer of its folder that shares: judged as
+    // the manifests say, not against what the store holds of it.
+    judge_in(&dir, &host, &stored_yaml, applied).unwrap();
+    let again = writers_team(
+        "s",
+        &[
+            ("w", "lead", "repo", "", true),
+            ("v", "lead", "repo", "", true),
+        ],
+    );
+    judge_in(&dir, &host, &again, applied).unwrap();
+    // Both sharing, across teams.
+    let mut sharing = stored.clone();
+    sharing.members[0].share_writes = true;
+    let yaml = writers_team("t", &[("m", "lead", "repo/src", "", true)]);
+    judge_in(&dir, &host, &yaml, &[sharing]).unwrap();
+}

@@ -81,8 +81,8 @@ impl World {
 
     /// The team: member `a` writes ./work and reads ./other, may reach example.com (so it
     /// has the proxy variables, which busybox wget follows even to loopback without `-Y
-    /// off`), 64Mi, 64 pids;
-    /// maxMembers 3. With `with_a` false, `a` is left out.
+    /// off`), 64Mi, 64 pids; it shares what it writes (`shareWrites`), so that its helpers
+    /// may write inside it. maxMembers 3. With `with_a` false, `a` is left out.
     fn manifests(&self, with_a: bool) -> String {
         let mut yaml = format!(
             r#"apiVersion: ateam.dev/v1alpha1
@@ -108,7 +108,7 @@ spec: {{write: [./work], read: [./other], network: {{allow: [example.com]}}}}
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {name: a}
-spec: {parent: lead, access: g, command: [sleep, "100000"], resources: {memory: 64Mi, pids: 64}}
+spec: {parent: lead, access: g, command: [sleep, "100000"], resources: {memory: 64Mi, pids: 64}, shareWrites: true}
 "#,
             );
         }
@@ -142,7 +142,7 @@ spec: {{write: [./work], read: [./other], network: {{allow: [example.com]}}}}
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {{name: {name}}}
-spec: {{parent: {parent}, access: g, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+spec: {{parent: {parent}, access: g, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}, shareWrites: true}}
 "#
             ));
         }

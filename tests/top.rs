@@ -43,6 +43,8 @@ impl World {
             std::fs::create_dir(w.root().join(d)).unwrap();
         }
         std::os::unix::fs::chown(w.root().join("work"), Some(65534), Some(65534)).unwrap();
+        // alpha and beta both write ./work, and say they share it: one writer per folder is
+        // not what these cases are about.
         let yaml = format!(
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -62,12 +64,12 @@ spec: {{write: [./work], network: {{allow: [example.com]}}}}
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {{name: alpha}}
-spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, command: [sh, -c, "echo hello-from-alpha; exec sleep 100000"]}}
+spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true, command: [sh, -c, "echo hello-from-alpha; exec sleep 100000"]}}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {{name: beta}}
-spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, command: [sleep, "100000"]}}
+spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true, command: [sleep, "100000"]}}
 "#,
             team = w.team
         );

@@ -214,9 +214,11 @@ metadata: {name: rw}
 spec: {read: [./docs], write: [./repo], network: {allow: [example.com]}}
 "#;
 
+/// A member of the World's team: they share the one folder `rw` writes (one writer per
+/// folder is not what these cases are about), and say so.
 fn member(name: &str, extra: &str) -> String {
     format!(
-        "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: {name}}}\nspec: {{parent: lead, access: rw, resources: {{memory: 64Mi, pids: 64}}{extra}}}\n"
+        "---\napiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {{name: {name}}}\nspec: {{parent: lead, access: rw, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true{extra}}}\n"
     )
 }
 

@@ -137,6 +137,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                     branch: Some(w.branch.clone()),
                 })
             }),
+            share_writes: m.share_writes,
         },
     );
     if let Origin::Requested { by, at } = &m.origin {

@@ -405,6 +405,11 @@ pub struct MemberSpec {
     /// `UID:GID` it runs as; default the Team's `user`. On rootless Podman members always run
     /// as you.
     pub user: Option<String>,
+    /// Let other members write the folders it writes (or folders inside or around them).
+    /// Default false: a write grant that overlaps another member's is refused unless both
+    /// members set this, so that two agents do not edit one tree unawares.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_writes: bool,
     /// A repository of its own to work in, on a branch of its own (docs/workspaces.md).
     pub workspace: Option<Box<WorkspaceSpec>>,
 }

@@ -251,6 +251,11 @@ impl<'a> Fence<'a> {
         self.forbid_session_dir(team, dir, "the transcripts folder");
     }
 
+    /// The mount table, where it could be read (else every grant is refused already).
+    pub fn mount_table(&self) -> Option<&Mounts> {
+        self.mounts.as_deref().ok()
+    }
+
     fn mounts(&self) -> Result<&Mounts, String> {
         self.mounts.as_deref().map_err(|e| {
             format!(

@@ -50,6 +50,7 @@ fn team(members: &[&str]) -> Team {
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
         workspace: None,
         origin: Default::default(),
+        share_writes: false,
     };
     Team {
         name: "t".into(),

@@ -712,6 +712,9 @@ fn as_manifests(
             by: by.to_string(),
             at: at.to_string(),
         },
+        // Its asker's word: a person who let the asker share its folders lets its helpers
+        // share them too; otherwise a helper may not write where another member writes.
+        share_writes: parent.share_writes,
     };
     let mut member_obj = export::member_object(team, &child);
     member_obj.spec.cwd = req.cwd.clone();
@@ -833,6 +836,8 @@ fn refusal_of(problems: &[Problem], name: &str) -> Refusal {
         "maxDepth"
     } else if p.message.contains("narrower than its parent") {
         "narrower-than-requester"
+    } else if p.message.contains(crate::manifest::validate::ONE_WRITER) {
+        "one-writer"
     } else if field.as_deref() == Some("name") {
         "name"
     } else if p.message.contains("defined twice") {
@@ -848,6 +853,8 @@ fn refusal_of(problems: &[Problem], name: &str) -> Refusal {
         // The team's limits are not a field of the request.
         "maxMembers" => None,
         "narrower-than-requester" => narrower_field(&p.message),
+        // Said at the member's grant, which the request writes as `write`.
+        "one-writer" => Some("write".into()),
         _ => field,
     };
     if !own {

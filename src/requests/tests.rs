@@ -47,8 +47,14 @@ impl Fixture {
     }
 
     /// Member `a` writes ./work, reads ./other, allow-lists api.example.com, 256Mi, 64 pids,
-    /// 1 CPU; maxMembers 3, maxDepth 2.
+    /// 1 CPU; maxMembers 3, maxDepth 2. It shares what it writes (`shareWrites`), so that
+    /// its helpers may write inside it.
     fn team(&self, helper_requests: bool) -> Team {
+        self.team_sharing(helper_requests, true)
+    }
+
+    /// `team`, with `a` sharing what it writes or not.
+    fn team_sharing(&self, helper_requests: bool, share: bool) -> Team {
         let yaml = format!(
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -68,7 +74,7 @@ spec: {{write: [./work], read: [./other], network: {{allow: [api.example.com]}}}
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {{name: a}}
-spec: {{parent: lead, access: g, command: [sleep, "1"], resources: {{memory: 256Mi, pids: 64, cpus: 1}}}}
+spec: {{parent: lead, access: g, command: [sleep, "1"], resources: {{memory: 256Mi, pids: 64, cpus: 1}}, shareWrites: {share}}}
 "#
         );
         self.validate(&yaml).unwrap().teams.remove(0)
@@ -122,6 +128,36 @@ fn a_narrower_request_makes_a_member_like_a_manifest_would() {
             by: "a".into(),
             at: "2026-01-01T00:00:00Z".into()
         }
+    );
+}
+
+/// One writer per folder holds for helpers too: a helper writes inside its requester's
+/// folder only when the requester shares it (`shareWrites`), and then shares it as well.
+#[test]
+fn a_helper_writes_where_its_requester_does_only_when_the_requester_shares() {
+    let f = Fixture::new();
+    let mut r = request("helper");
+    r.write = vec![f.path("work/sub")];
+    let e = f.judge(&f.team_sharing(true, false), &r).unwrap_err();
+    assert_eq!((e.status, e.rule.as_str()), (422, "one-writer"), "{e:?}");
+    assert_eq!(e.field.as_deref(), Some("write"), "{e:?}");
+    assert!(
+        e.message.contains(&format!(
+            "member `t/helper` writes `{}`, inside `{}`, which `t/a` (<helper request>:",
+            f.path("work/sub"),
+            f.path("work")
+        )),
+        "{e:?}"
+    );
+    let m = f.judge(&f.team_sharing(true, true), &r).unwrap();
+    assert!(m.share_writes);
+    // Reading its requester's folder writes nothing.
+    let mut r = request("reader");
+    r.read = vec![f.path("work")];
+    assert!(
+        !f.judge(&f.team_sharing(true, false), &r)
+            .unwrap()
+            .share_writes
     );
 }
 

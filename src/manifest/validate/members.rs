@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::grants::narrower;
+use super::writers::Writer;
 use super::{
     Build, Kind, Parsed, TeamObjects, check_env_name, check_image, check_socket_path,
     root_user_refused,
@@ -224,7 +225,7 @@ impl Build<'_> {
         let resources = self.resources(o, &m.resources);
         let user = self.member_user(tree, o, m);
         self.admit(o, resources.memory_bytes);
-        model::Member {
+        let member = model::Member {
             name: name.to_string(),
             user,
             parent: tree
@@ -251,7 +252,12 @@ impl Build<'_> {
             transcript_dir,
             workspace,
             origin: model::Origin::Manifest,
-        }
+            share_writes: m.share_writes,
+        };
+        let at = o.value_problem("spec.access", String::new());
+        self.writers
+            .extend(Writer::of(&t.team.name, &member, Some(at)));
+        member
     }
 
     /// The member's grant (nothing when it names none), which must be the same as or narrower

@@ -4,8 +4,9 @@
 //! an earlier one could read. `shape` reads each document into an object of its kind; `teams`
 //! sorts the objects into their teams and judges each team's own settings; then, team by team,
 //! `sessions`, `grants` and `members` build the model's parts, `limits` judging members'
-//! resources and the host's admission. The stages after `shape` share `Build`: what they judge
-//! against, and the problems they find.
+//! resources and the host's admission; last, `writers` judges every member's write grant
+//! against every other's, across teams. The stages after `shape` share `Build`: what they
+//! judge against, and the problems they find.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -30,10 +31,12 @@ mod sessions;
 mod shape;
 mod teams;
 mod workspaces;
+mod writers;
 
 pub(crate) use grants::narrower;
 use limits::Admission;
 pub use limits::{DEFAULT_MEMORY, MEMORY_SHARE};
+pub(crate) use writers::ONE_WRITER;
 
 /// What `kind` says an object is. A string that names no kind is refused (`FromStr`), so no
 /// object is ever read as a kind it does not name.
@@ -238,6 +241,8 @@ struct Build<'a> {
     admission: Admission,
     /// Workspaces judged so far: checked against every write grant once all are built.
     workspaces: Vec<workspaces::Made>,
+    /// The manifests' members that write, as `members` builds them (`writers`).
+    writers: Vec<writers::Writer>,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -278,6 +283,7 @@ fn build(
         fence: Fence::new(&host.state_dir, &engine_dirs, applied, &redefined, given),
         admission: Admission::new(host, applied, &redefined),
         workspaces: Vec::new(),
+        writers: Vec::new(),
         problems,
     };
     let mut desired = Desired::default();
@@ -296,6 +302,7 @@ fn build(
         .collect();
     let made = std::mem::take(&mut stages.workspaces);
     workspaces::writable_repositories(made, &teams, stages.problems);
+    stages.one_writer_per_folder(objects, &redefined);
     desired
 }
 
