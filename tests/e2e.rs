@@ -1852,6 +1852,17 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
         "{}",
         text(&out.stdout)
     );
+    // Status shows each writer's branch and how far its work is.
+    let ws_row = |s: &serde_json::Value, m: &str| row(s, m)["workspace"].clone();
+    let s = w.status_json();
+    let a = ws_row(&s, "alice");
+    assert_eq!(a["branch"], format!("ateam/{}/alice", w.team), "{a}");
+    assert_eq!(
+        (a["ahead"].as_u64(), a["uncollected"].as_u64()),
+        (Some(1), Some(1)),
+        "{a}"
+    );
+    assert_eq!(a["uncommitted"].as_u64(), Some(0), "{a}");
     // Collected: as refs of ateam's, and bob's also into a branch; nothing checked out.
     for args in [
         vec!["collect", "alice"],
@@ -1874,6 +1885,9 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
         "alice"
     );
     person_git(&repo, &["fsck", "--strict", "--no-dangling"]);
+    // (Each `ateam status` reads afresh: the figures' cache lives in one process.)
+    let s = w.status_json();
+    assert_eq!(ws_row(&s, "bob")["uncollected"].as_u64(), Some(0), "{s:#}");
     let mut after = Vec::new();
     git_files(&repo.join(".git"), Path::new(""), &mut after);
     before.sort();

@@ -58,7 +58,7 @@ pub async fn changes(
             .map(|t| &t[..12.min(t.len())])
             .unwrap_or("(deleted)"),
         &c.base[..12.min(c.base.len())],
-        c.commits.len(),
+        c.ahead,
         c.behind,
         c.uncollected
     );

@@ -524,6 +524,8 @@ pub struct Changes {
     pub tip: Option<String>,
     /// `<id> <subject>`, newest first, at most 200.
     pub commits: Vec<String>,
+    /// How many commits the branch has that the base has not.
+    pub ahead: u64,
     /// How many commits of the base the branch does not have.
     pub behind: u64,
     /// `<status>\t<path>` of files that differ from the branch's commit.
@@ -564,7 +566,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
             Ok::<u64, WorkspaceError>(out.text().parse().unwrap_or(0))
         }
     };
-    let (commits, behind, uncollected) = match &tip {
+    let (commits, ahead, behind, uncollected) = match &tip {
         Some(t) => {
             let log = shadow
                 .run(&[
@@ -587,11 +589,12 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
                     .lines()
                     .map(str::to_string)
                     .collect(),
+                count(format!("{base}..{t}")).await?,
                 count(format!("{t}..{base}")).await?,
                 count(format!("{from}..{t}")).await?,
             )
         }
-        None => (Vec::new(), 0, 0),
+        None => (Vec::new(), 0, 0, 0),
     };
     // The work tree through a copy of the snapshot index: only what changed is hashed, and
     // the snapshot index is left as the last snapshot made it.
@@ -633,6 +636,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
         base,
         tip,
         commits,
+        ahead,
         behind,
         uncommitted: String::from_utf8_lossy(&files.stdout)
             .lines()

@@ -348,6 +348,7 @@ mod tests {
             terminal: None,
             origin: None,
             usage: None,
+            workspace: None,
         };
         row.usage = Some(Usage {
             cpu_seconds: Some(cpu),

@@ -85,6 +85,7 @@ fn blank(name: &str) -> MemberStatus {
         terminal: None,
         origin: None,
         usage: None,
+        workspace: None,
     }
 }
 
