@@ -1863,6 +1863,11 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
         "{a}"
     );
     assert_eq!(a["uncommitted"].as_u64(), Some(0), "{a}");
+    let doctor = text(&w.ateam(&["doctor"]).stdout);
+    assert!(
+        doctor.contains("alice: 0 file(s) not committed, 1 commit(s) not collected"),
+        "{doctor}"
+    );
     // Collected: as refs of ateam's, and bob's also into a branch; nothing checked out.
     for args in [
         vec!["collect", "alice"],
