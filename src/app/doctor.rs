@@ -149,8 +149,9 @@ async fn workspaces(app: &App) -> Vec<Check> {
                     ),
                 )
                 .fix(format!("ateam changes {0}; ateam collect {0}", m.name)),
-                Err(e) => Check::new("workspace", Status::Warn, format!("{who}: {e}"))
-                    .fix(format!("see docs/workspaces.md; ateam snapshots {}", m.name)),
+                Err(e) => Check::new("workspace", Status::Warn, format!("{who}: {e}")).fix(
+                    format!("see docs/workspaces.md; ateam snapshots {}", m.name),
+                ),
             });
         }
     }
