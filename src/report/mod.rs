@@ -27,7 +27,7 @@ pub use rows::{
     NetworkMode, OriginStatus, RowKind, TeamStatus, Usage, WorkspaceStatus,
 };
 pub use status::{session_transcript, team_status};
-pub use text::{render_controller, render_refusals, render_status};
+pub use text::{render_controller, render_refusals, render_status, workspace_summary};
 
 // What the unit tests (`tests.rs`) reach through `super::*`: the model and plan types their
 // cases are made of, and a private helper they check.

@@ -316,13 +316,13 @@ fn row_notes(m: &MemberStatus, rows: &[MemberStatus]) -> String {
     out
 }
 
-/// A writer's branch and its work: `alice: branch ateam/t/alice, 2 ahead, 0 behind, 1
-/// uncommitted, 2 uncollected (ateam changes alice)`.
-fn workspace_line(name: &str, w: &crate::report::WorkspaceStatus) -> String {
+/// A writer's branch and its work: `branch ateam/t/alice, 2 ahead, 0 behind, 1
+/// uncommitted, 2 uncollected` (status's line under the member, top's detail).
+pub fn workspace_summary(w: &crate::report::WorkspaceStatus) -> String {
     match &w.error {
-        Some(e) => format!("  {name}: workspace {}: {e}\n", w.path.display()),
+        Some(e) => format!("workspace {}: {e}", w.path.display()),
         None => format!(
-            "  {name}: branch {}, {} ahead, {} behind, {} uncommitted, {} uncollected (ateam changes {name})\n",
+            "branch {}, {} ahead, {} behind, {} uncommitted, {} uncollected",
             crate::core::untrusted::shown(&w.branch),
             w.ahead,
             w.behind,
@@ -330,6 +330,15 @@ fn workspace_line(name: &str, w: &crate::report::WorkspaceStatus) -> String {
             w.uncollected
         ),
     }
+}
+
+fn workspace_line(name: &str, w: &crate::report::WorkspaceStatus) -> String {
+    let tail = if w.error.is_none() {
+        format!(" (ateam changes {name})")
+    } else {
+        String::new()
+    };
+    format!("  {name}: {}{tail}\n", workspace_summary(w))
 }
 
 /// Where to find a main session: its terminal while it runs, and its transcript.
