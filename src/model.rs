@@ -181,6 +181,9 @@ pub struct Member {
     /// Its own repository beside the person's, when it is a writer with a workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<Workspace>,
+    /// Copy its write grants before every start, up to this many bytes (`snapshotWrites`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_writes: Option<u64>,
     /// Where it comes from. Default (and for records of 0.1.0): a manifest.
     #[serde(default, skip_serializing_if = "Origin::is_manifest")]
     pub origin: Origin,

@@ -1822,6 +1822,20 @@ apiVersion: ateam.dev/v1alpha1
 kind: MainSession
 metadata: {{name: lead}}
 spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: notes}}
+spec: {{write: [./workspace/docs]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: notes}}
+spec:
+  parent: lead
+  access: notes
+  snapshotWrites: 1Mi
+  command: [sh, -c, 'echo note >> note.txt; exec sleep 100000']
 {alice}{bob}",
         team = w.team,
         alice = writer("alice"),
@@ -1846,9 +1860,15 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
             && shown.contains("alice was here"),
         "{shown}"
     );
+    let out = w.ateam(&["snapshots", "notes"]);
+    assert!(
+        text(&out.stdout).contains("copy  before start"),
+        "a plain write grant, copied before its start: {}",
+        text(&out.stdout)
+    );
     let out = w.ateam(&["snapshots", "bob"]);
     assert!(
-        text(&out.stdout).contains("before start"),
+        text(&out.stdout).contains("workspace  before start"),
         "{}",
         text(&out.stdout)
     );

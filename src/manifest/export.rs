@@ -138,6 +138,9 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 })
             }),
             share_writes: m.share_writes,
+            snapshot_writes: m
+                .snapshot_writes
+                .map(|b| super::raw::Quantity::Text(b.to_string())),
         },
     );
     if let Origin::Requested { by, at } = &m.origin {

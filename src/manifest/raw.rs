@@ -412,6 +412,10 @@ pub struct MemberSpec {
     pub share_writes: bool,
     /// A repository of its own to work in, on a branch of its own (docs/workspaces.md).
     pub workspace: Option<Box<WorkspaceSpec>>,
+    /// Copy its write grants before every start, up to this many bytes in all (`256Mi`); a
+    /// start whose folders hold more is held. Default: no copy (docs/workspaces.md).
+    #[schemars(with = "Option<MemoryQuantity>")]
+    pub snapshot_writes: Option<Quantity>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

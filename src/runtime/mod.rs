@@ -315,14 +315,30 @@ impl Runtime {
         member_owner: Owner,
         make: bool,
     ) -> Result<(), RunError> {
-        let Some(ws) = &m.workspace else {
-            return Ok(());
-        };
-        let place = crate::workspace::Place::new(&m.team, &m.member, ws, member_owner, self.owner);
         let fail = |source| RunError::Workspace {
             member: m.member.clone(),
             source,
         };
+        if let Some(c) = &m.copies {
+            let place = crate::workspace::copy::CopyPlace {
+                member: m.member.clone(),
+                folders: c.folders.clone(),
+                store: c.store.clone(),
+                max_bytes: c.max_bytes,
+                member_owner,
+                ateam_owner: self.owner,
+            };
+            tokio::task::spawn_blocking(move || {
+                crate::workspace::copy::take(&place, "before start")
+            })
+            .await
+            .map_err(|e| fail(crate::workspace::WorkspaceError::Refused(e.to_string())))?
+            .map_err(fail)?;
+        }
+        let Some(ws) = &m.workspace else {
+            return Ok(());
+        };
+        let place = crate::workspace::Place::new(&m.team, &m.member, ws, member_owner, self.owner);
         if make || !place.exists() {
             crate::workspace::ensure(&place).await.map_err(fail)?;
         }

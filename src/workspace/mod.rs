@@ -12,6 +12,7 @@
 //! select drivers only by config, so with none configured a member's filters, textconv and
 //! diff drivers name nothing; `index-pack --strict` checks every object it receives.
 
+pub mod copy;
 pub mod git;
 mod refs;
 
@@ -68,7 +69,7 @@ pub enum WorkspaceError {
     Refused(String),
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
     move |source| WorkspaceError::Io {
         path: path.to_path_buf(),
         source,

@@ -221,6 +221,7 @@ impl Build<'_> {
             .as_ref()
             .and_then(|w| self.member_workspace(&t.team.name, &t.session_dir, name, o, w));
         let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
+        let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
         let user = self.member_user(tree, o, m);
@@ -251,6 +252,7 @@ impl Build<'_> {
             labels: o.labels.clone(),
             transcript_dir,
             workspace,
+            snapshot_writes,
             origin: model::Origin::Manifest,
             share_writes: m.share_writes,
         };
