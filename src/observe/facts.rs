@@ -239,6 +239,7 @@ mod tests {
             transcript_dir: dir.join("sessions/members/a"),
             workspace: None,
             snapshot_writes: None,
+            agent: None,
             origin: Default::default(),
             share_writes: false,
         }

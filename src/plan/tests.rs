@@ -54,6 +54,7 @@ pub(crate) fn member(name: &str) -> Member {
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
         workspace: None,
         snapshot_writes: None,
+        agent: None,
         origin: Default::default(),
         share_writes: false,
     }

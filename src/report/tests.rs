@@ -50,6 +50,7 @@ fn team(members: &[&str]) -> Team {
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
         workspace: None,
         snapshot_writes: None,
+        agent: None,
         origin: Default::default(),
         share_writes: false,
     };

@@ -445,7 +445,10 @@ impl Runtime {
                 source,
             }
         };
-        for dir in [&m.transcript_dir, &m.ctl_dir] {
+        for dir in [&m.transcript_dir, &m.ctl_dir]
+            .into_iter()
+            .chain(m.agent_home.as_ref())
+        {
             files::member_dir(dir, self.owner, member_owner).map_err(io(dir))?;
         }
         gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)

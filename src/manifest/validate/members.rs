@@ -213,9 +213,15 @@ impl Build<'_> {
         m: &raw::MemberSpec,
     ) -> model::Member {
         let t = tree.t;
+        let transcript_dir = transcript_dir(&t.session_dir, name);
+        // `agent:` is a command and an environment: judged as if the manifest said them.
+        let (expanded, agent) = match &m.agent {
+            Some(a) => self.member_agent(o, m, a, &transcript_dir),
+            None => (None, None),
+        };
+        let m = expanded.as_ref().unwrap_or(m);
         let access = self.member_access(tree, name, o, m);
         let image = self.member_runs(t, name, o, m);
-        let transcript_dir = transcript_dir(&t.session_dir, name);
         let workspace = m
             .workspace
             .as_ref()
@@ -252,6 +258,7 @@ impl Build<'_> {
             labels: o.labels.clone(),
             transcript_dir,
             workspace,
+            agent,
             snapshot_writes,
             origin: model::Origin::Manifest,
             share_writes: m.share_writes,
