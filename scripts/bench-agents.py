@@ -48,6 +48,8 @@ TLS = (os.path.join(SUPPORT, "model-tls", "cert.pem"), os.path.join(SUPPORT, "mo
 # Where the `docker run` side finds the stand-in's CA (as ateam's /.ateam/ca.pem and
 # /.ateam/ca-bundle.pem in a member).
 CA_DIR = "/.bench"
+# Where the transcript folder stands in the variables `member_of` returns.
+TRANSCRIPT = "@TRANSCRIPT@"
 CA_ENV = {
     "NODE_EXTRA_CA_CERTS": f"{CA_DIR}/ca.pem",  # Claude Code (Bun): adds to its own roots
     "SSL_CERT_FILE": f"{CA_DIR}/ca-bundle.pem",  # Codex (rustls) and most others: one bundle
@@ -73,27 +75,26 @@ def example_text(agent, port):
     return text.replace(f"{MODEL_HOST}:{EXAMPLE_PORT}", f"{MODEL_HOST}:{port}")
 
 
-def member_of(text):
-    """(the `sh -c` script, env) of the example's Member, read without a YAML library: the
-    examples write the command as `[sh, -c, >- script]` and env as `KEY: value` lines, and
-    tests/support/test_bench_agents.py holds them to that."""
-    lines = text.split("\nkind: Member\n", 1)[1].splitlines()
-    i = lines.index("  command:")
-    if lines[i + 1:i + 4] != ["    - sh", "    - -c", "    - >-"]:
-        raise ValueError(f"the Member's command is not `sh -c` and a folded script: {lines[i + 1:i + 4]}")
-    script = []
-    for line in lines[i + 4:]:
-        if not line.startswith("      "):
-            break
-        script.append(line.strip())
-    env = {}
-    if "  env:" in lines:
-        for line in lines[lines.index("  env:") + 1:]:
-            if not line.startswith("    "):
-                break
-            k, v = line.strip().split(": ", 1)
-            env[k] = v.strip('"')
-    return " ".join(script), env
+def member_of(agent, port, ateam):
+    """(command, env) of the example's Member as ateam expands it (`agent:`: the command, its
+    flags, the agent's variables), read from `ateam validate --show=json` of the example with
+    its model moved to `port`; its transcript folder in the variables is `TRANSCRIPT`."""
+    d = tempfile.mkdtemp(prefix="bench-agents-example-")
+    try:
+        shutil.copytree(example(agent), d, dirs_exist_ok=True)
+        with open(os.path.join(d, "team.yaml"), "w") as f:
+            f.write(example_text(agent, port))
+        env = dict(os.environ, ATEAM_STATE_DIR=os.path.join(d, "state"))
+        out = subprocess.run([ateam, "validate", "--show=json", "-f", os.path.join(d, "team.yaml")],
+                             env=env, capture_output=True)
+        if out.returncode != 0:
+            raise RunFailed(f"ateam validate of the {agent} example:\n{output(out.stdout, out.stderr)}")
+        member = json.loads(out.stdout)["teams"][0]["members"][0]
+        transcript = member["transcript_dir"]
+        vars_ = {k: v.replace(transcript, TRANSCRIPT) for k, v in member["env"].items()}
+        return member["command"], vars_
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def start_model(log):
@@ -167,13 +168,13 @@ def ca_files(agent, d):
         os.chmod(os.path.join(d, name), 0o644)
 
 
-def docker_command(agent, port, work, cadir, name):
-    """The example's command and variables, for `docker run` on the host's network, the model
-    at https://host.ateam.internal:PORT (127.0.0.1), its CA trusted, the key in the
-    environment (no proxy to inject it)."""
-    script, env = member_of(example_text(agent, port))
-    env = dict(env)
-    env["ATEAM_SESSION_DIR"] = f"{work}/.state"  # where the agent keeps its state, as in a member
+def docker_command(agent, port, work, cadir, name, ateam):
+    """The example's command and variables as ateam expands them, for `docker run` on the
+    host's network, the model at https://host.ateam.internal:PORT (127.0.0.1), its CA trusted,
+    the key in the environment (no proxy to inject it), the agent's state under `work`."""
+    command, env = member_of(agent, port, ateam)
+    state = f"{work}/.state"
+    env = {k: v.replace(TRANSCRIPT, state) for k, v in env.items()}
     env.update(CA_ENV)
     env[KEYS[agent]] = "test-key"
     args = DOCKER + ["run", "--rm", "--name", name, "--network", "host",
@@ -182,17 +183,21 @@ def docker_command(agent, port, work, cadir, name):
                      "-v", f"{cadir}:{CA_DIR}:ro", "-v", f"{work}:{work}", "-w", work]
     for k, v in env.items():
         args += ["-e", f"{k}={v}"]
-    return args + [IMAGES[agent], "sh", "-c", script]
+    return args + [IMAGES[agent]] + command
 
 
-def run_docker(agent, port, log, cadir, n):
+def run_docker(agent, port, log, cadir, n, ateam):
     work = tempfile.mkdtemp(prefix="bench-agents-")
-    os.chown(work, OWNER, OWNER)
+    # The agent's state folder, as ateam makes it in a member's transcript folder.
+    for sub in (".state", f".state/{agent}"):
+        os.makedirs(os.path.join(work, sub), exist_ok=True)
+    for d in (work, f"{work}/.state", f"{work}/.state/{agent}"):
+        os.chown(d, OWNER, OWNER)
     name = f"bench-agents-{agent}-{os.getpid()}-{n}"
     t0 = time.time()
     try:
         try:
-            p = subprocess.run(docker_command(agent, port, work, cadir, name),
+            p = subprocess.run(docker_command(agent, port, work, cadir, name, ateam),
                                capture_output=True, timeout=TURN)
         except subprocess.TimeoutExpired as e:
             subprocess.run(DOCKER + ["rm", "-f", name], capture_output=True)
@@ -303,7 +308,7 @@ def main():
             how = "docker run"
             try:
                 ca_files(agent, cadir)
-                dr = [run_docker(agent, port, log, cadir, i) for i in range(a.runs)]
+                dr = [run_docker(agent, port, log, cadir, i, a.ateam) for i in range(a.runs)]
                 how = "ateam member"
                 ar = [run_ateam(agent, port, log, a.ateam, i) for i in range(a.runs)]
             except RunFailed as e:

@@ -22,25 +22,27 @@ _spec.loader.exec_module(bench)
 
 AGENTS = ("claude", "codex")
 PORT = 43210
+# The built ateam: scripts/test.sh runs this after the tests that build it.
+ATEAM = os.environ.get("ATEAM_BIN", os.path.join(REPO, "target", "debug", "ateam"))
 
 
 def base_url(agent, port):
-    """The example's model base URL, moved to port, as the agent's command and env say it."""
-    script, env = bench.member_of(bench.example_text(agent, port))
+    """The example's model base URL, moved to port, as the agent's expanded command and
+    variables say it."""
+    command, env = bench.member_of(agent, port, ATEAM)
     urls = re.findall(r"\w+://" + re.escape(f"{bench.MODEL_HOST}:{port}"),
-                      " ".join([script, *env.values()]))
+                      " ".join([*command, *env.values()]))
     return urls
 
 
 class BenchAgents(unittest.TestCase):
     def test_examples_are_read(self):
         for agent in AGENTS:
-            script, env = bench.member_of(bench.example_text(agent, PORT))
-            self.assertIn(f"exec {agent} ", script)
-            self.assertIn("create the file $PWD/hello.txt containing exactly: "
-                          f"hello from {agent}", script)
-            self.assertEqual(len(set(base_url(agent, PORT))), 1, (agent, script, env))
-            self.assertNotIn(":8790", script + " ".join(env.values()))
+            command, env = bench.member_of(agent, PORT, ATEAM)
+            self.assertEqual(command[0], agent, command)
+            self.assertEqual(command[-1], f"create the file hello.txt containing exactly: hello from {agent}")
+            self.assertEqual(len(set(base_url(agent, PORT))), 1, (agent, command, env))
+            self.assertNotIn(":8790", " ".join(command) + " ".join(env.values()))
 
     def test_both_sides_use_one_model_address(self):
         for agent in AGENTS:
@@ -48,15 +50,15 @@ class BenchAgents(unittest.TestCase):
             # ateam's side: the proxy allows the stand-in's port, with the stand-in's CA.
             for line in (f"- host: {bench.MODEL_HOST}:{PORT}\n", "upstreamCA: ./model-ca.pem"):
                 self.assertTrue(line in text, f"{agent}: no {line.strip()!r} in its example")
-            # docker run's side: the example's own script, the name mapped to the host's
+            # docker run's side: the command ateam expands, the name mapped to the host's
             # loopback, the CA mounted read-only and named as ateam names it in a member.
-            script, env = bench.member_of(text)
-            cmd = bench.docker_command(agent, PORT, "/w", "/ca", "name")
-            self.assertEqual(cmd[-4:], [bench.IMAGES[agent], "sh", "-c", script])
+            command, env = bench.member_of(agent, PORT, ATEAM)
+            cmd = bench.docker_command(agent, PORT, "/w", "/ca", "name", ATEAM)
+            self.assertEqual(cmd[-len(command) - 1:], [bench.IMAGES[agent], *command])
             self.assertIn(f"{bench.MODEL_HOST}:127.0.0.1", cmd)
             self.assertIn(f"/ca:{bench.CA_DIR}:ro", cmd)
             for k, v in list(env.items()) + list(bench.CA_ENV.items()):
-                self.assertIn(f"{k}={v}", cmd)
+                self.assertIn(f"{k}={v.replace(bench.TRANSCRIPT, '/w/.state')}", cmd)
 
     def test_stand_in_speaks_as_the_examples(self):
         log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
