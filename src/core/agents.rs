@@ -150,6 +150,21 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     }
 }
 
+/// What the model's `agent` expands to (`None`: an agent ateam does not know).
+pub fn expand_agent(a: &crate::model::Agent, transcripts: &Path) -> Option<Expanded> {
+    let kind = AgentKind::parse(&a.name)?;
+    Some(expand(
+        Ask {
+            kind,
+            task: &a.task,
+            model: a.model.as_deref(),
+            model_url: a.model_url.as_deref(),
+            args: &a.args,
+        },
+        transcripts,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

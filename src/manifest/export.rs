@@ -270,19 +270,9 @@ fn prune(v: &mut serde_json::Value) {
 /// A member with `agent:` is written as the manifest said it: without the command and the
 /// environment its agent expands to (validation adds them again).
 fn without_agent(spec: &mut MemberSpec, a: &crate::model::Agent, transcripts: &std::path::Path) {
-    let Some(kind) = crate::core::agents::AgentKind::parse(&a.name) else {
+    let Some(x) = crate::core::agents::expand_agent(a, transcripts) else {
         return;
     };
-    let x = crate::core::agents::expand(
-        crate::core::agents::Ask {
-            kind,
-            task: &a.task,
-            model: a.model.as_deref(),
-            model_url: a.model_url.as_deref(),
-            args: &a.args,
-        },
-        transcripts,
-    );
     spec.command = None;
     spec.env.retain(|k, v| x.env.get(k) != Some(v));
     spec.secret_env.retain(|s| s != x.secret);

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Build, Parsed};
-use crate::core::agents::{AgentKind, Ask, expand};
+use crate::core::agents::{AgentKind, expand_agent};
 use crate::manifest::raw;
 use crate::model;
 
@@ -19,13 +19,13 @@ impl Build<'_> {
         a: &raw::AgentSpec,
         transcripts: &Path,
     ) -> (Option<raw::MemberSpec>, Option<model::Agent>) {
-        let Some(kind) = AgentKind::parse(&a.name) else {
+        if AgentKind::parse(&a.name).is_none() {
             self.problems.push(o.value_problem(
                 "spec.agent.name",
                 format!("`{}` is not an agent ateam knows: claude or codex", a.name),
             ));
             return (None, None);
-        };
+        }
         if m.command.is_some() {
             self.problems.push(o.problem(
                 "spec.command",
@@ -47,16 +47,18 @@ impl Build<'_> {
                 "the model's base URL must start with https:// (or http://)",
             ));
         }
-        let x = expand(
-            Ask {
-                kind,
-                task: &a.task,
-                model: a.model.as_deref(),
-                model_url: a.model_url.as_deref(),
-                args: &a.args,
-            },
-            transcripts,
-        );
+        let mut agent = model::Agent {
+            name: a.name.clone(),
+            task: a.task.clone(),
+            model: a.model.clone(),
+            model_url: a.model_url.clone(),
+            args: a.args.clone(),
+            home: Default::default(),
+        };
+        let Some(x) = expand_agent(&agent, transcripts) else {
+            return (None, None);
+        };
+        agent.home = x.home.clone();
         let mut spec = m.clone();
         spec.command = Some(x.command);
         let mut env = x.env;
@@ -65,14 +67,6 @@ impl Build<'_> {
         if !spec.secret_env.iter().any(|s| s == x.secret) {
             spec.secret_env.push(x.secret.to_string());
         }
-        let agent = model::Agent {
-            name: a.name.clone(),
-            task: a.task.clone(),
-            model: a.model.clone(),
-            model_url: a.model_url.clone(),
-            args: a.args.clone(),
-            home: x.home,
-        };
         (Some(spec), Some(agent))
     }
 }
