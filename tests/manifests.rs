@@ -677,6 +677,66 @@ spec: {{parent: lead, access: g, secretEnv: [ANTHROPIC_API_KEY, GITHUB_TOKEN]}}
     assert_eq!(again.grants[0], *g);
 }
 
+/// `agent:` expands to the agent's command, variables and key (declared for the grant that
+/// injects it); export writes `agent:` back, and that export judges to the same member.
+#[test]
+fn an_agent_expands_and_exports_as_written() {
+    let yaml = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: ateam-demo:latest, sessionDir: fixtures/docs}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [claude], cwd: fixtures/repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  network: {allow: [{host: api.openai.com, credentials: {bearer: OPENAI_API_KEY}}]}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec:
+  parent: lead
+  access: g
+  agent: {name: codex, task: fix the test, model: gpt-x, args: [--json]}
+  env: {RUST_LOG: debug}
+";
+    let team = check(yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let m = &team.members[0];
+    let command = m.command.clone().unwrap();
+    assert_eq!(&command[..2], ["codex", "exec"]);
+    assert_eq!(
+        &command[command.len() - 4..],
+        ["-m", "gpt-x", "--json", "fix the test"]
+    );
+    assert_eq!(
+        m.secret_env,
+        ["OPENAI_API_KEY"],
+        "its key, declared for the grant"
+    );
+    assert_eq!(m.env["RUST_LOG"], "debug");
+    assert_eq!(
+        m.env["CODEX_HOME"],
+        m.transcript_dir.join("codex").display().to_string()
+    );
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(
+        exported.contains("agent:") && !exported.contains("CODEX_HOME"),
+        "{exported}"
+    );
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.members[0].command, m.command);
+    assert_eq!(again.members[0].env, m.env);
+    assert_eq!(again.members[0].agent, m.agent);
+}
+
 /// A member that does not declare a secret its grant injects is refused even when another
 /// member of the same grant declares it: every member holds its own placeholder.
 #[test]
