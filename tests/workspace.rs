@@ -419,3 +419,45 @@ async fn a_tampered_git_is_refused_not_followed() {
     let e = workspace::changes(p, false).await.unwrap_err();
     assert!(!e.to_string().contains('\u{1b}'), "{e:?}");
 }
+
+/// A repository the member makes inside its work tree: `git add` asks a nested repository it
+/// has recorded whether it is dirty by running `git status` in it, which reads that
+/// repository's own config (the member's) and runs its clean filter on a file whose stat
+/// changed. Nothing of it may run for ateam's snapshot or `changes`.
+#[tokio::test]
+async fn a_repository_nested_in_the_work_tree_runs_nothing_for_ateam() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    let marks = r.root.join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let marker = marks.join("nested");
+    let cmd = format!("touch {}; cat", marker.display());
+    let nested = ws.join("vendor/lib");
+    member_sh(&format!("mkdir -p {}", nested.display()));
+    as_member(&nested, &["init", "-q"]);
+    member_sh(&format!(
+        "cd {n} && echo same > f && printf '* filter=x\\n' > .gitattributes",
+        n = nested.display()
+    ));
+    as_member(&nested, &["add", "f", ".gitattributes"]);
+    as_member(&nested, &["commit", "-qm", "nested"]);
+    member_sh(&format!(
+        "cd {n} && git config filter.x.clean '{cmd}' && git config core.fsmonitor '{cmd}' && touch -d 2001-01-01 f",
+        n = nested.display()
+    ));
+    assert!(!ran(&marker));
+    // The first snapshot records the nested repository; the next commands meet it recorded.
+    workspace::snapshot(p, "before start").await.unwrap();
+    workspace::changes(p, true).await.unwrap();
+    workspace::snapshot(p, "again").await.unwrap();
+    assert!(
+        !ran(&marker),
+        "the nested repository's clean filter ran for ateam"
+    );
+    // The control: the member's own git there runs it.
+    member_git(&nested, &["status", "--porcelain"]);
+    assert!(ran(&marker), "the planted filter is not live");
+}

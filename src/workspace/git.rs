@@ -3,7 +3,9 @@
 //! member's config: each runs with `GIT_DIR` an ateam-owned repository (the member's shadow,
 //! or the person's own), a cleared environment (no system or global config, no terminal
 //! prompt, no replace refs), every setting that runs or redirects something pinned off on the
-//! command line, as the uid whose files it reads, and with bounded time and output.
+//! command line, as the uid whose files it reads, and with bounded time and output. No git
+//! of ateam's can start another git: a child git (the `git status` that `git add` runs in a
+//! nested repository) would read that repository's config, which is the member's.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -41,6 +43,23 @@ pub const PINNED: [&str; 22] = [
     "safe.directory=*",
     "advice.detachedHead=false",
 ];
+
+/// Where git looks for the programs it starts (`PATH`, `GIT_EXEC_PATH`): below `/dev/null`,
+/// where nothing can be.
+const NO_PROGRAMS: &str = "/dev/null";
+
+/// git, found once where ateam's own search would find it; every git builtin ateam runs is
+/// in this one program.
+fn git_binary() -> &'static std::path::Path {
+    static GIT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    GIT.get_or_init(|| {
+        ["/usr/local/bin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join("git"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/git"))
+    })
+}
 
 /// What went wrong running git.
 #[derive(Debug, thiserror::Error)]
@@ -146,9 +165,11 @@ impl Git {
 
     /// The command as it will run, with `args` after the pinned settings.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("git");
+        let mut c = Command::new(git_binary());
         c.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            // A folder that cannot exist: git finds no git (nor anything else) to start.
+            .env("PATH", NO_PROGRAMS)
+            .env("GIT_EXEC_PATH", NO_PROGRAMS)
             .env("HOME", "/nonexistent")
             .env("LC_ALL", "C")
             .env("GIT_CONFIG_NOSYSTEM", "1")

@@ -371,7 +371,7 @@ async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
                 what: format!("its HEAD names {h}, which is no commit it has"),
             })?;
     }
-    shadow.run(&["add", "--all", "--", "."]).await?;
+    stage_all(&shadow).await?;
     let tree = shadow.run(&["write-tree"]).await?.text();
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -395,6 +395,40 @@ async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
         at: at.as_secs(),
         reason: reason.to_string(),
     })
+}
+
+/// `git add --all` of the member's folder into `git`'s index, but the nested repositories the
+/// index records (gitlinks), which keep the commit they were first recorded at: for each,
+/// `add` would ask `git status` inside it whether it is dirty, and that git reads the nested
+/// repository's config, the member's (its filters would run).
+async fn stage_all(git: &Git) -> Result<(), WorkspaceError> {
+    let index = git
+        .clone()
+        .max_output(1 << 30)
+        .run(&["ls-files", "--stage", "-z"])
+        .await?;
+    let mut spec = b".\0".to_vec();
+    for entry in index.stdout.split(|b| *b == 0) {
+        // `160000 <id> <stage>\t<path>`: a gitlink.
+        if let Some(rest) = entry.strip_prefix(b"160000 ")
+            && let Some(tab) = rest.iter().position(|b| *b == b'\t')
+        {
+            spec.extend_from_slice(b":(exclude,literal)");
+            spec.extend_from_slice(&rest[tab + 1..]);
+            spec.push(0);
+        }
+    }
+    git.run_with(
+        &[
+            "add",
+            "--all",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+        ],
+        Some(&spec),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Every snapshot, the newest first.
@@ -598,7 +632,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
     let index = p.shadow.join("index.changes");
     copy_index(&p.shadow.join("index"), &index, p.member_owner)?;
     let look = p.shadow().index(&index);
-    look.run(&["add", "--all", "--", "."]).await?;
+    stage_all(&look).await?;
     let against = tip.clone().unwrap_or_else(|| base.clone());
     let files = look
         .run(&[
