@@ -75,6 +75,14 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
     }
 }
 
+/// `what` was found in `p`'s repository, which ateam will not read past.
+fn tampered(p: &Place, what: String) -> WorkspaceError {
+    WorkspaceError::Tampered {
+        path: p.ws.path.clone(),
+        what: crate::core::untrusted::shown(&what).into_owned(),
+    }
+}
+
 /// A member's workspace as ateam works on it.
 #[derive(Debug, Clone)]
 pub struct Place {
@@ -303,20 +311,21 @@ fn copy_index(from: &Path, to: &Path, owner: Owner) -> Result<(), WorkspaceError
 /// of `objects` a real folder, its alternates exactly ateam's. Run before every command on
 /// it; while the member is stopped (a snapshot before a start) nothing can change after.
 pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
-    let tampered = |what: String| WorkspaceError::Tampered {
-        path: p.ws.path.clone(),
-        what,
-    };
     let objects = p.member_git().join("objects");
     let dir = files::Dir::open(&p.ws.path)
         .and_then(|_| files::Dir::open(&p.member_git()))
         .and_then(|_| files::Dir::open(&objects))
-        .map_err(|e| tampered(format!("its .git or .git/objects is not a folder ({e})")))?;
+        .map_err(|e| tampered(p, format!("its .git or .git/objects is not a folder ({e})")))?;
     let want = format!("{}\n", p.ws.objects.display());
     match dir.read_regular(Path::new("info/alternates"), 4096) {
         Ok(text) if text == want.as_bytes() => {}
-        Ok(_) => return Err(tampered("its objects/info/alternates was changed".into())),
-        Err(e) => return Err(tampered(format!("its objects/info/alternates: {e}"))),
+        Ok(_) => {
+            return Err(tampered(
+                p,
+                "its objects/info/alternates was changed".into(),
+            ));
+        }
+        Err(e) => return Err(tampered(p, format!("its objects/info/alternates: {e}"))),
     }
     let mut bad = None;
     let complete = dir.walk(
@@ -339,13 +348,19 @@ pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
         },
     );
     if let Some(path) = bad {
-        return Err(tampered(format!(
-            "objects/{} is not what git keeps there (a symlink, a FIFO?)",
-            crate::core::untrusted::shown(&path.to_string_lossy())
-        )));
+        return Err(tampered(
+            p,
+            format!(
+                "objects/{} is not what git keeps there (a symlink, a FIFO?)",
+                crate::core::untrusted::shown(&path.to_string_lossy())
+            ),
+        ));
     }
     if !complete {
-        return Err(tampered("its objects folder holds too many entries".into()));
+        return Err(tampered(
+            p,
+            "its objects folder holds too many entries".into(),
+        ));
     }
     Ok(())
 }
@@ -360,16 +375,14 @@ pub async fn snapshot(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceErro
 /// `snapshot`, with the lock held.
 async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
     vet(p)?;
-    let head = refs::head(&p.member_git(), &p.ws.branch).map_err(io(&p.ws.path))?;
+    let head =
+        refs::head(&p.member_git(), &p.ws.branch).map_err(|e| tampered(p, format!("its {e}")))?;
     let shadow = p.shadow();
     if let Some(h) = &head {
         shadow
             .run(&["cat-file", "-e", &format!("{h}^{{commit}}")])
             .await
-            .map_err(|_| WorkspaceError::Tampered {
-                path: p.ws.path.clone(),
-                what: format!("its HEAD names {h}, which is no commit it has"),
-            })?;
+            .map_err(|_| tampered(p, format!("its HEAD names {h}, which is no commit it has")))?;
     }
     stage_all(&shadow).await?;
     let tree = shadow.run(&["write-tree"]).await?.text();
@@ -571,15 +584,19 @@ pub struct Changes {
 /// The member's branch's commit, checked to be a commit its objects hold.
 async fn tip(p: &Place) -> Result<Option<String>, WorkspaceError> {
     let name = format!("refs/heads/{}", p.ws.branch);
-    let Some(tip) = refs::read(&p.member_git(), &name).map_err(io(&p.ws.path))? else {
+    let Some(tip) =
+        refs::read(&p.member_git(), &name).map_err(|e| tampered(p, format!("its branch {e}")))?
+    else {
         return Ok(None);
     };
     p.shadow()
         .run(&["cat-file", "-e", &format!("{tip}^{{commit}}")])
         .await
-        .map_err(|_| WorkspaceError::Tampered {
-            path: p.ws.path.clone(),
-            what: format!("its branch names {tip}, which is no commit it has"),
+        .map_err(|_| {
+            tampered(
+                p,
+                format!("its branch names {tip}, which is no commit it has"),
+            )
         })?;
     Ok(Some(tip))
 }
