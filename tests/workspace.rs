@@ -461,3 +461,39 @@ async fn a_repository_nested_in_the_work_tree_runs_nothing_for_ateam() {
     member_git(&nested, &["status", "--porcelain"]);
     assert!(ran(&marker), "the planted filter is not live");
 }
+
+/// FIFOs where git opens a file of the work tree (a `.gitignore`, a `.gitattributes`, a
+/// nested repository's HEAD): git would wait there for a writer until its bound (120 s);
+/// it is stopped at once instead, and says why.
+#[tokio::test]
+async fn a_fifo_where_git_reads_a_file_stops_it_at_once() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    for (plant, undo) in [
+        ("mkdir -p d/e && mkfifo d/e/.gitignore", "rm -r d"),
+        (
+            "echo x > new.txt && mkfifo .gitattributes",
+            "rm .gitattributes new.txt",
+        ),
+        (
+            "mkdir -p n && git init -q n && rm n/.git/HEAD && mkfifo n/.git/HEAD",
+            "rm -rf n",
+        ),
+    ] {
+        member_sh(&format!("cd {} && {plant}", ws.display()));
+        let started = std::time::Instant::now();
+        let e = workspace::changes(p, true).await.unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{plant}: {e}");
+        let e = workspace::snapshot(p, "x").await.unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{plant}: {e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{plant}: {:?}",
+            started.elapsed()
+        );
+        member_sh(&format!("cd {} && {undo}", ws.display()));
+    }
+    workspace::snapshot(p, "after").await.unwrap();
+}

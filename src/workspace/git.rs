@@ -80,6 +80,14 @@ pub enum GitError {
         /// Its bound.
         secs: u64,
     },
+    /// It waited to open a FIFO (planted where git reads a file): it was stopped.
+    #[error(
+        "git {what} was stopped: it waited to open a FIFO in the member's folder (one where git reads a file: a .gitignore, a .gitattributes, a nested repository's HEAD)"
+    )]
+    Fifo {
+        /// The git command.
+        what: String,
+    },
     /// It printed more than its bound: it was stopped.
     #[error("git {what} printed more than {max} bytes and was stopped")]
     TooMuch {
@@ -244,6 +252,7 @@ impl Git {
             what: what.clone(),
             source,
         })?;
+        let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -267,12 +276,20 @@ impl Git {
             (out, err.await.ok().flatten(), status)
         };
         let secs = self.timeout.as_secs();
-        let (out, err, status) = tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| GitError::Timeout {
-                what: what.clone(),
-                secs,
-            })?;
+        let watched = async {
+            tokio::select! {
+                done = work => Ok(done),
+                () = waits_on_fifo(pid) => Err(GitError::Fifo { what: what.clone() }),
+            }
+        };
+        // Stopped (or timed out), the child is killed when dropped (`kill_on_drop`).
+        let (out, err, status) =
+            tokio::time::timeout(self.timeout, watched)
+                .await
+                .map_err(|_| GitError::Timeout {
+                    what: what.clone(),
+                    secs,
+                })??;
         let out = out.ok_or(GitError::TooMuch {
             what: what.clone(),
             max,
@@ -289,6 +306,28 @@ impl Git {
                 stderr,
             },
         ))
+    }
+}
+
+/// Returns once a thread of process `pid` sleeps opening a FIFO that no one writes to (the
+/// kernel's `wait_for_partner`). A member can put a FIFO where git opens a file of its work
+/// tree (a `.gitignore`, a `.gitattributes`, a nested repository's HEAD): git would wait
+/// there until its bound; no git of ateam's has a reason to open a FIFO.
+async fn waits_on_fifo(pid: Option<u32>) {
+    let Some(pid) = pid else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        let waiting = tasks
+            .flatten()
+            .any(|t| std::fs::read(t.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner"));
+        if waiting {
+            return;
+        }
     }
 }
 

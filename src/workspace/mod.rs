@@ -178,8 +178,12 @@ impl Place {
         files::private_dir(dir, self.ateam_owner).map_err(io(dir))?;
         let path = self.shadow.with_extension("lock");
         let file = files::open_lock(&path).map_err(io(&path))?;
+        let shadow = self.shadow.clone();
         tokio::task::spawn_blocking(move || {
-            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map(|()| file)
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map(|()| {
+                clear_stale_locks(&shadow);
+                file
+            })
         })
         .await
         .map_err(|e| WorkspaceError::Refused(format!("the workspace lock: {e}")))?
@@ -192,6 +196,25 @@ impl Place {
     /// Whether ateam has made this workspace.
     pub fn exists(&self) -> bool {
         self.shadow.join("HEAD").exists() && self.member_git().is_dir()
+    }
+}
+
+/// Removes the `*.lock` files a git of ateam's left in the shadow when it was stopped (its
+/// bound, a FIFO): with the workspace's lock held no other git of ateam's works there, and
+/// git would refuse every later command (`index.lock: File exists`).
+fn clear_stale_locks(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let (Ok(kind), path) = (e.file_type(), e.path()) else {
+            continue;
+        };
+        if kind.is_dir() && e.file_name() != "objects" {
+            clear_stale_locks(&path);
+        } else if kind.is_file() && path.extension().is_some_and(|x| x == "lock") {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
