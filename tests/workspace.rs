@@ -497,3 +497,52 @@ async fn a_fifo_where_git_reads_a_file_stops_it_at_once() {
     }
     workspace::snapshot(p, "after").await.unwrap();
 }
+
+/// A commit the member crafted that git would refuse to check out (a `.GIT/hooks` folder in
+/// its tree): `collect` refuses it (`index-pack --strict`), and the person's repository gets
+/// no ref of it.
+#[tokio::test]
+async fn a_crafted_commit_is_never_collected() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    member_sh(&format!(
+        "cd {} && g='git -c safe.directory=*' && blob=$(echo evil | $g hash-object -w --stdin) &&
+hooks=$(printf '100755 blob %s\\tpost-checkout\\n' $blob | $g mktree) &&
+dot=$(printf '040000 tree %s\\thooks\\n' $hooks | $g mktree) &&
+root=$(printf '040000 tree %s\\t.GIT\\n' $dot | $g mktree) &&
+c=$($g -c user.name=m -c user.email=m@x commit-tree -p HEAD -m evil $root) &&
+$g update-ref refs/heads/ateam/t/m $c",
+        ws.display()
+    ));
+    let e = workspace::collect(p, me(), None).await.unwrap_err();
+    assert!(e.to_string().contains("hasDotgit"), "{e}");
+    let refs = person_git(&r.repo, &["for-each-ref", "refs/ateam"]);
+    assert_eq!(refs, "", "a ref of the crafted commit");
+}
+
+/// A file the member changes in the second ateam checked it out, at the same size: git
+/// hashes it again only because the index is not older than it, so the copy of the index
+/// `changes` works on must keep the index's time, or the change is not shown.
+#[tokio::test]
+async fn a_change_in_the_second_of_the_checkout_is_shown() {
+    let r = rig();
+    let p = &r.place;
+    // At the start of a second: the checkout and the change fall in the same one.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_nanos(
+        1_000_000_000 - u64::from(now.subsec_nanos()) + 5_000_000,
+    ));
+    workspace::ensure(p).await.unwrap();
+    let b = p.ws.path.join("src/b.py");
+    member_sh(&format!(
+        "printf 'def b():\\n    return 3\\n' > {}",
+        b.display()
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let c = workspace::changes(p, false).await.unwrap();
+    assert_eq!(c.uncommitted, vec!["M\tsrc/b.py".to_string()]);
+}

@@ -319,14 +319,38 @@ fn write_alternates(git_dir: &Path, dirs: &[&Path], owner: Owner) -> Result<(), 
     files::write_atomic_in_member_dir(&path, text.as_bytes(), 0o644, owner).map_err(io(&path))
 }
 
+/// Copies an index with its modification time: git trusts an entry whose stat matches only
+/// if it is older than the index file (else it is "racily clean" and hashed again), so a
+/// copy made later would take a file changed in the same second, at the same size, for
+/// unchanged (and `changes` would not show it).
 fn copy_index(from: &Path, to: &Path, owner: Owner) -> Result<(), WorkspaceError> {
-    let bytes = files::open_regular(from)
+    let (bytes, stat) = files::open_regular(from)
         .and_then(|mut f| {
             let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut v).map(|_| v)
+            std::io::Read::read_to_end(&mut f, &mut v)?;
+            Ok((v, rustix::fs::fstat(&f)?))
         })
         .map_err(io(from))?;
-    files::write_atomic_in_member_dir(to, &bytes, 0o644, owner).map_err(io(to))
+    files::write_atomic_in_member_dir(to, &bytes, 0o644, owner).map_err(io(to))?;
+    let (dir, name) = (to.parent().unwrap_or(Path::new("/")), to.file_name());
+    let at = rustix::fs::Timespec {
+        tv_sec: stat.st_mtime,
+        tv_nsec: stat.st_mtime_nsec as _,
+    };
+    files::Dir::open(dir)
+        .and_then(|d| {
+            rustix::fs::utimensat(
+                d.fd(),
+                name.unwrap_or_default(),
+                &rustix::fs::Timestamps {
+                    last_access: at,
+                    last_modification: at,
+                },
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(std::io::Error::from)
+        })
+        .map_err(io(to))
 }
 
 /// Checks that the member's repository makes git read objects from nowhere but itself and
