@@ -457,11 +457,16 @@ async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
     })
 }
 
-/// `git add --all` of the member's folder into `git`'s index, but the nested repositories the
-/// index records (gitlinks), which keep the commit they were first recorded at: for each,
-/// `add` would ask `git status` inside it whether it is dirty, and that git reads the nested
-/// repository's config, the member's (its filters would run).
+/// `git add --all` of the member's folder into `git`'s index. For each nested repository the
+/// index records (a gitlink) `add` asks `git status` inside it whether it is dirty, and that
+/// git would read the nested repository's config, the member's (its filters would run): it
+/// cannot start (ateam's git has no `PATH`), so such an `add` fails, and is run again with the
+/// gitlinks left out (they keep the commit first recorded). A tree with none costs nothing.
 async fn stage_all(git: &Git) -> Result<(), WorkspaceError> {
+    let plain = git.run(&["add", "--all", "--", "."]).await;
+    let Err(GitError::Failed { .. }) = plain else {
+        return Ok(plain.map(|_| ())?);
+    };
     let index = git
         .clone()
         .max_output(1 << 30)
@@ -477,6 +482,9 @@ async fn stage_all(git: &Git) -> Result<(), WorkspaceError> {
             spec.extend_from_slice(&rest[tab + 1..]);
             spec.push(0);
         }
+    }
+    if spec.len() == 2 {
+        return Ok(plain.map(|_| ())?);
     }
     git.run_with(
         &[
