@@ -96,6 +96,15 @@ pub enum Output {
     Yaml,
 }
 
+/// How `validate --show` prints the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShowFormat {
+    /// YAML, for people.
+    Yaml,
+    /// JSON, for scripts.
+    Json,
+}
+
 /// Which schema `ateam schema` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SchemaOf {
@@ -110,9 +119,10 @@ pub enum Command {
     Validate {
         #[command(flatten)]
         files: Files,
-        /// Print the resolved model (paths, defaults) as YAML when valid.
-        #[arg(long)]
-        show: bool,
+        /// Print the resolved model (paths, defaults, what an `agent:` expands to) when valid:
+        /// as YAML, or `--show=json`.
+        #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "yaml")]
+        show: Option<ShowFormat>,
     },
     /// Print a JSON Schema: of the manifests (for editors: yaml-language-server), or of the
     /// documents `status` and `diff` print with -o json|yaml.

@@ -181,6 +181,13 @@ pub struct Member {
     /// Its own repository beside the person's, when it is a writer with a workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<Workspace>,
+    /// Its coding agent, when the manifest names one (`agent:`); `command` and `env` hold
+    /// what it expands to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Agent>,
+    /// Copy its write grants before every start, up to this many bytes (`snapshotWrites`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_writes: Option<u64>,
     /// Where it comes from. Default (and for records of 0.1.0): a manifest.
     #[serde(default, skip_serializing_if = "Origin::is_manifest")]
     pub origin: Origin,
@@ -189,6 +196,24 @@ pub struct Member {
     /// none, and did not share.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub share_writes: bool,
+}
+
+/// A member's coding agent, as the manifest names it (`core::agents`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    /// `claude` or `codex`.
+    pub name: String,
+    /// Its first task.
+    pub task: String,
+    /// The model, if not the agent's default.
+    pub model: Option<String>,
+    /// The model's base URL, if not the vendor's.
+    pub model_url: Option<String>,
+    /// Flags of the person's.
+    pub args: Vec<String>,
+    /// Its state folder in the transcript folder, made before it starts.
+    pub home: PathBuf,
 }
 
 /// A writer's workspace, validated: a repository of the member's own at `path`, made from

@@ -1822,6 +1822,20 @@ apiVersion: ateam.dev/v1alpha1
 kind: MainSession
 metadata: {{name: lead}}
 spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: notes}}
+spec: {{write: [./workspace/docs]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: notes}}
+spec:
+  parent: lead
+  access: notes
+  snapshotWrites: 1Mi
+  command: [sh, -c, 'echo note >> note.txt; exec sleep 100000']
 {alice}{bob}",
         team = w.team,
         alice = writer("alice"),
@@ -1846,11 +1860,33 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
             && shown.contains("alice was here"),
         "{shown}"
     );
+    let out = w.ateam(&["snapshots", "notes"]);
+    assert!(
+        text(&out.stdout).contains("copy  before start"),
+        "a plain write grant, copied before its start: {}",
+        text(&out.stdout)
+    );
     let out = w.ateam(&["snapshots", "bob"]);
     assert!(
-        text(&out.stdout).contains("before start"),
+        text(&out.stdout).contains("workspace  before start"),
         "{}",
         text(&out.stdout)
+    );
+    // Status shows each writer's branch and how far its work is.
+    let ws_row = |s: &serde_json::Value, m: &str| row(s, m)["workspace"].clone();
+    let s = w.status_json();
+    let a = ws_row(&s, "alice");
+    assert_eq!(a["branch"], format!("ateam/{}/alice", w.team), "{a}");
+    assert_eq!(
+        (a["ahead"].as_u64(), a["uncollected"].as_u64()),
+        (Some(1), Some(1)),
+        "{a}"
+    );
+    assert_eq!(a["uncommitted"].as_u64(), Some(0), "{a}");
+    let doctor = text(&w.ateam(&["doctor"]).stdout);
+    assert!(
+        doctor.contains("alice: 0 file(s) not committed, 1 commit(s) not collected"),
+        "{doctor}"
     );
     // Collected: as refs of ateam's, and bob's also into a branch; nothing checked out.
     for args in [
@@ -1874,6 +1910,9 @@ spec: {{cwd: ./workspace/repo, command: [sleep, \"100000\"]}}
         "alice"
     );
     person_git(&repo, &["fsck", "--strict", "--no-dangling"]);
+    // (Each `ateam status` reads afresh: the figures' cache lives in one process.)
+    let s = w.status_json();
+    assert_eq!(ws_row(&s, "bob")["uncollected"].as_u64(), Some(0), "{s:#}");
     let mut after = Vec::new();
     git_files(&repo.join(".git"), Path::new(""), &mut after);
     before.sort();

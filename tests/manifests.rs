@@ -193,6 +193,62 @@ fn the_gitops_example_is_valid() {
     );
 }
 
+/// The workspaces example: two writers with repositories of their own made from the
+/// checkout it sits in (`../..`), and a reviewer that reads it. Judged in a fresh repository
+/// of its own, as a checkout of this one would have it (a CI checkout may be a worktree).
+#[test]
+fn the_workspaces_example_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().canonicalize().unwrap();
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@x", "init", "-q"])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let here = repo.join("examples/workspaces");
+    std::fs::create_dir_all(&here).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspaces/team.yaml");
+    std::fs::copy(&example, here.join("team.yaml")).unwrap();
+    // HEAD must name a commit.
+    let out = std::process::Command::new("git")
+        .current_dir(&repo)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@x",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut host = test_host();
+    host.home = "/nonexistent-home".into();
+    host.state_dir = "/nonexistent-home/.local/state/ateam".into();
+    let (sources, problems) = read_sources(&[here.join("team.yaml")], &mut std::io::empty());
+    assert!(problems.is_empty(), "{problems:?}");
+    let desired = validate(&sources, &host, &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let t = &desired.teams[0];
+    let ws = |name: &str| {
+        let m = t.members.iter().find(|m| m.name == name).unwrap();
+        (m.workspace.clone().unwrap(), m.cwd.clone())
+    };
+    let (alice, cwd) = ws("alice");
+    assert_eq!(alice.repo, repo);
+    assert_eq!(alice.objects, repo.join(".git/objects"));
+    assert_eq!(alice.branch, "ateam/pair/alice");
+    assert_eq!(alice.path, t.session_dir.join("workspaces/alice"));
+    assert_eq!(cwd, alice.path, "a writer works in its workspace");
+    assert_eq!(ws("bob").0.branch, "bob/try-2");
+    let reviewer = t.members.iter().find(|m| m.name == "reviewer").unwrap();
+    assert!(reviewer.workspace.is_none() && reviewer.access.write.is_empty());
+}
+
 /// A team named `name` with one member of `memory` that reads `read`, transcripts in
 /// `session_dir` (paths relative to tests/broken).
 fn team_yaml(name: &str, session_dir: &str, read: &str, memory: &str) -> String {

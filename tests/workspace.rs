@@ -546,3 +546,82 @@ async fn a_change_in_the_second_of_the_checkout_is_shown() {
     let c = workspace::changes(p, false).await.unwrap();
     assert_eq!(c.uncommitted, vec!["M\tsrc/b.py".to_string()]);
 }
+
+/// Copy snapshots of a plain write grant: taken as the member left it (a link kept as a link,
+/// never followed; a FIFO left out, never opened), over the bound refused, restored after a
+/// copy of the present, and that restore undone.
+#[test]
+fn a_plain_write_grant_is_copied_bounded_and_restored() {
+    use ateam::workspace::copy::{self, CopyPlace};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let grant = root.join("notes");
+    std::fs::create_dir(&grant).unwrap();
+    rustix::fs::chown(
+        &grant,
+        Some(rustix::process::Uid::from_raw(member_owner().uid)),
+        Some(rustix::process::Gid::from_raw(member_owner().gid)),
+    )
+    .unwrap();
+    let g = grant.display().to_string();
+    member_sh(&format!(
+        "cd {g} && mkdir -p a/b && echo one > a/b/one.txt && printf '#!/bin/sh\\n' > run.sh && chmod 755 run.sh \
+         && ln -s /etc/shadow secret && mkfifo pipe"
+    ));
+    let p = CopyPlace {
+        member: "m".into(),
+        folders: vec![grant.clone()],
+        store: root.join("sessions/snapshots/m"),
+        max_bytes: 1 << 20,
+        member_owner: member_owner(),
+        ateam_owner: me(),
+    };
+    let first = copy::take(&p, "before start").unwrap();
+    let kept = p.store.join(&first.id).join("0");
+    assert_eq!(
+        std::fs::read_to_string(kept.join("a/b/one.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(
+        std::fs::read_link(kept.join("secret")).unwrap(),
+        Path::new("/etc/shadow")
+    );
+    assert!(!kept.join("pipe").exists(), "a FIFO is left out");
+    // The bad run: files deleted, one changed, one added.
+    member_sh(&format!(
+        "cd {g} && rm -r a && echo bad > run.sh && echo junk > junk.txt"
+    ));
+    let (saved, restored) = copy::restore(&p, None).unwrap();
+    assert_eq!(restored.id, first.id);
+    assert_eq!(
+        std::fs::read_to_string(grant.join("a/b/one.txt")).unwrap(),
+        "one\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(grant.join("run.sh")).unwrap(),
+        "#!/bin/sh\n"
+    );
+    let mode = std::fs::metadata(grant.join("run.sh")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o755
+    );
+    assert!(!grant.join("junk.txt").exists());
+    let owner =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(grant.join("a/b/one.txt")).unwrap());
+    assert_eq!(owner, member_owner().uid, "restored files are the member's");
+    // Undone: the bad run's state again.
+    copy::restore(&p, Some(&saved.id)).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(grant.join("junk.txt")).unwrap(),
+        "junk\n"
+    );
+    assert!(!grant.join("a").exists());
+    // Over the bound: refused, and nothing half-made is kept.
+    member_sh(&format!("head -c 2000000 /dev/zero > {g}/big"));
+    let before = copy::list(&p).len();
+    let e = copy::take(&p, "before start").unwrap_err();
+    assert!(e.to_string().contains("snapshotWrites"), "{e}");
+    assert_eq!(copy::list(&p).len(), before);
+}

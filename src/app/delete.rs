@@ -132,6 +132,10 @@ pub async fn delete(
                     let lock = p.shadow.with_extension("lock");
                     dirs.extend([p.ws.path, p.shadow, lock]);
                 }
+                if let Some(c) = app.copy_place(t, m) {
+                    let lock = c.store.with_extension("lock");
+                    dirs.extend([c.store, lock]);
+                }
             }
             for d in dirs.iter().filter(|d| d.symlink_metadata().is_ok()) {
                 if d.is_file() {

@@ -47,7 +47,7 @@ pub enum Status {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     /// What was looked at: `engine`, `rootless`, `userns`, `cgroup`, `tmux`, `manifests`,
-    /// `image` or `memory`.
+    /// `image`, `memory` or `workspace`.
     pub check: &'static str,
     /// The verdict.
     pub status: Status,
@@ -116,6 +116,45 @@ pub async fn doctor(app: &App, manifests: Option<&Manifests>) -> Vec<Check> {
         }
     }
     checks.push(memory(app, desired.as_ref().map(|d| d.teams.as_slice())));
+    checks.extend(workspaces(app).await);
+    checks
+}
+
+/// The applied teams' writers whose work is not yet yours: files not committed, commits
+/// not collected (a warning each: `delete --purge` would take them, a `reset` too).
+async fn workspaces(app: &App) -> Vec<Check> {
+    let Ok(applied) = app.applied(None) else {
+        return Vec::new();
+    };
+    let mut checks = Vec::new();
+    for t in &applied.teams {
+        for m in &t.members {
+            let Some(p) = app.workspace_place(t, m).filter(|p| p.exists()) else {
+                continue;
+            };
+            let who = format!("{}/{}", t.name, m.name);
+            checks.push(match crate::workspace::changes(&p, false).await {
+                Ok(c) if c.uncommitted.is_empty() && c.uncollected == 0 => Check::new(
+                    "workspace",
+                    Status::Ok,
+                    format!("{who}: all its work is committed and collected"),
+                ),
+                Ok(c) => Check::new(
+                    "workspace",
+                    Status::Warn,
+                    format!(
+                        "{who}: {} file(s) not committed, {} commit(s) not collected",
+                        c.uncommitted.len(),
+                        c.uncollected
+                    ),
+                )
+                .fix(format!("ateam changes {0}; ateam collect {0}", m.name)),
+                Err(e) => Check::new("workspace", Status::Warn, format!("{who}: {e}")).fix(
+                    format!("see docs/workspaces.md; ateam snapshots {}", m.name),
+                ),
+            });
+        }
+    }
     checks
 }
 

@@ -381,24 +381,15 @@ impl App {
         Ok(())
     }
 
-    /// The workspace of member `m` of team `t`, if it has one, as ateam works on it: git run
-    /// as the member's uid where ateam can act as it (root), else as the caller (as members
-    /// run on rootless Podman).
+    /// The workspace of member `m` of team `t`, if it has one, as ateam works on it (git run
+    /// as `workspace_owner`).
     pub fn workspace_place(
         &self,
         t: &crate::model::Team,
         m: &crate::model::Member,
     ) -> Option<crate::workspace::Place> {
         let ws = m.workspace.as_ref()?;
-        let member_owner = if rustix::process::geteuid().is_root() {
-            let u = m.user.unwrap_or_else(|| self.host.default_member_user());
-            Owner {
-                uid: u.uid,
-                gid: u.gid,
-            }
-        } else {
-            self.owner
-        };
+        let member_owner = self.workspace_owner(m);
         Some(crate::workspace::Place::new(
             &t.name,
             &m.name,
@@ -406,6 +397,38 @@ impl App {
             member_owner,
             self.owner,
         ))
+    }
+
+    /// The copy snapshots of member `m` of team `t`, if it takes them (`snapshotWrites`).
+    pub fn copy_place(
+        &self,
+        t: &crate::model::Team,
+        m: &crate::model::Member,
+    ) -> Option<crate::workspace::copy::CopyPlace> {
+        let max_bytes = m.snapshot_writes?;
+        let member_owner = self.workspace_owner(m);
+        Some(crate::workspace::copy::CopyPlace {
+            member: m.name.clone(),
+            folders: m.access.write.clone(),
+            store: crate::core::layout::copy_snapshots_dir(&t.session_dir, &m.name),
+            max_bytes,
+            member_owner,
+            ateam_owner: self.owner,
+        })
+    }
+
+    /// Whom git and copies run as for member `m`: its uid where ateam can act as it (root),
+    /// else the caller (as members run on rootless Podman).
+    fn workspace_owner(&self, m: &crate::model::Member) -> Owner {
+        if rustix::process::geteuid().is_root() {
+            let u = m.user.unwrap_or_else(|| self.host.default_member_user());
+            Owner {
+                uid: u.uid,
+                gid: u.gid,
+            }
+        } else {
+            self.owner
+        }
     }
 
     /// A runtime on the engine of `look`.

@@ -4,13 +4,16 @@
 //! `ateam status`, `status -w`, `ateam top` and the controller's metrics all read the same
 //! document.
 
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::core::selector::Selector;
 use crate::model::Desired;
 use crate::observe::{EarlyFacts, controller_status, status_facts};
 use crate::plan::PlanOptions;
-use crate::report::{RowKind, StatusDocument, TeamStatus, team_status};
+use crate::report::{RowKind, StatusDocument, TeamStatus, WorkspaceStatus, team_status};
 
 use super::{App, AppError, EarlyList};
 
@@ -58,10 +61,81 @@ pub async fn status_from(
         .iter()
         .map(|t| team_status(t, &engine, &look.observed, &look.plan, &facts))
         .collect();
+    fill_workspaces(app, &model, &mut teams).await;
     if let Some(sel) = selector {
         select(&mut teams, &model, sel);
     }
     Ok(StatusDocument::new(teams, facts.controller, now))
+}
+
+/// How long a writer's figures are kept: `status -w`, `top` and the metrics read status every
+/// second or so, and each reading scans the writer's work tree.
+const WORKSPACE_TTL: Duration = Duration::from_secs(5);
+
+type Cached = HashMap<PathBuf, (Instant, WorkspaceStatus)>;
+
+/// Each writer's row gets its workspace's figures (`workspace::changes`), at most
+/// `WORKSPACE_TTL` old.
+async fn fill_workspaces(app: &App, model: &Desired, teams: &mut [TeamStatus]) {
+    static CACHE: OnceLock<Mutex<Cached>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    for (t, status) in model.teams.iter().zip(teams.iter_mut()) {
+        for m in &t.members {
+            let Some(place) = app.workspace_place(t, m) else {
+                continue;
+            };
+            let Some(row) = status
+                .members
+                .iter_mut()
+                .find(|r| r.name == m.name && r.kind == RowKind::Member)
+            else {
+                continue;
+            };
+            let key = place.ws.path.clone();
+            let fresh = cache
+                .lock()
+                .ok()
+                .and_then(|c| c.get(&key).cloned())
+                .filter(|(at, _)| at.elapsed() < WORKSPACE_TTL);
+            let figures = match fresh {
+                Some((_, w)) => w,
+                None => {
+                    let w = workspace_status(&place).await;
+                    if let Ok(mut c) = cache.lock() {
+                        c.insert(key, (Instant::now(), w.clone()));
+                    }
+                    w
+                }
+            };
+            row.workspace = Some(figures);
+        }
+    }
+}
+
+async fn workspace_status(place: &crate::workspace::Place) -> WorkspaceStatus {
+    let mut w = WorkspaceStatus {
+        path: place.ws.path.clone(),
+        branch: place.ws.branch.clone(),
+        ahead: 0,
+        behind: 0,
+        uncommitted: 0,
+        uncollected: 0,
+        error: None,
+    };
+    if !place.exists() {
+        w.error = Some("not made yet (at the member's first start)".into());
+        return w;
+    }
+    match crate::workspace::changes(place, false).await {
+        Ok(c) => {
+            w.ahead = c.ahead;
+            w.behind = c.behind;
+            w.uncommitted = c.uncommitted.len() as u64;
+            w.uncollected = c.uncollected;
+        }
+        Err(e) => w.error = Some(e.to_string()),
+    }
+    w
 }
 
 /// Keeps the rows of main sessions and members whose labels match (rows nothing describes,

@@ -3,13 +3,13 @@
 
 use anyhow::Context;
 
-use crate::cli::{Files, Global};
+use crate::cli::{Files, Global, ShowFormat};
 use ateam::app::Manifests;
 
 use super::exit::Exit;
 
 /// 0 valid; invalid manifests are an error that `exit::classify` maps to 3.
-pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
+pub fn run(global: &Global, files: &Files, show: Option<ShowFormat>) -> anyhow::Result<Exit> {
     let app = super::common::app(global);
     // As apply would judge them: against the teams in the store (reading it changes nothing).
     let applied = app.store.teams().context("reading the applied state")?;
@@ -18,11 +18,14 @@ pub fn run(global: &Global, files: &Files, show: bool) -> anyhow::Result<Exit> {
     for line in advice(&desired) {
         eprintln!("{line}");
     }
-    if show {
-        out!(
-            "{}",
-            serde_saphyr::to_string(&desired).context("rendering the model")?
-        );
+    if let Some(format) = show {
+        let text = match format {
+            ShowFormat::Yaml => serde_saphyr::to_string(&desired).context("rendering the model")?,
+            ShowFormat::Json => {
+                serde_json::to_string_pretty(&desired).context("rendering the model")? + "\n"
+            }
+        };
+        out!("{text}");
     } else {
         let count =
             |f: fn(&ateam::model::Team) -> usize| desired.teams.iter().map(f).sum::<usize>();

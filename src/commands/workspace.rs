@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use crate::cli::Global;
 use ateam::core::untrusted::shown;
 use ateam::files::Owner;
+use ateam::workspace::copy::CopyPlace;
 use ateam::workspace::{self, Place};
 
 use super::common::app;
@@ -58,7 +59,7 @@ pub async fn changes(
             .map(|t| &t[..12.min(t.len())])
             .unwrap_or("(deleted)"),
         &c.base[..12.min(c.base.len())],
-        c.commits.len(),
+        c.ahead,
         c.behind,
         c.uncollected
     );
@@ -104,18 +105,50 @@ pub async fn collect(
     Ok(Exit::Ok)
 }
 
-/// `ateam snapshots MEMBER`.
+/// The member's workspace (if it has one and it is made) and its copy snapshots (if it takes
+/// them); at least one, else an error that says what to add.
+fn kinds(
+    global: &Global,
+    team: Option<&str>,
+    member: &str,
+) -> anyhow::Result<(Option<Place>, Option<CopyPlace>)> {
+    let ctx = app(global);
+    let applied = ctx.applied_with_requests(team)?;
+    let (t, m) = member_of(&applied, member)?;
+    let ws = ctx.workspace_place(t, m).filter(Place::exists);
+    let copies = ctx.copy_place(t, m);
+    if ws.is_none() && copies.is_none() {
+        bail!(
+            "member `{member}` of team `{}` has no snapshots: give it a workspace or snapshotWrites (docs/workspaces.md)",
+            t.name
+        );
+    }
+    Ok((ws, copies))
+}
+
+/// `ateam snapshots MEMBER`: its workspace's snapshots, then the copies of its write grants.
 pub async fn snapshots(global: &Global, team: Option<&str>, member: &str) -> anyhow::Result<Exit> {
-    let (p, _) = place(global, team, member)?;
-    for s in workspace::snapshots(&p).await? {
+    let (ws, copies) = kinds(global, team, member)?;
+    let show = |kind: &str, s: &workspace::Snapshot| {
         let at = ateam::core::container::rfc3339_epoch(s.at as i64).unwrap_or_default();
-        println!("{}  {at}  {}", s.id, shown(&s.reason));
+        println!("{}  {at}  {kind}  {}", s.id, shown(&s.reason));
+    };
+    if let Some(p) = &ws {
+        for s in workspace::snapshots(p).await? {
+            show("workspace", &s);
+        }
+    }
+    if let Some(c) = &copies {
+        for s in workspace::copy::list(c) {
+            show("copy", &s);
+        }
     }
     Ok(Exit::Ok)
 }
 
-/// `ateam rollback MEMBER [--to ID]` (`reset`: to the base). The member's container is
-/// stopped first; `apply` or the controller starts it again, after a snapshot.
+/// `ateam rollback MEMBER [--to ID]` (`reset`: the workspace to its base). The member's
+/// container is stopped first; `apply` or the controller starts it again, after a snapshot.
+/// Without `--to`, the workspace and the copied folders each go back to their newest.
 pub async fn rollback(
     global: &Global,
     team: Option<&str>,
@@ -123,22 +156,53 @@ pub async fn rollback(
     to: Option<&str>,
     reset: bool,
 ) -> anyhow::Result<Exit> {
-    let (p, _) = place(global, team, member)?;
-    let stopped = super::member::stop_member(global, team, member).await?;
-    if reset {
-        let saved = workspace::reset(&p).await?;
-        println!(
-            "{member}: back at its base; what was there is snapshot {} (`ateam rollback {member} --to {}` undoes this)",
-            saved.id, saved.id
+    let (ws, copies) = kinds(global, team, member)?;
+    // `--to` names one kind's snapshot: a copy's id is all digits, a workspace's hex.
+    let copy_id = to.is_some_and(|id| {
+        copies
+            .as_ref()
+            .is_some_and(|c| workspace::copy::list(c).iter().any(|s| s.id == id))
+    });
+    if to.is_some() && !copy_id && ws.is_none() {
+        bail!(
+            "member `{member}` has no snapshot `{}`",
+            shown(to.unwrap_or_default())
         );
-    } else {
-        let (saved, restored) = workspace::rollback(&p, to).await?;
+    }
+    let stopped = super::member::stop_member(global, team, member).await?;
+    let undo = |saved: &workspace::Snapshot| {
+        format!(
+            "what was there is snapshot {0} (`ateam rollback {member} --to {0}` undoes this)",
+            saved.id
+        )
+    };
+    if let Some(p) = ws.as_ref().filter(|_| !copy_id) {
+        if reset {
+            let saved = workspace::reset(p).await?;
+            println!(
+                "{member}: its workspace is back at its base; {}",
+                undo(&saved)
+            );
+        } else {
+            let (saved, restored) = workspace::rollback(p, to).await?;
+            println!(
+                "{member}: its workspace is as snapshot {} ({}) had it; {}",
+                restored.id,
+                shown(&restored.reason),
+                undo(&saved)
+            );
+        }
+    }
+    if let Some(c) = copies.filter(|_| !reset && (copy_id || to.is_none())) {
+        let to = to.map(str::to_string);
+        let (saved, restored) =
+            tokio::task::spawn_blocking(move || workspace::copy::restore(&c, to.as_deref()))
+                .await??;
         println!(
-            "{member}: restored snapshot {} ({}); what was there is snapshot {} (`ateam rollback {member} --to {}` undoes this)",
+            "{member}: its write grants are as copy {} ({}) had them; {}",
             restored.id,
             shown(&restored.reason),
-            saved.id,
-            saved.id
+            undo(&saved)
         );
     }
     if stopped {

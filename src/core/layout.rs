@@ -271,6 +271,12 @@ pub fn workspaces_dir(session_dir: &Path) -> PathBuf {
     session_dir.join("workspaces")
 }
 
+/// Where a member's copy snapshots of its write grants are kept (`Member.snapshotWrites`):
+/// `<sessionDir>/snapshots/<member>` (so no main session may be called `snapshots`).
+pub fn copy_snapshots_dir(session_dir: &Path, member: &str) -> PathBuf {
+    session_dir.join("snapshots").join(member)
+}
+
 /// A member's own repository: `<sessionDir>/workspaces/<member>`.
 pub fn workspace_dir(session_dir: &Path, member: &str) -> PathBuf {
     workspaces_dir(session_dir).join(member)

@@ -1,5 +1,6 @@
 //! The lowest layer: types and facts every other module shares, with no I/O and no
 //! dependency on any other module of ateam but the model.
+//! - `agents`: what `agent:` on a Member expands to (Claude Code, Codex CLI);
 //! - `container`: the container types (spec, names, labels, create request, what an engine
 //!   reports);
 //! - `egress`: what an egress allowlist entry means, and which addresses are never reached
@@ -9,6 +10,7 @@
 //! - `session`: a promotion's recorded steps;
 //! - `untrusted`: text a member chose, made safe to show a person.
 
+pub mod agents;
 pub mod container;
 pub mod egress;
 pub mod env;

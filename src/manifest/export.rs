@@ -138,8 +138,23 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 })
             }),
             share_writes: m.share_writes,
+            agent: m.agent.as_ref().map(|a| {
+                Box::new(super::raw::AgentSpec {
+                    name: a.name.clone(),
+                    task: a.task.clone(),
+                    model: a.model.clone(),
+                    model_url: a.model_url.clone(),
+                    args: a.args.clone(),
+                })
+            }),
+            snapshot_writes: m
+                .snapshot_writes
+                .map(|b| super::raw::Quantity::Text(b.to_string())),
         },
     );
+    if let Some(a) = &m.agent {
+        without_agent(&mut o.spec, a, &m.transcript_dir);
+    }
     if let Origin::Requested { by, at } = &m.origin {
         o.metadata
             .annotations
@@ -250,4 +265,25 @@ fn prune(v: &mut serde_json::Value) {
     } else if let Value::Array(a) = v {
         a.iter_mut().for_each(prune);
     }
+}
+
+/// A member with `agent:` is written as the manifest said it: without the command and the
+/// environment its agent expands to (validation adds them again).
+fn without_agent(spec: &mut MemberSpec, a: &crate::model::Agent, transcripts: &std::path::Path) {
+    let Some(kind) = crate::core::agents::AgentKind::parse(&a.name) else {
+        return;
+    };
+    let x = crate::core::agents::expand(
+        crate::core::agents::Ask {
+            kind,
+            task: &a.task,
+            model: a.model.as_deref(),
+            model_url: a.model_url.as_deref(),
+            args: &a.args,
+        },
+        transcripts,
+    );
+    spec.command = None;
+    spec.env.retain(|k, v| x.env.get(k) != Some(v));
+    spec.secret_env.retain(|s| s != x.secret);
 }

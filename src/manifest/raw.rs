@@ -412,6 +412,31 @@ pub struct MemberSpec {
     pub share_writes: bool,
     /// A repository of its own to work in, on a branch of its own (docs/workspaces.md).
     pub workspace: Option<Box<WorkspaceSpec>>,
+    /// Claude Code or Codex CLI and its first task: ateam fills in the command, flags and
+    /// environment (docs/agents.md); not with `command`.
+    pub agent: Option<Box<AgentSpec>>,
+    /// Copy its write grants before every start, up to this many bytes in all (`256Mi`); a
+    /// start whose folders hold more is held. Default: no copy (docs/workspaces.md).
+    #[schemars(with = "Option<MemoryQuantity>")]
+    pub snapshot_writes: Option<Quantity>,
+}
+
+/// A coding agent as a member runs it (`core::agents::expand`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AgentSpec {
+    /// `claude` (Claude Code) or `codex` (Codex CLI).
+    pub name: String,
+    /// Its first task: the prompt it starts with.
+    pub task: String,
+    /// The model, if not the agent's default.
+    pub model: Option<String>,
+    /// The model's base URL, if not the vendor's (a local server, a gateway); its host must
+    /// be in the member's allow list.
+    pub model_url: Option<String>,
+    /// Flags of the agent's own, put before the task.
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

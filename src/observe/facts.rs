@@ -238,6 +238,8 @@ mod tests {
             labels: Default::default(),
             transcript_dir: dir.join("sessions/members/a"),
             workspace: None,
+            snapshot_writes: None,
+            agent: None,
             origin: Default::default(),
             share_writes: false,
         }

@@ -77,6 +77,23 @@ pub struct DesiredMember {
     /// Its own repository, made and snapshotted before each start.
     #[serde(default)]
     pub workspace: Option<crate::model::Workspace>,
+    /// Copies of its write grants before each start (`Member.snapshotWrites`).
+    #[serde(default)]
+    pub copies: Option<DesiredCopies>,
+    /// Its agent's state folder, in its transcript folder, made before each start.
+    #[serde(default)]
+    pub agent_home: Option<PathBuf>,
+}
+
+/// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredCopies {
+    /// Its write grants.
+    pub folders: Vec<PathBuf>,
+    /// `<sessionDir>/snapshots/<member>`.
+    pub store: PathBuf,
+    /// The most bytes one snapshot holds.
+    pub max_bytes: u64,
 }
 
 /// A member's egress proxy as the planner wants it: listening on `socket`, judging by `allow`.
@@ -333,6 +350,12 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .helper_requests
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
                 workspace: m.workspace.clone(),
+                agent_home: m.agent.as_ref().map(|a| a.home.clone()),
+                copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
+                    folders: m.access.write.clone(),
+                    store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),
+                    max_bytes,
+                }),
             });
         }
     }

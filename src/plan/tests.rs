@@ -53,6 +53,8 @@ pub(crate) fn member(name: &str) -> Member {
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
         workspace: None,
+        snapshot_writes: None,
+        agent: None,
         origin: Default::default(),
         share_writes: false,
     }

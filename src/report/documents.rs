@@ -165,6 +165,23 @@ pub struct Change {
     pub container: Option<ContainerId>,
     /// For `recreate` because the manifest changed: each field, from and to.
     pub field_changes: Vec<FieldChange>,
+    /// For `create` and `recreate`: what the container will run (an `agent:` shows here what
+    /// it expands to).
+    #[serde(default)]
+    pub runs: Option<Runs>,
+}
+
+/// What a member's container runs: its image, its command (`None`: the image's own) and its
+/// plain environment (secrets are never in it).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Runs {
+    /// The image.
+    pub image: String,
+    /// Command and arguments.
+    pub command: Option<Vec<String>>,
+    /// Its environment, ateam's variables included.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// A container, as the documents name it.
@@ -233,6 +250,7 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
                 description: action_text(a),
                 container: a.container().map(container_id),
                 field_changes: field_changes(a),
+                runs: runs(a),
             }
         })
         .collect();
@@ -270,6 +288,18 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
         changes,
         findings,
     }
+}
+
+/// What a create or recreate will run.
+fn runs(a: &Action) -> Option<Runs> {
+    let (Action::Create { member } | Action::Recreate { member, .. }) = a else {
+        return None;
+    };
+    Some(Runs {
+        image: member.spec.image.clone(),
+        command: member.spec.command.clone(),
+        env: member.spec.env.clone(),
+    })
 }
 
 /// The fields a recreate changes because the manifest changed; none for any other action

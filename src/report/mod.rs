@@ -24,10 +24,10 @@ pub use documents::{
 pub use facts::{EgressFacts, MemberFacts, SessionFacts, StatusFacts, TranscriptUsage};
 pub use rows::{
     EgressCounts, EgressStatus, Grants, Injection, LeftOut, MemberStatus, NetworkGrant,
-    NetworkMode, OriginStatus, RowKind, TeamStatus, Usage,
+    NetworkMode, OriginStatus, RowKind, TeamStatus, Usage, WorkspaceStatus,
 };
 pub use status::{session_transcript, team_status};
-pub use text::{render_controller, render_refusals, render_status};
+pub use text::{render_controller, render_refusals, render_status, workspace_summary};
 
 // What the unit tests (`tests.rs`) reach through `super::*`: the model and plan types their
 // cases are made of, and a private helper they check.

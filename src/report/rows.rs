@@ -298,6 +298,30 @@ pub struct MemberStatus {
     pub origin: Option<OriginStatus>,
     /// What it uses now, while its container runs.
     pub usage: Option<Usage>,
+    /// A writer's workspace: its branch and how far its work is from the base and from you.
+    #[serde(default)]
+    pub workspace: Option<WorkspaceStatus>,
+}
+
+/// A writer's workspace as status shows it (`crate::workspace::changes`, at most a few
+/// seconds old).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkspaceStatus {
+    /// Its folder.
+    pub path: PathBuf,
+    /// Its branch.
+    pub branch: String,
+    /// Commits on the branch that the base has not.
+    pub ahead: u64,
+    /// Commits of the base the branch has not.
+    pub behind: u64,
+    /// Files that differ from the branch's commit (not committed).
+    pub uncommitted: u64,
+    /// Commits not yet brought into your repository (`ateam collect`).
+    pub uncollected: u64,
+    /// Why the figures could not be read (made at the first start; tampered with).
+    pub error: Option<String>,
 }
 
 /// Where a member comes from.

@@ -178,6 +178,7 @@ impl<'a> Inputs<'a> {
             terminal: terminal.map(|t| t.socket.clone()),
             origin: None,
             usage: None,
+            workspace: None,
         }
     }
 
@@ -234,6 +235,7 @@ impl<'a> Inputs<'a> {
             terminal: None,
             origin: Some(OriginStatus::of(&m.origin)),
             usage: c.and_then(|c| facts.usage_of(c)),
+            workspace: None,
         }
     }
 
@@ -374,6 +376,7 @@ impl<'a> Inputs<'a> {
             terminal: None,
             origin: None,
             usage: c.and_then(|c| self.facts.usage_of(c)),
+            workspace: None,
         }
     }
 
@@ -406,6 +409,7 @@ impl<'a> Inputs<'a> {
             terminal: None,
             origin: None,
             usage: None,
+            workspace: None,
         }
     }
 
@@ -438,6 +442,7 @@ impl<'a> Inputs<'a> {
             terminal: terminal.map(|t| t.socket.clone()),
             origin: None,
             usage: None,
+            workspace: None,
         }
     }
 }

@@ -49,6 +49,8 @@ fn team(members: &[&str]) -> Team {
         labels: BTreeMap::new(),
         transcript_dir: format!("/home/u/sessions/members/{name}").into(),
         workspace: None,
+        snapshot_writes: None,
+        agent: None,
         origin: Default::default(),
         share_writes: false,
     };

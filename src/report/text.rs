@@ -296,6 +296,9 @@ fn row_notes(m: &MemberStatus, rows: &[MemberStatus]) -> String {
     if let Some(d) = &m.detail {
         out.push_str(&format!("  {}: {d}\n", m.name));
     }
+    if let Some(w) = &m.workspace {
+        out.push_str(&workspace_line(&m.name, w));
+    }
     for i in m.grants.iter().flat_map(|g| &g.network.injected) {
         out.push_str(&format!("  {}: injects {i}\n", m.name));
     }
@@ -311,6 +314,31 @@ fn row_notes(m: &MemberStatus, rows: &[MemberStatus]) -> String {
         ));
     }
     out
+}
+
+/// A writer's branch and its work: `branch ateam/t/alice, 2 ahead, 0 behind, 1
+/// uncommitted, 2 uncollected` (status's line under the member, top's detail).
+pub fn workspace_summary(w: &crate::report::WorkspaceStatus) -> String {
+    match &w.error {
+        Some(e) => format!("workspace {}: {e}", w.path.display()),
+        None => format!(
+            "branch {}, {} ahead, {} behind, {} uncommitted, {} uncollected",
+            crate::core::untrusted::shown(&w.branch),
+            w.ahead,
+            w.behind,
+            w.uncommitted,
+            w.uncollected
+        ),
+    }
+}
+
+fn workspace_line(name: &str, w: &crate::report::WorkspaceStatus) -> String {
+    let tail = if w.error.is_none() {
+        format!(" (ateam changes {name})")
+    } else {
+        String::new()
+    };
+    format!("  {name}: {}{tail}\n", workspace_summary(w))
 }
 
 /// Where to find a main session: its terminal while it runs, and its transcript.

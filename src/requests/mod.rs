@@ -708,6 +708,8 @@ fn as_manifests(
         labels: BTreeMap::new(),
         transcript_dir: PathBuf::new(),
         workspace: None,
+        agent: None,
+        snapshot_writes: None,
         origin: Origin::Requested {
             by: by.to_string(),
             at: at.to_string(),

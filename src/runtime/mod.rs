@@ -315,14 +315,30 @@ impl Runtime {
         member_owner: Owner,
         make: bool,
     ) -> Result<(), RunError> {
-        let Some(ws) = &m.workspace else {
-            return Ok(());
-        };
-        let place = crate::workspace::Place::new(&m.team, &m.member, ws, member_owner, self.owner);
         let fail = |source| RunError::Workspace {
             member: m.member.clone(),
             source,
         };
+        if let Some(c) = &m.copies {
+            let place = crate::workspace::copy::CopyPlace {
+                member: m.member.clone(),
+                folders: c.folders.clone(),
+                store: c.store.clone(),
+                max_bytes: c.max_bytes,
+                member_owner,
+                ateam_owner: self.owner,
+            };
+            tokio::task::spawn_blocking(move || {
+                crate::workspace::copy::take(&place, "before start")
+            })
+            .await
+            .map_err(|e| fail(crate::workspace::WorkspaceError::Refused(e.to_string())))?
+            .map_err(fail)?;
+        }
+        let Some(ws) = &m.workspace else {
+            return Ok(());
+        };
+        let place = crate::workspace::Place::new(&m.team, &m.member, ws, member_owner, self.owner);
         if make || !place.exists() {
             crate::workspace::ensure(&place).await.map_err(fail)?;
         }
@@ -429,7 +445,10 @@ impl Runtime {
                 source,
             }
         };
-        for dir in [&m.transcript_dir, &m.ctl_dir] {
+        for dir in [&m.transcript_dir, &m.ctl_dir]
+            .into_iter()
+            .chain(m.agent_home.as_ref())
+        {
             files::member_dir(dir, self.owner, member_owner).map_err(io(dir))?;
         }
         gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)

@@ -12,6 +12,7 @@
 //! select drivers only by config, so with none configured a member's filters, textconv and
 //! diff drivers name nothing; `index-pack --strict` checks every object it receives.
 
+pub mod copy;
 pub mod git;
 mod refs;
 
@@ -68,7 +69,7 @@ pub enum WorkspaceError {
     Refused(String),
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
     move |source| WorkspaceError::Io {
         path: path.to_path_buf(),
         source,
@@ -626,6 +627,8 @@ pub struct Changes {
     pub tip: Option<String>,
     /// `<id> <subject>`, newest first, at most 200.
     pub commits: Vec<String>,
+    /// How many commits the branch has that the base has not.
+    pub ahead: u64,
     /// How many commits of the base the branch does not have.
     pub behind: u64,
     /// `<status>\t<path>` of files that differ from the branch's commit.
@@ -670,7 +673,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
             Ok::<u64, WorkspaceError>(out.text().parse().unwrap_or(0))
         }
     };
-    let (commits, behind, uncollected) = match &tip {
+    let (commits, ahead, behind, uncollected) = match &tip {
         Some(t) => {
             let log = shadow
                 .run(&[
@@ -693,11 +696,12 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
                     .lines()
                     .map(str::to_string)
                     .collect(),
+                count(format!("{base}..{t}")).await?,
                 count(format!("{t}..{base}")).await?,
                 count(format!("{from}..{t}")).await?,
             )
         }
-        None => (Vec::new(), 0, 0),
+        None => (Vec::new(), 0, 0, 0),
     };
     // The work tree through a copy of the snapshot index: only what changed is hashed, and
     // the snapshot index is left as the last snapshot made it.
@@ -739,6 +743,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
         base,
         tip,
         commits,
+        ahead,
         behind,
         uncommitted: String::from_utf8_lossy(&files.stdout)
             .lines()

@@ -8,7 +8,9 @@ It speaks the two wire formats the agents use, streaming (server-sent events) or
   GET  /v1/models                 both families' model lists (Codex refreshes it)
 and plays a scripted conversation. The task is read from the user's prompt, which must say
 
-    create the file /ABS/PATH containing exactly: SOME TEXT
+    create the file PATH containing exactly: SOME TEXT
+
+(PATH absolute, or relative to the working directory the agent states in its request).
 
 First turn: a tool call that writes SOME TEXT into /ABS/PATH (Claude Code's `Write`; Codex's
 `shell_command`, `shell` or `exec_command`, whichever the request offers). Once the request
@@ -31,14 +33,27 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-TASK = re.compile(r"create the file (/\S+) containing exactly: ([^\n\"\\]+)")
+TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
+# Where the agent works, as each says it in its request: Claude Code's environment block,
+# Codex's environment context. A task's relative path is taken from there.
+CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
 MODEL = "stand-in-model"
 
 
 def find_task(body):
-    """(path, text) of the first task sentence anywhere in the request, or None."""
-    m = TASK.search(json.dumps(body, ensure_ascii=False).replace("\\n", "\n"))
-    return (m.group(1), m.group(2).rstrip()) if m else None
+    """(path, text) of the first task sentence anywhere in the request, or None. A relative
+    path is resolved against the working directory the agent states."""
+    flat = json.dumps(body, ensure_ascii=False).replace("\\n", "\n")
+    m = TASK.search(flat)
+    if not m:
+        return None
+    path = m.group(1)
+    if not path.startswith("/"):
+        cwd = CWD.search(flat)
+        if not cwd:
+            return None
+        path = cwd.group(1).rstrip("/") + "/" + path.removeprefix("./")
+    return (path, m.group(2).rstrip())
 
 
 # ------------------------------------------------------------------ Anthropic Messages

@@ -29,6 +29,8 @@ pub struct Row {
     /// A main session's terminal (tmux socket).
     pub terminal: Option<String>,
     pub detail: Option<String>,
+    /// A writer's branch and its work (`report::workspace_summary`).
+    pub workspace: Option<String>,
 }
 
 /// Which part of the selected row's detail is shown.
@@ -191,6 +193,7 @@ impl Dashboard {
             container_id: m.container_id.clone(),
             terminal: m.terminal.as_ref().map(|p| p.display().to_string()),
             detail: m.detail.clone(),
+            workspace: m.workspace.as_ref().map(ateam::report::workspace_summary),
         }
     }
 
@@ -348,6 +351,7 @@ mod tests {
             terminal: None,
             origin: None,
             usage: None,
+            workspace: None,
         };
         row.usage = Some(Usage {
             cpu_seconds: Some(cpu),

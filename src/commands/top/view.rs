@@ -194,6 +194,9 @@ fn draw_detail(f: &mut Frame, d: &Dashboard, detail: &Detail, area: Rect) {
     if let Some(why) = &r.detail {
         lines.push(Line::from(why.clone()));
     }
+    if let Some(w) = &r.workspace {
+        lines.push(Line::from(w.clone()));
+    }
     let fresh = detail.of.as_ref() == Some(&(r.team.clone(), r.name.clone()));
     let room = area.height.saturating_sub(lines.len() as u16) as usize;
     if fresh {
@@ -248,6 +251,7 @@ mod tests {
             container_id: Some("c".into()),
             terminal: None,
             detail: None,
+            workspace: None,
         }
     }
 
@@ -267,6 +271,7 @@ mod tests {
             row("writer", "running", false),
             row("tester", "exited 1", true),
         ];
+        d.rows[1].workspace = Some("branch ateam/t/tester, 2 ahead".into());
         d.selected = 1;
         let detail = Detail {
             of: Some(("t".into(), "tester".into())),
@@ -277,6 +282,7 @@ mod tests {
         assert!(s.contains("3.0M/64M"), "{s}");
         assert!(s.contains("7/2"), "{s}");
         assert!(s.contains("hello from tester"), "{s}");
+        assert!(s.contains("branch ateam/t/tester, 2 ahead"), "{s}");
         assert!(s.contains("q quit"), "{s}");
         let plain = screen(&d, &detail, false);
         assert!(

@@ -231,6 +231,8 @@ pub struct MemberFigures {
     pub pids_limit: Option<u64>,
     /// Allowed, refused, failed in the last minute (proxied members only).
     pub egress: Option<[u64; 3]>,
+    /// A writer's commits ahead of its base, files not committed, commits not collected.
+    pub workspace: Option<[u64; 3]>,
 }
 
 impl MemberFigures {
@@ -296,6 +298,11 @@ impl Snapshot {
                         let c = e.last_minute;
                         [c.allowed, c.refused, c.failed]
                     }),
+                    workspace: row
+                        .workspace
+                        .as_ref()
+                        .filter(|w| w.error.is_none())
+                        .map(|w| [w.ahead, w.uncommitted, w.uncollected]),
                 });
             }
         }
@@ -472,6 +479,28 @@ fn encode_members(e: &mut DescriptorEncoder, ms: &[MemberFigures]) -> Result<(),
         "ateam_egress_decisions_last_minute",
         "What the member's egress proxy decided in the last minute, by verdict.",
         egress,
+    )?;
+    let ws = |i: usize| {
+        ms.iter()
+            .filter_map(move |m| m.workspace.map(|w| (m.labels(), w[i])))
+    };
+    gauges(
+        e,
+        "ateam_workspace_ahead_commits",
+        "Commits on a writer's branch that its base has not.",
+        ws(0),
+    )?;
+    gauges(
+        e,
+        "ateam_workspace_uncommitted_files",
+        "Files of a writer's workspace that differ from its branch's commit.",
+        ws(1),
+    )?;
+    gauges(
+        e,
+        "ateam_workspace_uncollected_commits",
+        "Commits of a writer not yet collected into the person's repository.",
+        ws(2),
     )
 }
 

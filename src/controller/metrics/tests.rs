@@ -85,6 +85,7 @@ fn blank(name: &str) -> MemberStatus {
         terminal: None,
         origin: None,
         usage: None,
+        workspace: None,
     }
 }
 
@@ -115,6 +116,15 @@ fn document() -> StatusDocument {
         pids_limit: None,
     });
     web.egress = Some(egress(4, 1, 0));
+    web.workspace = Some(crate::report::WorkspaceStatus {
+        path: "/w/web".into(),
+        branch: "ateam/alpha/web".into(),
+        ahead: 3,
+        behind: 0,
+        uncommitted: 2,
+        uncollected: 1,
+        error: None,
+    });
     // A hostile-looking helper name: quotes, a backslash and a newline are escaped.
     let mut helper = row("h\"\\\nx", RowKind::Member, "exited 1");
     helper.origin = Some(OriginStatus {
@@ -180,6 +190,18 @@ fn a_fixed_document_renders_every_family() {
         (
             "ateam_manifest_loads_total",
             r#"ateam_manifest_loads_total{result="invalid"} 1"#,
+        ),
+        (
+            "ateam_workspace_ahead_commits",
+            r#"ateam_workspace_ahead_commits{team="alpha",member="web"} 3"#,
+        ),
+        (
+            "ateam_workspace_uncommitted_files",
+            r#"ateam_workspace_uncommitted_files{team="alpha",member="web"} 2"#,
+        ),
+        (
+            "ateam_workspace_uncollected_commits",
+            r#"ateam_workspace_uncollected_commits{team="alpha",member="web"} 1"#,
         ),
         ("ateam_queue_depth", "ateam_queue_depth 0"),
         ("ateam_reconciles_running", "ateam_reconciles_running 0"),

@@ -153,7 +153,7 @@ impl Build<'_> {
     }
 }
 
-fn quantity_text(q: &Quantity) -> String {
+pub(super) fn quantity_text(q: &Quantity) -> String {
     match q {
         Quantity::Text(s) => s.clone(),
         Quantity::Number(n) => n.to_string(),

@@ -24,6 +24,7 @@ use crate::core::layout::MAX_SOCKET_PATH;
 use crate::host::{EngineDir, Host, engines};
 use crate::model::{self, Desired, UserId};
 
+mod agents;
 mod grants;
 mod limits;
 mod members;

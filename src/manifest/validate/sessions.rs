@@ -65,6 +65,12 @@ impl Build<'_> {
                 "`members` is the folder of the members' transcripts in the sessionDir; name the main session otherwise",
             ));
         }
+        if o.name == "snapshots" {
+            problems.push(o.value_problem(
+                "metadata.name",
+                "`snapshots` is the folder of the members' copy snapshots in the sessionDir; name the main session otherwise",
+            ));
+        }
         if o.name == "workspaces" {
             problems.push(o.value_problem(
                 "metadata.name",

@@ -77,6 +77,34 @@ impl Build<'_> {
     }
 }
 
+impl Build<'_> {
+    /// The bound of the member's copy snapshots (`snapshotWrites`), which needs write grants
+    /// to copy.
+    pub(super) fn member_snapshot_writes(
+        &mut self,
+        o: &Parsed,
+        m: &raw::MemberSpec,
+        access: &model::AccessGrant,
+    ) -> Option<u64> {
+        let q = m.snapshot_writes.as_ref()?;
+        let field = "spec.snapshotWrites";
+        match crate::manifest::quantity::parse_memory(&super::limits::quantity_text(q)) {
+            Ok(_) if access.write.is_empty() => {
+                self.problems.push(o.value_problem(
+                    field,
+                    "the member has no write grant to copy (a workspace is snapshotted anyway)",
+                ));
+                None
+            }
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.problems.push(o.value_problem(field, e));
+                None
+            }
+        }
+    }
+}
+
 /// The problems of workspaces whose `.git` some member's write grant reaches: that member
 /// could plant hooks and config the person's own git runs, and rewrite every branch.
 pub(super) fn writable_repositories(
