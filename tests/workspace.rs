@@ -420,6 +420,133 @@ async fn a_tampered_git_is_refused_not_followed() {
     assert!(!e.to_string().contains('\u{1b}'), "{e:?}");
 }
 
+/// A repository the member makes inside its work tree: `git add` asks a nested repository it
+/// has recorded whether it is dirty by running `git status` in it, which reads that
+/// repository's own config (the member's) and runs its clean filter on a file whose stat
+/// changed. Nothing of it may run for ateam's snapshot or `changes`.
+#[tokio::test]
+async fn a_repository_nested_in_the_work_tree_runs_nothing_for_ateam() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    let marks = r.root.join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let marker = marks.join("nested");
+    let cmd = format!("touch {}; cat", marker.display());
+    let nested = ws.join("vendor/lib");
+    member_sh(&format!("mkdir -p {}", nested.display()));
+    as_member(&nested, &["init", "-q"]);
+    member_sh(&format!(
+        "cd {n} && echo same > f && printf '* filter=x\\n' > .gitattributes",
+        n = nested.display()
+    ));
+    as_member(&nested, &["add", "f", ".gitattributes"]);
+    as_member(&nested, &["commit", "-qm", "nested"]);
+    member_sh(&format!(
+        "cd {n} && git config filter.x.clean '{cmd}' && git config core.fsmonitor '{cmd}' && touch -d 2001-01-01 f",
+        n = nested.display()
+    ));
+    assert!(!ran(&marker));
+    // The first snapshot records the nested repository; the next commands meet it recorded.
+    workspace::snapshot(p, "before start").await.unwrap();
+    workspace::changes(p, true).await.unwrap();
+    workspace::snapshot(p, "again").await.unwrap();
+    assert!(
+        !ran(&marker),
+        "the nested repository's clean filter ran for ateam"
+    );
+    // The control: the member's own git there runs it.
+    member_git(&nested, &["status", "--porcelain"]);
+    assert!(ran(&marker), "the planted filter is not live");
+}
+
+/// FIFOs where git opens a file of the work tree (a `.gitignore`, a `.gitattributes`, a
+/// nested repository's HEAD): git would wait there for a writer until its bound (120 s);
+/// it is stopped at once instead, and says why.
+#[tokio::test]
+async fn a_fifo_where_git_reads_a_file_stops_it_at_once() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    for (plant, undo) in [
+        ("mkdir -p d/e && mkfifo d/e/.gitignore", "rm -r d"),
+        (
+            "echo x > new.txt && mkfifo .gitattributes",
+            "rm .gitattributes new.txt",
+        ),
+        (
+            "mkdir -p n && git init -q n && rm n/.git/HEAD && mkfifo n/.git/HEAD",
+            "rm -rf n",
+        ),
+    ] {
+        member_sh(&format!("cd {} && {plant}", ws.display()));
+        let started = std::time::Instant::now();
+        let e = workspace::changes(p, true).await.unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{plant}: {e}");
+        let e = workspace::snapshot(p, "x").await.unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{plant}: {e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{plant}: {:?}",
+            started.elapsed()
+        );
+        member_sh(&format!("cd {} && {undo}", ws.display()));
+    }
+    workspace::snapshot(p, "after").await.unwrap();
+}
+
+/// A commit the member crafted that git would refuse to check out (a `.GIT/hooks` folder in
+/// its tree): `collect` refuses it (`index-pack --strict`), and the person's repository gets
+/// no ref of it.
+#[tokio::test]
+async fn a_crafted_commit_is_never_collected() {
+    let r = rig();
+    let p = &r.place;
+    workspace::ensure(p).await.unwrap();
+    let ws = &p.ws.path;
+    member_sh(&format!(
+        "cd {} && g='git -c safe.directory=*' && blob=$(echo evil | $g hash-object -w --stdin) &&
+hooks=$(printf '100755 blob %s\\tpost-checkout\\n' $blob | $g mktree) &&
+dot=$(printf '040000 tree %s\\thooks\\n' $hooks | $g mktree) &&
+root=$(printf '040000 tree %s\\t.GIT\\n' $dot | $g mktree) &&
+c=$($g -c user.name=m -c user.email=m@x commit-tree -p HEAD -m evil $root) &&
+$g update-ref refs/heads/ateam/t/m $c",
+        ws.display()
+    ));
+    let e = workspace::collect(p, me(), None).await.unwrap_err();
+    assert!(e.to_string().contains("hasDotgit"), "{e}");
+    let refs = person_git(&r.repo, &["for-each-ref", "refs/ateam"]);
+    assert_eq!(refs, "", "a ref of the crafted commit");
+}
+
+/// A file the member changes in the second ateam checked it out, at the same size: git
+/// hashes it again only because the index is not older than it, so the copy of the index
+/// `changes` works on must keep the index's time, or the change is not shown.
+#[tokio::test]
+async fn a_change_in_the_second_of_the_checkout_is_shown() {
+    let r = rig();
+    let p = &r.place;
+    // At the start of a second: the checkout and the change fall in the same one.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_nanos(
+        1_000_000_000 - u64::from(now.subsec_nanos()) + 5_000_000,
+    ));
+    workspace::ensure(p).await.unwrap();
+    let b = p.ws.path.join("src/b.py");
+    member_sh(&format!(
+        "printf 'def b():\\n    return 3\\n' > {}",
+        b.display()
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let c = workspace::changes(p, false).await.unwrap();
+    assert_eq!(c.uncommitted, vec!["M\tsrc/b.py".to_string()]);
+}
+
 /// Copy snapshots of a plain write grant: taken as the member left it (a link kept as a link,
 /// never followed; a FIFO left out, never opened), over the bound refused, restored after a
 /// copy of the present, and that restore undone.

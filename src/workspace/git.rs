@@ -3,7 +3,9 @@
 //! member's config: each runs with `GIT_DIR` an ateam-owned repository (the member's shadow,
 //! or the person's own), a cleared environment (no system or global config, no terminal
 //! prompt, no replace refs), every setting that runs or redirects something pinned off on the
-//! command line, as the uid whose files it reads, and with bounded time and output.
+//! command line, as the uid whose files it reads, and with bounded time and output. No git
+//! of ateam's can start another git: a child git (the `git status` that `git add` runs in a
+//! nested repository) would read that repository's config, which is the member's.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -42,6 +44,23 @@ pub const PINNED: [&str; 22] = [
     "advice.detachedHead=false",
 ];
 
+/// Where git looks for the programs it starts (`PATH`, `GIT_EXEC_PATH`): below `/dev/null`,
+/// where nothing can be.
+const NO_PROGRAMS: &str = "/dev/null";
+
+/// git, found once where ateam's own search would find it; every git builtin ateam runs is
+/// in this one program.
+fn git_binary() -> &'static std::path::Path {
+    static GIT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    GIT.get_or_init(|| {
+        ["/usr/local/bin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join("git"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/git"))
+    })
+}
+
 /// What went wrong running git.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -60,6 +79,14 @@ pub enum GitError {
         what: String,
         /// Its bound.
         secs: u64,
+    },
+    /// It waited to open a FIFO (planted where git reads a file): it was stopped.
+    #[error(
+        "git {what} was stopped: it waited to open a FIFO in the member's folder (one where git reads a file: a .gitignore, a .gitattributes, a nested repository's HEAD)"
+    )]
+    Fifo {
+        /// The git command.
+        what: String,
     },
     /// It printed more than its bound: it was stopped.
     #[error("git {what} printed more than {max} bytes and was stopped")]
@@ -146,9 +173,11 @@ impl Git {
 
     /// The command as it will run, with `args` after the pinned settings.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("git");
+        let mut c = Command::new(git_binary());
         c.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            // A folder that cannot exist: git finds no git (nor anything else) to start.
+            .env("PATH", NO_PROGRAMS)
+            .env("GIT_EXEC_PATH", NO_PROGRAMS)
             .env("HOME", "/nonexistent")
             .env("LC_ALL", "C")
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -223,6 +252,7 @@ impl Git {
             what: what.clone(),
             source,
         })?;
+        let pid = child.id();
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -246,12 +276,20 @@ impl Git {
             (out, err.await.ok().flatten(), status)
         };
         let secs = self.timeout.as_secs();
-        let (out, err, status) = tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| GitError::Timeout {
-                what: what.clone(),
-                secs,
-            })?;
+        let watched = async {
+            tokio::select! {
+                done = work => Ok(done),
+                () = waits_on_fifo(pid) => Err(GitError::Fifo { what: what.clone() }),
+            }
+        };
+        // Stopped (or timed out), the child is killed when dropped (`kill_on_drop`).
+        let (out, err, status) =
+            tokio::time::timeout(self.timeout, watched)
+                .await
+                .map_err(|_| GitError::Timeout {
+                    what: what.clone(),
+                    secs,
+                })??;
         let out = out.ok_or(GitError::TooMuch {
             what: what.clone(),
             max,
@@ -268,6 +306,28 @@ impl Git {
                 stderr,
             },
         ))
+    }
+}
+
+/// Returns once a thread of process `pid` sleeps opening a FIFO that no one writes to (the
+/// kernel's `wait_for_partner`). A member can put a FIFO where git opens a file of its work
+/// tree (a `.gitignore`, a `.gitattributes`, a nested repository's HEAD): git would wait
+/// there until its bound; no git of ateam's has a reason to open a FIFO.
+async fn waits_on_fifo(pid: Option<u32>) {
+    let Some(pid) = pid else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        let waiting = tasks
+            .flatten()
+            .any(|t| std::fs::read(t.path().join("wchan")).is_ok_and(|w| w == b"wait_for_partner"));
+        if waiting {
+            return;
+        }
     }
 }
 

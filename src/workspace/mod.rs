@@ -76,6 +76,14 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError +
     }
 }
 
+/// `what` was found in `p`'s repository, which ateam will not read past.
+fn tampered(p: &Place, what: String) -> WorkspaceError {
+    WorkspaceError::Tampered {
+        path: p.ws.path.clone(),
+        what: crate::core::untrusted::shown(&what).into_owned(),
+    }
+}
+
 /// A member's workspace as ateam works on it.
 #[derive(Debug, Clone)]
 pub struct Place {
@@ -171,8 +179,12 @@ impl Place {
         files::private_dir(dir, self.ateam_owner).map_err(io(dir))?;
         let path = self.shadow.with_extension("lock");
         let file = files::open_lock(&path).map_err(io(&path))?;
+        let shadow = self.shadow.clone();
         tokio::task::spawn_blocking(move || {
-            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map(|()| file)
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map(|()| {
+                clear_stale_locks(&shadow);
+                file
+            })
         })
         .await
         .map_err(|e| WorkspaceError::Refused(format!("the workspace lock: {e}")))?
@@ -185,6 +197,25 @@ impl Place {
     /// Whether ateam has made this workspace.
     pub fn exists(&self) -> bool {
         self.shadow.join("HEAD").exists() && self.member_git().is_dir()
+    }
+}
+
+/// Removes the `*.lock` files a git of ateam's left in the shadow when it was stopped (its
+/// bound, a FIFO): with the workspace's lock held no other git of ateam's works there, and
+/// git would refuse every later command (`index.lock: File exists`).
+fn clear_stale_locks(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let (Ok(kind), path) = (e.file_type(), e.path()) else {
+            continue;
+        };
+        if kind.is_dir() && e.file_name() != "objects" {
+            clear_stale_locks(&path);
+        } else if kind.is_file() && path.extension().is_some_and(|x| x == "lock") {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 
@@ -289,14 +320,38 @@ fn write_alternates(git_dir: &Path, dirs: &[&Path], owner: Owner) -> Result<(), 
     files::write_atomic_in_member_dir(&path, text.as_bytes(), 0o644, owner).map_err(io(&path))
 }
 
+/// Copies an index with its modification time: git trusts an entry whose stat matches only
+/// if it is older than the index file (else it is "racily clean" and hashed again), so a
+/// copy made later would take a file changed in the same second, at the same size, for
+/// unchanged (and `changes` would not show it).
 fn copy_index(from: &Path, to: &Path, owner: Owner) -> Result<(), WorkspaceError> {
-    let bytes = files::open_regular(from)
+    let (bytes, stat) = files::open_regular(from)
         .and_then(|mut f| {
             let mut v = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut v).map(|_| v)
+            std::io::Read::read_to_end(&mut f, &mut v)?;
+            Ok((v, rustix::fs::fstat(&f)?))
         })
         .map_err(io(from))?;
-    files::write_atomic_in_member_dir(to, &bytes, 0o644, owner).map_err(io(to))
+    files::write_atomic_in_member_dir(to, &bytes, 0o644, owner).map_err(io(to))?;
+    let (dir, name) = (to.parent().unwrap_or(Path::new("/")), to.file_name());
+    let at = rustix::fs::Timespec {
+        tv_sec: stat.st_mtime,
+        tv_nsec: stat.st_mtime_nsec as _,
+    };
+    files::Dir::open(dir)
+        .and_then(|d| {
+            rustix::fs::utimensat(
+                d.fd(),
+                name.unwrap_or_default(),
+                &rustix::fs::Timestamps {
+                    last_access: at,
+                    last_modification: at,
+                },
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(std::io::Error::from)
+        })
+        .map_err(io(to))
 }
 
 /// Checks that the member's repository makes git read objects from nowhere but itself and
@@ -304,20 +359,21 @@ fn copy_index(from: &Path, to: &Path, owner: Owner) -> Result<(), WorkspaceError
 /// of `objects` a real folder, its alternates exactly ateam's. Run before every command on
 /// it; while the member is stopped (a snapshot before a start) nothing can change after.
 pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
-    let tampered = |what: String| WorkspaceError::Tampered {
-        path: p.ws.path.clone(),
-        what,
-    };
     let objects = p.member_git().join("objects");
     let dir = files::Dir::open(&p.ws.path)
         .and_then(|_| files::Dir::open(&p.member_git()))
         .and_then(|_| files::Dir::open(&objects))
-        .map_err(|e| tampered(format!("its .git or .git/objects is not a folder ({e})")))?;
+        .map_err(|e| tampered(p, format!("its .git or .git/objects is not a folder ({e})")))?;
     let want = format!("{}\n", p.ws.objects.display());
     match dir.read_regular(Path::new("info/alternates"), 4096) {
         Ok(text) if text == want.as_bytes() => {}
-        Ok(_) => return Err(tampered("its objects/info/alternates was changed".into())),
-        Err(e) => return Err(tampered(format!("its objects/info/alternates: {e}"))),
+        Ok(_) => {
+            return Err(tampered(
+                p,
+                "its objects/info/alternates was changed".into(),
+            ));
+        }
+        Err(e) => return Err(tampered(p, format!("its objects/info/alternates: {e}"))),
     }
     let mut bad = None;
     let complete = dir.walk(
@@ -340,13 +396,19 @@ pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
         },
     );
     if let Some(path) = bad {
-        return Err(tampered(format!(
-            "objects/{} is not what git keeps there (a symlink, a FIFO?)",
-            crate::core::untrusted::shown(&path.to_string_lossy())
-        )));
+        return Err(tampered(
+            p,
+            format!(
+                "objects/{} is not what git keeps there (a symlink, a FIFO?)",
+                crate::core::untrusted::shown(&path.to_string_lossy())
+            ),
+        ));
     }
     if !complete {
-        return Err(tampered("its objects folder holds too many entries".into()));
+        return Err(tampered(
+            p,
+            "its objects folder holds too many entries".into(),
+        ));
     }
     Ok(())
 }
@@ -361,18 +423,16 @@ pub async fn snapshot(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceErro
 /// `snapshot`, with the lock held.
 async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
     vet(p)?;
-    let head = refs::head(&p.member_git(), &p.ws.branch).map_err(io(&p.ws.path))?;
+    let head =
+        refs::head(&p.member_git(), &p.ws.branch).map_err(|e| tampered(p, format!("its {e}")))?;
     let shadow = p.shadow();
     if let Some(h) = &head {
         shadow
             .run(&["cat-file", "-e", &format!("{h}^{{commit}}")])
             .await
-            .map_err(|_| WorkspaceError::Tampered {
-                path: p.ws.path.clone(),
-                what: format!("its HEAD names {h}, which is no commit it has"),
-            })?;
+            .map_err(|_| tampered(p, format!("its HEAD names {h}, which is no commit it has")))?;
     }
-    shadow.run(&["add", "--all", "--", "."]).await?;
+    stage_all(&shadow).await?;
     let tree = shadow.run(&["write-tree"]).await?.text();
     let at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -396,6 +456,48 @@ async fn take(p: &Place, reason: &str) -> Result<Snapshot, WorkspaceError> {
         at: at.as_secs(),
         reason: reason.to_string(),
     })
+}
+
+/// `git add --all` of the member's folder into `git`'s index. For each nested repository the
+/// index records (a gitlink) `add` asks `git status` inside it whether it is dirty, and that
+/// git would read the nested repository's config, the member's (its filters would run): it
+/// cannot start (ateam's git has no `PATH`), so such an `add` fails, and is run again with the
+/// gitlinks left out (they keep the commit first recorded). A tree with none costs nothing.
+async fn stage_all(git: &Git) -> Result<(), WorkspaceError> {
+    let plain = git.run(&["add", "--all", "--", "."]).await;
+    let Err(GitError::Failed { .. }) = plain else {
+        return Ok(plain.map(|_| ())?);
+    };
+    let index = git
+        .clone()
+        .max_output(1 << 30)
+        .run(&["ls-files", "--stage", "-z"])
+        .await?;
+    let mut spec = b".\0".to_vec();
+    for entry in index.stdout.split(|b| *b == 0) {
+        // `160000 <id> <stage>\t<path>`: a gitlink.
+        if let Some(rest) = entry.strip_prefix(b"160000 ")
+            && let Some(tab) = rest.iter().position(|b| *b == b'\t')
+        {
+            spec.extend_from_slice(b":(exclude,literal)");
+            spec.extend_from_slice(&rest[tab + 1..]);
+            spec.push(0);
+        }
+    }
+    if spec.len() == 2 {
+        return Ok(plain.map(|_| ())?);
+    }
+    git.run_with(
+        &[
+            "add",
+            "--all",
+            "--pathspec-from-file=-",
+            "--pathspec-file-nul",
+        ],
+        Some(&spec),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Every snapshot, the newest first.
@@ -540,15 +642,19 @@ pub struct Changes {
 /// The member's branch's commit, checked to be a commit its objects hold.
 async fn tip(p: &Place) -> Result<Option<String>, WorkspaceError> {
     let name = format!("refs/heads/{}", p.ws.branch);
-    let Some(tip) = refs::read(&p.member_git(), &name).map_err(io(&p.ws.path))? else {
+    let Some(tip) =
+        refs::read(&p.member_git(), &name).map_err(|e| tampered(p, format!("its branch {e}")))?
+    else {
         return Ok(None);
     };
     p.shadow()
         .run(&["cat-file", "-e", &format!("{tip}^{{commit}}")])
         .await
-        .map_err(|_| WorkspaceError::Tampered {
-            path: p.ws.path.clone(),
-            what: format!("its branch names {tip}, which is no commit it has"),
+        .map_err(|_| {
+            tampered(
+                p,
+                format!("its branch names {tip}, which is no commit it has"),
+            )
         })?;
     Ok(Some(tip))
 }
@@ -602,7 +708,7 @@ pub async fn changes(p: &Place, diff: bool) -> Result<Changes, WorkspaceError> {
     let index = p.shadow.join("index.changes");
     copy_index(&p.shadow.join("index"), &index, p.member_owner)?;
     let look = p.shadow().index(&index);
-    look.run(&["add", "--all", "--", "."]).await?;
+    stage_all(&look).await?;
     let against = tip.clone().unwrap_or_else(|| base.clone());
     let files = look
         .run(&[

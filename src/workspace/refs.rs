@@ -9,6 +9,15 @@ use crate::files::{self, Owner};
 /// Reads `name` (`refs/heads/...`): the loose ref, else its line in `packed-refs`. `None`
 /// when there is neither.
 pub fn read(git_dir: &Path, name: &str) -> std::io::Result<Option<String>> {
+    read_unnamed(git_dir, name).map_err(|e| named(name, e))
+}
+
+/// `e`, saying which file of the member's `.git` it is about.
+fn named(name: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{name}: {e}"))
+}
+
+fn read_unnamed(git_dir: &Path, name: &str) -> std::io::Result<Option<String>> {
     let dir = files::Dir::open(git_dir)?;
     match dir.read_regular(Path::new(name), 4096) {
         Ok(bytes) => return Ok(Some(object_id(&bytes)?)),
@@ -34,13 +43,16 @@ pub fn read(git_dir: &Path, name: &str) -> std::io::Result<Option<String>> {
 /// What HEAD names: the commit of the branch it points at (`branch` when it points at no
 /// branch ateam can read), or the commit it holds when detached. `None`: an unborn branch.
 pub fn head(git_dir: &Path, branch: &str) -> std::io::Result<Option<String>> {
-    let dir = files::Dir::open(git_dir)?;
-    let text = dir.read_regular(Path::new("HEAD"), 4096)?;
+    let text = files::Dir::open(git_dir)
+        .and_then(|dir| dir.read_regular(Path::new("HEAD"), 4096))
+        .map_err(|e| named("HEAD", e))?;
     let text = String::from_utf8_lossy(&text);
     match text.trim().strip_prefix("ref: ") {
         Some(r) if r.starts_with("refs/heads/") && sane_ref(r) => read(git_dir, r),
         Some(_) => read(git_dir, &format!("refs/heads/{branch}")),
-        None => object_id(text.as_bytes()).map(Some),
+        None => object_id(text.as_bytes())
+            .map(Some)
+            .map_err(|e| named("HEAD", e)),
     }
 }
 
