@@ -48,6 +48,16 @@ pub async fn changes(
     let (p, _) = place(global, team, member)?;
     let c = workspace::changes(&p, diff).await?;
     if json {
+        // JSON escapes only C0 controls: bidi overrides, line separators and C1 controls a
+        // member wrote are escaped here as in the text.
+        let mut c = c;
+        let esc = |v: &mut String| *v = shown(v).into_owned();
+        esc(&mut c.branch);
+        c.commits.iter_mut().for_each(esc);
+        c.uncommitted.iter_mut().for_each(esc);
+        if let Some(d) = c.diff.as_mut() {
+            *d = d.lines().map(|l| shown(l).into_owned() + "\n").collect();
+        }
         println!("{}", serde_json::to_string_pretty(&c)?);
         return Ok(Exit::Ok);
     }
