@@ -162,28 +162,9 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        let out = common::engine_command(self.engine, false)
-            .args([
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=ateam.dev/team={}", self.team),
-            ])
-            .output()
-            .unwrap();
-        for id in text(&out.stdout).split_whitespace() {
-            let _ = common::engine_command(self.engine, false)
-                .args(["rm", "-f", id])
-                .output();
-        }
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
+        common::remove_team(self.engine, &self.team, &self.root(), || {
+            let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        });
     }
 }
 

@@ -300,6 +300,15 @@ async fn a_bad_run_is_rolled_back_and_the_rollback_undone() {
     assert!(ws.join("src/b.py").exists() && !ws.join("junk.txt").exists());
 }
 
+/// Where a planted command leaves its mark: writable by the member's uid too, so that a
+/// command run as the member would leave it.
+fn marks(r: &Rig) -> PathBuf {
+    let marks = r.root.join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    marks
+}
+
 /// Whether the marker a planted command would write exists.
 fn ran(marker: &Path) -> bool {
     marker.exists()
@@ -311,12 +320,7 @@ async fn nothing_a_member_plants_in_its_git_runs_for_ateam() {
     let p = &r.place;
     workspace::ensure(p).await.unwrap();
     let ws = &p.ws.path;
-    // Where a planted command leaves its mark: writable by the member's uid too, so that a
-    // command run as the member would leave it.
-    let marks = r.root.join("marks");
-    std::fs::create_dir(&marks).unwrap();
-    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let marker = marks.join("pwned");
+    let marker = marks(&r).join("pwned");
     let cmd = format!("touch {}", marker.display());
     member_sh(&format!("echo c > {}/c.txt", ws.display()));
     as_member(ws, &["add", "c.txt"]);
@@ -430,10 +434,7 @@ async fn a_repository_nested_in_the_work_tree_runs_nothing_for_ateam() {
     let p = &r.place;
     workspace::ensure(p).await.unwrap();
     let ws = &p.ws.path;
-    let marks = r.root.join("marks");
-    std::fs::create_dir(&marks).unwrap();
-    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let marker = marks.join("nested");
+    let marker = marks(&r).join("nested");
     let cmd = format!("touch {}; cat", marker.display());
     let nested = ws.join("vendor/lib");
     member_sh(&format!("mkdir -p {}", nested.display()));
