@@ -2,6 +2,9 @@
 # Build the member images with real coding agents, locally, from no image registry:
 #   ateam-claude:<CLAUDE_VERSION>  Claude Code (its native linux-x64 build, from the npm registry)
 #   ateam-codex:<CODEX_VERSION>    Codex CLI (its static linux-x64 musl build, from the npm registry)
+#   ateam-toolchain:bookworm       no agent: a developer's tools from Debian 12's packages (git,
+#                                  Python with pytest, Node.js, make, gcc, ripgrep), made with
+#                                  mmdebstrap; ateam brings the agent into it (docs/agents.md)
 # and import each into Docker, rootful Podman and rootless Podman (user ateamci), as
 # scripts/engines.sh does for the demo image.
 #
@@ -14,14 +17,21 @@
 # versions and this script's checksum); an engine that already has an image with the same key
 # (label ateam.agent.key) is left alone. A second run takes a few seconds.
 #
-# Usage: scripts/agent-images.sh [all|claude|codex]   (needs the engines: scripts/engines.sh)
-#        scripts/agent-images.sh rootfs claude|codex OUT   only write the rootfs tarball
+# Usage: scripts/agent-images.sh [all|claude|codex|toolchain]   (needs the engines: scripts/engines.sh)
+#        scripts/agent-images.sh rootfs claude|codex|toolchain OUT   only write the rootfs tarball
 # Env:   ATEAM_AGENT_CACHE (default /var/cache/ateam-ci/agents), ATEAM_AGENT_ENGINES
-#        (default "docker podman podman-rootless"), CLAUDE_VERSION, CODEX_VERSION.
+#        (default "docker podman podman-rootless"), CLAUDE_VERSION, CODEX_VERSION,
+#        DEBIAN_MIRROR (default http://deb.debian.org/debian; its -security beside it).
 set -euo pipefail
 
 CLAUDE_VERSION=${CLAUDE_VERSION:-2.1.332}
 CODEX_VERSION=${CODEX_VERSION:-0.171.0}
+TOOLCHAIN_SUITE=bookworm
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The toolchain: what a developer's shell has, for Python, Node.js and C projects. npm is left
+# out: Debian's pulls in 24,000 files of node modules (+105 MB) for a package manager that has
+# no registry to reach from a member.
+TOOLCHAIN_PACKAGES=git,python3,python3-pytest,nodejs,make,gcc,libc6-dev,ripgrep,patch,bash,ca-certificates,coreutils,procps
 CACHE=${ATEAM_AGENT_CACHE:-/var/cache/ateam-ci/agents}
 ENGINES=${ATEAM_AGENT_ENGINES:-docker podman podman-rootless}
 RUN=/run/ateam-ci
@@ -135,7 +145,52 @@ rootfs_tar() (
     mv "$out.part" "$out"
 )
 
-version_of() { case $1 in claude) echo "$CLAUDE_VERSION" ;; codex) echo "$CODEX_VERSION" ;; esac; }
+# toolchain_tar OUT: Debian's packages, installed by mmdebstrap from the Debian mirror (no image
+# registry), without manuals, translations and docs (copyright files kept); the users members
+# run as, with bash and /home/agent; git trusting any repository owner (a member's uid need not
+# own its grants). As root (mmdebstrap's root mode).
+toolchain_tar() (
+    local out=$1 root
+    umask 022
+    [ "$(id -u)" = 0 ] || die "the toolchain image is built as root (mmdebstrap)"
+    if ! command -v mmdebstrap >/dev/null; then
+        log "apt-get install mmdebstrap"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; }
+    fi
+    root=$(mktemp -d)
+    trap 'rm -rf "$root"' EXIT
+    local -a trim=()
+    local p
+    for p in 'path-exclude=/usr/share/man/*' 'path-exclude=/usr/share/info/*' \
+        'path-exclude=/usr/share/locale/*' 'path-include=/usr/share/locale/locale.alias' \
+        'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*/copyright'; do
+        trim+=(--dpkgopt="$p")
+    done
+    mmdebstrap --quiet --mode=root --format=directory --variant=essential \
+        --include="$TOOLCHAIN_PACKAGES" "${trim[@]}" "$TOOLCHAIN_SUITE" "$root" \
+        "deb $DEBIAN_MIRROR $TOOLCHAIN_SUITE main" \
+        "deb $DEBIAN_MIRROR $TOOLCHAIN_SUITE-updates main" \
+        "deb ${DEBIAN_MIRROR%/debian}/debian-security $TOOLCHAIN_SUITE-security main" ||
+        die "mmdebstrap failed"
+    # The engine gives each container its own; these are the build machine's.
+    rm -f "$root/etc/resolv.conf" "$root/etc/hostname"
+    # Members run as a non-root uid with HOME=/home/agent (a tmpfs): nobody (a root apply's
+    # default) and agent (1000, the usual first user) have that home and bash, which Codex
+    # runs its shell tool with; other uids have no name, and get HOME from the environment.
+    sed -i 's#^nobody:\([^:]*\):65534:65534:\([^:]*\):[^:]*:[^:]*$#nobody:\1:65534:65534:\2:/home/agent:/bin/bash#' \
+        "$root/etc/passwd"
+    grep -q '^agent:' "$root/etc/passwd" || echo 'agent:x:1000:1000:agent:/home/agent:/bin/bash' >>"$root/etc/passwd"
+    grep -q '^agent:' "$root/etc/group" || echo 'agent:x:1000:' >>"$root/etc/group"
+    install -d -m 0755 "$root/home/agent"
+    printf '[safe]\n\tdirectory = *\n' >"$root/etc/gitconfig"
+    tar --sort=name --numeric-owner --exclude='./dev/*' -C "$root" -cf "$out.part" .
+    mv "$out.part" "$out"
+)
+
+version_of() {
+    case $1 in claude) echo "$CLAUDE_VERSION" ;; codex) echo "$CODEX_VERSION" ;; toolchain) echo "$TOOLCHAIN_SUITE" ;; esac
+}
 
 ROOTLESS_UID=
 as_user() {
@@ -166,10 +221,17 @@ has_image() {
 # import_into ENGINE IMAGE KEY TAR
 import_into() {
     local engine=$1 image=$2 key=$3 tar=$4 out t0=$SECONDS
+    local -a changes=(--change 'ENV PATH=/usr/local/bin:/bin' --change 'CMD ["/bin/sh"]')
+    case $image in
+        ateam-toolchain:*)
+            changes=(--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+                --change 'ENV SHELL=/bin/bash' --change 'ENV LANG=C.UTF-8'
+                --change 'ENV PYTHONDONTWRITEBYTECODE=1' --change 'CMD ["/bin/bash"]') ;;
+    esac
     engine_cli "$engine"
-    if ! out=$("${CLI[@]}" import --change 'ENV PATH=/usr/local/bin:/bin' \
+    if ! out=$("${CLI[@]}" import "${changes[@]}" \
         --change 'ENV HOME=/home/agent' --change "LABEL ateam.agent.key=$key" \
-        --change 'CMD ["/bin/sh"]' "$tar" "$image" 2>&1); then
+        "$tar" "$image" 2>&1); then
         printf '%s\n' "$out" >&2; die "$engine: import of $image failed"
     fi
     log "$engine: imported $image in $((SECONDS - t0)) s"
@@ -188,7 +250,10 @@ build() {
     if [ ! -s "$tar" ]; then
         mkdir -p "$CACHE/rootfs"
         log "building the rootfs of $image"
-        rootfs_tar "$agent" "$tar"
+        case $agent in
+            toolchain) toolchain_tar "$tar" ;;
+            *) rootfs_tar "$agent" "$tar" ;;
+        esac
         chmod 0644 "$tar"
         # Older keys of this agent (another version, an older script) are not needed again.
         find "$CACHE/rootfs" -maxdepth 1 -name "$agent-*.tar" ! -name "$key.tar" -delete
@@ -199,10 +264,13 @@ build() {
 
 main() {
     case ${1:-all} in
-        rootfs) [ $# -eq 3 ] || die "usage: $0 rootfs claude|codex OUT"; rootfs_tar "$2" "$3"; return ;;
-        all) set -- claude codex ;;
-        claude | codex) ;;
-        *) die "usage: $0 [all|claude|codex] | rootfs claude|codex OUT" ;;
+        rootfs)
+            [ $# -eq 3 ] || die "usage: $0 rootfs claude|codex|toolchain OUT"
+            if [ "$2" = toolchain ]; then toolchain_tar "$3"; else rootfs_tar "$2" "$3"; fi
+            return ;;
+        all) set -- claude codex toolchain ;;
+        claude | codex | toolchain) ;;
+        *) die "usage: $0 [all|claude|codex|toolchain] | rootfs claude|codex|toolchain OUT" ;;
     esac
     ROOTLESS_UID=$(id -u "$ROOTLESS_USER" 2>/dev/null || true)
     case " $ENGINES " in
