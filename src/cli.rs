@@ -105,6 +105,26 @@ pub enum ShowFormat {
     Json,
 }
 
+/// `ateam agents ...`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Put an agent's build in the cache now: fetched with `npm pack` (or taken from a
+    /// tarball with --from), checked against its pinned SHA-256, its files unpacked.
+    Pull {
+        /// `claude` or `codex`.
+        name: String,
+        /// Its version; default the one ateam pins.
+        #[arg(long)]
+        version: Option<String>,
+        /// The SHA-256 of that version's npm tarball (needed for a version ateam does not pin).
+        #[arg(long)]
+        sha256: Option<String>,
+        /// The npm tarball, fetched elsewhere (`npm pack SPEC`), instead of npm.
+        #[arg(long, value_name = "FILE.tgz")]
+        from: Option<PathBuf>,
+    },
+}
+
 /// Which schema `ateam schema` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SchemaOf {
@@ -205,6 +225,10 @@ pub enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// The agents' native builds that ateam brings into members with `agent:` (kept in
+    /// ~/.cache/ateam/agents; apply fetches a missing one itself).
+    #[command(subcommand)]
+    Agents(AgentsCommand),
     /// Keep the machine matching the manifests: watch them and the engine, heal, resync.
     ///
     /// Runs until SIGINT or SIGTERM (a second one stops at once). One controller per state

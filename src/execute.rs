@@ -5,7 +5,7 @@
 //! `info` event (its name as in the plan's JSON, the container when one exists, the reason),
 //! and each failure one `warn` event with the error (the caller reports it to the user).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -432,7 +432,8 @@ fn failure_kind(err: &ActionError) -> crate::events::EventKind {
             | RunError::RootlessUser { .. }
             | RunError::Io { .. }
             | RunError::WritableBelowReadOnly { .. }
-            | RunError::NotWritable { .. } => false,
+            | RunError::NotWritable { .. }
+            | RunError::Agent { .. } => false,
         }
     }
     match err {
@@ -614,7 +615,8 @@ impl Executor<'_> {
     pub async fn preflight(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
         let started = Instant::now();
         let mut refused = Refusals::default();
-        let created = self.check_members(plan, desired, &mut refused);
+        let no_agent = self.check_agents(plan, desired, &mut refused).await;
+        let created = self.check_members(plan, desired, &no_agent, &mut refused);
         let images = created.len();
         for (image, members) in created {
             self.check_image(image, &members, &mut refused).await;
@@ -628,6 +630,44 @@ impl Executor<'_> {
         refused.0
     }
 
+    /// The agents' native builds of the members brought up, fetched when missing (once per
+    /// build) and checked (`runtime::agents`). Returns the members refused for theirs.
+    async fn check_agents(
+        &self,
+        plan: &Plan,
+        desired: &[DesiredMember],
+        refused: &mut Refusals,
+    ) -> BTreeSet<(String, String)> {
+        let mut by_build: BTreeMap<&std::path::Path, Vec<&DesiredMember>> = BTreeMap::new();
+        for a in &plan.actions {
+            if let Some((m, _)) = brought_up(a, desired)
+                && let Some(c) = &m.agent_build
+            {
+                by_build.entry(&c.dir).or_default().push(m);
+            }
+        }
+        let mut out = BTreeSet::new();
+        for members in by_build.values() {
+            let Some(c) = members.first().and_then(|m| m.agent_build.as_ref()) else {
+                continue;
+            };
+            if let Err(e) = crate::runtime::agents::ensure(c).await {
+                let source = Arc::new(e);
+                for m in members {
+                    refused.refuse(
+                        m,
+                        RunError::Agent {
+                            member: m.member.clone(),
+                            source: source.clone(),
+                        },
+                    );
+                    out.insert((m.team.clone(), m.member.clone()));
+                }
+            }
+        }
+        out
+    }
+
     /// The preflight checks that need no engine, member by member in the plan's order: its
     /// limits, folders and user; for a member created, its secrets too. Returns the members
     /// created that passed them, by image, for the checks that need the engine.
@@ -635,6 +675,7 @@ impl Executor<'_> {
         &self,
         plan: &'p Plan,
         desired: &'p [DesiredMember],
+        no_agent: &BTreeSet<(String, String)>,
         refused: &mut Refusals,
     ) -> BTreeMap<&'p str, Vec<&'p DesiredMember>> {
         let mut created: BTreeMap<&str, Vec<&DesiredMember>> = BTreeMap::new();
@@ -642,6 +683,9 @@ impl Executor<'_> {
             let Some((m, creates)) = brought_up(a, desired) else {
                 continue;
             };
+            if no_agent.contains(&(m.team.clone(), m.member.clone())) {
+                continue;
+            }
             if let Err(e) = self
                 .rt
                 .check_limits(m)

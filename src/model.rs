@@ -214,6 +214,31 @@ pub struct Agent {
     pub args: Vec<String>,
     /// Its state folder in the transcript folder, made before it starts.
     pub home: PathBuf,
+    /// The version of its native build (the manifest's, else the one ateam pins). `None` in
+    /// records before ateam brought the agent (their command ran the image's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The SHA-256 of that build's npm tarball (the manifest's, else the one ateam pins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// The build's folder in the host's agent cache, mounted read-only at
+    /// `core::agents::AGENT_DIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+}
+
+impl Agent {
+    /// The build it runs and where the host keeps it; `None` for an old record.
+    pub fn cached(&self) -> Option<crate::core::agents::Cached> {
+        Some(crate::core::agents::Cached {
+            build: crate::core::agents::Build {
+                kind: crate::core::agents::AgentKind::parse(&self.name)?,
+                version: self.version.clone()?,
+                sha256: self.sha256.clone()?,
+            },
+            dir: self.dir.clone()?,
+        })
+    }
 }
 
 /// A writer's workspace, validated: a repository of the member's own at `path`, made from

@@ -709,7 +709,21 @@ spec:
     let team = check(yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
     let m = &team.members[0];
     let command = m.command.clone().unwrap();
-    assert_eq!(&command[..2], ["codex", "exec"]);
+    // The pinned build, from the host's agent cache, mounted read-only where the command
+    // runs it.
+    assert_eq!(&command[..2], ["/opt/ateam-agent/codex", "exec"]);
+    let agent = m.agent.as_ref().unwrap();
+    assert_eq!(agent.version.as_deref(), Some("0.171.0"));
+    assert_eq!(
+        agent.dir.as_deref(),
+        Some(
+            test_host()
+                .home
+                .join(".cache/ateam/agents/codex-0.171.0-e13d67afb0533cc6")
+                .as_path()
+        )
+    );
+    assert_eq!(m.env["GIT_AUTHOR_NAME"], "codex");
     assert_eq!(
         &command[command.len() - 4..],
         ["-m", "gpt-x", "--json", "fix the test"]
@@ -735,6 +749,30 @@ spec:
     assert_eq!(again.members[0].command, m.command);
     assert_eq!(again.members[0].env, m.env);
     assert_eq!(again.members[0].agent, m.agent);
+    assert!(
+        !exported.contains("version:"),
+        "the pin is ateam's: {exported}"
+    );
+
+    // A version of the person's, with its checksum: written back as said.
+    let sum = "ab".repeat(32);
+    let theirs = yaml.replace(
+        "args: [--json]}",
+        &format!("args: [--json], version: 0.180.0, sha256: {sum}}}"),
+    );
+    let team = check(&theirs, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let a = team.members[0].agent.clone().unwrap();
+    assert_eq!(a.version.as_deref(), Some("0.180.0"));
+    assert!(
+        a.dir
+            .unwrap()
+            .ends_with(format!("codex-0.180.0-{}", &sum[..16])),
+    );
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.members[0].agent, team.members[0].agent);
 }
 
 /// A member that does not declare a secret its grant injects is refused even when another

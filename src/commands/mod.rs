@@ -15,6 +15,7 @@ macro_rules! outln {
     };
 }
 
+mod agents;
 mod apply;
 mod common;
 mod completion;
@@ -104,6 +105,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             };
             block_on(delete::run(g, &files, which, purge, no_wait))?
         }
+        Command::Agents(crate::cli::AgentsCommand::Pull {
+            name,
+            version,
+            sha256,
+            from,
+        }) => block_on(agents::pull(&name, version, sha256, from.as_deref()))?,
         Command::Controller(args) => controller(g, args),
         Command::Logs(args) => logs(g, args),
         Command::Export { team, output } => export::run(g, &team, output.as_deref()),

@@ -2,12 +2,23 @@
 //! Code or Codex CLI as a member (docs/agents.md), so that a manifest names the agent and its
 //! task instead of twenty lines of flags. Pure: validation calls it, and `diff`, `export` and
 //! `status` show the result as any command.
+//!
+//! The agent itself is not the image's: ateam keeps the pinned native build of each agent
+//! (from the npm registry, checked against the SHA-256 pinned here) in a cache on the host
+//! (`runtime::agents`) and mounts it read-only at `AGENT_DIR` in the member, so any image
+//! with what the build needs (glibc for Claude Code; nothing for Codex CLI) runs it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
+/// Where a member finds its agent: the host's copy of its native build, mounted read-only.
+pub const AGENT_DIR: &str = "/opt/ateam-agent";
+
 /// The agents ateam knows how to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AgentKind {
     /// Claude Code (`claude`, npm `@anthropic-ai/claude-code`).
     Claude,
@@ -25,6 +36,14 @@ impl AgentKind {
         }
     }
 
+    /// Its name in a manifest, and its program's.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+        }
+    }
+
     /// The variable its key is read from (and injected into by the proxy).
     pub fn key_var(self) -> &'static str {
         match self {
@@ -32,6 +51,108 @@ impl AgentKind {
             AgentKind::Codex => "OPENAI_API_KEY",
         }
     }
+
+    /// The build ateam pins: the version it is tested with, and the SHA-256 of that
+    /// version's npm tarball (also pinned in scripts/agent-images.sh).
+    pub fn pinned(self) -> Build {
+        let (version, sha256) = match self {
+            AgentKind::Claude => (
+                "2.1.332",
+                "1c89f2f1e0bee93742cff8de9181fc07c702ce0651f1492bb3b97487d3a84af1",
+            ),
+            AgentKind::Codex => (
+                "0.171.0",
+                "e13d67afb0533cc6160b5f4140e4ad07e2acd87adbaa081bbf69b82e90cf4e55",
+            ),
+        };
+        Build {
+            kind: self,
+            version: version.into(),
+            sha256: sha256.into(),
+        }
+    }
+
+    /// The program a member runs: the build's, where ateam mounts it.
+    pub fn program(self) -> String {
+        format!("{AGENT_DIR}/{}", self.name())
+    }
+}
+
+/// One native linux-x64 build of an agent, as the npm registry has it, pinned by the SHA-256
+/// of its tarball: Claude Code's (one glibc binary) or Codex CLI's (static musl, with `rg`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Build {
+    /// Which agent.
+    pub kind: AgentKind,
+    /// Its version (`2.1.332`).
+    pub version: String,
+    /// The SHA-256 of its npm tarball, lowercase hex.
+    pub sha256: String,
+}
+
+impl Build {
+    /// What `npm pack` fetches.
+    pub fn npm_spec(&self) -> String {
+        match self.kind {
+            AgentKind::Claude => format!("@anthropic-ai/claude-code-linux-x64@{}", self.version),
+            AgentKind::Codex => format!("@openai/codex@{}-linux-x64", self.version),
+        }
+    }
+
+    /// The files ateam takes from the tarball: their path in it, their name in `AGENT_DIR`.
+    pub fn files(&self) -> &'static [(&'static str, &'static str)] {
+        match self.kind {
+            AgentKind::Claude => &[("package/claude", "claude")],
+            AgentKind::Codex => &[
+                (
+                    "package/vendor/x86_64-unknown-linux-musl/bin/codex",
+                    "codex",
+                ),
+                (
+                    "package/vendor/x86_64-unknown-linux-musl/codex-path/rg",
+                    "rg",
+                ),
+            ],
+        }
+    }
+
+    /// Its folder in the host's agent cache: one per agent, version and checksum, so that a
+    /// build is never replaced under a member that mounts it.
+    pub fn dir_name(&self) -> String {
+        let sum = self.sha256.get(..16).unwrap_or(&self.sha256);
+        format!("{}-{}-{sum}", self.kind.name(), self.version)
+    }
+}
+
+/// A build in the host's agent cache, which a member mounts read-only at `AGENT_DIR`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cached {
+    /// The build.
+    pub build: Build,
+    /// Its folder in the cache (`<agents dir>/<Build::dir_name>`).
+    pub dir: PathBuf,
+}
+
+/// Why a version or checksum in a manifest is not one ateam can fetch and check.
+pub fn check_version(v: &str) -> Result<(), String> {
+    let ok = v.len() <= 64
+        && v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{v}` is not a version (digits, letters, `.`, `-`, `+`, starting with a digit: 2.1.332)"
+        ))
+    }
+}
+
+/// Whether `s` is a SHA-256 as `sha256sum` prints it (64 lowercase hex digits).
+pub fn is_sha256(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// What an agent needs to run as a member.
@@ -72,7 +193,11 @@ pub fn expand(ask: Ask, transcripts: &Path) -> Expanded {
     match ask.kind {
         AgentKind::Claude => {
             let home = transcripts.join("claude");
-            let mut command = vec![s("claude"), s("-p"), s("--dangerously-skip-permissions")];
+            let mut command = vec![
+                ask.kind.program(),
+                s("-p"),
+                s("--dangerously-skip-permissions"),
+            ];
             if let Some(m) = ask.model {
                 command.extend([s("--model"), s(m)]);
             }
@@ -88,6 +213,7 @@ pub fn expand(ask: Ask, transcripts: &Path) -> Expanded {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
+            env.extend(git_identity(ask.kind));
             if let Some(u) = ask.model_url {
                 env.insert(s("ANTHROPIC_BASE_URL"), s(u));
             }
@@ -102,11 +228,25 @@ pub fn expand(ask: Ask, transcripts: &Path) -> Expanded {
     }
 }
 
+/// Who the agent's commits are by: git finds no name for a member's uid (it has none in the
+/// image), and `git commit` fails without one. The manifest's `env` may say another.
+fn git_identity(kind: AgentKind) -> impl Iterator<Item = (String, String)> {
+    let email = format!("{}@ateam.invalid", kind.name());
+    [
+        ("GIT_AUTHOR_NAME", kind.name().to_string()),
+        ("GIT_AUTHOR_EMAIL", email.clone()),
+        ("GIT_COMMITTER_NAME", kind.name().to_string()),
+        ("GIT_COMMITTER_EMAIL", email),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+}
+
 fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     let s = |v: &str| v.to_string();
     let home = transcripts.join("codex");
     let mut command = vec![
-        s("codex"),
+        ask.kind.program(),
         s("exec"),
         s("--skip-git-repo-check"),
         s("--dangerously-bypass-approvals-and-sandbox"),
@@ -142,9 +282,11 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     }
     command.extend(ask.args.iter().cloned());
     command.push(s(ask.task));
+    let mut env = BTreeMap::from([(s("CODEX_HOME"), home.display().to_string())]);
+    env.extend(git_identity(ask.kind));
     Expanded {
         command,
-        env: BTreeMap::from([(s("CODEX_HOME"), home.display().to_string())]),
+        env,
         secret: ask.kind.key_var(),
         home,
     }
@@ -186,7 +328,7 @@ mod tests {
         assert_eq!(
             c.command,
             [
-                "claude",
+                "/opt/ateam-agent/claude",
                 "-p",
                 "--dangerously-skip-permissions",
                 "--model",
@@ -201,6 +343,7 @@ mod tests {
             "https://host.ateam.internal:8790"
         );
         assert_eq!(c.secret, "ANTHROPIC_API_KEY");
+        assert_eq!(c.env["GIT_COMMITTER_EMAIL"], "claude@ateam.invalid");
         let x = expand(
             Ask {
                 kind: AgentKind::Codex,
@@ -214,7 +357,7 @@ mod tests {
         assert_eq!(
             &x.command[..4],
             [
-                "codex",
+                "/opt/ateam-agent/codex",
                 "exec",
                 "--skip-git-repo-check",
                 "--dangerously-bypass-approvals-and-sandbox"
@@ -243,5 +386,23 @@ mod tests {
             t,
         );
         assert!(!v.command.iter().any(|a| a.starts_with("model_provider")));
+    }
+
+    #[test]
+    fn the_pinned_builds_name_their_npm_package_and_cache_folder() {
+        let c = AgentKind::Claude.pinned();
+        assert_eq!(c.npm_spec(), "@anthropic-ai/claude-code-linux-x64@2.1.332");
+        assert_eq!(c.dir_name(), "claude-2.1.332-1c89f2f1e0bee937");
+        assert!(is_sha256(&c.sha256));
+        let x = AgentKind::Codex.pinned();
+        assert_eq!(x.npm_spec(), "@openai/codex@0.171.0-linux-x64");
+        assert_eq!(x.files().len(), 2);
+        assert!(check_version("2.1.400").is_ok());
+        assert!(check_version("0.171.0-alpha.1").is_ok());
+        for bad in ["", "../x", "2.1/3", "latest", "1 2"] {
+            assert!(check_version(bad).is_err(), "{bad}");
+        }
+        assert!(!is_sha256(&"A".repeat(64)));
+        assert!(!is_sha256("abc"));
     }
 }

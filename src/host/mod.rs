@@ -110,6 +110,13 @@ impl Host {
 }
 
 impl Host {
+    /// Where ateam keeps the agents' native builds it brings into members
+    /// (`runtime::agents`): `~/.cache/ateam/agents`, the caller's own. No member may write it
+    /// (`manifest::reach::Fence`): what is there runs in every member with an agent.
+    pub fn agents_dir(&self) -> PathBuf {
+        self.home.join(".cache/ateam/agents")
+    }
+
     /// The uids of the person applying, whose listeners on the host a member's
     /// `host.ateam.internal:PORT` may reach: ateam's own uid; when that is root, also the
     /// user it runs for by default (who ran sudo, or else the owner of the team's

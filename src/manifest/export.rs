@@ -138,15 +138,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 })
             }),
             share_writes: m.share_writes,
-            agent: m.agent.as_ref().map(|a| {
-                Box::new(super::raw::AgentSpec {
-                    name: a.name.clone(),
-                    task: a.task.clone(),
-                    model: a.model.clone(),
-                    model_url: a.model_url.clone(),
-                    args: a.args.clone(),
-                })
-            }),
+            agent: m.agent.as_ref().map(|a| Box::new(agent_spec(a))),
             snapshot_writes: m
                 .snapshot_writes
                 .map(|b| super::raw::Quantity::Text(b.to_string())),
@@ -264,6 +256,22 @@ fn prune(v: &mut serde_json::Value) {
         });
     } else if let Value::Array(a) = v {
         a.iter_mut().for_each(prune);
+    }
+}
+
+/// `agent:` as the manifest said it: its version and checksum only when not ateam's pins.
+fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
+    let pinned = crate::core::agents::AgentKind::parse(&a.name).map(|k| k.pinned());
+    let same_version = pinned.as_ref().map(|p| &p.version) == a.version.as_ref();
+    let same_sum = same_version && pinned.as_ref().map(|p| &p.sha256) == a.sha256.as_ref();
+    super::raw::AgentSpec {
+        name: a.name.clone(),
+        task: a.task.clone(),
+        model: a.model.clone(),
+        model_url: a.model_url.clone(),
+        args: a.args.clone(),
+        version: a.version.clone().filter(|_| !same_version),
+        sha256: a.sha256.clone().filter(|_| !same_sum),
     }
 }
 

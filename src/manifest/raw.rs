@@ -437,6 +437,12 @@ pub struct AgentSpec {
     /// Flags of the agent's own, put before the task.
     #[serde(default)]
     pub args: Vec<String>,
+    /// The version of its native build that ateam brings into the member (from the npm
+    /// registry); default the one ateam pins (claude 2.1.332, codex 0.171.0).
+    pub version: Option<String>,
+    /// The SHA-256 of that version's npm tarball (`sha256sum` of what `npm pack` writes):
+    /// needed for a version ateam does not pin, checked before the build is used.
+    pub sha256: Option<String>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

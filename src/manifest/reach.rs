@@ -122,6 +122,7 @@ const TRANSCRIPTS: &str = "members must not see each other's transcripts";
 const ENGINES: &str =
     "a member that reaches a container engine's data or socket controls the engine";
 const MANIFESTS: &str = "what a member writes there would be read as your intent by apply and the controller (a MainSession it writes runs on the host as you)";
+const AGENTS: &str = "every member with `agent:` runs what is there";
 
 /// What grants and transcripts folders are judged against beyond the manifests themselves:
 /// the machine (engines' folders, ateam's state folder, the mount table) and every team in the
@@ -143,6 +144,8 @@ pub struct Fence<'a> {
     /// What apply and the controller read: the `-f` paths of this run and those every team in
     /// the store was applied from. No member may write there.
     manifests: Vec<Forbidden>,
+    /// The host's agent cache (`Host::agents_dir`): no member may write there.
+    agents: Forbidden,
 }
 
 impl<'a> Fence<'a> {
@@ -150,6 +153,7 @@ impl<'a> Fence<'a> {
     /// the `-f` paths the manifests were read from.
     pub fn new(
         state_dir: &Path,
+        agents_dir: &Path,
         engine_dirs: &[EngineDir],
         applied: &'a [Team],
         redefined: &[&str],
@@ -169,6 +173,11 @@ impl<'a> Fence<'a> {
                 .filter(|t| !redefined.contains(&t.name.as_str()))
                 .collect(),
             manifests: Vec::new(),
+            agents: Forbidden {
+                path: real_path(agents_dir),
+                what: "ateam's agent cache".into(),
+                why: AGENTS,
+            },
         };
         for g in given {
             fence.forbid_manifest(g, || "a manifest path given with -f".into());
@@ -221,10 +230,11 @@ impl<'a> Fence<'a> {
     }
 
     /// A folder members may write (a write grant, or the team's transcripts folder, where each
-    /// member owns its own) must not reach a manifest path: the refusal names the first.
+    /// member owns its own) must not reach a manifest path nor the agent cache: the refusal
+    /// names the first.
     pub fn check_writable(&self, dir: &Path) -> Result<(), String> {
         let mounts = self.mounts()?;
-        for f in &self.manifests {
+        for f in self.manifests.iter().chain([&self.agents]) {
             if let Some(r) = reach(dir, &f.path, mounts) {
                 return Err(f.refusal(dir, &r));
             }

@@ -83,6 +83,10 @@ pub struct DesiredMember {
     /// Its agent's state folder, in its transcript folder, made before each start.
     #[serde(default)]
     pub agent_home: Option<PathBuf>,
+    /// Its agent's native build in the host's cache: fetched when missing and checked before
+    /// a start (`runtime::agents`).
+    #[serde(default)]
+    pub agent_build: Option<crate::core::agents::Cached>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -183,6 +187,14 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         .chain(m.workspace.iter().flat_map(|w| {
             // The member's repository, and the person's objects it borrows, read-only.
             [Mount::same(&w.path, false), Mount::same(&w.objects, true)]
+        }))
+        .chain(m.agent.as_ref().and_then(|a| a.dir.as_ref()).map(|dir| {
+            // Its agent's native build, from the host's cache, read-only.
+            Mount {
+                target: crate::core::agents::AGENT_DIR.into(),
+                source: dir.clone(),
+                read_only: true,
+            }
         }))
         .chain([
             Mount::same(&m.transcript_dir, false),
@@ -351,6 +363,7 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),
+                agent_build: m.agent.as_ref().and_then(crate::model::Agent::cached),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
                     store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),

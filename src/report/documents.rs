@@ -182,6 +182,22 @@ pub struct Runs {
     pub command: Option<Vec<String>>,
     /// Its environment, ateam's variables included.
     pub env: std::collections::BTreeMap<String, String>,
+    /// The host folders it gets: its grants, workspace, transcript and control folders, and
+    /// its agent's build (read-only at `/opt/ateam-agent`).
+    #[serde(default)]
+    pub mounts: Vec<RunsMount>,
+}
+
+/// A host folder a member's container gets.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunsMount {
+    /// The host folder.
+    pub source: PathBuf,
+    /// Where the member sees it.
+    pub target: PathBuf,
+    /// The member cannot write it.
+    pub read_only: bool,
 }
 
 /// A container, as the documents name it.
@@ -299,6 +315,16 @@ fn runs(a: &Action) -> Option<Runs> {
         image: member.spec.image.clone(),
         command: member.spec.command.clone(),
         env: member.spec.env.clone(),
+        mounts: member
+            .spec
+            .mounts
+            .iter()
+            .map(|m| RunsMount {
+                source: m.source.clone(),
+                target: m.target.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
     })
 }
 

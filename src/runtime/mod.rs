@@ -6,6 +6,7 @@
 //! each mounted folder is the pinned one, and only then release the gate. A failure at any
 //! step after create removes the container, so nothing that was not checked ever runs.
 
+pub mod agents;
 pub mod cgroup;
 pub mod gate;
 pub mod image;
@@ -34,6 +35,15 @@ use pin::{PinError, Pinned};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
+    /// Its agent's native build could not be fetched, or is not safe to mount.
+    #[error("member `{member}`: its agent: {source}")]
+    Agent {
+        /// The member.
+        member: String,
+        /// What failed.
+        #[source]
+        source: Arc<agents::AgentError>,
+    },
     /// A writer's workspace could not be made or snapshotted: the start is held.
     #[error("member `{member}`: its workspace: {source}; the start is held")]
     Workspace {
@@ -493,6 +503,12 @@ impl Runtime {
                 .ensure_network(net, &labels)
                 .await
                 .map_err(|e| self.backend_err(m, e))?;
+        }
+        if let Some(c) = &m.agent_build {
+            agents::ensure(c).await.map_err(|e| RunError::Agent {
+                member: m.member.clone(),
+                source: Arc::new(e),
+            })?;
         }
         let pins = self.pin_all(m)?;
         self.check_pinned_writable(m, &pins)?;

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Build, Parsed};
-use crate::core::agents::{AgentKind, expand_agent};
+use crate::core::agents::{self, AgentKind, expand_agent};
 use crate::manifest::raw;
 use crate::model;
 
@@ -19,13 +19,13 @@ impl Build<'_> {
         a: &raw::AgentSpec,
         transcripts: &Path,
     ) -> (Option<raw::MemberSpec>, Option<model::Agent>) {
-        if AgentKind::parse(&a.name).is_none() {
+        let Some(kind) = AgentKind::parse(&a.name) else {
             self.problems.push(o.value_problem(
                 "spec.agent.name",
                 format!("`{}` is not an agent ateam knows: claude or codex", a.name),
             ));
             return (None, None);
-        }
+        };
         if m.command.is_some() {
             self.problems.push(o.problem(
                 "spec.command",
@@ -47,6 +47,7 @@ impl Build<'_> {
                 "the model's base URL must start with https:// (or http://)",
             ));
         }
+        let build = self.agent_build(o, kind, a);
         let mut agent = model::Agent {
             name: a.name.clone(),
             task: a.task.clone(),
@@ -54,6 +55,11 @@ impl Build<'_> {
             model_url: a.model_url.clone(),
             args: a.args.clone(),
             home: Default::default(),
+            dir: Some(
+                crate::manifest::reach::real_path(&self.host.agents_dir()).join(build.dir_name()),
+            ),
+            version: Some(build.version),
+            sha256: Some(build.sha256),
         };
         let Some(x) = expand_agent(&agent, transcripts) else {
             return (None, None);
@@ -68,5 +74,51 @@ impl Build<'_> {
             spec.secret_env.push(x.secret.to_string());
         }
         (Some(spec), Some(agent))
+    }
+
+    /// The native build the member gets: the manifest's version and checksum, else the ones
+    /// ateam pins. A version ateam does not pin needs its checksum: nothing unchecked runs.
+    fn agent_build(&mut self, o: &Parsed, kind: AgentKind, a: &raw::AgentSpec) -> agents::Build {
+        let pinned = kind.pinned();
+        if let Some(v) = &a.version
+            && let Err(e) = agents::check_version(v)
+        {
+            self.problems.push(o.value_problem("spec.agent.version", e));
+        }
+        if let Some(s) = &a.sha256
+            && !agents::is_sha256(s)
+        {
+            self.problems.push(o.value_problem(
+                "spec.agent.sha256",
+                "not a SHA-256: 64 lowercase hex digits, as sha256sum prints them",
+            ));
+        }
+        let version = a.version.clone().unwrap_or(pinned.version.clone());
+        let sha256 = match &a.sha256 {
+            Some(s) => s.clone(),
+            None if version == pinned.version => pinned.sha256,
+            None => {
+                self.problems.push(o.value_problem(
+                    "spec.agent.version",
+                    format!(
+                        "ateam pins the checksum of {} {} only: give `sha256` of this version's npm tarball too (`npm pack {}` and `sha256sum` of the .tgz it writes)",
+                        kind.name(),
+                        pinned.version,
+                        agents::Build {
+                            kind,
+                            version: version.clone(),
+                            sha256: String::new()
+                        }
+                        .npm_spec()
+                    ),
+                ));
+                String::new()
+            }
+        };
+        agents::Build {
+            kind,
+            version,
+            sha256,
+        }
     }
 }
