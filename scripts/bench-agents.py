@@ -48,6 +48,9 @@ TLS = (os.path.join(SUPPORT, "model-tls", "cert.pem"), os.path.join(SUPPORT, "mo
 # Where the `docker run` side finds the stand-in's CA (as ateam's /.ateam/ca.pem and
 # /.ateam/ca-bundle.pem in a member).
 CA_DIR = "/.bench"
+# Where ateam mounts an agent's build in a member (core::agents::AGENT_DIR); `docker run` gets
+# the same folder of ateam's agent cache there.
+AGENT_DIR = "/opt/ateam-agent"
 # Where the transcript folder stands in the variables `member_of` returns.
 TRANSCRIPT = "@TRANSCRIPT@"
 CA_ENV = {
@@ -76,9 +79,10 @@ def example_text(agent, port):
 
 
 def member_of(agent, port, ateam):
-    """(command, env) of the example's Member as ateam expands it (`agent:`: the command, its
-    flags, the agent's variables), read from `ateam validate --show=json` of the example with
-    its model moved to `port`; its transcript folder in the variables is `TRANSCRIPT`."""
+    """(command, env, agent dir) of the example's Member as ateam expands it (`agent:`: the
+    command, its flags, the agent's variables, and the host folder of the agent's build that
+    ateam mounts at AGENT_DIR), read from `ateam validate --show=json` of the example with its
+    model moved to `port`; its transcript folder in the variables is `TRANSCRIPT`."""
     d = tempfile.mkdtemp(prefix="bench-agents-example-")
     try:
         shutil.copytree(example(agent), d, dirs_exist_ok=True)
@@ -92,7 +96,7 @@ def member_of(agent, port, ateam):
         member = json.loads(out.stdout)["teams"][0]["members"][0]
         transcript = member["transcript_dir"]
         vars_ = {k: v.replace(transcript, TRANSCRIPT) for k, v in member["env"].items()}
-        return member["command"], vars_
+        return member["command"], vars_, member["agent"]["dir"]
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -172,7 +176,7 @@ def docker_command(agent, port, work, cadir, name, ateam):
     """The example's command and variables as ateam expands them, for `docker run` on the
     host's network, the model at https://host.ateam.internal:PORT (127.0.0.1), its CA trusted,
     the key in the environment (no proxy to inject it), the agent's state under `work`."""
-    command, env = member_of(agent, port, ateam)
+    command, env, agent_dir = member_of(agent, port, ateam)
     state = f"{work}/.state"
     env = {k: v.replace(TRANSCRIPT, state) for k, v in env.items()}
     env.update(CA_ENV)
@@ -180,7 +184,8 @@ def docker_command(agent, port, work, cadir, name, ateam):
     args = DOCKER + ["run", "--rm", "--name", name, "--network", "host",
                      "--add-host", f"{MODEL_HOST}:127.0.0.1", "-u", f"{OWNER}:{OWNER}",
                      "--read-only", "--tmpfs", "/tmp", "--tmpfs", f"/home/agent:uid={OWNER}",
-                     "-v", f"{cadir}:{CA_DIR}:ro", "-v", f"{work}:{work}", "-w", work]
+                     "-v", f"{cadir}:{CA_DIR}:ro", "-v", f"{agent_dir}:{AGENT_DIR}:ro",
+                     "-v", f"{work}:{work}", "-w", work]
     for k, v in env.items():
         args += ["-e", f"{k}={v}"]
     return args + [IMAGES[agent]] + command
@@ -307,6 +312,10 @@ def main():
         for agent in a.agents.split(","):
             how = "docker run"
             try:
+                # Both sides run the build of ateam's agent cache: fetched once, before.
+                pulled = subprocess.run([a.ateam, "agents", "pull", agent], capture_output=True)
+                if pulled.returncode != 0:
+                    raise RunFailed(f"ateam agents pull {agent}:\n{output(pulled.stdout, pulled.stderr)}")
                 ca_files(agent, cadir)
                 dr = [run_docker(agent, port, log, cadir, i, a.ateam) for i in range(a.runs)]
                 how = "ateam member"

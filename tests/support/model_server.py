@@ -6,20 +6,33 @@ It speaks the two wire formats the agents use, streaming (server-sent events) or
   POST /v1/messages               Anthropic Messages (Claude Code), and .../count_tokens
   POST /v1/responses              OpenAI Responses (Codex CLI)
   GET  /v1/models                 both families' model lists (Codex refreshes it)
-and plays a scripted conversation. The task is read from the user's prompt, which must say
+and plays a scripted conversation. The task is read from the user's prompt, which says one of
 
     create the file PATH containing exactly: SOME TEXT
+    fix the failing test: run `CMD`, write `PATH` as `TEXT`, run the tests again, and commit as `MSG`
 
 (PATH absolute, or relative to the working directory the agent states in its request).
 
-First turn: a tool call that writes SOME TEXT into /ABS/PATH (Claude Code's `Write`; Codex's
-`shell_command`, `shell` or `exec_command`, whichever the request offers). Once the request
-carries the tool's result: a short text answer and the end of the turn. A request without the
-task (a title, a quota probe) gets a one-word text answer.
+"create the file": a tool call that writes SOME TEXT into /ABS/PATH (Claude Code's `Write`;
+Codex's `shell_command`, `shell` or `exec_command`, whichever the request offers); once the
+request carries the tool's result, a short text answer and the end of the turn.
 
-Every request is appended to --log as one JSON line (time, method, path, host header,
-user agent, the API key it sent, which family, which step) so a test can tell when the first model request came and
-that nothing else was asked. Standard library only.
+"fix the failing test", one tool call per request, each after the result of the one before
+(a developer's loop): run CMD with the shell tool (step `run-tests`); only if its output shows
+failing tests, write TEXT into PATH (`fix`; Claude Code reads the file first, `read`, as its
+Write tool wants); run CMD again (`rerun-tests`); only if its output now shows passing tests,
+`git add PATH && git commit -m MSG` (`commit`); then the final answer (`done`). Tests that do
+not fail first, or still fail after the fix, end the turn there with a text that says so
+(`stopped`). pytest's summary tells: `N failed` (or `Exit code: 1..`) is red, `N passed`
+without failures green.
+
+A request without a task (a title, a quota probe) gets a one-word text answer.
+
+Every request is appended to --log as one JSON line (time, method, path, host header, user
+agent, the API key it sent, which family, which step, and `tool_result`: the text of the last
+tool result it carried, cut at 4000 characters) so a test can tell when the first model
+request came, that nothing else was asked, and what the agent's tools answered. Standard
+library only.
 
 Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file FILE]
 (port 0: any free port, written to --port-file and printed as `listening on HOST:PORT`).
@@ -34,25 +47,88 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
+FIX = re.compile(
+    r"fix the failing test: run `([^`]+)`, write `([^`]+)` as `([^`]+)`, "
+    r"run the tests again, and commit as `([^`]+)`"
+)
 # Where the agent works, as each says it in its request: Claude Code's environment block,
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
 MODEL = "stand-in-model"
 
 
+def absolute(path, flat):
+    """`path`, resolved against the working directory the agent states when relative."""
+    if path.startswith("/"):
+        return path
+    cwd = CWD.search(flat)
+    if not cwd:
+        return None
+    return cwd.group(1).rstrip("/") + "/" + path.removeprefix("./")
+
+
+def flat_text(body):
+    return json.dumps(body, ensure_ascii=False).replace("\\n", "\n")
+
+
+def find_fix(body):
+    """(command, abs path, text, message) of a "fix the failing test" task, or None."""
+    flat = flat_text(body)
+    m = FIX.search(flat)
+    if not m:
+        return None
+    path = absolute(m.group(2), flat)
+    if not path:
+        return None
+    unq = lambda s: s.replace('\\"', '"')  # noqa: E731  (the JSON dump escaped quotes)
+    return (unq(m.group(1)), path, unq(m.group(3)), unq(m.group(4)))
+
+
+RED = re.compile(r"\b\d+ failed\b|\bExit code:? [1-9]")
+GREEN = re.compile(r"\b\d+ passed\b")
+
+
+def tests_fail(output):
+    return bool(RED.search(output or ""))
+
+
+def tests_pass(output):
+    return bool(GREEN.search(output or "")) and not tests_fail(output)
+
+
+def fix_plan(fix, results, read_first):
+    """The next step of the "fix the failing test" loop after `results` (the tool results so
+    far, oldest first): (step, tool, argument) with tool `shell`, `read` or `write`, or
+    (step, None, final text)."""
+    cmd, path, text, msg = fix
+    steps = [("run-tests", "shell", cmd)]
+    if read_first:
+        steps.append(("read", "read", path))
+    steps += [
+        ("fix", "write", (path, text)),
+        ("rerun-tests", "shell", cmd),
+        ("commit", "shell", "git add -- " + shquote(path) + " && git commit -q -m " + shquote(msg)),
+    ]
+    n = len(results)
+    if n == 1 and not tests_fail(results[0]):
+        return "stopped", None, "The tests do not fail: nothing to fix."
+    if n == len(steps) - 1 and not tests_pass(results[-1]):
+        return "stopped", None, "The tests still fail after the fix: not committed."
+    if n < len(steps):
+        return steps[n]
+    return "done", None, f"Fixed the failing test and committed: {msg}"
+
+
 def find_task(body):
     """(path, text) of the first task sentence anywhere in the request, or None. A relative
     path is resolved against the working directory the agent states."""
-    flat = json.dumps(body, ensure_ascii=False).replace("\\n", "\n")
+    flat = flat_text(body)
     m = TASK.search(flat)
     if not m:
         return None
-    path = m.group(1)
-    if not path.startswith("/"):
-        cwd = CWD.search(flat)
-        if not cwd:
-            return None
-        path = cwd.group(1).rstrip("/") + "/" + path.removeprefix("./")
+    path = absolute(m.group(1), flat)
+    if not path:
+        return None
     return (path, m.group(2).rstrip())
 
 
@@ -69,9 +145,52 @@ def anthropic_has_tool_result(body):
     )
 
 
+def result_text(content):
+    """The text of a tool result, as a string or as a list of blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            b.get("text", "") if isinstance(b, dict) else str(b) for b in content
+        )
+    if isinstance(content, dict):
+        return result_text(content.get("content") or content.get("output") or "")
+    return ""
+
+
+def anthropic_results(body):
+    """The texts of every tool result in the conversation, oldest first."""
+    out = []
+    for m in body.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if m.get("role") == "user" and isinstance(content, list):
+            out += [
+                result_text(b.get("content"))
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
+    return out
+
+
+def anthropic_fix(fix, results):
+    step, tool, arg = fix_plan(fix, results, read_first=True)
+    if tool is None:
+        return step, [{"type": "text", "text": arg}], "end_turn"
+    name, args = {
+        "shell": lambda: ("Bash", {"command": arg, "description": step}),
+        "read": lambda: ("Read", {"file_path": arg}),
+        "write": lambda: ("Write", {"file_path": arg[0], "content": arg[1] + "\n"}),
+    }[tool]()
+    block = {"type": "tool_use", "id": f"toolu_standin_{len(results) + 1}", "name": name, "input": args}
+    return step, [block], "tool_use"
+
+
 def anthropic_plan(body):
     """(step, content blocks, stop_reason) for this request."""
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    fix = find_fix(body)
+    if fix and {"Bash", "Read", "Write"} <= tools:
+        return anthropic_fix(fix, anthropic_results(body))
     task = find_task(body)
     if anthropic_has_tool_result(body):
         return "done", [{"type": "text", "text": "Done: the file is written."}], "end_turn"
@@ -145,7 +264,11 @@ def openai_has_tool_output(body):
 
 def shell_call(tools, path, text):
     """A function call item that writes the file with the first shell tool offered."""
-    script = "printf '%s\\n' " + shquote(text) + " > " + shquote(path)
+    return shell_run(tools, "printf '%s\\n' " + shquote(text) + " > " + shquote(path), 1)
+
+
+def shell_run(tools, script, n):
+    """A function call item (the n-th) that runs `script` with the first shell tool offered."""
     names = {t.get("name") for t in tools if isinstance(t, dict)}
     if "shell_command" in names:
         name, args = "shell_command", {"command": script}
@@ -157,8 +280,8 @@ def shell_call(tools, path, text):
         return None
     return {
         "type": "function_call",
-        "id": "fc_standin_1",
-        "call_id": "call_standin_1",
+        "id": f"fc_standin_{n}",
+        "call_id": f"call_standin_{n}",
         "name": name,
         "arguments": json.dumps(args),
         "status": "completed",
@@ -179,8 +302,35 @@ def openai_text_item(text):
     }
 
 
+def openai_results(body):
+    """The texts of every tool output in the conversation, oldest first."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return []
+    return [
+        result_text(i.get("output"))
+        for i in items
+        if isinstance(i, dict)
+        and i.get("type") in ("function_call_output", "custom_tool_call_output")
+    ]
+
+
+def openai_fix(tools, fix, results):
+    step, tool, arg = fix_plan(fix, results, read_first=False)
+    if tool is None:
+        return step, [openai_text_item(arg)]
+    script = arg if tool == "shell" else "printf '%s\\n' " + shquote(arg[1]) + " > " + shquote(arg[0])
+    call = shell_run(tools, script, len(results) + 1)
+    if call is None:
+        return "other", [openai_text_item("OK")]
+    return step, [call]
+
+
 def openai_plan(body):
     """(step, output items) for this request."""
+    fix = find_fix(body)
+    if fix and body.get("tools"):
+        return openai_fix(body.get("tools"), fix, openai_results(body))
     task = find_task(body)
     if openai_has_tool_output(body):
         return "done", [openai_text_item("Done: the file is written.")]
@@ -249,7 +399,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # the JSON log says it all
         pass
 
-    def record(self, family, step):
+    def record(self, family, step, body=None):
         entry = {
             "t": time.time(),
             "method": self.command,
@@ -260,6 +410,13 @@ class Handler(BaseHTTPRequestHandler):
             "family": family,
             "step": step,
         }
+        results = []
+        if family == "anthropic" and body:
+            results = anthropic_results(body)
+        elif family == "openai" and body:
+            results = openai_results(body)
+        if results:
+            entry["tool_result"] = results[-1][:4000]
         with self.server.log_lock:
             if self.server.log_path:
                 with open(self.server.log_path, "a", encoding="utf-8") as f:
@@ -322,13 +479,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"input_tokens": 10})
         if path.endswith("/messages"):
             step, blocks, stop = anthropic_plan(body)
-            self.record("anthropic", step)
+            self.record("anthropic", step, body)
             if body.get("stream"):
                 return self.send_sse(anthropic_events(blocks, stop))
             return self.send_json(200, anthropic_message(blocks, stop))
         if path.endswith("/responses"):
             step, items = openai_plan(body)
-            self.record("openai", step)
+            self.record("openai", step, body)
             if body.get("stream", True):
                 return self.send_sse(openai_events(items))
             return self.send_json(200, openai_response(items, "completed"))

@@ -29,7 +29,7 @@ ATEAM = os.environ.get("ATEAM_BIN", os.path.join(REPO, "target", "debug", "ateam
 def base_url(agent, port):
     """The example's model base URL, moved to port, as the agent's expanded command and
     variables say it."""
-    command, env = bench.member_of(agent, port, ATEAM)
+    command, env, _ = bench.member_of(agent, port, ATEAM)
     urls = re.findall(r"\w+://" + re.escape(f"{bench.MODEL_HOST}:{port}"),
                       " ".join([*command, *env.values()]))
     return urls
@@ -38,8 +38,10 @@ def base_url(agent, port):
 class BenchAgents(unittest.TestCase):
     def test_examples_are_read(self):
         for agent in AGENTS:
-            command, env = bench.member_of(agent, PORT, ATEAM)
-            self.assertEqual(command[0], agent, command)
+            command, env, agent_dir = bench.member_of(agent, PORT, ATEAM)
+            # ateam's build of the agent, from its agent cache, where ateam mounts it.
+            self.assertEqual(command[0], f"{bench.AGENT_DIR}/{agent}", command)
+            self.assertIn(f"/.cache/ateam/agents/{agent}-", agent_dir)
             self.assertEqual(command[-1], f"create the file hello.txt containing exactly: hello from {agent}")
             self.assertEqual(len(set(base_url(agent, PORT))), 1, (agent, command, env))
             self.assertNotIn(":8790", " ".join(command) + " ".join(env.values()))
@@ -52,8 +54,9 @@ class BenchAgents(unittest.TestCase):
                 self.assertTrue(line in text, f"{agent}: no {line.strip()!r} in its example")
             # docker run's side: the command ateam expands, the name mapped to the host's
             # loopback, the CA mounted read-only and named as ateam names it in a member.
-            command, env = bench.member_of(agent, PORT, ATEAM)
+            command, env, agent_dir = bench.member_of(agent, PORT, ATEAM)
             cmd = bench.docker_command(agent, PORT, "/w", "/ca", "name", ATEAM)
+            self.assertIn(f"{agent_dir}:{bench.AGENT_DIR}:ro", cmd)
             self.assertEqual(cmd[-len(command) - 1:], [bench.IMAGES[agent], *command])
             self.assertIn(f"{bench.MODEL_HOST}:127.0.0.1", cmd)
             self.assertIn(f"/ca:{bench.CA_DIR}:ro", cmd)

@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import model_server  # noqa: E402
 
 TASK = "create the file /w/out.txt containing exactly: hello there"
+FIX = ("fix the failing test: run `python3 -m pytest -q`, write `/w/calc.py` as "
+       "`def add(a, b): return a + b`, run the tests again, and commit as `fix add`")
 
 
 def sse(raw):
@@ -102,6 +104,90 @@ class StandIn(unittest.TestCase):
         item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
         self.assertEqual(item["name"], "shell_command")
         self.assertIn("/w/out.txt", json.loads(item["arguments"])["command"])
+
+    def entries(self):
+        with open(self.log) as f:
+            return [json.loads(line) for line in f]
+
+    def anthropic_turn(self, tools, msgs):
+        """One request; the assistant's block, appended with its result by the caller."""
+        _, _, body = self.post("/v1/messages", {"stream": False, "tools": tools, "messages": msgs})
+        return json.loads(body)
+
+    def test_anthropic_fixes_a_failing_test(self):
+        tools = [{"name": n} for n in ("Bash", "Read", "Write")]
+        msgs = [{"role": "user", "content": [{"type": "text", "text": FIX}]}]
+        results = [
+            "F.\n1 failed, 1 passed in 0.02s",  # the first run: red
+            "def add(a, b): return a - b",  # what Read shows
+            "File written",
+            "..\n2 passed in 0.01s",  # the rerun: green
+            "[main 1a2b3c4] fix add",
+        ]
+        calls = []
+        for text in results:
+            doc = self.anthropic_turn(tools, msgs)
+            self.assertEqual(doc["stop_reason"], "tool_use", doc)
+            block = doc["content"][0]
+            calls.append((block["name"], block["input"]))
+            result = {"type": "tool_result", "tool_use_id": block["id"], "content": [{"type": "text", "text": text}]}
+            msgs += [{"role": "assistant", "content": [block]}, {"role": "user", "content": [result]}]
+        doc = self.anthropic_turn(tools, msgs)
+        self.assertEqual(doc["stop_reason"], "end_turn")
+        self.assertIn("fix add", doc["content"][0]["text"])
+        self.assertEqual(calls, [
+            ("Bash", {"command": "python3 -m pytest -q", "description": "run-tests"}),
+            ("Read", {"file_path": "/w/calc.py"}),
+            ("Write", {"file_path": "/w/calc.py", "content": "def add(a, b): return a + b\n"}),
+            ("Bash", {"command": "python3 -m pytest -q", "description": "rerun-tests"}),
+            ("Bash", {"command": "git add -- '/w/calc.py' && git commit -q -m 'fix add'", "description": "commit"}),
+        ])
+        log = self.entries()
+        self.assertEqual([e["step"] for e in log], ["run-tests", "read", "fix", "rerun-tests", "commit", "done"])
+        # Each request logs the result it carried: red before the fix, green before the commit.
+        self.assertIn("1 failed", log[1]["tool_result"])
+        self.assertIn("2 passed", log[4]["tool_result"])
+
+    def test_tests_that_do_not_fail_are_not_fixed(self):
+        tools = [{"name": n} for n in ("Bash", "Read", "Write")]
+        msgs = [{"role": "user", "content": [{"type": "text", "text": FIX}]}]
+        block = self.anthropic_turn(tools, msgs)["content"][0]
+        result = {"type": "tool_result", "tool_use_id": block["id"], "content": "2 passed in 0.01s"}
+        msgs += [{"role": "assistant", "content": [block]}, {"role": "user", "content": [result]}]
+        doc = self.anthropic_turn(tools, msgs)
+        self.assertEqual(doc["stop_reason"], "end_turn")
+        self.assertEqual(self.steps(), ["run-tests", "stopped"])
+
+    def test_openai_fixes_a_failing_test_with_its_shell(self):
+        tools = [{"type": "function", "name": "shell_command"}]
+        inp = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": FIX}]}]
+        scripts = []
+        for out in ["Exit code: 1\nOutput:\n1 failed in 0.02s", "", "Exit code: 0\nOutput:\n2 passed", "ok"]:
+            _, _, body = self.post("/v1/responses", {"stream": True, "tools": tools, "input": inp})
+            item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
+            scripts.append(json.loads(item["arguments"])["command"])
+            inp += [item, {"type": "function_call_output", "call_id": item["call_id"], "output": out}]
+        _, _, body = self.post("/v1/responses", {"stream": True, "tools": tools, "input": inp})
+        done = [d for e, d in sse(body) if e == "response.completed"][0]["response"]
+        self.assertEqual(done["output"][0]["type"], "message")
+        self.assertEqual(scripts, [
+            "python3 -m pytest -q",
+            "printf '%s\\n' 'def add(a, b): return a + b' > '/w/calc.py'",
+            "python3 -m pytest -q",
+            "git add -- '/w/calc.py' && git commit -q -m 'fix add'",
+        ])
+        self.assertEqual(self.steps(), ["run-tests", "fix", "rerun-tests", "commit", "done"])
+
+    def test_a_relative_path_is_the_agents_working_folder(self):
+        tools = [{"type": "function", "name": "shell_command"}]
+        task = FIX.replace("/w/calc.py", "calc.py")
+        inp = [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<cwd>/repo</cwd>"}, {"type": "input_text", "text": task}]}]
+        inp += [{"type": "function_call", "call_id": "c1"},
+                {"type": "function_call_output", "call_id": "c1", "output": "1 failed"}]
+        _, _, body = self.post("/v1/responses", {"stream": True, "tools": tools, "input": inp})
+        item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
+        self.assertIn("> '/repo/calc.py'", json.loads(item["arguments"])["command"])
 
     def test_unknown_path_is_404_and_logged(self):
         code, _, _ = self.post("/api/event_logging/batch", {})
