@@ -14,7 +14,7 @@
 # No npm install, no postinstall script runs: the tarballs are unpacked, nothing more.
 #
 # Cached: the npm tarballs and each image's rootfs tarball live under $CACHE (keyed by the
-# versions and this script's checksum); an engine that already has an image with the same key
+# versions and this script's checksum; the toolchain's by the code and packages that make it); an engine that already has an image with the same key
 # (label ateam.agent.key) is left alone. A second run takes a few seconds.
 #
 # Usage: scripts/agent-images.sh [all|claude|codex|toolchain]   (needs the engines: scripts/engines.sh)
@@ -244,6 +244,12 @@ build() {
     ver=$(version_of "$agent")
     image="ateam-$agent:$ver"
     key="$agent-$ver-$SELF_SUM"
+    # The toolchain's key: what makes it (not the rest of this script), so that an edit of the
+    # agents' part does not rebuild it.
+    if [ "$agent" = toolchain ]; then
+        key="$agent-$ver-$({ declare -f toolchain_tar import_into
+            echo "$TOOLCHAIN_PACKAGES $DEBIAN_MIRROR"; } | sha256sum | cut -c1-12)"
+    fi
     tar="$CACHE/rootfs/$key.tar"
     for e in $ENGINES; do has_image "$e" "$image" "$key" || need+=("$e"); done
     if [ ${#need[@]} -eq 0 ]; then log "$image up to date in $ENGINES"; return; fi

@@ -4,8 +4,9 @@
 # 1. fmt, clippy and the tests that need no engine;
 # 2. scripts/engines.sh installs and starts Docker, rootful and rootless Podman and imports
 #    the demo image (idempotent; about 35 s on a fresh machine, 3 s after);
-# 3. scripts/agent-images.sh builds the real agents' images (Claude Code, Codex CLI; cached,
-#    a few seconds after the first run) for tests/agents.rs;
+# 3. scripts/agent-images.sh builds the real agents' images (Claude Code, Codex CLI) and the
+#    toolchain image (Debian's packages, mmdebstrap; about 2 to 3 minutes the first time) for
+#    tests/agents.rs; cached, a few seconds after the first run;
 # 4. the engine tests as root (Docker, rootful Podman), then the same cases on rootless
 #    Podman as the unprivileged user the engines script made.
 set -euo pipefail
@@ -46,7 +47,7 @@ bash scripts/engines.sh
 # shellcheck disable=SC1091
 source /run/ateam-ci/env
 
-step "agent images (Claude Code, Codex CLI from the npm registry)"
+step "agent images (Claude Code, Codex CLI from the npm registry; the toolchain from Debian's)"
 bash scripts/agent-images.sh
 
 # The attack suite runs ateam as the rootless user too (through runuser): give it a copy of
@@ -55,6 +56,11 @@ cargo build --locked --bin ateam
 dir=/tmp/ateam-ci-tests
 rm -rf "$dir" && install -d -m 0755 "$dir" && install -m 0755 target/debug/ateam "$dir/ateam"
 export ATEAM_TEST_BIN="$dir/ateam"
+
+step "the agents' builds that members run, in root's agent cache (ateam agents pull)"
+# npm's own cache already holds what agent-images.sh fetched. The rootless user's cache is
+# filled by its first apply, as a person's is (tests/agents.rs).
+for a in claude codex; do "$dir/ateam" agents pull "$a"; done
 
 step "engine tests: Docker and rootful Podman (as root), and the attack suite on all three"
 cargo nextest run --locked --no-fail-fast --run-ignored only -E 'not test(/^podman_rootless::/)'

@@ -107,36 +107,53 @@ impl Drop for Model {
     }
 }
 
-/// A copy of examples/agents/<agent> under a unique team name, pointed at the stand-in;
-/// deleted with --purge on drop, also when an assertion failed.
+/// A copy of an example of examples/agents/ under a unique team name, pointed at the
+/// stand-in; deleted with --purge on drop, also when an assertion failed.
 struct World {
     engine: Engine,
     dir: tempfile::TempDir,
     team: String,
-    /// The agent's API key variable: only it is set, so the member gets it by `secretEnv`.
-    key_var: &'static str,
+    /// The agents' API key variables: only they are set, so members get them by `secretEnv`.
+    key_vars: Vec<&'static str>,
 }
 
 impl World {
     fn new(engine: Engine, agent: &Agent, model: &Model) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-agents-")
-            .tempdir()
-            .unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("examples/agents")
-            .join(agent.name);
-        copy_dir(&src, dir.path());
         let team = format!(
             "ag{}{}{}",
             &agent.name[..2],
             &format!("{engine:?}").to_lowercase()[..1],
             std::process::id() % 100000
         );
+        let example = Example {
+            folder: agent.name,
+            team: &format!("{}-agent", agent.name),
+            key_vars: vec![agent.key_var],
+        };
+        World::of(engine, &example, team, model, |_| {})
+    }
+
+    /// The example's copy, its Team renamed `team`; `prepare` runs on the copy before it is
+    /// handed to its owner.
+    fn of(
+        engine: Engine,
+        example: &Example,
+        team: String,
+        model: &Model,
+        prepare: impl FnOnce(&Path),
+    ) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-agents-")
+            .tempdir()
+            .unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/agents")
+            .join(example.folder);
+        copy_dir(&src, dir.path());
         let manifest = dir.path().join("team.yaml");
         let text = std::fs::read_to_string(&manifest).unwrap();
         let text = text.replace(
-            &format!("name: {}-agent\n", agent.name),
+            &format!("name: {}\n", example.team),
             &format!("name: {team}\n"),
         );
         let mut text = model_address(&text, model.port);
@@ -148,11 +165,12 @@ impl World {
             );
         }
         std::fs::write(&manifest, text).unwrap();
+        prepare(dir.path());
         let w = World {
             engine,
             dir,
             team,
-            key_var: agent.key_var,
+            key_vars: example.key_vars.clone(),
         };
         // The user's own folder, as it would be had the user made the copy: on rootless
         // Podman the engine's user; under root, a user of the machine, whose folder a root
@@ -172,11 +190,12 @@ impl World {
         self.dir.path().canonicalize().unwrap()
     }
 
-    /// ateam as this engine's user runs it, with only this agent's key in its environment
-    /// (the member gets it by `secretEnv`).
+    /// ateam as this engine's user runs it, with only the agents' keys in its environment
+    /// (members get them by `secretEnv`).
     fn ateam(&self, args: &[&str]) -> Output {
         let state = self.root().join("state");
-        common::ateam_command_env(self.engine, &state, &[(self.key_var, "test-key")])
+        let keys: Vec<(&str, &str)> = self.key_vars.iter().map(|k| (*k, "test-key")).collect();
+        common::ateam_command_env(self.engine, &state, &keys)
             .args(args)
             .output()
             .unwrap()
@@ -188,6 +207,11 @@ impl World {
 
     /// The coder's row in `status -o json`.
     fn coder(&self) -> serde_json::Value {
+        self.member("coder")
+    }
+
+    /// A member's row in `status -o json`.
+    fn member(&self, name: &str) -> serde_json::Value {
         let out = self.ateam(&["status", "-o", "json"]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("status -o json: {e}: {}", text(&out.stdout)));
@@ -197,9 +221,9 @@ impl World {
             .iter()
             .filter(|t| t["team"] == self.team.as_str())
             .flat_map(|t| t["members"].as_array().unwrap().iter())
-            .find(|m| m["name"] == "coder")
+            .find(|m| m["name"] == name)
             .cloned()
-            .unwrap_or_else(|| panic!("no coder in status: {doc:#}"))
+            .unwrap_or_else(|| panic!("no {name} in status: {doc:#}"))
     }
 }
 
@@ -215,6 +239,16 @@ impl Drop for World {
                 .output();
         }
     }
+}
+
+/// An example of examples/agents/ as a World copies it.
+struct Example<'a> {
+    /// Its folder.
+    folder: &'a str,
+    /// Its Team's name.
+    team: &'a str,
+    /// The keys its members' grants inject.
+    key_vars: Vec<&'static str>,
 }
 
 fn chown_tree(p: &Path, uid: u32, gid: u32) {
@@ -418,6 +452,154 @@ fn codex_edits_its_grant_through_its_proxy(engine: Engine) {
     an_agent_edits_its_grant_through_its_proxy(engine, &CODEX);
 }
 
+/// The fix examples/agents/fix-a-test asks of each agent.
+const FIXED: &str = "def add(a, b): return a + b\n";
+
+/// git as the test runs it on the host, on a repository of another owner.
+fn host_git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "safe.directory=*", "-C"])
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// examples/agents/fix-a-test: Claude Code and Codex CLI on the toolchain image (no agent
+/// in it: ateam mounts each one's build), each in a workspace of a Python repository whose
+/// test fails. Each runs the test (red), writes the fix, runs it again (green) and commits,
+/// as the stand-in's script asks; checked from outside: the tool results the agents sent
+/// back (the stand-in's log), the commit on each member's branch (`changes`, then `collect`
+/// and the host's git) and the file in each workspace.
+fn agents_fix_a_failing_test_and_commit(engine: Engine) {
+    let scratch = tempfile::tempdir().unwrap();
+    let model = Model::start(scratch.path());
+    let team = format!(
+        "fix{}{}",
+        &format!("{engine:?}").to_lowercase()[..1],
+        std::process::id() % 100000
+    );
+    let example = Example {
+        folder: "fix-a-test",
+        team: "fix-a-test",
+        key_vars: vec![CLAUDE.key_var, CODEX.key_var],
+    };
+    // The person's repository: the example's files, committed; the transcripts folder the
+    // person's too (its workspaces are made as the members' uid, through it).
+    let w = World::of(engine, &example, team, &model, |root| {
+        std::fs::create_dir(root.join("sessions")).unwrap();
+        let repo = root.join("repo");
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=person",
+                "-c",
+                "user.email=p@x",
+                "commit",
+                "-qm",
+                "first",
+            ],
+        ] {
+            host_git(&repo, args);
+        }
+    });
+    let t0 = Instant::now();
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "apply failed:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let deadline = t0 + Duration::from_secs(180);
+    for agent in [&CLAUDE, &CODEX] {
+        let row = loop {
+            let row = w.member(agent.name);
+            if row["state"].as_str().unwrap_or("").starts_with("exited")
+                || Instant::now() > deadline
+            {
+                break row;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let logs = w.ateam(&["logs", agent.name]);
+        let logs = format!("{}{}", text(&logs.stdout), text(&logs.stderr));
+        assert_eq!(row["state"], "exited 0", "{}: {row:#}\n{logs}", agent.name);
+    }
+    let ended = t0.elapsed();
+    let requests = model.requests();
+    for agent in [&CLAUDE, &CODEX] {
+        let mine: Vec<&serde_json::Value> = requests
+            .iter()
+            .filter(|r| r["family"] == agent.family && r["step"] != "other")
+            .collect();
+        let steps: Vec<&str> = mine.iter().filter_map(|r| r["step"].as_str()).collect();
+        let mut want = vec!["run-tests", "read", "fix", "rerun-tests", "commit", "done"];
+        if agent.name == "codex" {
+            want.retain(|s| *s != "read");
+        }
+        assert_eq!(steps, want, "{}: {mine:#?}", agent.name);
+        // What the agent's shell answered: the test failed, then after the fix it passed.
+        let result = |i: usize| mine[i]["tool_result"].as_str().unwrap_or("").to_string();
+        let red = result(1);
+        assert!(
+            red.contains("1 failed"),
+            "{}: the first run: {red}",
+            agent.name
+        );
+        let green = result(steps.len() - 2);
+        assert!(
+            green.contains("2 passed") && !green.contains("failed"),
+            "{}: the run after the fix: {green}",
+            agent.name
+        );
+
+        // The commit on the member's branch, as ateam shows it and as the host's git reads it
+        // once collected into the person's repository.
+        let out = w.ateam(&["changes", agent.name, "--json"]);
+        let changes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "changes --json: {e}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            )
+        });
+        assert_eq!(changes["ahead"], 1, "{changes:#}");
+        assert!(
+            changes["commits"][0]
+                .as_str()
+                .unwrap_or("")
+                .ends_with(" fix add"),
+            "{changes:#}"
+        );
+        assert_eq!(changes["uncommitted"], serde_json::json!([]), "{changes:#}");
+        let out = w.ateam(&["collect", agent.name]);
+        assert!(out.status.success(), "collect: {}", text(&out.stderr));
+        let repo = w.root().join("repo");
+        let branch = format!("refs/ateam/{}/{}", w.team, agent.name);
+        assert_eq!(
+            host_git(&repo, &["show", &format!("{branch}:calc.py")]),
+            FIXED
+        );
+        assert_eq!(
+            host_git(&repo, &["log", "-1", "--format=%an %s", &branch]).trim(),
+            format!("{} fix add", agent.name)
+        );
+        // And the file in its workspace.
+        let ws = w.root().join("sessions/workspaces").join(agent.name);
+        assert_eq!(std::fs::read_to_string(ws.join("calc.py")).unwrap(), FIXED);
+    }
+    eprintln!(
+        "[agents] both fixed the test on {engine:?}: {:.2} s after apply began",
+        ended.as_secs_f64()
+    );
+}
+
 fn engine_of(name: &str) -> Engine {
     match name {
         "docker" => Engine::Docker,
@@ -440,6 +622,12 @@ macro_rules! agents {
                 #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
                 fn codex_edits_its_grant_through_its_proxy() {
                     super::codex_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn agents_fix_a_failing_test_and_commit() {
+                    super::agents_fix_a_failing_test_and_commit(super::engine_of(stringify!($engine)));
                 }
             }
         )*
