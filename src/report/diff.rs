@@ -12,10 +12,11 @@ pub fn render_diff(plan: &Plan) -> String {
     let mut by_team: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for a in &plan.actions {
         let (team, _) = a.subject();
-        by_team
-            .entry(team.to_string())
-            .or_default()
-            .push(format!("  {}", action_text(a)));
+        let lines = by_team.entry(team.to_string()).or_default();
+        lines.push(format!("  {}", action_text(a)));
+        if let Some(line) = agent_text(a) {
+            lines.push(format!("      {line}"));
+        }
     }
     for f in &plan.findings {
         if let Some(line) = finding_text(f) {
@@ -42,6 +43,21 @@ pub fn render_diff(plan: &Plan) -> String {
         });
     }
     out
+}
+
+/// For a member made with `agent:`: which build of the agent it runs, and from where.
+fn agent_text(a: &Action) -> Option<String> {
+    let (Action::Create { member } | Action::Recreate { member, .. }) = a else {
+        return None;
+    };
+    let c = member.agent_build.as_ref()?;
+    Some(format!(
+        "its agent: {} {}, from {} (read-only at {})",
+        c.build.kind.name(),
+        c.build.version,
+        c.dir.display(),
+        crate::core::agents::AGENT_DIR
+    ))
 }
 
 /// One change, as `diff` says it (`+` adds, `-` removes, `~` changes, `>` starts).

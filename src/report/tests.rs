@@ -556,3 +556,49 @@ fn facts_reach_the_rows_and_the_controller_line() {
         "controller: not running (ateam controller keeps teams converged)\n"
     );
 }
+
+/// A member with `agent:`: `diff` says which build it runs and from where, and the JSON
+/// document lists that folder among its mounts, read-only where the command runs it.
+#[test]
+fn diff_shows_the_agents_build_and_its_mount() {
+    let mut t = team(&["a"]);
+    let dir = "/home/u/.cache/ateam/agents/claude-2.1.332-1c89f2f1e0bee937";
+    t.members[0].agent = Some(crate::model::Agent {
+        name: "claude".into(),
+        task: "fix it".into(),
+        model: None,
+        model_url: None,
+        args: vec![],
+        home: "/home/u/sessions/members/a/claude".into(),
+        version: Some("2.1.332".into()),
+        sha256: Some(crate::core::agents::AgentKind::Claude.pinned().sha256),
+        dir: Some(dir.into()),
+    });
+    let d = desired_state(
+        &Desired {
+            teams: vec![t.clone()],
+        },
+        &host(),
+    );
+    let p = plan(&d, &Observed::default(), PlanOptions::default());
+    let text = crate::report::diff::render_diff(&p);
+    assert!(
+        text.contains(&format!(
+            "      its agent: claude 2.1.332, from {dir} (read-only at /opt/ateam-agent)\n"
+        )),
+        "{text}"
+    );
+    let doc = diff_document(&p);
+    let runs = doc
+        .changes
+        .iter()
+        .find_map(|c| c.runs.as_ref())
+        .expect("a create");
+    let mount = runs
+        .mounts
+        .iter()
+        .find(|m| m.target == std::path::Path::new("/opt/ateam-agent"))
+        .expect("the agent's mount");
+    assert_eq!(mount.source, std::path::Path::new(dir));
+    assert!(mount.read_only);
+}
