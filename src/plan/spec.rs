@@ -175,9 +175,9 @@ pub struct TeamScope {
     pub run_dir: PathBuf,
 }
 
-/// The container spec of member `m` of `team` on `host`: what drift is measured against.
-pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
-    let ctl = member_ctl_dir(&host.state_dir, &team.name, &m.name);
+/// A member's bind mounts: its grants, its workspace, its agent's build, its transcript
+/// folder and its control folder (`ctl`), sorted.
+fn member_mounts(m: &Member, ctl: PathBuf) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = m
         .access
         .read
@@ -207,6 +207,12 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         .collect();
     mounts.sort();
     mounts.dedup();
+    mounts
+}
+
+/// The container spec of member `m` of `team` on `host`: what drift is measured against.
+pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
+    let mounts = member_mounts(m, member_ctl_dir(&host.state_dir, &team.name, &m.name));
     let mut env = m.env.clone();
     env.insert("HOME".into(), MEMBER_HOME.into());
     env.insert("ATEAM_ROLE".into(), "member".into());
