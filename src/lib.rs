@@ -15,7 +15,8 @@
 //! - `events`: what apply, the controller and the helper servers did and why, per team,
 //!   bounded in the state folder (it reads the egress proxies' refusals back as events);
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
-//!   gate in `gate/`, verification before the member's command runs, limits in its cgroup);
+//!   gate in `gate/`, verification before the member's command runs, limits in its cgroup,
+//!   the agents' builds in the host's agent cache: fetched, checked, mounted read-only);
 //! - `requests`: helper members a member asks for at run time, the pure part: judged as
 //!   manifests, recorded, merged into what is desired; and starting and stopping the helper
 //!   servers (`requests::servers`), as execute carries out the plan;

@@ -304,7 +304,8 @@ fn safe(path: &Path, me: u32, dir: bool) -> Result<(), AgentError> {
         path: path.to_path_buf(),
         why,
     };
-    let m = std::fs::symlink_metadata(path).map_err(io(path))?;
+    let m =
+        std::fs::symlink_metadata(path).map_err(|e| unsafe_(format!("cannot be read ({e})")))?;
     let ft = m.file_type();
     if ft.is_symlink() {
         return Err(unsafe_("a symlink".into()));
