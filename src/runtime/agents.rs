@@ -407,6 +407,14 @@ mod tests {
             "{e}"
         );
         std::fs::set_permissions(&codex, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Another user's (a member's uid): refused.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&c.dir, Some(4242), None).unwrap();
+            let e = check(&c).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 4242"), "{e}");
+            std::os::unix::fs::chown(&c.dir, Some(0), None).unwrap();
+        }
+        check(&c).unwrap();
         // A symlink in place of the build's file: refused.
         std::fs::remove_file(&codex).unwrap();
         std::os::unix::fs::symlink("/bin/true", &codex).unwrap();
