@@ -145,6 +145,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                     model: a.model.clone(),
                     model_url: a.model_url.clone(),
                     args: a.args.clone(),
+                    interactive: a.interactive,
                 })
             }),
             snapshot_writes: m
@@ -153,7 +154,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
         },
     );
     if let Some(a) = &m.agent {
-        without_agent(&mut o.spec, a, &m.transcript_dir);
+        without_agent(&mut o.spec, a, &m.transcript_dir, &m.cwd);
     }
     if let Origin::Requested { by, at } = &m.origin {
         o.metadata
@@ -269,8 +270,13 @@ fn prune(v: &mut serde_json::Value) {
 
 /// A member with `agent:` is written as the manifest said it: without the command and the
 /// environment its agent expands to (validation adds them again).
-fn without_agent(spec: &mut MemberSpec, a: &crate::model::Agent, transcripts: &std::path::Path) {
-    let Some(x) = crate::core::agents::expand_agent(a, transcripts) else {
+fn without_agent(
+    spec: &mut MemberSpec,
+    a: &crate::model::Agent,
+    transcripts: &std::path::Path,
+    cwd: &std::path::Path,
+) {
+    let Some(x) = crate::core::agents::expand_agent(a, transcripts, cwd) else {
         return;
     };
     spec.command = None;

@@ -83,6 +83,10 @@ pub struct DesiredMember {
     /// Its agent's state folder, in its transcript folder, made before each start.
     #[serde(default)]
     pub agent_home: Option<PathBuf>,
+    /// The agent (`claude`, `codex`) whose terminal UI it runs, told before each start what
+    /// it would otherwise ask a person first (`core::agents::claude_ui_state`).
+    #[serde(default)]
+    pub agent_ui: Option<String>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -273,6 +277,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         nano_cpus: m.nano_cpus,
         network,
         labels: m.labels.clone(),
+        terminal: m.agent.as_ref().is_some_and(|a| a.interactive),
     }
 }
 
@@ -351,6 +356,11 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),
+                agent_ui: m
+                    .agent
+                    .as_ref()
+                    .filter(|a| a.interactive)
+                    .map(|a| a.name.clone()),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
                     store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),

@@ -18,7 +18,7 @@ carries the tool's result: a short text answer and the end of the turn. A reques
 task (a title, a quota probe) gets a one-word text answer.
 
 Every request is appended to --log as one JSON line (time, method, path, host header,
-user agent, the API key it sent, which family, which step) so a test can tell when the first model request came and
+user agent, the API key it sent, which family, which step, how many task sentences it carried) so a test can tell when the first model request came and
 that nothing else was asked. Standard library only.
 
 Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file FILE]
@@ -31,6 +31,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
@@ -41,12 +42,14 @@ MODEL = "stand-in-model"
 
 
 def find_task(body):
-    """(path, text) of the first task sentence anywhere in the request, or None. A relative
-    path is resolved against the working directory the agent states."""
+    """(path, text) of the last task sentence in the request (a continued session carries
+    the earlier ones before it), or None. A relative path is resolved against the working
+    directory the agent states."""
     flat = json.dumps(body, ensure_ascii=False).replace("\\n", "\n")
-    m = TASK.search(flat)
-    if not m:
+    found = list(TASK.finditer(flat))
+    if not found:
         return None
+    m = found[-1]
     path = m.group(1)
     if not path.startswith("/"):
         cwd = CWD.search(flat)
@@ -69,6 +72,8 @@ def anthropic_has_tool_result(body):
     )
 
 
+# Every tool call gets an id of its own: a continued session holds the earlier ones, and an
+# agent pairs each result with its call by id.
 def anthropic_plan(body):
     """(step, content blocks, stop_reason) for this request."""
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
@@ -79,7 +84,7 @@ def anthropic_plan(body):
         path, text = task
         block = {
             "type": "tool_use",
-            "id": "toolu_standin_1",
+            "id": "toolu_standin_" + uuid.uuid4().hex,
             "name": "Write",
             "input": {"file_path": path, "content": text + "\n"},
         }
@@ -135,17 +140,47 @@ def anthropic_events(blocks, stop):
 
 
 def openai_has_tool_output(body):
+    """Whether a tool's output came after the user's last message: in a continued session
+    the earlier tasks' outputs come before it."""
     items = body.get("input")
-    return isinstance(items, list) and any(
+    if not isinstance(items, list):
+        return False
+    users = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
+    since = items[users[-1] + 1 :] if users else items
+    return any(
         isinstance(i, dict)
         and i.get("type") in ("function_call_output", "custom_tool_call_output")
-        for i in items
+        for i in since
     )
 
 
-def shell_call(tools, path, text):
+def code_mode(body):
+    """Whether the request offers Codex's "code mode" only: its interactive UI sends no
+    `tools`, but an `additional_tools` input item whose custom `exec` tool runs JavaScript
+    that calls the shell tools (`tools.exec_command`)."""
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            for ns in item.get("tools") or []:
+                for t in (ns.get("tools") or []) if isinstance(ns, dict) else []:
+                    if isinstance(t, dict) and t.get("type") == "custom" and t.get("name") == "exec":
+                        return True
+    return False
+
+
+def shell_call(tools, path, text, body=None):
     """A function call item that writes the file with the first shell tool offered."""
     script = "printf '%s\\n' " + shquote(text) + " > " + shquote(path)
+    if not tools and body is not None and code_mode(body):
+        js = "const r = await tools.exec_command({cmd: " + json.dumps(script) + "});\n"
+        js += "text(JSON.stringify(r));\n"
+        return {
+            "type": "custom_tool_call",
+            "id": "ctc_standin_" + uuid.uuid4().hex,
+            "call_id": "call_standin_" + uuid.uuid4().hex,
+            "name": "exec",
+            "input": js,
+            "status": "completed",
+        }
     names = {t.get("name") for t in tools if isinstance(t, dict)}
     if "shell_command" in names:
         name, args = "shell_command", {"command": script}
@@ -157,8 +192,8 @@ def shell_call(tools, path, text):
         return None
     return {
         "type": "function_call",
-        "id": "fc_standin_1",
-        "call_id": "call_standin_1",
+        "id": "fc_standin_" + uuid.uuid4().hex,
+        "call_id": "call_standin_" + uuid.uuid4().hex,
         "name": name,
         "arguments": json.dumps(args),
         "status": "completed",
@@ -185,7 +220,7 @@ def openai_plan(body):
     if openai_has_tool_output(body):
         return "done", [openai_text_item("Done: the file is written.")]
     if task:
-        call = shell_call(body.get("tools") or [], *task)
+        call = shell_call(body.get("tools") or [], *task, body=body)
         if call:
             return "tool", [call]
     return "other", [openai_text_item("OK")]
@@ -249,7 +284,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # the JSON log says it all
         pass
 
-    def record(self, family, step):
+    def record(self, family, step, body=None):
         entry = {
             "t": time.time(),
             "method": self.command,
@@ -259,6 +294,9 @@ class Handler(BaseHTTPRequestHandler):
             "api_key": self.api_key(),
             "family": family,
             "step": step,
+            # How many task sentences the request carried: more than one is a continued
+            # session (`ateam task`), its earlier tasks in its history.
+            "tasks": len(TASK.findall(json.dumps(body or {}, ensure_ascii=False))),
         }
         with self.server.log_lock:
             if self.server.log_path:
@@ -322,13 +360,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"input_tokens": 10})
         if path.endswith("/messages"):
             step, blocks, stop = anthropic_plan(body)
-            self.record("anthropic", step)
+            self.record("anthropic", step, body)
             if body.get("stream"):
                 return self.send_sse(anthropic_events(blocks, stop))
             return self.send_json(200, anthropic_message(blocks, stop))
         if path.endswith("/responses"):
             step, items = openai_plan(body)
-            self.record("openai", step)
+            self.record("openai", step, body)
             if body.get("stream", True):
                 return self.send_sse(openai_events(items))
             return self.send_json(200, openai_response(items, "completed"))
