@@ -167,6 +167,8 @@ fn main() {
     ) {
         start_bridge(&listen, &socket, "the helpers bridge", "no helper requests");
     }
+    // The next task ateam gave this container (`ateam task`) runs in place of its first.
+    let cmd = task_for(&me).unwrap_or(cmd);
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     add_secrets(&mut command);
@@ -323,6 +325,25 @@ fn start_token() -> Option<String> {
 
 /// A release file reads `<container id> <boot id> <init start time>`; it counts only for
 /// this container (whose hostname is its short id) and this very start.
+/// The command of the next task ateam gave this container (`ateam task`, which then starts it
+/// through this gate): `/.ateam/task` names the container on its first line, then holds the
+/// command, each argument ended by a NUL. A file naming another container (the member made
+/// anew since) is not this one's: it runs its own command, the manifest's.
+fn task_for(me: &str) -> Option<Vec<OsString>> {
+    let bytes = std::fs::read(Path::new(CTL).join("task")).ok()?;
+    let nl = bytes.iter().position(|b| *b == b'\n')?;
+    let id = std::str::from_utf8(&bytes[..nl]).ok()?.trim();
+    if me.is_empty() || !id.starts_with(me) {
+        return None;
+    }
+    let argv: Vec<OsString> = bytes[nl + 1..]
+        .strip_suffix(&[0])?
+        .split(|b| *b == 0)
+        .map(|a| OsString::from_vec(a.to_vec()))
+        .collect();
+    (!argv.is_empty() && !argv[0].is_empty()).then_some(argv)
+}
+
 fn released(release: &str, me: &str, start: &str) -> bool {
     let release = release.trim();
     let Some((id, token)) = release.split_once(' ') else {

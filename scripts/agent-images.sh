@@ -124,8 +124,11 @@ agent_files() {
         codex)
             fetch "@openai/codex@$CODEX_VERSION-linux-x64" "openai-codex-$CODEX_VERSION-linux-x64.tgz"
             local v=package/vendor/x86_64-unknown-linux-musl
-            tar -xzf "$CACHE/npm/openai-codex-$CODEX_VERSION-linux-x64.tgz" -C "$tmp" "$v/bin/codex" "$v/codex-path/rg"
+            # codex-code-mode-host: the interactive UI runs its tools through it ("code mode").
+            tar -xzf "$CACHE/npm/openai-codex-$CODEX_VERSION-linux-x64.tgz" -C "$tmp" "$v/bin/codex" \
+                "$v/bin/codex-code-mode-host" "$v/codex-path/rg"
             install -m 0755 "$tmp/$v/bin/codex" "$root/usr/local/bin/codex"
+            install -m 0755 "$tmp/$v/bin/codex-code-mode-host" "$root/usr/local/bin/codex-code-mode-host"
             install -m 0755 "$tmp/$v/codex-path/rg" "$root/usr/local/bin/rg"
             ;;
         *) die "unknown agent $agent (claude or codex)" ;;

@@ -342,10 +342,25 @@ pub enum Command {
         #[arg(long)]
         team: Option<String>,
     },
-    /// Join a main session's terminal (its tmux session), or follow a member's console.
+    /// Give an agent member its next task, in its own session (the agent's resume), in the
+    /// same container, through the same gate; a running agent finishes its current task
+    /// first. The manifest's `agent.task` is its first task only.
+    Task {
+        member: String,
+        /// What the agent is to do next.
+        task: String,
+        #[arg(long)]
+        team: Option<String>,
+        /// Wait for the task to end, and exit with the agent's exit code.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Join a main session's terminal (its tmux session), an interactive agent's terminal, or
+    /// follow a member's console.
     ///
     /// The way out is printed first: tmux's detach key (Ctrl-b d) leaves the session running;
-    /// a member's console is read-only (members have no stdin) and Ctrl-C leaves it.
+    /// Ctrl-] leaves an interactive agent running; another member's console is read-only (it
+    /// has no stdin) and Ctrl-C leaves it.
     Attach {
         /// A main session or a member.
         name: String,

@@ -76,6 +76,8 @@ pub enum EventKind {
     SessionStopped,
     /// A member became a main session.
     Promoted,
+    /// A person gave an agent its next task (`ateam task`), in the same container.
+    TaskGiven,
 }
 
 impl EventKind {
@@ -92,7 +94,8 @@ impl EventKind {
             | EventKind::HelperGranted
             | EventKind::SessionStarted
             | EventKind::SessionStopped
-            | EventKind::Promoted => "Normal",
+            | EventKind::Promoted
+            | EventKind::TaskGiven => "Normal",
             EventKind::Held
             | EventKind::Failed
             | EventKind::StrangerSeen
@@ -122,6 +125,7 @@ impl EventKind {
             EventKind::SessionStarted => "session-started",
             EventKind::SessionStopped => "session-stopped",
             EventKind::Promoted => "promoted",
+            EventKind::TaskGiven => "task-given",
         }
     }
 }

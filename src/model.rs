@@ -212,6 +212,9 @@ pub struct Agent {
     pub model_url: Option<String>,
     /// Flags of the person's.
     pub args: Vec<String>,
+    /// Runs its terminal UI in a terminal ateam keeps (`ateam attach`).
+    #[serde(default)]
+    pub interactive: bool,
     /// Its state folder in the transcript folder, made before it starts.
     pub home: PathBuf,
     /// The version of its native build (the manifest's, else the one ateam pins). `None` in

@@ -575,6 +575,7 @@ pub fn create_request(
         userns_keep_id: engine == EngineKind::Podman { rootless: true },
         // Engines on cgroup v1 default to the host's cgroup namespace, which the policy refuses.
         cgroupns_private: true,
+        terminal: spec.terminal,
     }
 }
 

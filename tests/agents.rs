@@ -435,6 +435,7 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         .filter_map(|r| r["t"].as_f64())
         .fold(f64::INFINITY, f64::min)
         - started;
+    a_next_task_continues_the_session(&w, &model, agent, &row);
     eprintln!(
         "[agents] {} on {engine:?}: apply {:.2} s, first model request {first:.2} s, \
          exited {:.2} s after apply began",
@@ -442,6 +443,205 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         applied.as_secs_f64(),
         ended.as_secs_f64()
     );
+}
+
+/// `ateam task`: the agent's next task, in its own session (the model sees the first task in
+/// its history), in the same container, through the gate (the start is released again).
+fn a_next_task_continues_the_session(
+    w: &World,
+    model: &Model,
+    agent: &Agent,
+    row: &serde_json::Value,
+) {
+    let before = model.requests().len();
+    let task = format!(
+        "create the file second.txt containing exactly: next from {}",
+        agent.name
+    );
+    let out = w.ateam(&["task", "coder", &task, "--wait"]);
+    let logs = w.ateam(&["logs", "coder"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "ateam task:\n{}{}\nlogs:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        text(&logs.stdout),
+        text(&logs.stderr)
+    );
+    let second = w.root().join("workspace/repo/second.txt");
+    assert_eq!(
+        std::fs::read_to_string(&second).unwrap_or_default(),
+        format!("next from {}\n", agent.name),
+        "{}",
+        text(&logs.stdout)
+    );
+    let again = w.coder();
+    assert_eq!(
+        again["containerId"], row["containerId"],
+        "the same container: {again:#}"
+    );
+    assert_eq!(again["state"], "exited 0", "{again:#}");
+    let requests = model.requests();
+    let carried = |rs: &[serde_json::Value]| {
+        rs.iter()
+            .filter(|r| r["step"] == "tool")
+            .map(|r| r["tasks"].as_u64().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    };
+    let (first, next) = (carried(&requests[..before]), carried(&requests[before..]));
+    assert!(
+        next > first && first > 0,
+        "the second task's request carries the first in its history: {first} then {next} task sentences"
+    );
+    let events = text(&w.ateam(&["events", &w.team]).stdout);
+    assert!(events.contains("task-given"), "{events}");
+    // The manifest's task is the first one only: applying again starts nothing.
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(w.coder()["state"], "exited 0");
+}
+
+/// A command as a line for a shell (tmux runs its panes' commands through one): its
+/// environment changes by `env`, every word quoted.
+fn shell_line(c: &Command) -> String {
+    let q = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"));
+    // `env`'s removals (`-u`) come before its assignments.
+    let mut words = vec!["env".to_string()];
+    for (k, _) in c.get_envs().filter(|(_, v)| v.is_none()) {
+        words.extend(["-u".to_string(), q(k)]);
+    }
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            words.push(q(std::ffi::OsStr::new(&format!(
+                "{}={}",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            ))));
+        }
+    }
+    words.push(q(c.get_program()));
+    words.extend(c.get_args().map(q));
+    words.join(" ")
+}
+
+/// A tmux server of the test's own (its own socket), ended on drop.
+struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    fn screen(&self) -> String {
+        text(&self.run(&["capture-pane", "-p", "-t", "t"]).stdout)
+    }
+
+    /// Waits until the screen shows `what`.
+    fn wait_for(&self, what: &str, why: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = self.screen();
+            if screen.contains(what) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{why}: the screen never showed {what:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// An interactive agent (`agent.interactive`): its terminal UI runs in a terminal the engine
+/// keeps; `ateam attach` in tmux gives it a task by keystrokes, the answer shows, the person
+/// detaches (it keeps running) and comes back to the same screen.
+fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
+    let scratch = tempfile::tempdir().unwrap();
+    let model = Model::start(scratch.path());
+    let w = World::new(engine, agent, &model);
+    let manifest = w.root().join("team.yaml");
+    let yaml = std::fs::read_to_string(&manifest).unwrap();
+    let task_line = yaml
+        .lines()
+        .find(|l| l.trim_start().starts_with("task:"))
+        .unwrap()
+        .to_string();
+    std::fs::write(&manifest, yaml.replace(&task_line, "    interactive: true")).unwrap();
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(out.status.code(), Some(0), "apply: {}", text(&out.stderr));
+    assert_eq!(w.coder()["state"], "running");
+
+    let tmux = Tmux {
+        socket: scratch.path().join("tmux.sock"),
+    };
+    let state = w.root().join("state");
+    let attach = common::ateam_command_env(engine, &state, &[(w.key_vars[0], "test-key")]);
+    let mut attach = attach;
+    attach.args(["attach", "coder"]);
+    // The pane stays when attach ends, so that a failure shows what it said.
+    let line = format!("{}; echo attach ended: $?; sleep 600", shell_line(&attach));
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &line,
+    ]);
+    assert!(out.status.success(), "tmux: {}", text(&out.stderr));
+    let ready = match agent.name {
+        "claude" => "bypass permissions",
+        _ => "OpenAI Codex",
+    };
+    tmux.wait_for(ready, "the agent's UI through attach");
+    let task = format!(
+        "create the file talk.txt containing exactly: talked to {}",
+        agent.name
+    );
+    tmux.run(&["send-keys", "-t", "t", "-l", &task]);
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.run(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Done: the file is written.", "the agent's answer");
+    let talk = w.root().join("workspace/repo/talk.txt");
+    assert_eq!(
+        std::fs::read_to_string(&talk).unwrap_or_default(),
+        format!("talked to {}\n", agent.name)
+    );
+    // Detach: the attach ends (0), the agent keeps running.
+    tmux.run(&["send-keys", "-t", "t", "C-]"]);
+    tmux.wait_for("attach ended: 0", "a detach with Ctrl-]");
+    assert_eq!(
+        w.coder()["state"],
+        "running",
+        "the agent keeps running after a detach"
+    );
+    // Back again: the same session, its earlier turn drawn again.
+    let out = tmux.run(&["respawn-pane", "-k", "-t", "t", &line]);
+    assert!(out.status.success(), "tmux: {}", text(&out.stderr));
+    tmux.wait_for("talk.txt", "the earlier turn after attaching again");
+    // Nothing but the model host was reached; the key was the proxy's.
+    for r in model.requests() {
+        assert_eq!(r["api_key"], "test-key", "{r}");
+    }
 }
 
 fn claude_code_edits_its_grant_through_its_proxy(engine: Engine) {
@@ -616,6 +816,18 @@ macro_rules! agents {
                 #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
                 fn claude_code_edits_its_grant_through_its_proxy() {
                     super::claude_code_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn claude_code_answers_through_attach() {
+                    super::an_interactive_agent_answers_through_attach(super::engine_of(stringify!($engine)), &super::CLAUDE);
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn codex_answers_through_attach() {
+                    super::an_interactive_agent_answers_through_attach(super::engine_of(stringify!($engine)), &super::CODEX);
                 }
 
                 #[test]

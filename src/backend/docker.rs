@@ -460,6 +460,17 @@ impl Backend for DockerBackend {
             .map_err(|e| self.container_err("unpause container", id, e))
     }
 
+    async fn resize_terminal(&self, id: &str, rows: u16, cols: u16) -> Result<()> {
+        let opts = bollard::query_parameters::ResizeContainerTTYOptions {
+            h: i32::from(rows),
+            w: i32::from(cols),
+        };
+        self.docker
+            .resize_container_tty(id, opts)
+            .await
+            .map_err(|e| self.container_err("resize container", id, e))
+    }
+
     async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
         match self.docker.inspect_network(name, None).await {
             Ok(_) => return Ok(()),
@@ -716,6 +727,10 @@ fn create_body(req: &CreateRequest) -> ContainerCreateBody {
         user: Some(req.user.clone()),
         working_dir: Some(req.workdir.display().to_string()),
         labels: Some(req.labels.clone().into_iter().collect()),
+        // An interactive agent's terminal, kept by the engine: `ateam attach` joins it.
+        tty: Some(req.terminal),
+        open_stdin: Some(req.terminal),
+        stdin_once: Some(false),
         host_config: Some(host_config),
         ..Default::default()
     }
@@ -1227,6 +1242,7 @@ mod tests {
             init: true,
             userns_keep_id: false,
             cgroupns_private: true,
+            terminal: false,
         }
     }
 

@@ -33,6 +33,7 @@ pub(crate) enum Call {
     Remove { id: String },
     Rename { id: String, name: String },
     Unpause { id: String },
+    Resize { id: String },
     EnsureNetwork { name: String },
     RemoveNetwork { name: String },
     Exec { id: String },
@@ -59,6 +60,7 @@ impl Call {
             Call::Remove { .. } => "remove",
             Call::Rename { .. } => "rename",
             Call::Unpause { .. } => "unpause",
+            Call::Resize { .. } => "resize_terminal",
             Call::EnsureNetwork { .. } => "ensure_network",
             Call::RemoveNetwork { .. } => "remove_network",
             Call::Exec { .. } => "exec",
@@ -374,6 +376,11 @@ impl Backend for FakeBackend {
         let mut s = self.call(Call::Unpause { id: id.into() })?;
         let c = s.containers.get_mut(id).ok_or_else(|| not_found(id))?;
         c.summary.state = ContainerState::Running;
+        Ok(())
+    }
+
+    async fn resize_terminal(&self, id: &str, _rows: u16, _cols: u16) -> Result<()> {
+        self.called(Call::Resize { id: id.into() })?;
         Ok(())
     }
 

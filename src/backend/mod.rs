@@ -377,6 +377,8 @@ pub trait Backend: Send + Sync {
     async fn rename(&self, id: &str, name: &str) -> Result<()>;
     /// Lets a paused container go on.
     async fn unpause(&self, id: &str) -> Result<()>;
+    /// Sets the size of the terminal of a container made with one (`CreateRequest::terminal`).
+    async fn resize_terminal(&self, id: &str, rows: u16, cols: u16) -> Result<()>;
     /// Creates the bridge network `name` with `labels`, unless it exists.
     async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()>;
     /// Removes the network `name`; one that is gone already is not an error.

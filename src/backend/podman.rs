@@ -308,6 +308,9 @@ fn create_body(req: &CreateRequest) -> Value {
         "init": req.init,
         "restart_policy": "no",
         "create_working_dir": false,
+        // An interactive agent's terminal, kept by the engine: `ateam attach` joins it.
+        "terminal": req.terminal,
+        "stdin": req.terminal,
     });
     // Empty means "the image's own", as in the Docker API.
     if !req.entrypoint.is_empty() {
@@ -933,6 +936,15 @@ impl Backend for PodmanBackend {
             .map_err(|e| container_err("unpause", id, &e))
     }
 
+    async fn resize_terminal(&self, id: &str, rows: u16, cols: u16) -> Result<()> {
+        self.podman
+            .containers()
+            .get(id)
+            .resize(usize::from(cols), usize::from(rows))
+            .await
+            .map_err(|e| container_err("resize", id, &e))
+    }
+
     async fn ensure_network(&self, name: &str, labels: &BTreeMap<String, String>) -> Result<()> {
         let networks = self.podman.networks();
         if networks
@@ -1278,6 +1290,7 @@ mod tests {
             init: true,
             userns_keep_id: false,
             cgroupns_private: true,
+            terminal: false,
         }
     }
 

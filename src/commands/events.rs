@@ -129,7 +129,8 @@ fn identity(e: &Event) -> String {
         | EventKind::HelperRefused
         | EventKind::SessionStarted
         | EventKind::SessionStopped
-        | EventKind::Promoted => e.ts.to_bits().to_string(),
+        | EventKind::Promoted
+        | EventKind::TaskGiven => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",

@@ -263,6 +263,9 @@ pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::
         .collect();
     let t = match sessions[..] {
         [one] => one,
+        [] if is_interactive(&applied, team, name) => {
+            return attach_terminal(global, team, name).await;
+        }
         [] => {
             eprintln!(
                 "ateam: the console of member `{name}`: its output as it comes (read-only: members have no stdin); Ctrl-C leaves"
@@ -313,6 +316,74 @@ pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::
         .status()
         .context("cannot run tmux; install tmux")?;
     Ok(exit_code(status))
+}
+
+/// The key that leaves an agent's terminal (the engines' `--detach-keys`), and how it reads.
+const DETACH_KEYS: (&str, &str) = ("ctrl-]", "Ctrl-]");
+
+/// Whether `name` is a member that runs its agent's terminal UI.
+fn is_interactive(applied: &ateam::model::Desired, team: Option<&str>, name: &str) -> bool {
+    applied
+        .teams
+        .iter()
+        .filter(|t| team.is_none_or(|x| x == t.name))
+        .flat_map(|t| &t.members)
+        .any(|m| m.name == name && m.agent.as_ref().is_some_and(|a| a.interactive))
+}
+
+/// Joins an interactive agent's terminal, which the engine keeps, through the engine's own
+/// CLI (it does raw mode, resizes and detaching well): the person types and reads; the
+/// detach key leaves it running. Only a start ateam released is joined.
+async fn attach_terminal(global: &Global, team: Option<&str>, name: &str) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let found = find(&ctx, team, name, Reach::Process).await?;
+    let (cli, flag) = match found.backend.kind() {
+        EngineKind::Docker => ("docker", "-H"),
+        EngineKind::Podman { .. } => ("podman", "--url"),
+    };
+    let (keys, said) = DETACH_KEYS;
+    eprintln!(
+        "ateam: attaching to the terminal of `{name}` (team `{}`); detach with {said} (it keeps running)",
+        found.team
+    );
+    let mut child = std::process::Command::new(cli)
+        .arg(flag)
+        .arg(found.backend.endpoint())
+        .args(["attach", "--detach-keys", keys])
+        .arg(&found.id)
+        .spawn()
+        .with_context(|| format!("cannot run `{cli}` (attach needs the engine's CLI)"))?;
+    redraw(found.backend.as_ref(), &found.id).await;
+    let status = child.wait().context("waiting for the engine's CLI")?;
+    // Detaching is how a person leaves: the engines say so with a non-zero code.
+    if !status.success()
+        && let Ok(s) = found.backend.inspect(&found.id).await
+        && s.summary.state == ContainerState::Running
+    {
+        eprintln!(
+            "ateam: detached from `{name}`; it keeps running (ateam attach {name} to come back)"
+        );
+        return Ok(Exit::Ok);
+    }
+    Ok(exit_code(status))
+}
+
+/// Makes the agent draw its screen again once the engine's CLI is attached (a UI draws only
+/// what changed, so a person joining sees nothing until then): its terminal one column
+/// narrower, then as wide as the person's again.
+async fn redraw(backend: &dyn ateam::backend::Backend, id: &str) {
+    let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdin()) else {
+        return;
+    };
+    if size.ws_row == 0 || size.ws_col < 2 {
+        return;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let _ = backend
+        .resize_terminal(id, size.ws_row, size.ws_col - 1)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let _ = backend.resize_terminal(id, size.ws_row, size.ws_col).await;
 }
 
 /// The output of every member (of `team`, else of every applied team) whose labels match,

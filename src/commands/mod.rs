@@ -15,6 +15,7 @@ macro_rules! outln {
     };
 }
 
+mod agent;
 mod agents;
 mod apply;
 mod common;
@@ -172,6 +173,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Reset { member, team } => {
             block_on(workspace::rollback(g, team.as_deref(), &member, None, true))?
         }
+        Command::Task {
+            member,
+            task,
+            team,
+            wait,
+        } => block_on(agent::task(g, team.as_deref(), &member, &task, wait))?,
         Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
         Command::Top { selector } => {
             let rt = tokio::runtime::Builder::new_multi_thread()

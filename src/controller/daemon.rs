@@ -552,7 +552,8 @@ impl StatusSource for Reconciler {
                     | EventKind::EgressRefused
                     | EventKind::SessionStarted
                     | EventKind::SessionStopped
-                    | EventKind::Promoted => continue,
+                    | EventKind::Promoted
+                    | EventKind::TaskGiven => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }

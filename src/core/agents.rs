@@ -169,13 +169,30 @@ pub struct Expanded {
     pub home: PathBuf,
 }
 
+/// How the agent runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Its task, without a person (print mode: `claude -p`, `codex exec`), then it exits.
+    Task,
+    /// Its next task, in the session it had (`claude -p --continue`, `codex exec resume
+    /// --last`): `ateam task`.
+    Next,
+    /// Its own terminal UI, which a person joins with `ateam attach`; the task, if any, is
+    /// its first prompt there.
+    Interactive,
+}
+
 /// An agent as a manifest asks for it.
 #[derive(Debug, Clone, Copy)]
 pub struct Ask<'a> {
     /// Which agent.
     pub kind: AgentKind,
-    /// Its first task (a prompt).
+    /// How it runs.
+    pub mode: Mode,
+    /// Its task (a prompt); may be empty for an interactive one.
     pub task: &'a str,
+    /// Its working folder (an interactive Codex is told to trust it, not to ask).
+    pub cwd: &'a Path,
     /// The model, if not the agent's default.
     pub model: Option<&'a str>,
     /// The model's base URL, if not the vendor's (a local server, a gateway).
@@ -193,16 +210,20 @@ pub fn expand(ask: Ask, transcripts: &Path) -> Expanded {
     match ask.kind {
         AgentKind::Claude => {
             let home = transcripts.join("claude");
-            let mut command = vec![
-                ask.kind.program(),
-                s("-p"),
-                s("--dangerously-skip-permissions"),
-            ];
+            let mut command = vec![ask.kind.program()];
+            match ask.mode {
+                Mode::Task => command.push(s("-p")),
+                Mode::Next => command.extend([s("-p"), s("--continue")]),
+                Mode::Interactive => {}
+            }
+            command.push(s("--dangerously-skip-permissions"));
             if let Some(m) = ask.model {
                 command.extend([s("--model"), s(m)]);
             }
             command.extend(ask.args.iter().cloned());
-            command.push(s(ask.task));
+            if !ask.task.is_empty() {
+                command.push(s(ask.task));
+            }
             let mut env: BTreeMap<String, String> = [
                 ("CLAUDE_CONFIG_DIR", home.display().to_string()),
                 ("DISABLE_TELEMETRY", s("1")),
@@ -245,13 +266,20 @@ fn git_identity(kind: AgentKind) -> impl Iterator<Item = (String, String)> {
 fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     let s = |v: &str| v.to_string();
     let home = transcripts.join("codex");
-    let mut command = vec![
-        ask.kind.program(),
-        s("exec"),
-        s("--skip-git-repo-check"),
-        s("--dangerously-bypass-approvals-and-sandbox"),
-    ];
+    let mut command = vec![ask.kind.program()];
+    match ask.mode {
+        Mode::Task | Mode::Next => command.extend([s("exec"), s("--skip-git-repo-check")]),
+        Mode::Interactive => {}
+    }
+    command.push(s("--dangerously-bypass-approvals-and-sandbox"));
     let mut set = |kv: String| command.extend([s("-c"), kv]);
+    if ask.mode == Mode::Interactive {
+        // Its first start in a repository would ask whether to trust the folder.
+        set(format!(
+            "projects.{}.trust_level=\"trusted\"",
+            toml_string(&ask.cwd.display().to_string())
+        ));
+    }
     for kv in [
         "analytics.enabled=false",
         "check_for_update_on_startup=false",
@@ -281,7 +309,13 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
         command.extend([s("-m"), s(m)]);
     }
     command.extend(ask.args.iter().cloned());
-    command.push(s(ask.task));
+    if ask.mode == Mode::Next {
+        // `resume` takes the same flags after it; the newest session is the member's own.
+        command.extend([s("resume"), s("--last")]);
+    }
+    if !ask.task.is_empty() {
+        command.push(s(ask.task));
+    }
     let mut env = BTreeMap::from([(s("CODEX_HOME"), home.display().to_string())]);
     env.extend(git_identity(ask.kind));
     Expanded {
@@ -292,13 +326,114 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     }
 }
 
-/// What the model's `agent` expands to (`None`: an agent ateam does not know).
-pub fn expand_agent(a: &crate::model::Agent, transcripts: &Path) -> Option<Expanded> {
+/// Claude Code's own state file (`.claude.json` in its config folder) with what its
+/// terminal UI would otherwise ask a person before it starts: onboarding done, the working
+/// folder trusted, the mode without permission prompts accepted, and the key it holds (the
+/// placeholder, when the proxy injects the real one) approved by its last 20 characters, as
+/// Claude Code records it. Whatever else the file holds (the agent's own state) is kept; a
+/// file that is not a JSON object is started afresh.
+pub fn claude_ui_state(existing: &[u8], cwd: &Path, key: Option<&str>) -> Vec<u8> {
+    use serde_json::{Map, Value, json};
+    let mut doc = match serde_json::from_slice::<Value>(existing) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    doc.insert("hasCompletedOnboarding".into(), json!(true));
+    doc.insert("bypassPermissionsModeAccepted".into(), json!(true));
+    doc.entry("theme").or_insert_with(|| json!("dark"));
+    let obj = |v: &mut Value| {
+        if !v.is_object() {
+            *v = json!({});
+        }
+    };
+    if let Some(key) = key {
+        let tail: String = {
+            let chars: Vec<char> = key.chars().collect();
+            chars[chars.len().saturating_sub(20)..].iter().collect()
+        };
+        let responses = doc
+            .entry("customApiKeyResponses")
+            .or_insert_with(|| json!({}));
+        obj(responses);
+        let approved = responses
+            .as_object_mut()
+            .map(|r| r.entry("approved").or_insert_with(|| json!([])))
+            .expect("an object");
+        if !approved.is_array() {
+            *approved = json!([]);
+        }
+        let list = approved.as_array_mut().expect("an array");
+        if !list.iter().any(|v| v.as_str() == Some(tail.as_str())) {
+            list.push(json!(tail));
+        }
+    }
+    let projects = doc.entry("projects").or_insert_with(|| json!({}));
+    obj(projects);
+    let project = projects
+        .as_object_mut()
+        .map(|p| {
+            p.entry(cwd.display().to_string())
+                .or_insert_with(|| json!({}))
+        })
+        .expect("an object");
+    obj(project);
+    if let Some(p) = project.as_object_mut() {
+        p.insert("hasTrustDialogAccepted".into(), json!(true));
+        p.insert("hasCompletedProjectOnboarding".into(), json!(true));
+    }
+    serde_json::to_vec_pretty(&Value::Object(doc)).expect("JSON always serializes")
+}
+
+/// A TOML basic string (a key of Codex's `-c`): quoted; backslash, `"` and controls escaped.
+fn toml_string(v: &str) -> String {
+    let mut out = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// What the model's `agent` expands to (`None`: an agent ateam does not know): its first
+/// task, or its terminal UI when it is interactive.
+pub fn expand_agent(a: &crate::model::Agent, transcripts: &Path, cwd: &Path) -> Option<Expanded> {
+    let mode = if a.interactive {
+        Mode::Interactive
+    } else {
+        Mode::Task
+    };
+    expand_as(a, mode, &a.task, transcripts, cwd)
+}
+
+/// `a`'s command for its next `task`, in the session it had (`ateam task`).
+pub fn next_task(
+    a: &crate::model::Agent,
+    task: &str,
+    transcripts: &Path,
+    cwd: &Path,
+) -> Option<Expanded> {
+    expand_as(a, Mode::Next, task, transcripts, cwd)
+}
+
+fn expand_as(
+    a: &crate::model::Agent,
+    mode: Mode,
+    task: &str,
+    transcripts: &Path,
+    cwd: &Path,
+) -> Option<Expanded> {
     let kind = AgentKind::parse(&a.name)?;
     Some(expand(
         Ask {
             kind,
-            task: &a.task,
+            mode,
+            task,
+            cwd,
             model: a.model.as_deref(),
             model_url: a.model_url.as_deref(),
             args: &a.args,
@@ -318,6 +453,8 @@ mod tests {
         let c = expand(
             Ask {
                 kind: AgentKind::Claude,
+                mode: Mode::Task,
+                cwd: Path::new("/w"),
                 task: "fix the test",
                 model: Some("opus"),
                 model_url: Some("https://host.ateam.internal:8790"),
@@ -347,6 +484,8 @@ mod tests {
         let x = expand(
             Ask {
                 kind: AgentKind::Codex,
+                mode: Mode::Task,
+                cwd: Path::new("/w"),
                 task: "fix it",
                 model: Some("stand-in-model"),
                 model_url: Some("https://host.ateam.internal:8790"),
@@ -378,6 +517,8 @@ mod tests {
         let v = expand(
             Ask {
                 kind: AgentKind::Codex,
+                mode: Mode::Task,
+                cwd: Path::new("/w"),
                 task: "t",
                 model: None,
                 model_url: None,
@@ -404,5 +545,101 @@ mod tests {
         }
         assert!(!is_sha256(&"A".repeat(64)));
         assert!(!is_sha256("abc"));
+    }
+
+    fn agent(name: &str, interactive: bool) -> crate::model::Agent {
+        crate::model::Agent {
+            name: name.into(),
+            task: "first".into(),
+            model: None,
+            model_url: Some("https://m.test:8790".into()),
+            args: vec![],
+            interactive,
+            home: Default::default(),
+            version: None,
+            sha256: None,
+            dir: None,
+        }
+    }
+
+    #[test]
+    fn claude_ui_state_keeps_the_agents_own_and_asks_nothing() {
+        let cwd = Path::new("/w/repo");
+        let mine = br#"{"numStartups": 3, "projects": {"/w/repo": {"lastCost": 1}}, "customApiKeyResponses": {"approved": ["x"]}}"#;
+        let out = claude_ui_state(mine, cwd, Some("ateam-placeholder-ANTHROPIC_API_KEY"));
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["numStartups"], 3);
+        assert_eq!(v["hasCompletedOnboarding"], true);
+        assert_eq!(v["bypassPermissionsModeAccepted"], true);
+        assert_eq!(v["projects"]["/w/repo"]["lastCost"], 1);
+        assert_eq!(v["projects"]["/w/repo"]["hasTrustDialogAccepted"], true);
+        assert_eq!(
+            v["customApiKeyResponses"]["approved"],
+            serde_json::json!(["x", "er-ANTHROPIC_API_KEY"])
+        );
+        // Twice is the same; garbage starts afresh.
+        assert_eq!(
+            claude_ui_state(&out, cwd, Some("ateam-placeholder-ANTHROPIC_API_KEY")),
+            out
+        );
+        let fresh: serde_json::Value =
+            serde_json::from_slice(&claude_ui_state(b"[1,", cwd, None)).unwrap();
+        assert_eq!(
+            fresh["projects"]["/w/repo"]["hasCompletedProjectOnboarding"],
+            true
+        );
+        assert!(fresh.get("customApiKeyResponses").is_none());
+    }
+
+    #[test]
+    fn a_next_task_continues_the_session_and_an_interactive_agent_runs_its_ui() {
+        let (t, cwd) = (Path::new("/s/members/coder"), Path::new("/w/a \"b\""));
+        let c = next_task(&agent("claude", false), "second", t, cwd).unwrap();
+        assert_eq!(
+            c.command,
+            [
+                "/opt/ateam-agent/claude",
+                "-p",
+                "--continue",
+                "--dangerously-skip-permissions",
+                "second"
+            ]
+        );
+        let x = next_task(&agent("codex", false), "second", t, cwd).unwrap();
+        assert_eq!(
+            &x.command[..3],
+            ["/opt/ateam-agent/codex", "exec", "--skip-git-repo-check"]
+        );
+        assert_eq!(
+            &x.command[x.command.len() - 3..],
+            ["resume", "--last", "second"]
+        );
+        let ui = expand_agent(&agent("claude", true), t, cwd).unwrap();
+        assert_eq!(
+            ui.command,
+            [
+                "/opt/ateam-agent/claude",
+                "--dangerously-skip-permissions",
+                "first"
+            ]
+        );
+        let mut quiet = agent("codex", true);
+        quiet.task.clear();
+        let ui = expand_agent(&quiet, t, cwd).unwrap();
+        assert_eq!(
+            ui.command[..2],
+            [
+                "/opt/ateam-agent/codex",
+                "--dangerously-bypass-approvals-and-sandbox"
+            ]
+        );
+        assert!(
+            ui.command
+                .contains(&r#"projects."/w/a \"b\"".trust_level="trusted""#.to_string()),
+            "{:?}",
+            ui.command
+        );
+        assert!(!ui.command.contains(&"exec".to_string()));
+        assert_ne!(ui.command.last().map(String::as_str), Some(""));
     }
 }

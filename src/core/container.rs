@@ -126,6 +126,11 @@ pub struct ContainerSpec {
     pub network: SpecNetwork,
     /// The user's labels from the manifest.
     pub labels: BTreeMap<String, String>,
+    /// A terminal the engine keeps, with stdin open: an interactive agent's UI, which the
+    /// person joins with `ateam attach`. Left out of the hash's JSON when false, so that
+    /// members without one keep their hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminal: bool,
 }
 
 impl ContainerSpec {
@@ -369,6 +374,9 @@ pub struct CreateRequest {
     pub userns_keep_id: bool,
     /// A private cgroup namespace. Engines on cgroup v1 default to the host's.
     pub cgroupns_private: bool,
+    /// A terminal and an open stdin (`ContainerSpec::terminal`).
+    #[serde(default)]
+    pub terminal: bool,
 }
 
 /// A container's configuration as the engine reports it, reduced to what the policy covers.

@@ -69,6 +69,12 @@ pub fn secrets_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join("secrets")
 }
 
+/// The next task `ateam task` gave a member's container, in its control folder (inside:
+/// `/.ateam/task`, which the gate reads).
+pub fn task_path(ctl_dir: &Path) -> PathBuf {
+    ctl_dir.join("task")
+}
+
 /// How often ateam restarted a member by its restart policy, in its control folder.
 pub fn restarts_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join("restarts")

@@ -145,7 +145,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
         },
     );
     if let Some(a) = &m.agent {
-        without_agent(&mut o.spec, a, &m.transcript_dir);
+        without_agent(&mut o.spec, a, &m.transcript_dir, &m.cwd);
     }
     if let Origin::Requested { by, at } = &m.origin {
         o.metadata
@@ -270,6 +270,7 @@ fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
         model: a.model.clone(),
         model_url: a.model_url.clone(),
         args: a.args.clone(),
+        interactive: a.interactive,
         version: a.version.clone().filter(|_| !same_version),
         sha256: a.sha256.clone().filter(|_| !same_sum),
     }
@@ -277,8 +278,13 @@ fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
 
 /// A member with `agent:` is written as the manifest said it: without the command and the
 /// environment its agent expands to (validation adds them again).
-fn without_agent(spec: &mut MemberSpec, a: &crate::model::Agent, transcripts: &std::path::Path) {
-    let Some(x) = crate::core::agents::expand_agent(a, transcripts) else {
+fn without_agent(
+    spec: &mut MemberSpec,
+    a: &crate::model::Agent,
+    transcripts: &std::path::Path,
+    cwd: &std::path::Path,
+) {
+    let Some(x) = crate::core::agents::expand_agent(a, transcripts, cwd) else {
         return;
     };
     spec.command = None;

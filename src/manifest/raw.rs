@@ -427,8 +427,14 @@ pub struct MemberSpec {
 pub struct AgentSpec {
     /// `claude` (Claude Code) or `codex` (Codex CLI).
     pub name: String,
-    /// Its first task: the prompt it starts with.
+    /// Its first task: the prompt it starts with (`ateam task` gives the next ones). An
+    /// interactive agent may start without one.
+    #[serde(default)]
     pub task: String,
+    /// Runs the agent's own terminal UI, which the person joins with `ateam attach` (type,
+    /// read, detach; it keeps running), instead of one task in print mode.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
     /// The model, if not the agent's default.
     pub model: Option<String>,
     /// The model's base URL, if not the vendor's (a local server, a gateway); its host must

@@ -87,6 +87,10 @@ pub struct DesiredMember {
     /// a start (`runtime::agents`).
     #[serde(default)]
     pub agent_build: Option<crate::core::agents::Cached>,
+    /// The agent (`claude`, `codex`) whose terminal UI it runs, told before each start what
+    /// it would otherwise ask a person first (`core::agents::claude_ui_state`).
+    #[serde(default)]
+    pub agent_ui: Option<String>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -291,6 +295,7 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
         nano_cpus: m.nano_cpus,
         network,
         labels: m.labels.clone(),
+        terminal: m.agent.as_ref().is_some_and(|a| a.interactive),
     }
 }
 
@@ -370,6 +375,11 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),
                 agent_build: m.agent.as_ref().and_then(crate::model::Agent::cached),
+                agent_ui: m
+                    .agent
+                    .as_ref()
+                    .filter(|a| a.interactive)
+                    .map(|a| a.name.clone()),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
                     store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),

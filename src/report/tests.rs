@@ -569,6 +569,7 @@ fn diff_shows_the_agents_build_and_its_mount() {
         model: None,
         model_url: None,
         args: vec![],
+        interactive: false,
         home: "/home/u/sessions/members/a/claude".into(),
         version: Some("2.1.332".into()),
         sha256: Some(crate::core::agents::AgentKind::Claude.pinned().sha256),

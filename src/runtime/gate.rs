@@ -97,6 +97,28 @@ pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std
     write_atomic_in_member_dir(&gate_release_path(ctl), text.as_bytes(), 0o600, owner)
 }
 
+/// The member's next task for its container `container_id` (`ateam task`): the gate runs
+/// `command` in place of the container's own at its next start (gate/main.rs `task_for`).
+pub fn set_task(
+    ctl: &Path,
+    container_id: &str,
+    command: &[String],
+    owner: Owner,
+) -> std::io::Result<()> {
+    let mut bytes = format!("{container_id}\n").into_bytes();
+    for a in command {
+        if a.as_bytes().contains(&0) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an argument holds a NUL byte",
+            ));
+        }
+        bytes.extend_from_slice(a.as_bytes());
+        bytes.push(0);
+    }
+    write_atomic_in_member_dir(&crate::core::layout::task_path(ctl), &bytes, 0o600, owner)
+}
+
 /// Whether the gate of the container `id`, whose init is `pid`, was released for the start
 /// now running. A release of an earlier start does not count: the gate still holds.
 pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {

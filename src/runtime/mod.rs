@@ -492,6 +492,7 @@ impl Runtime {
         let secrets_path = secrets_path(&m.ctl_dir);
         files::write_atomic_in_member_dir(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
+        self.seed_agent_ui(m, &secrets, member_owner)?;
 
         if let Some(net) = m.spec.network.name() {
             let labels = std::collections::BTreeMap::from([
@@ -552,6 +553,46 @@ impl Runtime {
                     })
             })
             .collect()
+    }
+
+    /// An interactive Claude Code is told, in its own state file, what its UI would ask a
+    /// person before it starts (`core::agents::claude_ui_state`), the key it holds included.
+    /// The folder is the member's: opened without following a link, the file read only if it
+    /// is a regular one, and replaced whole.
+    fn seed_agent_ui(
+        &self,
+        m: &DesiredMember,
+        secrets: &[u8],
+        owner: Owner,
+    ) -> Result<(), RunError> {
+        let (Some(ui), Some(home)) = (&m.agent_ui, &m.agent_home) else {
+            return Ok(());
+        };
+        let Some(crate::core::agents::AgentKind::Claude) =
+            crate::core::agents::AgentKind::parse(ui)
+        else {
+            // Codex is told on its command line (`core::agents`).
+            return Ok(());
+        };
+        let var = crate::core::agents::AgentKind::Claude.key_var();
+        let key = secrets
+            .split(|b| *b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok())
+            .find_map(|kv| kv.strip_prefix(var).and_then(|v| v.strip_prefix('=')));
+        let name = std::ffi::OsStr::new(".claude.json");
+        let path = home.join(name);
+        let fail = |source| RunError::Io {
+            member: m.member.clone(),
+            path: path.clone(),
+            source,
+        };
+        let dir = files::Dir::open(home).map_err(fail)?;
+        // A link, a FIFO or garbage there is the member's own doing: replaced, never followed.
+        let existing = dir
+            .read_regular(std::path::Path::new(name), 4 << 20)
+            .unwrap_or_default();
+        let state = crate::core::agents::claude_ui_state(&existing, &m.spec.cwd, key);
+        dir.write_atomic(name, &state, 0o600, owner).map_err(fail)
     }
 
     fn backend_err(&self, m: &DesiredMember, source: BackendError) -> RunError {

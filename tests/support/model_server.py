@@ -29,7 +29,7 @@ without failures green.
 A request without a task (a title, a quota probe) gets a one-word text answer.
 
 Every request is appended to --log as one JSON line (time, method, path, host header, user
-agent, the API key it sent, which family, which step, and `tool_result`: the text of the last
+agent, the API key it sent, which family, which step, how many task sentences it carried, and `tool_result`: the text of the last
 tool result it carried, cut at 4000 characters) so a test can tell when the first model
 request came, that nothing else was asked, and what the agent's tools answered. Standard
 library only.
@@ -44,6 +44,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
@@ -120,12 +121,14 @@ def fix_plan(fix, results, read_first):
 
 
 def find_task(body):
-    """(path, text) of the first task sentence anywhere in the request, or None. A relative
-    path is resolved against the working directory the agent states."""
+    """(path, text) of the last task sentence in the request (a continued session carries
+    the earlier ones before it), or None. A relative path is resolved against the working
+    directory the agent states."""
     flat = flat_text(body)
-    m = TASK.search(flat)
-    if not m:
+    found = list(TASK.finditer(flat))
+    if not found:
         return None
+    m = found[-1]
     path = absolute(m.group(1), flat)
     if not path:
         return None
@@ -181,10 +184,12 @@ def anthropic_fix(fix, results):
         "read": lambda: ("Read", {"file_path": arg}),
         "write": lambda: ("Write", {"file_path": arg[0], "content": arg[1] + "\n"}),
     }[tool]()
-    block = {"type": "tool_use", "id": f"toolu_standin_{len(results) + 1}", "name": name, "input": args}
+    block = {"type": "tool_use", "id": "toolu_standin_" + uuid.uuid4().hex, "name": name, "input": args}
     return step, [block], "tool_use"
 
 
+# Every tool call gets an id of its own: a continued session holds the earlier ones, and an
+# agent pairs each result with its call by id.
 def anthropic_plan(body):
     """(step, content blocks, stop_reason) for this request."""
     tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
@@ -198,7 +203,7 @@ def anthropic_plan(body):
         path, text = task
         block = {
             "type": "tool_use",
-            "id": "toolu_standin_1",
+            "id": "toolu_standin_" + uuid.uuid4().hex,
             "name": "Write",
             "input": {"file_path": path, "content": text + "\n"},
         }
@@ -254,21 +259,52 @@ def anthropic_events(blocks, stop):
 
 
 def openai_has_tool_output(body):
+    """Whether a tool's output came after the user's last message: in a continued session
+    the earlier tasks' outputs come before it."""
     items = body.get("input")
-    return isinstance(items, list) and any(
+    if not isinstance(items, list):
+        return False
+    users = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
+    since = items[users[-1] + 1 :] if users else items
+    return any(
         isinstance(i, dict)
         and i.get("type") in ("function_call_output", "custom_tool_call_output")
-        for i in items
+        for i in since
     )
 
 
-def shell_call(tools, path, text):
+def code_mode(body):
+    """Whether the request offers Codex's "code mode" only: its interactive UI sends no
+    `tools`, but an `additional_tools` input item whose custom `exec` tool runs JavaScript
+    that calls the shell tools (`tools.exec_command`)."""
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            for ns in item.get("tools") or []:
+                for t in (ns.get("tools") or []) if isinstance(ns, dict) else []:
+                    if isinstance(t, dict) and t.get("type") == "custom" and t.get("name") == "exec":
+                        return True
+    return False
+
+
+def shell_call(tools, path, text, body=None):
     """A function call item that writes the file with the first shell tool offered."""
-    return shell_run(tools, "printf '%s\\n' " + shquote(text) + " > " + shquote(path), 1)
+    script = "printf '%s\\n' " + shquote(text) + " > " + shquote(path)
+    if not tools and body is not None and code_mode(body):
+        js = "const r = await tools.exec_command({cmd: " + json.dumps(script) + "});\n"
+        js += "text(JSON.stringify(r));\n"
+        return {
+            "type": "custom_tool_call",
+            "id": "ctc_standin_" + uuid.uuid4().hex,
+            "call_id": "call_standin_" + uuid.uuid4().hex,
+            "name": "exec",
+            "input": js,
+            "status": "completed",
+        }
+    return shell_run(tools, script)
 
 
-def shell_run(tools, script, n):
-    """A function call item (the n-th) that runs `script` with the first shell tool offered."""
+def shell_run(tools, script):
+    """A function call item that runs `script` with the first shell tool offered."""
     names = {t.get("name") for t in tools if isinstance(t, dict)}
     if "shell_command" in names:
         name, args = "shell_command", {"command": script}
@@ -280,8 +316,8 @@ def shell_run(tools, script, n):
         return None
     return {
         "type": "function_call",
-        "id": f"fc_standin_{n}",
-        "call_id": f"call_standin_{n}",
+        "id": "fc_standin_" + uuid.uuid4().hex,
+        "call_id": "call_standin_" + uuid.uuid4().hex,
         "name": name,
         "arguments": json.dumps(args),
         "status": "completed",
@@ -320,7 +356,7 @@ def openai_fix(tools, fix, results):
     if tool is None:
         return step, [openai_text_item(arg)]
     script = arg if tool == "shell" else "printf '%s\\n' " + shquote(arg[1]) + " > " + shquote(arg[0])
-    call = shell_run(tools, script, len(results) + 1)
+    call = shell_run(tools, script)
     if call is None:
         return "other", [openai_text_item("OK")]
     return step, [call]
@@ -335,7 +371,7 @@ def openai_plan(body):
     if openai_has_tool_output(body):
         return "done", [openai_text_item("Done: the file is written.")]
     if task:
-        call = shell_call(body.get("tools") or [], *task)
+        call = shell_call(body.get("tools") or [], *task, body=body)
         if call:
             return "tool", [call]
     return "other", [openai_text_item("OK")]
@@ -409,6 +445,9 @@ class Handler(BaseHTTPRequestHandler):
             "api_key": self.api_key(),
             "family": family,
             "step": step,
+            # How many task sentences the request carried: more than one is a continued
+            # session (`ateam task`), its earlier tasks in its history.
+            "tasks": len(TASK.findall(json.dumps(body or {}, ensure_ascii=False))),
         }
         results = []
         if family == "anthropic" and body:

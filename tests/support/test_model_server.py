@@ -189,6 +189,44 @@ class StandIn(unittest.TestCase):
         item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
         self.assertIn("> '/repo/calc.py'", json.loads(item["arguments"])["command"])
 
+    def test_openai_code_mode_runs_the_shell_through_exec(self):
+        # Codex's interactive UI: no `tools`, a custom `exec` tool in an input item.
+        extra = {"type": "additional_tools", "tools": [{"type": "namespace", "name": "functions",
+                 "tools": [{"type": "custom", "name": "exec"}]}]}
+        inp = [extra, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": TASK}]}]
+        _, _, body = self.post("/v1/responses", {"stream": True, "input": inp})
+        item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
+        self.assertEqual((item["type"], item["name"]), ("custom_tool_call", "exec"))
+        self.assertIn("tools.exec_command(", item["input"])
+        self.assertIn("/w/out.txt", item["input"])
+        inp += [item, {"type": "custom_tool_call_output", "call_id": item["call_id"], "output": "{}"}]
+        self.post("/v1/responses", {"stream": True, "input": inp})
+        self.assertEqual(self.steps(), ["tool", "done"])
+
+    def test_a_continued_session_does_its_newest_task(self):
+        second = "create the file /w/two.txt containing exactly: again"
+        tools = [{"type": "function", "name": "shell"}]
+        inp = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": TASK}]},
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": second}]},
+        ]
+        _, _, body = self.post("/v1/responses", {"stream": True, "tools": tools, "input": inp})
+        item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
+        self.assertIn("/w/two.txt", item["arguments"])
+        msgs = [
+            {"role": "user", "content": TASK},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Write", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+            {"role": "assistant", "content": "Done"},
+            {"role": "user", "content": second},
+        ]
+        _, _, body = self.post("/v1/messages", {"tools": [{"name": "Write"}], "messages": msgs})
+        block = json.loads(body)["content"][0]
+        self.assertEqual(block["input"]["file_path"], "/w/two.txt")
+        self.assertEqual(self.steps(), ["tool", "tool"])
+
     def test_unknown_path_is_404_and_logged(self):
         code, _, _ = self.post("/api/event_logging/batch", {})
         self.assertEqual(code, 404)

@@ -18,6 +18,7 @@ impl Build<'_> {
         m: &raw::MemberSpec,
         a: &raw::AgentSpec,
         transcripts: &Path,
+        cwd: &Path,
     ) -> (Option<raw::MemberSpec>, Option<model::Agent>) {
         let Some(kind) = AgentKind::parse(&a.name) else {
             self.problems.push(o.value_problem(
@@ -33,10 +34,10 @@ impl Build<'_> {
             ));
             return (None, None);
         }
-        if a.task.trim().is_empty() {
+        if a.task.trim().is_empty() && !a.interactive {
             self.problems.push(o.value_problem(
                 "spec.agent.task",
-                "the task is empty: say what the agent is to do",
+                "the task is empty: say what the agent is to do (only an interactive agent may start without one)",
             ));
         }
         if let Some(u) = &a.model_url
@@ -54,6 +55,7 @@ impl Build<'_> {
             model: a.model.clone(),
             model_url: a.model_url.clone(),
             args: a.args.clone(),
+            interactive: a.interactive,
             home: Default::default(),
             dir: Some(
                 crate::manifest::reach::real_path(&self.host.agents_dir()).join(build.dir_name()),
@@ -61,7 +63,7 @@ impl Build<'_> {
             version: Some(build.version),
             sha256: Some(build.sha256),
         };
-        let Some(x) = expand_agent(&agent, transcripts) else {
+        let Some(x) = expand_agent(&agent, transcripts, cwd) else {
             return (None, None);
         };
         agent.home = x.home.clone();

@@ -214,19 +214,19 @@ impl Build<'_> {
     ) -> model::Member {
         let t = tree.t;
         let transcript_dir = transcript_dir(&t.session_dir, name);
-        // `agent:` is a command and an environment: judged as if the manifest said them.
-        let (expanded, agent) = match &m.agent {
-            Some(a) => self.member_agent(o, m, a, &transcript_dir),
-            None => (None, None),
-        };
-        let m = expanded.as_ref().unwrap_or(m);
         let access = self.member_access(tree, name, o, m);
-        let image = self.member_runs(t, name, o, m);
         let workspace = m
             .workspace
             .as_ref()
             .and_then(|w| self.member_workspace(&t.team.name, &t.session_dir, name, o, w));
         let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
+        // `agent:` is a command and an environment: judged as if the manifest said them.
+        let (expanded, agent) = match &m.agent {
+            Some(a) => self.member_agent(o, m, a, &transcript_dir, &cwd),
+            None => (None, None),
+        };
+        let m = expanded.as_ref().unwrap_or(m);
+        let image = self.member_runs(t, name, o, m);
         let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
