@@ -214,6 +214,12 @@ pub struct Agent {
     pub args: Vec<String>,
     /// Its state folder in the transcript folder, made before it starts.
     pub home: PathBuf,
+    /// An API key, or the person's subscription login. Absent from records before it: a key.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::core::agents::AgentLogin::is_api_key"
+    )]
+    pub login: crate::core::agents::AgentLogin,
 }
 
 /// A writer's workspace, validated: a repository of the member's own at `path`, made from

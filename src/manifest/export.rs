@@ -145,6 +145,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                     model: a.model.clone(),
                     model_url: a.model_url.clone(),
                     args: a.args.clone(),
+                    login: (!a.login.is_api_key()).then(|| a.login.name().to_string()),
                 })
             }),
             snapshot_writes: m
@@ -275,5 +276,5 @@ fn without_agent(spec: &mut MemberSpec, a: &crate::model::Agent, transcripts: &s
     };
     spec.command = None;
     spec.env.retain(|k, v| x.env.get(k) != Some(v));
-    spec.secret_env.retain(|s| s != x.secret);
+    spec.secret_env.retain(|s| Some(s.as_str()) != x.secret);
 }

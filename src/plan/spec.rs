@@ -83,6 +83,10 @@ pub struct DesiredMember {
     /// Its agent's state folder, in its transcript folder, made before each start.
     #[serde(default)]
     pub agent_home: Option<PathBuf>,
+    /// Where its agent reads its subscription login from (Codex's `auth.json`): placeholder
+    /// tokens, written before each start.
+    #[serde(default)]
+    pub login_file: Option<PathBuf>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -351,6 +355,11 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),
+                login_file: m
+                    .agent
+                    .as_ref()
+                    .and_then(|a| crate::core::agents::expand_agent(a, &m.transcript_dir))
+                    .and_then(|x| x.login_file),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
                     store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),

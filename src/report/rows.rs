@@ -218,6 +218,7 @@ impl Grants {
                     Credential::Header { header, .. } => header.clone(),
                     Credential::Bearer { .. } => "bearer".into(),
                     Credential::Basic { .. } => "basic".into(),
+                    Credential::Login { .. } => "bearer".into(),
                 };
                 Some(Injection {
                     secret: c.secret().to_string(),

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Build, Parsed};
-use crate::core::agents::{AgentKind, expand_agent};
+use crate::core::agents::{AgentKind, AgentLogin, expand_agent};
 use crate::manifest::raw;
 use crate::model;
 
@@ -47,6 +47,16 @@ impl Build<'_> {
                 "the model's base URL must start with https:// (or http://)",
             ));
         }
+        let login = match a.login.as_deref() {
+            None => AgentLogin::ApiKey,
+            Some(l) => AgentLogin::parse(l).unwrap_or_else(|| {
+                self.problems.push(o.value_problem(
+                    "spec.agent.login",
+                    format!("`{l}` is not a login ateam knows: subscription (the person's Claude or ChatGPT login, `ateam login import`) or apiKey (the default: the key in secretEnv)"),
+                ));
+                AgentLogin::ApiKey
+            }),
+        };
         let mut agent = model::Agent {
             name: a.name.clone(),
             task: a.task.clone(),
@@ -54,6 +64,7 @@ impl Build<'_> {
             model_url: a.model_url.clone(),
             args: a.args.clone(),
             home: Default::default(),
+            login,
         };
         let Some(x) = expand_agent(&agent, transcripts) else {
             return (None, None);
@@ -64,8 +75,10 @@ impl Build<'_> {
         let mut env = x.env;
         env.extend(m.env.clone());
         spec.env = env;
-        if !spec.secret_env.iter().any(|s| s == x.secret) {
-            spec.secret_env.push(x.secret.to_string());
+        if let Some(secret) = x.secret
+            && !spec.secret_env.iter().any(|s| s == secret)
+        {
+            spec.secret_env.push(secret.to_string());
         }
         (Some(spec), Some(agent))
     }
