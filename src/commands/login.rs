@@ -111,25 +111,26 @@ fn import(
     let login = logins::read_agent_file(kind, &bytes, &shown, token_url.as_deref(), ca)?;
     let held = logins::lock(&ctx.host.state_dir, ctx.owner)?;
     let replaced = held.load(kind).ok().flatten().is_some();
-    held.save(&login)?;
     let login = if no_refresh || login.refresh_token.is_none() {
         login
     } else {
-        // Spent now: the copy it came from is refused from here on, and ateam is the one owner.
-        let mut due = login.clone();
-        due.expires_at = Some(0);
-        held.save(&due)?;
-        match held.fresh(kind, now_ms()) {
-            Ok(l) => l,
-            Err(e) => {
-                // Not imported after all: the copy on the host may still be good.
-                let _ = held.remove(kind);
-                return Err(e).context(
-                    "the first refresh failed, so nothing was imported (--no-refresh imports without one)",
-                );
-            }
+        // Spent now: the copy it came from is refused from here on, and ateam is the one
+        // owner. A login ateam holds already stays as it is if this fails.
+        let next = logins::refresh(&login, now_ms());
+        if let Some(why) = &next.last_error {
+            bail!(
+                "the {} login was not imported: its first refresh failed ({why}){}",
+                kind.name(),
+                if next.refused {
+                    "; the refresh token in the file was spent already: log in with the agent again"
+                } else {
+                    "; --no-refresh imports it without one"
+                }
+            );
         }
+        next
     };
+    held.save(&login)?;
     drop(held);
     eprintln!(
         "{} the {} login from {shown}: {}",

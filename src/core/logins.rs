@@ -523,8 +523,9 @@ pub fn refreshed(login: &Login, status: u16, body: &[u8], now: u64) -> Refreshed
     }
     next.expires_at = doc
         .get("expires_in")
-        .and_then(serde_json::Value::as_u64)
-        .map(|s| now.saturating_add(s.saturating_mul(1000)))
+        .and_then(serde_json::Value::as_f64)
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| now.saturating_add((s * 1000.0) as u64))
         .or_else(|| token_expiry(access))
         .or(Some(now.saturating_add(60 * 60 * 1000)));
     next.obtained_at = now;

@@ -212,8 +212,8 @@ pub fn peek(state_dir: &Path, kind: LoginKind) -> Result<Option<Login>, LoginErr
 }
 
 /// Refreshes `login` at its token endpoint now: the login with new tokens, or with the
-/// failure recorded.
-fn refresh(login: &Login, now: u64) -> Login {
+/// failure recorded. The caller holds the lock and saves the result.
+pub fn refresh(login: &Login, now: u64) -> Login {
     let Some(rt) = &login.refresh_token else {
         return login.clone();
     };

@@ -221,7 +221,10 @@ impl Grants {
                     Credential::Login { .. } => "bearer".into(),
                 };
                 Some(Injection {
-                    secret: c.secret().to_string(),
+                    secret: match c.login() {
+                        Some(l) => format!("the {} login", l.name()),
+                        None => c.secret().to_string(),
+                    },
                     host: i.host.clone(),
                     how,
                 })

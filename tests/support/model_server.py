@@ -350,7 +350,7 @@ class LoginProvider:
             self.spent.add(token)
             login = self.issue(family)
             answer = {"access_token": login["access"], "refresh_token": login["refresh"],
-                      "expires_in": self.ttl, "token_type": "Bearer"}
+                      "expires_in": int(self.ttl), "token_type": "Bearer"}
             if family == "claude":
                 answer["scope"] = "user:inference user:profile"
             else:

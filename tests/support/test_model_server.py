@@ -179,7 +179,7 @@ class LoginProvider(unittest.TestCase):
         code, new = self.call("POST", "/v1/oauth/token", body)
         self.assertEqual(code, 200)
         self.assertNotEqual(new["refresh_token"], creds["refreshToken"])
-        self.assertEqual(new["expires_in"], 60.0)
+        self.assertEqual(new["expires_in"], 60)
         # Spent: refused, and it changes nothing.
         code, err = self.call("POST", "/v1/oauth/token", body)
         self.assertEqual((code, err["error"]), (400, "invalid_grant"))
