@@ -539,6 +539,59 @@ fn codex_works_through_a_refresh_holding_no_token(engine: Engine) {
     a_login_member_works_through_a_refresh_holding_no_token(engine, &CODEX);
 }
 
+/// Six `ateam login refresh` at once, each a process of its own reading the login from disk
+/// (as after a restart): the lock makes them one after another, each spending the refresh
+/// token the one before it stored, so the provider refuses none. Without the lock two would
+/// spend the same token and one would be refused.
+#[test]
+fn concurrent_refreshes_spend_each_refresh_token_once() {
+    let scratch = tempfile::tempdir().unwrap();
+    let p = Provider::start(scratch.path());
+    let state = scratch.path().join("state");
+    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/model-tls/ca.pem");
+    let ateam = |args: &[&str]| {
+        let mut c = Command::new(common::ateam_bin());
+        c.env("ATEAM_STATE_DIR", &state).args(args);
+        c
+    };
+    let out = ateam(&["login", "import", "claude", "--from"])
+        .arg(p.logins.join(CLAUDE.file))
+        .arg("--token-url")
+        .arg(format!(
+            "https://host.ateam.internal:{}/v1/oauth/token",
+            p.port
+        ))
+        .arg("--token-ca")
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let children: Vec<Child> = (0..6)
+        .map(|_| {
+            ateam(&["login", "refresh", "claude"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let entries = p.entries();
+    let count = |step: &str| entries.iter().filter(|e| e["step"] == step).count();
+    assert_eq!((count("refresh"), count("refused")), (7, 0), "{entries:#?}");
+    // What ateam keeps is the provider's latest.
+    let latest = entries
+        .iter()
+        .rfind(|e| e["step"] == "issued" && e["login"] == "claude")
+        .unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("logins/claude.json")).unwrap()).unwrap();
+    assert_eq!(stored["refreshToken"], latest["refresh_token"]);
+    assert_eq!(stored["refreshes"], 7);
+}
+
 macro_rules! logins {
     ($($engine:ident),*) => {
         $(

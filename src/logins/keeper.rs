@@ -44,9 +44,15 @@ pub fn ensure(state_dir: &Path, owner: Owner) -> Result<bool, LoginError> {
     if running(state_dir) {
         return Ok(false);
     }
-    let err = layout::keeper_err_path(&dir);
+    start(state_dir, crate::detached::exe)?;
+    Ok(true)
+}
+
+/// Starts `program` as the keeper of `state_dir`.
+fn start(state_dir: &Path, program: fn() -> std::io::Result<PathBuf>) -> Result<(), LoginError> {
+    let err = layout::keeper_err_path(&layout::logins_dir(state_dir));
     let launch = Launch {
-        program: crate::detached::exe,
+        program,
         args: vec![
             "--state-dir".into(),
             state_dir.as_os_str().to_owned(),
@@ -58,26 +64,42 @@ pub fn ensure(state_dir: &Path, owner: Owner) -> Result<bool, LoginError> {
     let mut child = launch.spawn().map_err(LoginError::Keeper)?;
     // It lives on after apply; reaped here while this process lasts, by init after.
     std::thread::spawn(move || child.wait());
-    Ok(true)
+    Ok(())
+}
+
+/// The binary now at the path this process was started from (after an upgrade replaced it,
+/// the kernel names the old one `<path> (deleted)`).
+fn replacement() -> std::io::Result<PathBuf> {
+    let exe = std::fs::read_link("/proc/self/exe")?;
+    let s = exe.as_os_str().to_string_lossy();
+    Ok(PathBuf::from(s.strip_suffix(" (deleted)").unwrap_or(&s)))
 }
 
 /// Runs the keeper until no proxy injects a login (or SIGTERM). Returns at once when another
 /// keeper holds the folder.
 pub fn run(state_dir: &Path) -> Result<(), LoginError> {
     let _ = rustix::process::setsid();
+    let owner = Owner {
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
     let dir = layout::logins_dir(state_dir);
+    files::private_dir(&dir, owner).map_err(io(&dir))?;
     let path = layout::keeper_lock_path(&dir);
     let file = files::open_lock(&path).map_err(io(&path))?;
     if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
         return Ok(());
     }
-    let owner = Owner {
-        uid: rustix::process::geteuid().as_raw(),
-        gid: rustix::process::getegid().as_raw(),
-    };
     tracing::info!(state = %state_dir.display(), "login keeper started");
     let mut idle = 0;
     loop {
+        // Between two looks (never in the middle of a refresh): an upgraded ateam's keeper
+        // takes over, with the new code.
+        if crate::detached::runs_a_replaced_binary(std::process::id()) {
+            tracing::info!("ateam was replaced: the keeper hands over to the new binary");
+            drop(file);
+            return start(state_dir, replacement);
+        }
         let users = proxies(state_dir);
         if users.is_empty() {
             idle += 1;
