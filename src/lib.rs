@@ -22,8 +22,8 @@
 //! - `report`: diff and status as text and data;
 //! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
 //!   interception with the team's CA, its log) and starting, refreshing and stopping it;
-//! - `logins`: the person's subscription logins, ateam's alone: the store and its lock, the
-//!   refresh, and the detached keeper that refreshes them and hands each proxy the new token;
+//! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
+//!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and

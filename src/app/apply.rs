@@ -153,7 +153,7 @@ fn keep_logins(app: &App, desired: &crate::plan::spec::DesiredState) {
             !crate::core::intercept::injected_logins(&e.policy.intercept).is_empty()
         })
     });
-    if uses && let Err(e) = crate::logins::keeper::ensure(&app.host.state_dir, app.owner) {
+    if uses && let Err(e) = crate::app::login_keeper::ensure(&app.host.state_dir, app.owner) {
         tracing::warn!(error = %e, "the login keeper did not start");
     }
 }

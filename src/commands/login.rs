@@ -190,7 +190,7 @@ fn describe(l: &Login, now: u64) -> String {
 fn status(global: &Global, output: Output) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let now = now_ms();
-    let keeper = logins::keeper::running(&ctx.host.state_dir);
+    let keeper = ateam::app::login_keeper::running(&ctx.host.state_dir);
     let mut docs = Vec::new();
     for kind in ateam::core::logins::KINDS {
         let Some(l) = logins::peek(&ctx.host.state_dir, kind)? else {
@@ -265,7 +265,7 @@ fn refresh(global: &Global, kind: LoginKind) -> anyhow::Result<Exit> {
         describe(&login, now_ms())
     );
     // The proxies get it from the keeper's next look; give it to them now.
-    if logins::keeper::running(&ctx.host.state_dir) {
+    if ateam::app::login_keeper::running(&ctx.host.state_dir) {
         eprintln!("the login keeper hands it to the proxies within 30 s");
     }
     Ok(Exit::Ok)
@@ -288,6 +288,6 @@ fn remove(global: &Global, kind: LoginKind) -> anyhow::Result<Exit> {
 /// The hidden `login-keeper`.
 pub fn keeper(global: &Global) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    logins::keeper::run(&ctx.host.state_dir)?;
+    ateam::app::login_keeper::run(&ctx.host.state_dir)?;
     Ok(Exit::Ok)
 }

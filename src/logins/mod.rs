@@ -6,13 +6,13 @@
 //! writes the new tokens atomically before anyone uses them, so a crash leaves either the old
 //! login or the new one.
 //!
-//! - `http`: the refresh's one request;
-//! - `keeper`: the detached process that refreshes ahead of expiry and gives each proxy that
-//!   injects a login the new access token (a proxy re-reads its `intercept.json` at its next
-//!   request).
+//! - `http`: the refresh's one request.
+//!
+//! The detached process that refreshes ahead of expiry and gives each proxy that injects a
+//! login the new access token is `app::login_keeper` (it writes proxies' files: above
+//! `egress`).
 
 pub mod http;
-pub mod keeper;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

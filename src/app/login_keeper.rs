@@ -11,13 +11,20 @@ use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 
-use super::{LoginError, io, lock, now_ms};
 use crate::core::intercept::injected_logins;
 use crate::core::layout;
 use crate::core::logins::{LoginKind, refresh_at};
 use crate::detached::{Launch, PROXY_ENV};
 use crate::egress::{self, Paths};
 use crate::files::{self, Owner};
+use crate::logins::{LoginError, lock, now_ms, values_of};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LoginError + '_ {
+    move |source| LoginError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// The keeper looks again at least this often (a member that came or went, a new import).
 const LOOK_EVERY: Duration = Duration::from_secs(30);
@@ -141,7 +148,7 @@ fn tick(
                 if let Some(at) = refresh_at(&login) {
                     next = next.min(Duration::from_millis(at.saturating_sub(now_ms())));
                 }
-                values.extend(super::values_of(&login));
+                values.extend(values_of(&login));
             }
             Err(e) => tracing::warn!(login = kind.name(), error = %e, "login not refreshed"),
         }
