@@ -109,16 +109,18 @@ pub fn run(state_dir: &Path) -> Result<(), LoginError> {
         }
         let users = proxies(state_dir);
         if users.is_empty() {
+            // Nothing to keep (apply is still making the proxies, or the team is gone: its
+            // folders are not made again here).
             idle += 1;
             if idle >= IDLE_LOOKS {
                 tracing::info!("no proxy injects a login: the keeper ends");
                 return Ok(());
             }
-        } else {
-            idle = 0;
+            std::thread::sleep(IDLE_EVERY);
+            continue;
         }
+        idle = 0;
         let wait = match tick(state_dir, owner, &users) {
-            Ok(_) if users.is_empty() => IDLE_EVERY,
             Ok(next) => next,
             Err(e) => {
                 tracing::warn!(error = %e, "the logins could not be kept");
