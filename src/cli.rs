@@ -21,6 +21,57 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `ateam login ...`.
+#[derive(Debug, Subcommand)]
+pub enum LoginCommand {
+    /// Make a login of this machine ateam's: read the agent's own credentials (or a token),
+    /// refresh it at once (so the copy it was read from is spent, and one owner is left),
+    /// and keep it, 0600, in ateam's state folder.
+    Import {
+        /// Whose login.
+        agent: LoginAgent,
+        /// The agent's file (default `~/.claude/.credentials.json`, or `$CODEX_HOME/auth.json`,
+        /// `~/.codex/auth.json`); `-` reads it, or a token of `claude setup-token`, from stdin.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Where the login is refreshed, if not the vendor's (a gateway, a test's stand-in).
+        #[arg(long, value_name = "URL")]
+        token_url: Option<String>,
+        /// A PEM file of CA certificates trusted for --token-url besides this machine's.
+        #[arg(long, value_name = "PEM")]
+        token_ca: Option<PathBuf>,
+        /// Keep it as it is: no refresh now (the copy it was read from stays valid until one
+        /// of the two owners refreshes).
+        #[arg(long)]
+        no_refresh: bool,
+    },
+    /// Each login: where it came from, when its token ends, its refreshes and the last error.
+    Status {
+        /// `json`: one object per login.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Refresh a login now (ateam does it by itself ahead of expiry).
+    Refresh {
+        /// Whose login.
+        agent: LoginAgent,
+    },
+    /// Forget a login (members that use it then fail to start).
+    Remove {
+        /// Whose login.
+        agent: LoginAgent,
+    },
+}
+
+/// The agents whose subscription logins ateam can keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoginAgent {
+    /// Claude Code's Claude login.
+    Claude,
+    /// Codex CLI's ChatGPT login.
+    Codex,
+}
+
 /// Options every command understands.
 #[derive(Debug, Args)]
 pub struct Global {
@@ -253,6 +304,14 @@ pub enum Command {
         #[arg(long)]
         team: String,
     },
+    /// The person's Claude or ChatGPT login, which members use without ever holding it:
+    /// ateam owns and refreshes it, each member's proxy injects it (docs/agents.md).
+    #[command(subcommand)]
+    Login(LoginCommand),
+    /// Refreshes the logins in use and hands proxies the new tokens (started by apply; not
+    /// for people to run).
+    #[command(hide = true)]
+    LoginKeeper,
     /// A member's helper-request server (started by apply; not for people to run).
     #[command(hide = true)]
     HelperServer {

@@ -23,6 +23,8 @@
 //! - `report`: diff and status as text and data;
 //! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
 //!   interception with the team's CA, its log) and starting, refreshing and stopping it;
+//! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
+//!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
@@ -62,6 +64,7 @@ pub mod events;
 pub mod execute;
 pub mod files;
 pub mod host;
+pub mod logins;
 pub mod manifest;
 pub mod model;
 pub mod observe;

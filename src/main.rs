@@ -19,8 +19,11 @@ use commands::exit::{self, Exit};
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // Commands are short and watched by a person (`logging::COMMAND_DEFAULT`); the controller
-    // runs unwatched, and its log is the record of what it did.
-    let default = if matches!(args.command, cli::Command::Controller(_)) {
+    // and the login keeper run unwatched, and their logs are the record of what they did.
+    let default = if matches!(
+        args.command,
+        cli::Command::Controller(_) | cli::Command::LoginKeeper
+    ) {
         tracing::Level::INFO
     } else {
         logging::COMMAND_DEFAULT

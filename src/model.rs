@@ -228,6 +228,12 @@ pub struct Agent {
     /// `core::agents::AGENT_DIR`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
+    /// An API key, or the person's subscription login. Absent from records before it: a key.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::core::agents::AgentLogin::is_api_key"
+    )]
+    pub login: crate::core::agents::AgentLogin,
 }
 
 impl Agent {

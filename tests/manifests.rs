@@ -719,7 +719,7 @@ spec:
         Some(
             test_host()
                 .home
-                .join(".cache/ateam/agents/codex-0.171.0-e13d67afb0533cc6")
+                .join(".cache/ateam/agents/codex-0.171.0-e13d67afb0533cc6-2")
                 .as_path()
         )
     );
@@ -773,6 +773,57 @@ spec:
     let again =
         check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
     assert_eq!(again.members[0].agent, team.members[0].agent);
+}
+
+/// `agent.login: subscription` with a grant that injects the login: no key in `secretEnv`,
+/// the placeholder in the agent's variable; export writes `login:` and `{login: claude}`
+/// back, and that export judges to the same member and grant.
+#[test]
+fn a_login_member_expands_and_exports_as_written() {
+    let yaml = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: ateam-demo:latest, sessionDir: fixtures/docs}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {name: lead}
+spec: {command: [claude], cwd: fixtures/repo}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  network: {allow: [{host: api.anthropic.com, credentials: {login: claude}}]}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {name: a}
+spec:
+  parent: lead
+  access: g
+  agent: {name: claude, task: fix the test, login: subscription}
+";
+    let team = check(yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let m = &team.members[0];
+    assert!(m.secret_env.is_empty(), "{:?}", m.secret_env);
+    assert_eq!(
+        m.env["CLAUDE_CODE_OAUTH_TOKEN"],
+        "sk-ant-oat01-ateam-placeholder"
+    );
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(
+        exported.contains("login: subscription")
+            && exported.contains("login: claude")
+            && !exported.contains("CLAUDE_CODE_OAUTH_TOKEN"),
+        "{exported}"
+    );
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.members[0].env, m.env);
+    assert_eq!(again.members[0].agent, m.agent);
+    assert_eq!(again.grants[0], team.grants[0]);
 }
 
 /// A member that does not declare a secret its grant injects is refused even when another

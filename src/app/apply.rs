@@ -145,6 +145,19 @@ pub async fn apply(
     Ok(report)
 }
 
+/// A login keeper runs while a member's proxy injects a login (`logins::keeper`): it
+/// refreshes the login ahead of its end and gives the proxies the new token.
+fn keep_logins(app: &App, desired: &crate::plan::spec::DesiredState) {
+    let uses = desired.members.iter().any(|m| {
+        m.egress.as_ref().is_some_and(|e| {
+            !crate::core::intercept::injected_logins(&e.policy.intercept).is_empty()
+        })
+    });
+    if uses && let Err(e) = crate::app::login_keeper::ensure(&app.host.state_dir, app.owner) {
+        tracing::warn!(error = %e, "the login keeper did not start");
+    }
+}
+
 /// A changed value of an injected secret reaches its running proxy (no action of the plan:
 /// the planner never sees secret values).
 fn refresh_injected(
@@ -155,7 +168,8 @@ fn refresh_injected(
     for m in &desired.members {
         let Some(e) = &m.egress else { continue };
         let paths = crate::egress::Paths::new(&app.host.state_dir, &m.team, &m.member);
-        if let Err(err) = crate::egress::refresh_secrets(&paths, &e.policy, secret) {
+        let logins = (app.host.state_dir.as_path(), app.owner);
+        if let Err(err) = crate::egress::refresh_secrets(&paths, &e.policy, secret, logins) {
             // A missing value is refused where the member is created or its proxy started;
             // here it only means the proxy keeps what it has.
             tracing::warn!(member = %m.member, error = %err, "injected secrets not refreshed");
@@ -206,6 +220,7 @@ async fn prepare_from(
         return Err(refused(r));
     }
     refresh_injected(app, &look.desired, secret);
+    keep_logins(app, &look.desired);
     record_strangers(app, &look.plan);
     Ok(look)
 }
@@ -263,6 +278,7 @@ pub async fn carry_out(
     }
     app.remember_engine(&desired.teams, look.backend.as_ref())?;
     let failures = exec.run(&look.plan, &look.desired.members).await;
+    keep_logins(app, &look.desired);
     forget_dropped(app, &look, &failures);
     let (not_running, finished) = not_running(&look, &failures, o.only.is_some()).await?;
     report.outcome = Outcome::Applied {

@@ -1,5 +1,6 @@
 //! What a command (or the controller) asks for, as library calls: read and judge manifests,
-//! find the engine, look and plan (`App::look`), apply and wait (`apply`), delete (`delete`).
+//! find the engine, look and plan (`App::look`), apply and wait (`apply`), delete (`delete`),
+//! and the login keeper (`login_keeper`) apply starts while a member uses a login.
 //! The binary's handlers only parse arguments, call these and render what comes back; a
 //! long-running controller calls the very same functions.
 
@@ -7,6 +8,7 @@ pub mod apply;
 pub mod delete;
 pub mod doctor;
 pub mod helper_server;
+pub mod login_keeper;
 pub mod status;
 
 use std::path::PathBuf;

@@ -28,6 +28,7 @@ mod egress;
 mod events;
 pub mod exit;
 mod export;
+mod login;
 mod member;
 mod output;
 mod progress;
@@ -116,6 +117,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Logs(args) => logs(g, args),
         Command::Export { team, output } => export::run(g, &team, output.as_deref()),
         Command::RotateCa { team } => egress::rotate_ca(g, &team),
+        Command::Login(c) => login::run(g, c),
+        Command::LoginKeeper => login::keeper(g),
         Command::HelperServer {
             team,
             member,

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::logins::{CLAUDE_TOKEN_VAR, LoginKind};
+
 /// Where a member finds its agent: the host's copy of its native build, mounted read-only.
 pub const AGENT_DIR: &str = "/opt/ateam-agent";
 
@@ -49,6 +51,14 @@ impl AgentKind {
         match self {
             AgentKind::Claude => "ANTHROPIC_API_KEY",
             AgentKind::Codex => "OPENAI_API_KEY",
+        }
+    }
+
+    /// Its subscription login (Claude's, ChatGPT's).
+    pub fn login(self) -> LoginKind {
+        match self {
+            AgentKind::Claude => LoginKind::Claude,
+            AgentKind::Codex => LoginKind::Codex,
         }
     }
 
@@ -112,15 +122,22 @@ impl Build {
                     "package/vendor/x86_64-unknown-linux-musl/codex-path/rg",
                     "rg",
                 ),
+                // Its interactive UI runs its tools through it ("code mode"), found beside
+                // `codex`.
+                (
+                    "package/vendor/x86_64-unknown-linux-musl/bin/codex-code-mode-host",
+                    "codex-code-mode-host",
+                ),
             ],
         }
     }
 
-    /// Its folder in the host's agent cache: one per agent, version and checksum, so that a
-    /// build is never replaced under a member that mounts it.
+    /// Its folder in the host's agent cache: one per agent, version, checksum and set of
+    /// files taken (`files`: `-2` since Codex's code-mode host), so that a build is never
+    /// replaced under a member that mounts it.
     pub fn dir_name(&self) -> String {
         let sum = self.sha256.get(..16).unwrap_or(&self.sha256);
-        format!("{}-{}-{sum}", self.kind.name(), self.version)
+        format!("{}-{}-{sum}-2", self.kind.name(), self.version)
     }
 }
 
@@ -155,6 +172,42 @@ pub fn is_sha256(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// How an agent reaches its model: with an API key (`secretEnv`), or with the person's
+/// subscription login (`ateam login import`), which the proxy injects and ateam refreshes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AgentLogin {
+    /// The API key of `key_var`, from apply's environment.
+    #[default]
+    ApiKey,
+    /// The person's Claude or ChatGPT login.
+    Subscription,
+}
+
+impl AgentLogin {
+    /// By its name in a manifest.
+    pub fn parse(name: &str) -> Option<AgentLogin> {
+        match name {
+            "apiKey" => Some(AgentLogin::ApiKey),
+            "subscription" => Some(AgentLogin::Subscription),
+            _ => None,
+        }
+    }
+
+    /// The default (what records before it meant).
+    pub fn is_api_key(&self) -> bool {
+        *self == AgentLogin::ApiKey
+    }
+
+    /// Its name in a manifest.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentLogin::ApiKey => "apiKey",
+            AgentLogin::Subscription => "subscription",
+        }
+    }
+}
+
 /// What an agent needs to run as a member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expanded {
@@ -162,11 +215,16 @@ pub struct Expanded {
     pub command: Vec<String>,
     /// Its environment (the manifest's `env` wins over these).
     pub env: BTreeMap<String, String>,
-    /// The secret it reads its key from.
-    pub secret: &'static str,
+    /// The secret it reads its key from; none with a subscription login.
+    pub secret: Option<&'static str>,
     /// Its state folder, inside the transcript folder (made before it starts: Codex refuses a
     /// `CODEX_HOME` that is not there).
     pub home: PathBuf,
+    /// The subscription login the proxy injects for it.
+    pub login: Option<LoginKind>,
+    /// A file of placeholder tokens its agent reads its login from (Codex's `auth.json`),
+    /// written before each start (`core::logins::codex_placeholder_auth`).
+    pub login_file: Option<PathBuf>,
 }
 
 /// How the agent runs.
@@ -199,6 +257,8 @@ pub struct Ask<'a> {
     pub model_url: Option<&'a str>,
     /// Flags the person adds, before the task.
     pub args: &'a [String],
+    /// A key, or the person's subscription login.
+    pub login: AgentLogin,
 }
 
 /// The command and environment of `ask` for a member whose transcript folder is `transcripts`.
@@ -238,11 +298,19 @@ pub fn expand(ask: Ask, transcripts: &Path) -> Expanded {
             if let Some(u) = ask.model_url {
                 env.insert(s("ANTHROPIC_BASE_URL"), s(u));
             }
+            let login = (ask.login == AgentLogin::Subscription).then_some(LoginKind::Claude);
+            if login.is_some() {
+                // Claude Code sends it as `Authorization: Bearer` with its OAuth beta, and
+                // never refreshes a token it was given this way.
+                env.insert(s(CLAUDE_TOKEN_VAR), LoginKind::Claude.placeholder_bearer());
+            }
             Expanded {
                 command,
                 env,
-                secret: ask.kind.key_var(),
+                secret: login.is_none().then_some(ask.kind.key_var()),
                 home,
+                login,
+                login_file: None,
             }
         }
         AgentKind::Codex => codex(ask, transcripts),
@@ -272,6 +340,7 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
         Mode::Interactive => {}
     }
     command.push(s("--dangerously-bypass-approvals-and-sandbox"));
+    let login = (ask.login == AgentLogin::Subscription).then_some(LoginKind::Codex);
     let mut set = |kv: String| command.extend([s("-c"), kv]);
     if ask.mode == Mode::Interactive {
         // Its first start in a repository would ask whether to trust the folder.
@@ -289,20 +358,39 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     ] {
         set(s(kv));
     }
+    if login.is_some() {
+        // Its ChatGPT login from `auth.json` in CODEX_HOME (placeholders), never a keyring
+        // or an API key.
+        set(s("cli_auth_credentials_store=file"));
+        set(s("forced_login_method=chatgpt"));
+    }
     if let Some(u) = ask.model_url {
-        let base = if u.trim_end_matches('/').ends_with("/v1") {
-            s(u.trim_end_matches('/'))
+        let u = u.trim_end_matches('/');
+        let base = if u.ends_with("/v1") {
+            s(u)
         } else {
-            format!("{}/v1", u.trim_end_matches('/'))
+            format!("{u}/v1")
+        };
+        let auth = match login {
+            None => format!("model_providers.model.env_key={}", ask.kind.key_var()),
+            Some(_) => s("model_providers.model.requires_openai_auth=true"),
         };
         for kv in [
             s("model_provider=model"),
             s("model_providers.model.name=model"),
             format!("model_providers.model.base_url={base}"),
-            format!("model_providers.model.env_key={}", ask.kind.key_var()),
+            auth,
             s("model_providers.model.wire_api=responses"),
         ] {
             set(kv);
+        }
+        if login.is_some() {
+            // Its account and settings calls (`/backend-api/wham/...`) go to the same host,
+            // not to chatgpt.com.
+            set(format!(
+                "chatgpt_base_url={}/backend-api/",
+                u.trim_end_matches("/v1")
+            ));
         }
     }
     if let Some(m) = ask.model {
@@ -321,8 +409,10 @@ fn codex(ask: Ask, transcripts: &Path) -> Expanded {
     Expanded {
         command,
         env,
-        secret: ask.kind.key_var(),
+        secret: login.is_none().then_some(ask.kind.key_var()),
+        login_file: login.map(|_| home.join("auth.json")),
         home,
+        login,
     }
 }
 
@@ -437,6 +527,7 @@ fn expand_as(
             model: a.model.as_deref(),
             model_url: a.model_url.as_deref(),
             args: &a.args,
+            login: a.login,
         },
         transcripts,
     ))
@@ -459,6 +550,7 @@ mod tests {
                 model: Some("opus"),
                 model_url: Some("https://host.ateam.internal:8790"),
                 args: &args,
+                login: AgentLogin::ApiKey,
             },
             t,
         );
@@ -479,7 +571,7 @@ mod tests {
             c.env["ANTHROPIC_BASE_URL"],
             "https://host.ateam.internal:8790"
         );
-        assert_eq!(c.secret, "ANTHROPIC_API_KEY");
+        assert_eq!(c.secret, Some("ANTHROPIC_API_KEY"));
         assert_eq!(c.env["GIT_COMMITTER_EMAIL"], "claude@ateam.invalid");
         let x = expand(
             Ask {
@@ -490,6 +582,7 @@ mod tests {
                 model: Some("stand-in-model"),
                 model_url: Some("https://host.ateam.internal:8790"),
                 args: &[],
+                login: AgentLogin::ApiKey,
             },
             t,
         );
@@ -512,7 +605,7 @@ mod tests {
         assert_eq!(x.command.last().map(String::as_str), Some("fix it"));
         assert_eq!(x.env["CODEX_HOME"], "/s/members/coder/codex");
         assert_eq!(x.home, t.join("codex"));
-        assert_eq!(x.secret, "OPENAI_API_KEY");
+        assert_eq!(x.secret, Some("OPENAI_API_KEY"));
         // The vendor's own host: no provider of ateam's.
         let v = expand(
             Ask {
@@ -523,6 +616,7 @@ mod tests {
                 model: None,
                 model_url: None,
                 args: &[],
+                login: AgentLogin::ApiKey,
             },
             t,
         );
@@ -533,11 +627,11 @@ mod tests {
     fn the_pinned_builds_name_their_npm_package_and_cache_folder() {
         let c = AgentKind::Claude.pinned();
         assert_eq!(c.npm_spec(), "@anthropic-ai/claude-code-linux-x64@2.1.332");
-        assert_eq!(c.dir_name(), "claude-2.1.332-1c89f2f1e0bee937");
+        assert_eq!(c.dir_name(), "claude-2.1.332-1c89f2f1e0bee937-2");
         assert!(is_sha256(&c.sha256));
         let x = AgentKind::Codex.pinned();
         assert_eq!(x.npm_spec(), "@openai/codex@0.171.0-linux-x64");
-        assert_eq!(x.files().len(), 2);
+        assert_eq!(x.files().len(), 3);
         assert!(check_version("2.1.400").is_ok());
         assert!(check_version("0.171.0-alpha.1").is_ok());
         for bad in ["", "../x", "2.1/3", "latest", "1 2"] {
@@ -559,6 +653,7 @@ mod tests {
             version: None,
             sha256: None,
             dir: None,
+            login: Default::default(),
         }
     }
 
@@ -641,5 +736,51 @@ mod tests {
         );
         assert!(!ui.command.contains(&"exec".to_string()));
         assert_ne!(ui.command.last().map(String::as_str), Some(""));
+    }
+
+    #[test]
+    fn a_subscription_login_gives_the_agents_placeholders_and_no_key() {
+        let t = Path::new("/s/members/coder");
+        let ask = |kind, model_url| Ask {
+            kind,
+            mode: Mode::Task,
+            cwd: Path::new("/w"),
+            task: "t",
+            model: None,
+            model_url,
+            args: &[],
+            login: AgentLogin::Subscription,
+        };
+        let c = expand(ask(AgentKind::Claude, None), t);
+        assert_eq!(c.secret, None);
+        assert_eq!(c.login, Some(LoginKind::Claude));
+        assert_eq!(
+            c.env[CLAUDE_TOKEN_VAR],
+            LoginKind::Claude.placeholder_bearer()
+        );
+        let x = expand(
+            ask(AgentKind::Codex, Some("https://host.ateam.internal:8790/")),
+            t,
+        );
+        assert_eq!(x.secret, None);
+        assert_eq!(x.login_file, Some(t.join("codex/auth.json")));
+        let has = |kv: &str| x.command.iter().any(|a| a == kv);
+        assert!(
+            has("model_providers.model.requires_openai_auth=true"),
+            "{:?}",
+            x.command
+        );
+        assert!(!x.command.iter().any(|a| a.contains("env_key")));
+        assert!(has(
+            "chatgpt_base_url=https://host.ateam.internal:8790/backend-api/"
+        ));
+        assert!(has("cli_auth_credentials_store=file") && has("forced_login_method=chatgpt"));
+        // The vendor's host: Codex's own ChatGPT endpoints, no provider of ateam's.
+        let v = expand(ask(AgentKind::Codex, None), t);
+        assert!(
+            !v.command
+                .iter()
+                .any(|a| a.starts_with("model_provider") || a.starts_with("chatgpt_base_url"))
+        );
     }
 }

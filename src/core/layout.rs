@@ -28,6 +28,9 @@
 //! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
 //! <state>/teams/<team>/sessions/<s>/started         when ateam started it (for `status`)
 //! <state>/teams/<team>/sessions/<s>/promotion.json  a promotion's steps, until it is done
+//! <state>/logins/<kind>.json                        a subscription login (`ateam login`),
+//!                                                   0600; `lock` guards every change
+//! <state>/logins/keeper.lock, .pid, .err            the login keeper (refreshes them)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -200,6 +203,33 @@ pub fn egress_intercept_path(egress_dir: &Path) -> PathBuf {
 /// half of the member's `ca-bundle.pem`).
 pub fn egress_image_roots_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("image-roots.pem")
+}
+
+/// The person's subscription logins (`crate::logins`): 0700, the store owner's, never
+/// mounted into a member nor read by a proxy.
+pub fn logins_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("logins")
+}
+
+/// One login, in `logins_dir`: `claude.json`, `codex.json`.
+pub fn login_path(logins_dir: &Path, kind: &str) -> PathBuf {
+    logins_dir.join(format!("{kind}.json"))
+}
+
+/// flock'ed by whoever reads, refreshes or replaces a login: one refresh at a time, so a
+/// rotated refresh token is spent once.
+pub fn logins_lock_path(logins_dir: &Path) -> PathBuf {
+    logins_dir.join("lock")
+}
+
+/// flock'ed by the running login keeper for as long as it runs: one keeper per store.
+pub fn keeper_lock_path(logins_dir: &Path) -> PathBuf {
+    logins_dir.join("keeper.lock")
+}
+
+/// What the login keeper said on standard error when it last started.
+pub fn keeper_err_path(logins_dir: &Path) -> PathBuf {
+    logins_dir.join("keeper.err")
 }
 
 /// The lock that keeps two applies (or deletes) of one store from interleaving.

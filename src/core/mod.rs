@@ -7,6 +7,7 @@
 //!   unless named exactly;
 //! - `intercept`: allow entries with rules (the proxy terminates their TLS);
 //! - `layout`: every path under ateam's state folder;
+//! - `logins`: subscription logins: what a member holds instead, when ateam refreshes;
 //! - `session`: a promotion's recorded steps;
 //! - `untrusted`: text a member chose, made safe to show a person.
 
@@ -16,6 +17,7 @@ pub mod egress;
 pub mod env;
 pub mod intercept;
 pub mod layout;
+pub mod logins;
 pub mod selector;
 pub mod session;
 pub mod untrusted;

@@ -100,6 +100,8 @@ pub(super) struct Prepared {
     client: Arc<rustls::ClientConfig>,
     /// The injected secret's value, if the intercept injects one.
     secret: Option<String>,
+    /// For a login that names its account (Codex): the header and the real account id.
+    account: Option<(&'static str, String)>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -162,10 +164,25 @@ pub(super) fn prepare(i: &Intercept, file: &InterceptFile) -> Result<Prepared, S
             )
         })?),
     };
+    let login = i.credentials.as_ref().and_then(|c| c.login());
+    let account = match login.and_then(|l| Some((l, l.account_header()?, l.account_secret_name()?)))
+    {
+        None => None,
+        Some((l, header, name)) => Some((
+            header,
+            file.secrets.get(name).cloned().ok_or_else(|| {
+                format!(
+                    "the account of the {} login is not in intercept.json",
+                    l.name()
+                )
+            })?,
+        )),
+    };
     Ok(Prepared {
         server: Arc::new(server),
         client: Arc::new(client),
         secret,
+        account,
     })
 }
 
@@ -479,7 +496,15 @@ async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Bo
                     return refusal(503, &why, None);
                 }
             }
-            Some(format!("injected secret {}", cred.secret()))
+            if let Some((header, id)) = &prepared.account
+                && let Ok(v) = http::HeaderValue::from_str(id)
+            {
+                h.insert(*header, v);
+            }
+            Some(match cred.login() {
+                Some(l) => format!("injected the {} login", l.name()),
+                None => format!("injected secret {}", cred.secret()),
+            })
         }
         _ => None,
     };

@@ -87,6 +87,9 @@ pub enum ProxyError {
         /// The variable.
         name: String,
     },
+    /// A login the proxy injects could not be read or refreshed.
+    #[error(transparent)]
+    Login(#[from] crate::logins::LoginError),
     /// The proxy, started as root, could not become the member's user.
     #[error("cannot drop the egress proxy's privileges to {user}: {source}")]
     Privileges {
@@ -253,15 +256,14 @@ pub fn write_intercepts(
     for i in &policy.intercept {
         file.leaves.insert(i.host.clone(), ca.issue(&i.host)?);
     }
-    for name in crate::core::intercept::injected_secrets(&policy.intercept) {
-        let value = (cx.secret)(name).ok_or_else(|| ProxyError::MissingSecret {
-            name: name.to_string(),
-        })?;
-        file.secrets.insert(name.to_string(), value);
-    }
     files::member_dir(&paths.dir, cx.store_owner, cx.member).map_err(io(&paths.dir))?;
-    let json = serde_json::to_vec(&file).expect("an intercept file always serializes");
-    files::write_atomic(&paths.intercept, &json, 0o600, cx.member).map_err(io(&paths.intercept))?;
+    // A login's values are read, and the file written, under the logins' lock: a keeper
+    // that refreshes meanwhile writes after this, never before it.
+    with_logins(cx.state_dir, cx.store_owner, policy, |logins| {
+        file.secrets = injected_values(policy, cx.secret, logins)?;
+        let json = serde_json::to_vec(&file).expect("an intercept file always serializes");
+        files::write_atomic(&paths.intercept, &json, 0o600, cx.member).map_err(io(&paths.intercept))
+    })?;
     // Made as `Runtime::prepare` makes it: the proxy may start before the container.
     files::member_dir(cx.ctl_dir, cx.store_owner, cx.member).map_err(io(cx.ctl_dir))?;
     write_member_ca(paths, cx.ctl_dir, &ca.cert_pem, cx.store_owner)
@@ -323,11 +325,13 @@ pub fn held_secrets(paths: &Paths) -> std::collections::BTreeMap<String, String>
 }
 
 /// Gives a running proxy the values its secrets have in this apply's environment, when they
-/// changed (a rotated API key): no new container, no new proxy. True when it wrote.
+/// changed (a rotated API key), and its logins' current access tokens: no new container, no
+/// new proxy. True when it wrote.
 pub fn refresh_secrets(
     paths: &Paths,
     policy: &EgressPolicy,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    logins: (&Path, Owner),
 ) -> Result<bool, ProxyError> {
     let io = |source| ProxyError::Io {
         path: paths.intercept.clone(),
@@ -337,21 +341,101 @@ pub fn refresh_secrets(
     if names.is_empty() || !paths.intercept.exists() {
         return Ok(false);
     }
-    let (mut held, member) = read_intercepts(paths).map_err(io)?;
-    let mut now = std::collections::BTreeMap::new();
-    for name in names {
-        let value = secret(name).ok_or_else(|| ProxyError::MissingSecret {
-            name: name.to_string(),
-        })?;
-        now.insert(name.to_string(), value);
+    with_logins(logins.0, logins.1, policy, |values| {
+        let (mut held, member) = read_intercepts(paths).map_err(io)?;
+        let now = injected_values(policy, secret, values)?;
+        if held.secrets == now {
+            return Ok(false);
+        }
+        held.secrets = now;
+        let json = serde_json::to_vec(&held).expect("an intercept file always serializes");
+        files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member).map_err(io)?;
+        Ok(true)
+    })
+}
+
+/// Calls `f` with the values of the logins `policy` injects (none: an empty map), under the
+/// logins' lock when there are any, each refreshed first if due.
+fn with_logins<T>(
+    state_dir: &Path,
+    owner: Owner,
+    policy: &EgressPolicy,
+    f: impl FnOnce(&std::collections::BTreeMap<String, String>) -> Result<T, ProxyError>,
+) -> Result<T, ProxyError> {
+    let kinds = crate::core::intercept::injected_logins(&policy.intercept);
+    if kinds.is_empty() {
+        return f(&std::collections::BTreeMap::new());
     }
-    if held.secrets == now {
+    let held = crate::logins::lock(state_dir, owner)?;
+    let values = held.values(&kinds, crate::logins::now_ms())?;
+    let out = f(&values);
+    drop(held);
+    out
+}
+
+/// The values `policy` injects, by name: each secret's from `secret` (apply's environment),
+/// each login's from `logins` (`crate::logins::values_of`).
+fn injected_values(
+    policy: &EgressPolicy,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    logins: &std::collections::BTreeMap<String, String>,
+) -> Result<std::collections::BTreeMap<String, String>, ProxyError> {
+    let mut out = std::collections::BTreeMap::new();
+    for i in &policy.intercept {
+        let Some(c) = &i.credentials else { continue };
+        match c.login() {
+            Some(login) => {
+                let names = std::iter::once(login.secret_name()).chain(login.account_secret_name());
+                for name in names {
+                    if let Some(v) = logins.get(name) {
+                        out.insert(name.to_string(), v.clone());
+                    }
+                }
+            }
+            None => {
+                let name = c.secret();
+                let value = secret(name).ok_or_else(|| ProxyError::MissingSecret {
+                    name: name.to_string(),
+                })?;
+                out.insert(name.to_string(), value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Gives a running proxy its logins' current values (`values`, by name) where it holds
+/// others: the keeper's, after a refresh. The caller holds the logins' lock. True when it
+/// wrote; the proxy uses them from its next request.
+pub fn put_login_values(
+    paths: &Paths,
+    values: &std::collections::BTreeMap<String, String>,
+) -> Result<bool, ProxyError> {
+    let io = |source| ProxyError::Io {
+        path: paths.intercept.clone(),
+        source,
+    };
+    let Some(policy) = read_policy(&paths.policy) else {
         return Ok(false);
+    };
+    let kinds = crate::core::intercept::injected_logins(&policy.intercept);
+    let (mut held, member) = read_intercepts(paths).map_err(io)?;
+    let mut changed = false;
+    for login in kinds {
+        for name in std::iter::once(login.secret_name()).chain(login.account_secret_name()) {
+            if let Some(v) = values.get(name)
+                && held.secrets.get(name) != Some(v)
+            {
+                held.secrets.insert(name.to_string(), v.clone());
+                changed = true;
+            }
+        }
     }
-    held.secrets = now;
-    let json = serde_json::to_vec(&held).expect("an intercept file always serializes");
-    files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member).map_err(io)?;
-    Ok(true)
+    if changed {
+        let json = serde_json::to_vec(&held).expect("an intercept file always serializes");
+        files::write_atomic_in_member_dir(&paths.intercept, &json, 0o600, member).map_err(io)?;
+    }
+    Ok(changed)
 }
 
 /// The member's CA files, from its team's CA and the image's roots (`image_roots`, kept

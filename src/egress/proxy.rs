@@ -547,7 +547,12 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         count: None,
     };
     let route = match state.rules() {
-        Ok(rules) => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
+        // A member that uses a login never reaches where logins are refreshed, whatever its
+        // list allows: refused before a name is resolved or anything connected.
+        Ok(rules) => match login_refusal(&rules.1, &req.host) {
+            Some(reason) => Route::Refuse(reason),
+            None => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
+        },
         // `decide` refuses it, with the reason.
         Err(_) => Route::Tunnel,
     };
@@ -630,6 +635,14 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
             });
         }
     }
+}
+
+/// Why a member whose intercepts inject a login may not reach `host`, if it may not.
+fn login_refusal(intercepts: &[Intercept], host: &str) -> Option<String> {
+    if crate::core::intercept::injected_logins(intercepts).is_empty() {
+        return None;
+    }
+    crate::core::logins::refused_host(host)
 }
 
 /// The request's head, read within `HEAD_TIMEOUT` into `buf`, and its length; none when

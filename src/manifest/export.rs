@@ -273,6 +273,7 @@ fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
         interactive: a.interactive,
         version: a.version.clone().filter(|_| !same_version),
         sha256: a.sha256.clone().filter(|_| !same_sum),
+        login: (!a.login.is_api_key()).then(|| a.login.name().to_string()),
     }
 }
 
@@ -289,5 +290,5 @@ fn without_agent(
     };
     spec.command = None;
     spec.env.retain(|k, v| x.env.get(k) != Some(v));
-    spec.secret_env.retain(|s| s != x.secret);
+    spec.secret_env.retain(|s| Some(s.as_str()) != x.secret);
 }

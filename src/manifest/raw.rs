@@ -182,7 +182,7 @@ pub struct HostRules {
     /// The credential the proxy puts on every request; the member's variable of that name
     /// holds a placeholder, never the value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials: Option<CredentialsSpec>,
+    pub credentials: Option<Box<CredentialsSpec>>,
     /// Requests allowed by method and path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpRuleSpec>,
@@ -199,7 +199,7 @@ pub struct HostRules {
     pub upstream_ca: Option<String>,
 }
 
-/// Exactly one of `{header, secret}`, `{bearer}` or `{basic: {username, secret}}`.
+/// Exactly one of `{header, secret}`, `{bearer}`, `{basic: {username, secret}}` or `{login}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CredentialsSpec {
@@ -215,6 +215,10 @@ pub struct CredentialsSpec {
     /// `Authorization: Basic` with this username and a `secretEnv` as the password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub basic: Option<BasicSpec>,
+    /// The person's subscription login of an agent, `claude` or `codex` (`ateam login
+    /// import`): `Authorization: Bearer` with its access token, which ateam refreshes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
 }
 
 /// `Authorization: Basic` credentials: a username and the `secretEnv` holding the password.
@@ -449,6 +453,11 @@ pub struct AgentSpec {
     /// The SHA-256 of that version's npm tarball (`sha256sum` of what `npm pack` writes):
     /// needed for a version ateam does not pin, checked before the build is used.
     pub sha256: Option<String>,
+    /// `subscription`: the person's Claude or ChatGPT login (`ateam login import`), which the
+    /// proxy injects (`credentials: {login: ...}` on the model host) and ateam refreshes; the
+    /// member holds a placeholder. Default `apiKey`: the key in `secretEnv`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

@@ -12,6 +12,7 @@ use super::raw::{self, CredentialsSpec};
 use crate::core::egress::{Entry, Target};
 use crate::core::intercept::covers::{ports, reaches};
 use crate::core::intercept::{Credential, GitRule, HttpRule, Intercept};
+use crate::core::logins::LoginKind;
 use crate::model::AccessGrant;
 
 /// A problem under one entry: the field below it ("" for the entry) and what is wrong.
@@ -95,24 +96,10 @@ pub(crate) fn intercept_of(r: &raw::HostRules, dir: &Path, home: &Path) -> (Inte
 pub(crate) fn host_rules(i: &Intercept) -> raw::HostRules {
     raw::HostRules {
         host: i.host.clone(),
-        credentials: i.credentials.as_ref().map(|c| match c {
-            Credential::Header { header, secret } => CredentialsSpec {
-                header: Some(header.clone()),
-                secret: Some(secret.clone()),
-                ..CredentialsSpec::default()
-            },
-            Credential::Bearer { secret } => CredentialsSpec {
-                bearer: Some(secret.clone()),
-                ..CredentialsSpec::default()
-            },
-            Credential::Basic { username, secret } => CredentialsSpec {
-                basic: Some(raw::BasicSpec {
-                    username: username.clone(),
-                    secret: secret.clone(),
-                }),
-                ..CredentialsSpec::default()
-            },
-        }),
+        credentials: i
+            .credentials
+            .as_ref()
+            .map(|c| Box::new(credentials_spec(c))),
         http: i
             .http
             .iter()
@@ -129,6 +116,32 @@ pub(crate) fn host_rules(i: &Intercept) -> raw::HostRules {
     }
 }
 
+/// The manifest's spelling of a credential.
+fn credentials_spec(c: &Credential) -> CredentialsSpec {
+    match c {
+        Credential::Header { header, secret } => CredentialsSpec {
+            header: Some(header.clone()),
+            secret: Some(secret.clone()),
+            ..CredentialsSpec::default()
+        },
+        Credential::Bearer { secret } => CredentialsSpec {
+            bearer: Some(secret.clone()),
+            ..CredentialsSpec::default()
+        },
+        Credential::Basic { username, secret } => CredentialsSpec {
+            basic: Some(raw::BasicSpec {
+                username: username.clone(),
+                secret: secret.clone(),
+            }),
+            ..CredentialsSpec::default()
+        },
+        Credential::Login { login } => CredentialsSpec {
+            login: Some(login.name().to_string()),
+            ..CredentialsSpec::default()
+        },
+    }
+}
+
 /// Each secret `grant` injects that `secret_env` (a member's) does not declare, as a
 /// problem: the member's variable must exist to hold the placeholder, and declaring it is
 /// how a person says its value comes from apply's environment.
@@ -137,7 +150,7 @@ pub(crate) fn undeclared_secrets(grant: &AccessGrant, secret_env: &[String]) -> 
         .intercept
         .iter()
         .filter_map(|i| Some((i, i.credentials.as_ref()?)))
-        .filter(|(_, c)| !secret_env.iter().any(|s| s == c.secret()))
+        .filter(|(_, c)| c.login().is_none() && !secret_env.iter().any(|s| s == c.secret()))
         .map(|(i, c)| {
             format!(
                 "grant `{}` injects `{}` into `{}`, which this member's secretEnv does not declare; add it there (apply reads its value from its environment; the member sees only a placeholder)",
@@ -147,6 +160,48 @@ pub(crate) fn undeclared_secrets(grant: &AccessGrant, secret_env: &[String]) -> 
             )
         })
         .collect()
+}
+
+/// How a member's login and its grant's disagree, each as (the member's field, why): a
+/// login the grant injects that the member's agent does not use (the person's login would
+/// go on requests of a member nobody asked it for), and a member's login that no host of its
+/// grant injects (its agent would send the placeholder to nobody who replaces it).
+pub(crate) fn login_problems(
+    grant: &AccessGrant,
+    login: Option<LoginKind>,
+) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let injected: Vec<(&Intercept, LoginKind)> = grant
+        .intercept
+        .iter()
+        .filter_map(|i| Some((i, i.credentials.as_ref()?.login()?)))
+        .collect();
+    for (i, l) in &injected {
+        if login != Some(*l) {
+            out.push((
+                "spec.access",
+                format!(
+                    "grant `{}` injects the person's {l} login into `{}`, which this member does not use: give it `agent: {{name: {l}, login: subscription}}` (its agent then holds a placeholder), or use a grant without it",
+                    grant.name,
+                    i.host,
+                    l = l.name()
+                ),
+            ));
+        }
+    }
+    if let Some(l) = login
+        && !injected.iter().any(|(_, k)| *k == l)
+    {
+        out.push((
+            "spec.agent.login",
+            format!(
+                "no host of grant `{}` injects the {l} login: give its model host `credentials: {{login: {l}}}` (the vendor's, or the modelUrl's host)",
+                grant.name,
+                l = l.name()
+            ),
+        ));
+    }
+    out
 }
 
 /// Entries of one allow list that say the same host twice where one has rules: which
@@ -217,18 +272,30 @@ fn check_host(host: &str, bad: &mut Vec<Bad>) {
 }
 
 fn credential(c: &CredentialsSpec, bad: &mut Vec<Bad>) -> Option<Credential> {
-    let one_of = "write one of `{header: NAME, secret: VAR}`, `{bearer: VAR}` or `{basic: {username: NAME, secret: VAR}}`";
-    let cred = match (&c.header, &c.secret, &c.bearer, &c.basic) {
-        (Some(header), Some(secret), None, None) => Credential::Header {
+    let one_of = "write one of `{header: NAME, secret: VAR}`, `{bearer: VAR}`, `{basic: {username: NAME, secret: VAR}}` or `{login: claude|codex}`";
+    let cred = match (&c.header, &c.secret, &c.bearer, &c.basic, &c.login) {
+        (Some(header), Some(secret), None, None, None) => Credential::Header {
             header: header.clone(),
             secret: secret.clone(),
         },
-        (None, None, Some(secret), None) => Credential::Bearer {
+        (None, None, Some(secret), None, None) => Credential::Bearer {
             secret: secret.clone(),
         },
-        (None, None, None, Some(b)) => Credential::Basic {
+        (None, None, None, Some(b), None) => Credential::Basic {
             username: b.username.clone(),
             secret: b.secret.clone(),
+        },
+        (None, None, None, None, Some(name)) => match LoginKind::parse(name) {
+            Some(login) => return Some(Credential::Login { login }),
+            None => {
+                bad.push((
+                    "credentials.login".into(),
+                    format!(
+                        "`{name}` is not a login ateam knows: claude (Claude Code's) or codex (Codex CLI's ChatGPT login)"
+                    ),
+                ));
+                return None;
+            }
         },
         _ => {
             bad.push((
@@ -257,6 +324,7 @@ fn credential(c: &CredentialsSpec, bad: &mut Vec<Bad>) -> Option<Credential> {
             "credentials.secret"
         }
         Credential::Bearer { .. } => "credentials.bearer",
+        Credential::Login { .. } => return Some(cred),
         Credential::Basic { username, .. } => {
             if username.is_empty()
                 || username.contains(':')

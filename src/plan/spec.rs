@@ -91,6 +91,10 @@ pub struct DesiredMember {
     /// it would otherwise ask a person first (`core::agents::claude_ui_state`).
     #[serde(default)]
     pub agent_ui: Option<String>,
+    /// Where its agent reads its subscription login from (Codex's `auth.json`): placeholder
+    /// tokens, written before each start.
+    #[serde(default)]
+    pub login_file: Option<PathBuf>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -380,6 +384,11 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .as_ref()
                     .filter(|a| a.interactive)
                     .map(|a| a.name.clone()),
+                login_file: m
+                    .agent
+                    .as_ref()
+                    .and_then(|a| crate::core::agents::expand_agent(a, &m.transcript_dir, &m.cwd))
+                    .and_then(|x| x.login_file),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
                     store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),

@@ -218,9 +218,13 @@ impl Grants {
                     Credential::Header { header, .. } => header.clone(),
                     Credential::Bearer { .. } => "bearer".into(),
                     Credential::Basic { .. } => "basic".into(),
+                    Credential::Login { .. } => "bearer".into(),
                 };
                 Some(Injection {
-                    secret: c.secret().to_string(),
+                    secret: match c.login() {
+                        Some(l) => format!("the {} login", l.name()),
+                        None => c.secret().to_string(),
+                    },
                     host: i.host.clone(),
                     how,
                 })

@@ -562,7 +562,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
 #[test]
 fn diff_shows_the_agents_build_and_its_mount() {
     let mut t = team(&["a"]);
-    let dir = "/home/u/.cache/ateam/agents/claude-2.1.332-1c89f2f1e0bee937";
+    let dir = "/home/u/.cache/ateam/agents/claude-2.1.332-1c89f2f1e0bee937-2";
     t.members[0].agent = Some(crate::model::Agent {
         name: "claude".into(),
         task: "fix it".into(),
@@ -574,6 +574,7 @@ fn diff_shows_the_agents_build_and_its_mount() {
         version: Some("2.1.332".into()),
         sha256: Some(crate::core::agents::AgentKind::Claude.pinned().sha256),
         dir: Some(dir.into()),
+        login: Default::default(),
     });
     let d = desired_state(
         &Desired {

@@ -438,6 +438,21 @@ impl Runtime {
         Ok(())
     }
 
+    /// Codex's `auth.json` of placeholder tokens, in its state folder (which the member
+    /// owns: written without following a link), `last_refresh` now so that Codex does not
+    /// refresh; the person's plan type, which Codex shows, from ateam's login when there is
+    /// one.
+    fn write_login_file(&self, path: &std::path::Path, owner: files::Owner) -> std::io::Result<()> {
+        use crate::core::logins::{LoginKind, codex_placeholder_auth, codex_plan};
+        let plan = crate::logins::peek(&self.state_dir, LoginKind::Codex)
+            .ok()
+            .flatten()
+            .and_then(|l| codex_plan(&l));
+        let now = crate::core::container::rfc3339(std::time::SystemTime::now());
+        let auth = codex_placeholder_auth(&now, plan.as_deref());
+        files::write_atomic_in_member_dir(path, auth.as_bytes(), 0o600, owner)
+    }
+
     /// Everything before the engine creates anything. `secret` looks up a secret's value.
     pub async fn prepare(
         &self,
@@ -460,6 +475,10 @@ impl Runtime {
             .chain(m.agent_home.as_ref())
         {
             files::member_dir(dir, self.owner, member_owner).map_err(io(dir))?;
+        }
+        if let Some(path) = &m.login_file {
+            self.write_login_file(path, member_owner)
+                .map_err(io(path))?;
         }
         gate::install(&m.ctl_dir, &gate_dir(&self.state_dir), self.owner)
             .map_err(io(&m.ctl_dir))?;

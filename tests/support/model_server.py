@@ -28,19 +28,40 @@ without failures green.
 
 A request without a task (a title, a quota probe) gets a one-word text answer.
 
+The prompt may also say `run the command: CMD` (CMD up to the end of its line, or up to
+`, then `): that comes first, as a shell tool call (Claude Code's `Bash`; Codex's shell tool),
+and the file after it; the request that carries the last tool's result ends the turn.
+
+
 Every request is appended to --log as one JSON line (time, method, path, host header, user
-agent, the API key it sent, which family, which step, how many task sentences it carried, and `tool_result`: the text of the last
+agent, the API key it sent, which family, which step, how many task sentences it carried, with a login provider `auth`: what it made of the bearer, and `tool_result`: the text of the last
 tool result it carried, cut at 4000 characters) so a test can tell when the first model
 request came, that nothing else was asked, and what the agent's tools answered. Standard
 library only.
 
+With --login-dir it also plays the login provider of subscription logins (a fake of the
+vendors' OAuth token endpoints): one Claude and one ChatGPT login, written at start into
+DIR as the agents write them on a host (`claude-credentials.json`, Claude Code's
+`.credentials.json`; `codex-auth.json`, Codex's `auth.json`), whose access tokens end after
+--login-ttl seconds. `POST /v1/oauth/token` (Claude's shape) and `POST /oauth/token`
+(OpenAI's) take a refresh token, answer new tokens and spend it: a refresh token is good
+once, a used or unknown one gets 400 `invalid_grant`. The model side then takes only the
+current access token of its family (the one before it for --login-grace seconds after it
+was replaced: requests in flight), Codex's with the real `chatgpt-account-id`; any other
+bearer (a placeholder, an old or ended token, an API key) gets 401. Every token issued is
+logged (`family: login, step: issued`), every check (`auth: ok` or why not).
+
 Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file FILE]
+    [--login-dir DIR [--login-ttl SECONDS] [--login-grace SECONDS]]
 (port 0: any free port, written to --port-file and printed as `listening on HOST:PORT`).
 """
 
 import argparse
+import base64
 import json
+import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -52,10 +73,17 @@ FIX = re.compile(
     r"fix the failing test: run `([^`]+)`, write `([^`]+)` as `([^`]+)`, "
     r"run the tests again, and commit as `([^`]+)`"
 )
+RUN = re.compile(r"run the command: (.+?)(?:, then |\n|\"|$)")
 # Where the agent works, as each says it in its request: Claude Code's environment block,
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
 MODEL = "stand-in-model"
+
+
+def find_command(body):
+    """The command of the last `run the command:` sentence in the request, or None."""
+    found = list(RUN.finditer(flat_text(body)))
+    return found[-1].group(1).strip() if found else None
 
 
 def absolute(path, flat):
@@ -138,14 +166,18 @@ def find_task(body):
 # ------------------------------------------------------------------ Anthropic Messages
 
 
-def anthropic_has_tool_result(body):
-    msgs = body.get("messages") or []
-    if not msgs or msgs[-1].get("role") != "user":
-        return False
-    content = msgs[-1].get("content")
-    return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-    )
+def anthropic_tool_results(body):
+    """How many tool results came after the user's last own message (each step of the script
+    is one): in a continued session the earlier tasks' results come before it."""
+    n = 0
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        blocks = content if isinstance(content, list) else []
+        results = sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result")
+        n = n + results if results else 0
+    return n
 
 
 def result_text(content):
@@ -196,18 +228,20 @@ def anthropic_plan(body):
     fix = find_fix(body)
     if fix and {"Bash", "Read", "Write"} <= tools:
         return anthropic_fix(fix, anthropic_results(body))
-    task = find_task(body)
-    if anthropic_has_tool_result(body):
-        return "done", [{"type": "text", "text": "Done: the file is written."}], "end_turn"
+    task, command = find_task(body), find_command(body)
+    steps = []
+    if command and "Bash" in tools:
+        steps.append(("command", "Bash", {"command": command, "description": "run the command"}))
     if task and "Write" in tools:
         path, text = task
-        block = {
-            "type": "tool_use",
-            "id": "toolu_standin_" + uuid.uuid4().hex,
-            "name": "Write",
-            "input": {"file_path": path, "content": text + "\n"},
-        }
-        return "tool", [block], "tool_use"
+        steps.append(("tool", "Write", {"file_path": path, "content": text + "\n"}))
+    done = anthropic_tool_results(body)
+    if done and done >= len(steps):
+        return "done", [{"type": "text", "text": "Done: the file is written."}], "end_turn"
+    if steps:
+        step, name, args = steps[done]
+        block = {"type": "tool_use", "id": "toolu_standin_" + uuid.uuid4().hex, "name": name, "input": args}
+        return step, [block], "tool_use"
     return "other", [{"type": "text", "text": "OK"}], "end_turn"
 
 
@@ -258,18 +292,18 @@ def anthropic_events(blocks, stop):
 # ------------------------------------------------------------------ OpenAI Responses
 
 
-def openai_has_tool_output(body):
-    """Whether a tool's output came after the user's last message: in a continued session
-    the earlier tasks' outputs come before it."""
+def openai_tool_outputs(body):
+    """How many tool outputs came after the user's last message (each step of the script is
+    one): in a continued session the earlier tasks' outputs come before it."""
     items = body.get("input")
     if not isinstance(items, list):
-        return False
+        return 0
     users = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
     since = items[users[-1] + 1 :] if users else items
-    return any(
-        isinstance(i, dict)
-        and i.get("type") in ("function_call_output", "custom_tool_call_output")
+    return sum(
+        1
         for i in since
+        if isinstance(i, dict) and i.get("type") in ("function_call_output", "custom_tool_call_output")
     )
 
 
@@ -288,7 +322,11 @@ def code_mode(body):
 
 def shell_call(tools, path, text, body=None):
     """A function call item that writes the file with the first shell tool offered."""
-    script = "printf '%s\\n' " + shquote(text) + " > " + shquote(path)
+    return script_call(tools, "printf '%s\\n' " + shquote(text) + " > " + shquote(path), body)
+
+
+def script_call(tools, script, body=None):
+    """A call of the first shell tool offered, or of Codex's code mode, that runs `script`."""
     if not tools and body is not None and code_mode(body):
         js = "const r = await tools.exec_command({cmd: " + json.dumps(script) + "});\n"
         js += "text(JSON.stringify(r));\n"
@@ -367,13 +405,21 @@ def openai_plan(body):
     fix = find_fix(body)
     if fix and body.get("tools"):
         return openai_fix(body.get("tools"), fix, openai_results(body))
-    task = find_task(body)
-    if openai_has_tool_output(body):
-        return "done", [openai_text_item("Done: the file is written.")]
+    tools = body.get("tools") or []
+    task, command = find_task(body), find_command(body)
+    steps = []
+    if command:
+        steps.append(("command", lambda: script_call(tools, command, body)))
     if task:
-        call = shell_call(body.get("tools") or [], *task, body=body)
+        steps.append(("tool", lambda: shell_call(tools, *task, body=body)))
+    done = openai_tool_outputs(body)
+    if done and done >= len(steps):
+        return "done", [openai_text_item("Done: the file is written.")]
+    if steps:
+        step, make = steps[done]
+        call = make()
         if call:
-            return "tool", [call]
+            return step, [call]
     return "other", [openai_text_item("OK")]
 
 
@@ -425,6 +471,110 @@ def openai_events(items):
     }
 
 
+# ------------------------------------------------------------------ login provider
+
+OPENAI_AUTH = "https://api.openai.com/auth"
+# Where each family's login is refreshed (the vendors' paths).
+TOKEN_PATHS = {"/v1/oauth/token": "claude", "/oauth/token": "codex"}
+
+
+def b64url(raw):
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def fake_jwt(claims):
+    """A JWT-shaped token (signed by nobody: nothing here verifies one)."""
+    head = b64url(json.dumps({"alg": "RS256", "typ": "JWT", "kid": "standin"}).encode())
+    return f"{head}.{b64url(json.dumps(claims).encode())}.{b64url(secrets.token_bytes(16))}"
+
+
+class LoginProvider:
+    """A fake of the vendors' login providers: one login per family ("claude", "codex"),
+    its refresh token good once (rotated by each refresh), its access token good until it
+    ends, and until the next one is issued (then for `grace` seconds more)."""
+
+    ACCOUNT = "acct-standin-real"
+    PLAN = "pro"
+
+    def __init__(self, ttl, grace, log):
+        self.ttl, self.grace, self.log = ttl, grace, log
+        self.lock = threading.Lock()
+        self.logins = {}
+        self.spent = set()
+        for family in ("claude", "codex"):
+            self.logins[family] = {"gen": 0, "access": None, "refresh": None, "ends": 0, "before": None}
+            self.issue(family)
+
+    def issue(self, family):
+        """New tokens for `family` (the caller holds the lock, or it is the start)."""
+        login = self.logins[family]
+        now = time.time()
+        if login["access"]:
+            login["before"] = (login["access"], min(login["ends"], now + self.grace))
+        login["gen"] += 1
+        gen = login["gen"]
+        if family == "claude":
+            login["access"] = f"sk-ant-oat01-standin-real-{gen}-{secrets.token_hex(12)}"
+            login["refresh"] = f"sk-ant-ort01-standin-real-{gen}-{secrets.token_hex(12)}"
+        else:
+            auth = {"chatgpt_account_id": self.ACCOUNT, "chatgpt_plan_type": self.PLAN}
+            login["access"] = fake_jwt({"exp": int(now + self.ttl), "gen": gen, OPENAI_AUTH: auth})
+            login["id"] = fake_jwt({"exp": int(now + self.ttl), "email": "person@example.com", OPENAI_AUTH: auth})
+            login["refresh"] = f"rt_standin_real_{gen}_{secrets.token_hex(12)}"
+        login["ends"] = now + self.ttl
+        self.log({"family": "login", "step": "issued", "login": family, "gen": gen,
+                  "access_token": login["access"], "refresh_token": login["refresh"]})
+        return login
+
+    def refresh(self, family, token):
+        """(status, answer) of a refresh with `token`."""
+        with self.lock:
+            login = self.logins[family]
+            if token != login["refresh"]:
+                why = "spent" if token in self.spent else "unknown"
+                self.log({"family": "login", "step": "refused", "login": family, "why": why})
+                return 400, {"error": "invalid_grant", "error_description": f"refresh token {why}"}
+            self.spent.add(token)
+            login = self.issue(family)
+            answer = {"access_token": login["access"], "refresh_token": login["refresh"],
+                      "expires_in": int(self.ttl), "token_type": "Bearer"}
+            if family == "claude":
+                answer["scope"] = "user:inference user:profile"
+            else:
+                answer["id_token"] = login["id"]
+            self.log({"family": "login", "step": "refresh", "login": family, "gen": login["gen"]})
+            return 200, answer
+
+    def check(self, families, authorization, account):
+        """(ok, why) of a model request's bearer, for any of `families`."""
+        token = authorization[7:] if authorization.startswith("Bearer ") else ""
+        now = time.time()
+        with self.lock:
+            for family in families:
+                login = self.logins[family]
+                before = login["before"]
+                current = token == login["access"] and now < login["ends"]
+                recent = before is not None and token == before[0] and now < before[1]
+                if not (current or recent):
+                    continue
+                if family == "codex" and account != self.ACCOUNT:
+                    return False, f"chatgpt-account-id {account!r} is not the login's account"
+                return True, f"{family} gen {login['gen'] - (0 if current else 1)}"
+        return False, "not a current access token of a login"
+
+    def files(self):
+        """The logins as the agents keep them on a host."""
+        c, x = self.logins["claude"], self.logins["codex"]
+        claude = {"claudeAiOauth": {"accessToken": c["access"], "refreshToken": c["refresh"],
+                                    "expiresAt": int(c["ends"] * 1000),
+                                    "scopes": ["user:inference", "user:profile"],
+                                    "subscriptionType": "max"}}
+        codex = {"OPENAI_API_KEY": None, "tokens": {"id_token": x["id"], "access_token": x["access"],
+                                                    "refresh_token": x["refresh"], "account_id": self.ACCOUNT},
+                 "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        return {"claude-credentials.json": claude, "codex-auth.json": codex}
+
+
 # ------------------------------------------------------------------ HTTP
 
 
@@ -435,7 +585,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # the JSON log says it all
         pass
 
-    def record(self, family, step, body=None):
+    def record(self, family, step, body=None, **more):
         entry = {
             "t": time.time(),
             "method": self.command,
@@ -448,6 +598,7 @@ class Handler(BaseHTTPRequestHandler):
             # How many task sentences the request carried: more than one is a continued
             # session (`ateam task`), its earlier tasks in its history.
             "tasks": len(TASK.findall(json.dumps(body or {}, ensure_ascii=False))),
+            **more,
         }
         results = []
         if family == "anthropic" and body:
@@ -456,10 +607,36 @@ class Handler(BaseHTTPRequestHandler):
             results = openai_results(body)
         if results:
             entry["tool_result"] = results[-1][:4000]
-        with self.server.log_lock:
-            if self.server.log_path:
-                with open(self.server.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry) + "\n")
+        append_log(self.server, entry)
+
+    def authorized(self, families):
+        """With a login provider: whether the bearer is a current access token of one of
+        `families` (else 401 is sent and logged). Without one: any key will do."""
+        provider = self.server.login
+        if not provider:
+            return True
+        ok, why = provider.check(
+            families, self.headers.get("Authorization", ""), self.headers.get("chatgpt-account-id")
+        )
+        self.auth = ("ok: " if ok else "") + why
+        if ok:
+            return True
+        self.body()
+        self.record("+".join(families), "401", auth=why)
+        err = {"type": "authentication_error", "message": "invalid or expired token: " + why}
+        self.send_json(401, {"type": "error", "error": err})
+        return False
+
+    def token_endpoint(self, family):
+        """A refresh at the fake login provider."""
+        body = self.body()
+        if not self.server.login:
+            self.record("unknown", "404")
+            return self.send_json(404, {"error": {"type": "not_found", "message": self.path}})
+        if body.get("grant_type") != "refresh_token":
+            return self.send_json(400, {"error": "unsupported_grant_type"})
+        code, answer = self.server.login.refresh(family, body.get("refresh_token", ""))
+        return self.send_json(code, answer)
 
     def api_key(self):
         """The key the client sent (x-api-key, or a Bearer token): test keys only."""
@@ -497,8 +674,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?")[0]
+        self.auth = None
+        if path.startswith("/backend-api/") and not self.authorized(["codex"]):
+            return None
         if path.rstrip("/").endswith("/models"):
-            self.record("models", "list")
+            if not self.authorized(["claude", "codex"]):
+                return None
+            self.record("models", "list", **self.auth_field())
             model = {"id": MODEL, "object": "model", "type": "model", "display_name": MODEL}
             return self.send_json(200, {"object": "list", "data": [model], "models": []})
         self.record("unknown", "404")
@@ -510,21 +692,31 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def auth_field(self):
+        return {"auth": self.auth} if self.auth else {}
+
     def do_POST(self):
         path = self.path.split("?")[0]
+        self.auth = None
+        if path in TOKEN_PATHS:
+            return self.token_endpoint(TOKEN_PATHS[path])
+        if "/messages" in path and not self.authorized(["claude"]):
+            return None
+        if path.endswith("/responses") and not self.authorized(["codex"]):
+            return None
         body = self.body()
         if path.endswith("/messages/count_tokens"):
-            self.record("anthropic", "count_tokens")
+            self.record("anthropic", "count_tokens", **self.auth_field())
             return self.send_json(200, {"input_tokens": 10})
         if path.endswith("/messages"):
             step, blocks, stop = anthropic_plan(body)
-            self.record("anthropic", step, body)
+            self.record("anthropic", step, body, **self.auth_field())
             if body.get("stream"):
                 return self.send_sse(anthropic_events(blocks, stop))
             return self.send_json(200, anthropic_message(blocks, stop))
         if path.endswith("/responses"):
             step, items = openai_plan(body)
-            self.record("openai", step, body)
+            self.record("openai", step, body, **self.auth_field())
             if body.get("stream", True):
                 return self.send_sse(openai_events(items))
             return self.send_json(200, openai_response(items, "completed"))
@@ -532,7 +724,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(404, {"error": {"type": "not_found", "message": self.path}})
 
 
-def serve(host, port, log_path, tls=None):
+def append_log(srv, entry):
+    """One JSON line of the log, whole."""
+    entry.setdefault("t", time.time())
+    with srv.log_lock:
+        if srv.log_path:
+            with open(srv.log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+
+def serve(host, port, log_path, tls=None, login=None):
+    """The server; `login`: (ttl, grace) seconds for a login provider, or None."""
     srv = ThreadingHTTPServer((host, port), Handler)
     if tls:
         # HTTPS as the real APIs speak it (tests/support/model-tls: a certificate for
@@ -545,7 +747,19 @@ def serve(host, port, log_path, tls=None):
     srv.daemon_threads = True
     srv.log_path = log_path
     srv.log_lock = threading.Lock()
+    srv.login = LoginProvider(*login, lambda e: append_log(srv, e)) if login else None
     return srv
+
+
+def write_login_files(srv, dir_path):
+    """The provider's logins as the agents keep them on a host, 0600, into `dir_path`."""
+    os.makedirs(dir_path, exist_ok=True)
+    for name, doc in srv.login.files().items():
+        path = os.path.join(dir_path, name)
+        fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(path + ".part", path)
 
 
 def main(argv=None):
@@ -556,15 +770,19 @@ def main(argv=None):
     ap.add_argument("--port-file")
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (and --tls-key)")
     ap.add_argument("--tls-key")
+    ap.add_argument("--login-dir", help="play the login provider; write its logins here")
+    ap.add_argument("--login-ttl", type=float, default=3600.0, help="access tokens end after this")
+    ap.add_argument("--login-grace", type=float, default=2.0, help="a replaced token's grace")
     a = ap.parse_args(argv)
     tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
-    srv = serve(a.host, a.port, a.log, tls)
+    login = (a.login_ttl, a.login_grace) if a.login_dir else None
+    srv = serve(a.host, a.port, a.log, tls, login)
+    if a.login_dir:
+        write_login_files(srv, a.login_dir)
     port = srv.server_address[1]
     if a.port_file:
         with open(a.port_file + ".part", "w") as f:
             f.write(f"{port}\n")
-        import os
-
         os.replace(a.port_file + ".part", a.port_file)
     print(f"listening on {a.host}:{port}", flush=True)
     try:

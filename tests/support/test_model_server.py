@@ -1,12 +1,14 @@
 """Unit test of the stand-in model (model_server.py): its two wire formats and its script.
 Run: python3 -m unittest discover -s tests/support -p 'test_*.py'  (scripts/test.sh does)."""
 
+import base64
 import http.client
 import json
 import os
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -231,6 +233,109 @@ class StandIn(unittest.TestCase):
         code, _, _ = self.post("/api/event_logging/batch", {})
         self.assertEqual(code, 404)
         self.assertEqual(self.steps(), ["404"])
+
+
+    def test_a_command_comes_first_then_the_file(self):
+        task = "run the command: sleep 1; echo hi, then " + TASK
+        tools = [{"name": "Bash"}, {"name": "Write"}]
+        msgs = [{"role": "user", "content": [{"type": "text", "text": task}]}]
+        _, _, body = self.post("/v1/messages", {"tools": tools, "messages": msgs})
+        first = json.loads(body)["content"][0]
+        self.assertEqual((first["name"], first["input"]["command"]), ("Bash", "sleep 1; echo hi"))
+        result = lambda b: {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": "ok"}]}
+        msgs += [{"role": "assistant", "content": [first]}, result(first)]
+        _, _, body = self.post("/v1/messages", {"tools": tools, "messages": msgs})
+        second = json.loads(body)["content"][0]
+        self.assertEqual((second["name"], second["input"]["file_path"]), ("Write", "/w/out.txt"))
+        msgs += [{"role": "assistant", "content": [second]}, result(second)]
+        _, _, body = self.post("/v1/messages", {"tools": tools, "messages": msgs})
+        self.assertEqual(json.loads(body)["stop_reason"], "end_turn")
+        # Codex: the same two steps with its shell tool.
+        tools = [{"type": "function", "name": "shell_command"}]
+        inp = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]}]
+        _, _, body = self.post("/v1/responses", {"stream": False, "tools": tools, "input": inp})
+        item = json.loads(body)["output"][0]
+        self.assertEqual(json.loads(item["arguments"])["command"], "sleep 1; echo hi")
+        inp += [item, {"type": "function_call_output", "call_id": item["call_id"], "output": "ok"}]
+        _, _, body = self.post("/v1/responses", {"stream": False, "tools": tools, "input": inp})
+        item2 = json.loads(body)["output"][0]
+        self.assertIn("/w/out.txt", json.loads(item2["arguments"])["command"])
+        self.assertNotEqual(item["call_id"], item2["call_id"])
+        self.assertEqual(self.steps(), ["command", "tool", "done", "command", "tool"])
+
+
+class LoginProvider(unittest.TestCase):
+    """The fake login provider: rotated refresh tokens, used ones refused, and a model side
+    that takes only the current access token."""
+
+    def setUp(self):
+        self.log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
+        self.dir = tempfile.mkdtemp()
+        self.srv = model_server.serve("127.0.0.1", 0, self.log, login=(60.0, 0.3))
+        model_server.write_login_files(self.srv, self.dir)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def tearDown(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+        os.unlink(self.log)
+
+    def call(self, method, path, doc=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.srv.server_address[1], timeout=5)
+        c.request(method, path, json.dumps(doc) if doc is not None else None, headers or {})
+        r = c.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+
+    def file(self, name):
+        with open(os.path.join(self.dir, name)) as f:
+            return json.load(f)
+
+    def messages(self, token):
+        msgs = [{"role": "user", "content": "hi"}]
+        return self.call("POST", "/v1/messages", {"messages": msgs}, {"Authorization": f"Bearer {token}"})[0]
+
+    def test_claude_refresh_rotates_and_a_spent_token_is_refused(self):
+        creds = self.file("claude-credentials.json")["claudeAiOauth"]
+        self.assertEqual(oct(os.stat(os.path.join(self.dir, "claude-credentials.json")).st_mode & 0o777), "0o600")
+        self.assertEqual(self.messages(creds["accessToken"]), 200)
+        self.assertEqual(self.messages("sk-ant-oat01-ateam-placeholder"), 401)
+        body = {"grant_type": "refresh_token", "refresh_token": creds["refreshToken"], "client_id": "c"}
+        code, new = self.call("POST", "/v1/oauth/token", body)
+        self.assertEqual(code, 200)
+        self.assertNotEqual(new["refresh_token"], creds["refreshToken"])
+        self.assertEqual(new["expires_in"], 60)
+        # Spent: refused, and it changes nothing.
+        code, err = self.call("POST", "/v1/oauth/token", body)
+        self.assertEqual((code, err["error"]), (400, "invalid_grant"))
+        self.assertEqual(self.messages(new["access_token"]), 200)
+        # The one before: for the grace only.
+        self.assertEqual(self.messages(creds["accessToken"]), 200)
+        time.sleep(0.4)
+        self.assertEqual(self.messages(creds["accessToken"]), 401)
+        self.assertEqual(self.messages(new["access_token"]), 200)
+        with open(self.log) as f:
+            log = [json.loads(line) for line in f]
+        issued = [e for e in log if e.get("step") == "issued"]
+        self.assertEqual([e["login"] for e in issued], ["claude", "codex", "claude"])
+        self.assertIn("401", [e["step"] for e in log])
+
+    def test_codex_needs_the_account_and_refreshes_at_its_own_path(self):
+        auth = self.file("codex-auth.json")["tokens"]
+        bearer = {"Authorization": "Bearer " + auth["access_token"]}
+        ok = dict(bearer, **{"chatgpt-account-id": auth["account_id"]})
+        inp = {"input": "hi", "stream": False}
+        self.assertEqual(self.call("POST", "/v1/responses", inp, ok)[0], 200)
+        self.assertEqual(self.call("POST", "/v1/responses", inp, bearer)[0], 401)
+        # Claude's token is not Codex's.
+        claude = self.file("claude-credentials.json")["claudeAiOauth"]["accessToken"]
+        self.assertEqual(self.call("POST", "/v1/responses", inp, {"Authorization": "Bearer " + claude})[0], 401)
+        body = {"grant_type": "refresh_token", "refresh_token": auth["refresh_token"], "client_id": "c"}
+        self.assertEqual(self.call("POST", "/v1/oauth/token", body)[0], 400)  # Claude's endpoint
+        code, new = self.call("POST", "/oauth/token", body)
+        self.assertEqual(code, 200)
+        claims = json.loads(base64.urlsafe_b64decode(new["access_token"].split(".")[1] + "=="))
+        self.assertEqual(claims[model_server.OPENAI_AUTH]["chatgpt_account_id"], auth["account_id"])
+        self.assertIn("id_token", new)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 
 use http::HeaderMap;
 
-use super::{Credential, GitRule, HttpRule, Intercept, placeholder};
+use super::{Credential, GitRule, HttpRule, Intercept};
+use crate::core::logins::is_token_path;
 
 /// Headers that carry credentials: each must be absent or carry the member's placeholder,
 /// and all are removed before the request goes on. Names are compared folded (`folded`):
@@ -172,13 +173,28 @@ pub fn judge(i: &Intercept, port: u16, method: &str, target: &str, headers: &Hea
             inject: None,
         };
     };
-    let ph = placeholder(cred.secret());
+    // The request that carries the real token may not be a refresh or revocation: ateam
+    // alone refreshes a login.
+    if let Some(login) = cred.login()
+        && is_token_path(path)
+    {
+        return refused(
+            403,
+            format!(
+                "{method} {path} is a token endpoint: ateam alone refreshes the {} login (the member holds a placeholder)",
+                login.name()
+            ),
+        );
+    }
+    let ph = cred.placeholder();
     if let Err(why) = foreign_credentials(cred, &ph, headers, query) {
         return refused(403, why);
     }
     let mut remove: Vec<String> = CREDENTIAL_HEADERS.iter().map(|h| h.to_string()).collect();
-    if let Credential::Header { header, .. } = cred {
-        remove.push(header.to_ascii_lowercase());
+    match cred {
+        Credential::Header { header, .. } => remove.push(header.to_ascii_lowercase()),
+        Credential::Login { login } => remove.extend(login.account_header().map(str::to_string)),
+        Credential::Bearer { .. } | Credential::Basic { .. } => {}
     }
     // Every other spelling of them the request carries (`x_api_key`) goes too.
     let wanted: Vec<String> = remove.iter().map(|n| folded(n)).collect();
@@ -221,7 +237,9 @@ pub fn injected(c: &Credential, value: &str) -> (String, String) {
     use base64::Engine;
     match c {
         Credential::Header { header, .. } => (header.to_ascii_lowercase(), value.to_string()),
-        Credential::Bearer { .. } => ("authorization".into(), format!("Bearer {value}")),
+        Credential::Bearer { .. } | Credential::Login { .. } => {
+            ("authorization".into(), format!("Bearer {value}"))
+        }
         Credential::Basic { username, .. } => (
             "authorization".into(),
             format!(
@@ -493,7 +511,7 @@ fn foreign_credentials(
 ) -> Result<(), String> {
     let configured = match cred {
         Credential::Header { header, .. } => Some(header.to_ascii_lowercase()),
-        Credential::Bearer { .. } | Credential::Basic { .. } => None,
+        Credential::Bearer { .. } | Credential::Basic { .. } | Credential::Login { .. } => None,
     };
     let wanted: Vec<String> = CREDENTIAL_HEADERS
         .iter()

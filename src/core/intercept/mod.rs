@@ -60,15 +60,45 @@ pub enum Credential {
         /// The `secretEnv` whose value is the password.
         secret: String,
     },
+    /// The person's subscription login of an agent (`ateam login import`): `Authorization:
+    /// Bearer <access token>`, and for Codex `chatgpt-account-id`. Its value comes from
+    /// ateam's login store, which alone refreshes it, never from apply's environment.
+    Login {
+        /// Whose login.
+        login: crate::core::logins::LoginKind,
+    },
 }
 
 impl Credential {
-    /// The `secretEnv` whose value is injected.
+    /// The `secretEnv` whose value is injected (for a login, the name its access token has
+    /// among the proxy's values: `login:claude`, never a variable).
     pub fn secret(&self) -> &str {
         match self {
             Credential::Header { secret, .. }
             | Credential::Bearer { secret }
             | Credential::Basic { secret, .. } => secret,
+            Credential::Login { login } => login.secret_name(),
+        }
+    }
+
+    /// The login it injects, if it is one.
+    pub fn login(&self) -> Option<crate::core::logins::LoginKind> {
+        match self {
+            Credential::Login { login } => Some(*login),
+            Credential::Header { .. } | Credential::Bearer { .. } | Credential::Basic { .. } => {
+                None
+            }
+        }
+    }
+
+    /// What the member's request carries in its place: `ateam-placeholder-<SECRET>`, or the
+    /// login's placeholder token, shaped as its agent expects.
+    pub fn placeholder(&self) -> String {
+        match self {
+            Credential::Login { login } => login.placeholder_bearer(),
+            Credential::Header { .. } | Credential::Bearer { .. } | Credential::Basic { .. } => {
+                placeholder(self.secret())
+            }
         }
     }
 }
@@ -112,6 +142,17 @@ pub fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
     let mut out: Vec<&str> = intercepts
         .iter()
         .filter_map(|i| i.credentials.as_ref().map(Credential::secret))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The logins a list of intercepts injects, each once.
+pub fn injected_logins(intercepts: &[Intercept]) -> Vec<crate::core::logins::LoginKind> {
+    let mut out: Vec<_> = intercepts
+        .iter()
+        .filter_map(|i| i.credentials.as_ref().and_then(Credential::login))
         .collect();
     out.sort_unstable();
     out.dedup();

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Build, Parsed};
-use crate::core::agents::{self, AgentKind, expand_agent};
+use crate::core::agents::{self, AgentKind, AgentLogin, expand_agent};
 use crate::manifest::raw;
 use crate::model;
 
@@ -49,6 +49,16 @@ impl Build<'_> {
             ));
         }
         let build = self.agent_build(o, kind, a);
+        let login = match a.login.as_deref() {
+            None => AgentLogin::ApiKey,
+            Some(l) => AgentLogin::parse(l).unwrap_or_else(|| {
+                self.problems.push(o.value_problem(
+                    "spec.agent.login",
+                    format!("`{l}` is not a login ateam knows: subscription (the person's Claude or ChatGPT login, `ateam login import`) or apiKey (the default: the key in secretEnv)"),
+                ));
+                AgentLogin::ApiKey
+            }),
+        };
         let mut agent = model::Agent {
             name: a.name.clone(),
             task: a.task.clone(),
@@ -62,6 +72,7 @@ impl Build<'_> {
             ),
             version: Some(build.version),
             sha256: Some(build.sha256),
+            login,
         };
         let Some(x) = expand_agent(&agent, transcripts, cwd) else {
             return (None, None);
@@ -72,8 +83,10 @@ impl Build<'_> {
         let mut env = x.env;
         env.extend(m.env.clone());
         spec.env = env;
-        if !spec.secret_env.iter().any(|s| s == x.secret) {
-            spec.secret_env.push(x.secret.to_string());
+        if let Some(secret) = x.secret
+            && !spec.secret_env.iter().any(|s| s == secret)
+        {
+            spec.secret_env.push(secret.to_string());
         }
         (Some(spec), Some(agent))
     }

@@ -10,6 +10,7 @@ use super::{
     Build, Kind, Parsed, TeamObjects, check_env_name, check_image, check_socket_path,
     root_user_refused,
 };
+use crate::core::agents::{AgentKind, AgentLogin};
 use crate::core::env::reserved_env;
 use crate::core::layout::{egress_socket_path, transcript_dir};
 use crate::manifest::paths::{check_dir, resolve, within};
@@ -226,6 +227,14 @@ impl Build<'_> {
             None => (None, None),
         };
         let m = expanded.as_ref().unwrap_or(m);
+        let login = agent
+            .as_ref()
+            .filter(|a| a.login == AgentLogin::Subscription)
+            .and_then(|a| AgentKind::parse(&a.name))
+            .map(AgentKind::login);
+        for (field, why) in rules::login_problems(&access, login) {
+            self.problems.push(o.value_problem(field, why));
+        }
         let image = self.member_runs(t, name, o, m);
         let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);

@@ -1,4 +1,6 @@
 use super::*;
+use crate::core::intercept::placeholder;
+use crate::core::logins::LoginKind;
 
 fn icpt() -> Intercept {
     Intercept {
@@ -545,5 +547,62 @@ fn attack_credential_headers_are_matched_in_every_spelling_a_server_folds() {
             assert!(remove.contains(&"x_api_key".to_string()), "{remove:?}")
         }
         v => panic!("{v:?}"),
+    }
+}
+
+#[test]
+fn a_login_replaces_the_placeholder_bearer_and_account_and_refuses_token_requests() {
+    let mut i = icpt();
+    i.http = vec![];
+    i.credentials = Some(Credential::Login {
+        login: LoginKind::Codex,
+    });
+    let ph = LoginKind::Codex.placeholder_bearer();
+    let ok = judge(
+        &i,
+        443,
+        "POST",
+        "/v1/responses",
+        &h(&[
+            ("authorization", &format!("Bearer {ph}")),
+            ("chatgpt-account-id", "ateam-placeholder-account"),
+        ]),
+    );
+    match ok {
+        Verdict::Allowed { remove, inject } => {
+            assert!(remove.contains(&"authorization".to_string()));
+            assert!(remove.contains(&"chatgpt-account-id".to_string()));
+            assert_eq!(inject, i.credentials);
+        }
+        v => panic!("{v:?}"),
+    }
+    assert_eq!(
+        injected(i.credentials.as_ref().unwrap(), "real"),
+        ("authorization".into(), "Bearer real".into())
+    );
+    // Another token (a real one the member found) is refused, as for keys.
+    let other = judge(
+        &i,
+        443,
+        "POST",
+        "/v1/responses",
+        &h(&[("authorization", "Bearer eyJx.y.z")]),
+    );
+    assert_eq!(status(&other), 403);
+    // Claude's placeholder is not Codex's.
+    let claude = LoginKind::Claude.placeholder_bearer();
+    let wrong = judge(
+        &i,
+        443,
+        "GET",
+        "/v1/models",
+        &h(&[("authorization", &format!("Bearer {claude}"))]),
+    );
+    assert_eq!(status(&wrong), 403);
+    // A refresh through the host that gets the real token: refused, whatever it carries.
+    for path in ["/oauth/token", "/v1/oauth/token", "/oauth/revoke"] {
+        let r = judge(&i, 443, "POST", path, &h(&[]));
+        assert_eq!(status(&r), 403, "{path}");
+        assert!(reason(&r).contains("ateam alone refreshes"), "{r:?}");
     }
 }
