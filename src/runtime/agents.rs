@@ -351,6 +351,10 @@ mod tests {
                 "package/vendor/x86_64-unknown-linux-musl/bin/codex",
                 b"#!/bin/sh\necho codex\n",
             ),
+            (
+                "package/vendor/x86_64-unknown-linux-musl/bin/codex-code-mode-host",
+                b"#!/bin/sh\n",
+            ),
         ];
         if with_rg {
             files.push((
