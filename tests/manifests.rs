@@ -766,7 +766,7 @@ spec:
     assert!(
         a.dir
             .unwrap()
-            .ends_with(format!("codex-0.180.0-{}", &sum[..16])),
+            .ends_with(format!("codex-0.180.0-{}-2", &sum[..16])),
     );
     let exported =
         ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
