@@ -8,6 +8,8 @@
 //! - `intercept`: allow entries with rules (the proxy terminates their TLS);
 //! - `layout`: every path under ateam's state folder;
 //! - `session`: a promotion's recorded steps;
+//! - `transcript`: what an agent's own transcript says (tasks, tool calls, errors) and the
+//!   outcome of its latest task;
 //! - `untrusted`: text a member chose, made safe to show a person.
 
 pub mod agents;
@@ -18,4 +20,5 @@ pub mod intercept;
 pub mod layout;
 pub mod selector;
 pub mod session;
+pub mod transcript;
 pub mod untrusted;

@@ -15,7 +15,9 @@ and plays a scripted conversation. The task is read from the user's prompt, whic
 First turn: a tool call that writes SOME TEXT into /ABS/PATH (Claude Code's `Write`; Codex's
 `shell_command`, `shell` or `exec_command`, whichever the request offers). Once the request
 carries the tool's result: a short text answer and the end of the turn. A request without the
-task (a title, a quota probe) gets a one-word text answer.
+task (a title, a quota probe) gets a one-word text answer. A session that goes on with another
+task (`claude -p --continue`, `codex exec resume`) holds several: the latest is played, and
+every response and tool call has ids of its own (Claude Code merges messages of one id).
 
 Every request is appended to --log as one JSON line (time, method, path, host header,
 user agent, the API key it sent, which family, which step) so a test can tell when the first model request came and
@@ -26,11 +28,13 @@ Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file F
 """
 
 import argparse
+import itertools
 import json
 import re
 import sys
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
@@ -38,15 +42,23 @@ TASK = re.compile(r"create the file (\S+) containing exactly: ([^\n\"\\]+)")
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
 MODEL = "stand-in-model"
+# Ids of responses and tool calls: unique, also across runs of the stand-in.
+IDS = itertools.count(1)
+RUN = uuid.uuid4().hex[:8]
+
+
+def new_id(kind):
+    return f"{kind}_standin_{RUN}_{next(IDS)}"
 
 
 def find_task(body):
-    """(path, text) of the first task sentence anywhere in the request, or None. A relative
-    path is resolved against the working directory the agent states."""
+    """(path, text) of the latest task sentence in the request (a session's last task), or
+    None. A relative path is resolved against the working directory the agent states."""
     flat = json.dumps(body, ensure_ascii=False).replace("\\n", "\n")
-    m = TASK.search(flat)
-    if not m:
+    found = list(TASK.finditer(flat))
+    if not found:
         return None
+    m = found[-1]
     path = m.group(1)
     if not path.startswith("/"):
         cwd = CWD.search(flat)
@@ -79,7 +91,7 @@ def anthropic_plan(body):
         path, text = task
         block = {
             "type": "tool_use",
-            "id": "toolu_standin_1",
+            "id": new_id("toolu"),
             "name": "Write",
             "input": {"file_path": path, "content": text + "\n"},
         }
@@ -89,7 +101,7 @@ def anthropic_plan(body):
 
 def anthropic_message(blocks, stop):
     return {
-        "id": "msg_standin",
+        "id": new_id("msg"),
         "type": "message",
         "role": "assistant",
         "model": MODEL,
@@ -135,11 +147,16 @@ def anthropic_events(blocks, stop):
 
 
 def openai_has_tool_output(body):
+    """Whether a tool's output came after the user's latest message (a resumed session holds
+    the outputs of its earlier tasks too)."""
     items = body.get("input")
-    return isinstance(items, list) and any(
+    if not isinstance(items, list):
+        return False
+    users = [n for n, i in enumerate(items) if isinstance(i, dict) and i.get("role") == "user"]
+    return any(
         isinstance(i, dict)
         and i.get("type") in ("function_call_output", "custom_tool_call_output")
-        for i in items
+        for i in items[(users[-1] if users else 0):]
     )
 
 
@@ -155,10 +172,11 @@ def shell_call(tools, path, text):
         name, args = "exec_command", {"cmd": script}
     else:
         return None
+    n = new_id("call")
     return {
         "type": "function_call",
-        "id": "fc_standin_1",
-        "call_id": "call_standin_1",
+        "id": f"fc_{n}",
+        "call_id": n,
         "name": name,
         "arguments": json.dumps(args),
         "status": "completed",
@@ -172,7 +190,7 @@ def shquote(s):
 def openai_text_item(text):
     return {
         "type": "message",
-        "id": "msg_standin",
+        "id": new_id("msg"),
         "role": "assistant",
         "status": "completed",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -191,9 +209,9 @@ def openai_plan(body):
     return "other", [openai_text_item("OK")]
 
 
-def openai_response(items, status):
+def openai_response(items, status, rid=None):
     return {
-        "id": "resp_standin",
+        "id": rid or new_id("resp"),
         "object": "response",
         "created_at": int(time.time()),
         "status": status,
@@ -210,9 +228,10 @@ def openai_response(items, status):
 
 
 def openai_events(items):
+    rid = new_id("resp")
     yield "response.created", {
         "type": "response.created",
-        "response": openai_response([], "in_progress"),
+        "response": openai_response([], "in_progress", rid),
     }
     for i, item in enumerate(items):
         yield "response.output_item.added", {
@@ -235,7 +254,7 @@ def openai_events(items):
         }
     yield "response.completed", {
         "type": "response.completed",
-        "response": openai_response(items, "completed"),
+        "response": openai_response(items, "completed", rid),
     }
 
 
