@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::execute::transcript_usage;
 use crate::report::TranscriptUsage;
+use crate::transcripts::{AgentFacts, AgentHome};
 
 /// How old a figure may get while the folder's stamp stays put: files growing move sizes
 /// and the last activity but not the folder's stamp. `top` shows both; `status -w` neither.
@@ -74,11 +75,13 @@ impl Walked {
     }
 }
 
-/// The last walk of each transcript folder a process looked at (shared by its looks).
+/// The last walk of each transcript folder a process looked at (shared by its looks), and
+/// what each agent member's transcript said at that walk.
 #[derive(Debug, Default)]
 pub struct TranscriptCache {
     folders: Mutex<HashMap<PathBuf, Walked>>,
     walks: AtomicU64,
+    agents: Mutex<HashMap<PathBuf, (TranscriptUsage, AgentFacts)>>,
 }
 
 impl TranscriptCache {
@@ -106,6 +109,20 @@ impl TranscriptCache {
         };
         self.lock().insert(dir.to_path_buf(), walked);
         usage
+    }
+
+    /// What agent `a`'s transcript says, its folder's usage being `usage`: read again only
+    /// when the usage moved (so at the pace of the walks, and within their cost bound).
+    pub fn agent(&self, a: &AgentHome, usage: TranscriptUsage) -> AgentFacts {
+        let agents = || self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((u, facts)) = agents().get(&a.transcripts)
+            && *u == usage
+        {
+            return facts.clone();
+        }
+        let facts = crate::transcripts::agent_facts(a);
+        agents().insert(a.transcripts.clone(), (usage, facts.clone()));
+        facts
     }
 
     /// How many walks this cache made (for tests and benchmarks).

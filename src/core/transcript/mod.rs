@@ -90,6 +90,39 @@ pub enum Item {
     },
 }
 
+impl Item {
+    /// This item with every text the member wrote escaped (`untrusted::shown`), for a
+    /// document: JSON escapes control characters but not bidirectional overrides or line
+    /// separators.
+    pub fn shown(self) -> Item {
+        let e = |s: String| crate::core::untrusted::shown(&s).into_owned();
+        match self {
+            Item::Task { text, at } => Item::Task {
+                text: e(text),
+                at: at.map(e),
+            },
+            Item::Text { text } => Item::Text { text: e(text) },
+            Item::Call { id, tool, input } => Item::Call {
+                id: e(id),
+                tool: e(tool),
+                input: e(input),
+            },
+            Item::Result { id, tool, ok, text } => Item::Result {
+                id: e(id),
+                tool: e(tool),
+                ok,
+                text: e(text),
+            },
+            Item::Error { text, at } => Item::Error {
+                text: e(text),
+                at: at.map(e),
+            },
+            Item::End { at } => Item::End { at: at.map(e) },
+            s @ Item::Skipped { .. } => s,
+        }
+    }
+}
+
 /// Reads an agent's transcript line by line, as it grows. Keeps what a later line needs
 /// (which tool a call id names, a Codex command's exit code), bounded.
 #[derive(Debug)]
@@ -218,7 +251,7 @@ pub fn parse(agent: AgentKind, bytes: &[u8]) -> Vec<Item> {
 }
 
 /// A tool call that failed, as a person reads it: the tool and the first line of its error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FailedTool {
     /// The tool's name.
@@ -255,7 +288,7 @@ pub struct TaskSummary {
 }
 
 /// How a task, or an agent's latest task, came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Verdict {
     /// Still working at it.
@@ -281,6 +314,27 @@ impl Verdict {
 }
 
 impl TaskSummary {
+    /// This summary with every text the member wrote escaped (`Item::shown`).
+    pub fn shown(self) -> TaskSummary {
+        let e = |s: String| crate::core::untrusted::shown(&s).into_owned();
+        TaskSummary {
+            prompt: e(self.prompt),
+            started_at: self.started_at.map(e),
+            ended_at: self.ended_at.map(e),
+            errors: self.errors.into_iter().map(e).collect(),
+            failed_tools: self
+                .failed_tools
+                .into_iter()
+                .map(|f| FailedTool {
+                    tool: e(f.tool),
+                    error: e(f.error),
+                    refused: f.refused,
+                })
+                .collect(),
+            ..self
+        }
+    }
+
     /// Whether a tool call of it was refused.
     pub fn refused(&self) -> bool {
         self.failed_tools.iter().any(|f| f.refused)
