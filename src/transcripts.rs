@@ -24,6 +24,8 @@ pub const MAX_SESSIONS: usize = 50;
 /// An agent member's state folder, as ateam lays it out: which agent, where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentHome {
+    /// The member's name.
+    pub member: String,
     /// Which agent.
     pub kind: AgentKind,
     /// The member's transcript folder (the member's own).
@@ -39,6 +41,7 @@ impl AgentHome {
         let kind = AgentKind::parse(&a.name)?;
         let home = a.home.strip_prefix(&member.transcript_dir).ok()?;
         Some(AgentHome {
+            member: member.name.clone(),
             kind,
             transcripts: member.transcript_dir.clone(),
             home: home.to_path_buf(),
@@ -186,6 +189,7 @@ mod tests {
 
     fn home(dir: &Path, kind: AgentKind) -> AgentHome {
         AgentHome {
+            member: "m".into(),
             kind,
             transcripts: dir.to_path_buf(),
             home: PathBuf::from(match kind {

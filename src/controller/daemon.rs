@@ -552,7 +552,9 @@ impl StatusSource for Reconciler {
                     | EventKind::EgressRefused
                     | EventKind::SessionStarted
                     | EventKind::SessionStopped
-                    | EventKind::Promoted => continue,
+                    | EventKind::Promoted
+                    | EventKind::AgentDone
+                    | EventKind::AgentFailed => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }
