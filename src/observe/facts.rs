@@ -95,10 +95,18 @@ pub fn status_facts(
     for t in &model.teams {
         for m in &t.members {
             let key = (t.name.clone(), m.name.clone());
-            let f = members.remove(&key).unwrap_or_else(|| {
+            let mut f = members.remove(&key).unwrap_or_else(|| {
                 let u = walks.usage(&m.transcript_dir);
                 member_facts_with_agent(host, t, m, since, walks, u)
             });
+            // Read early, an agent's transcript may predate the exit this look saw: its last
+            // lines written as it ended. Read again once for that exit.
+            if let Some(a) = crate::transcripts::AgentHome::of(m)
+                && let Some(id) = exited(observed, &t.name, &m.name)
+            {
+                let u = walks.usage(&m.transcript_dir);
+                f.agent = Some(walks.agent(&a, u, Some(id)));
+            }
             facts.members.insert(key, f);
         }
         let live = observed
@@ -187,8 +195,25 @@ fn member_facts_with_agent(
     usage: TranscriptUsage,
 ) -> MemberFacts {
     let mut f = member_facts(host, t, m, since);
-    f.agent = crate::transcripts::AgentHome::of(m).map(|a| walks.agent(&a, usage));
+    f.agent = crate::transcripts::AgentHome::of(m).map(|a| walks.agent(&a, usage, None));
     f
+}
+
+/// The id of `team`'s `member`'s container when the look saw it exited (or dead).
+fn exited<'a>(observed: &'a Observed, team: &str, member: &str) -> Option<&'a str> {
+    use crate::core::container::{ContainerState, labels};
+    observed
+        .containers
+        .iter()
+        .find(|c| {
+            c.labels.get(labels::TEAM).map(String::as_str) == Some(team)
+                && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
+                && matches!(
+                    c.state,
+                    ContainerState::Exited { .. } | ContainerState::Dead
+                )
+        })
+        .map(|c| c.id.as_str())
 }
 
 /// What a member's proxy refused since the last apply, and decided in the last minute.
