@@ -191,6 +191,18 @@ impl World {
             .unwrap()
     }
 
+    /// `ateam ARGS` left running, its output piped; stopped on drop.
+    fn ateam_spawn(&self, args: &[&str]) -> Running {
+        let state = self.root().join("state");
+        let child = common::ateam_command_env(self.engine, &state, &[(self.key_var, "test-key")])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Running(Some(child))
+    }
+
     fn manifest(&self) -> String {
         self.root().join("team.yaml").display().to_string()
     }
@@ -341,6 +353,8 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         .as_secs_f64();
     let out = w.ateam(&["apply", "-f", &w.manifest()]);
     let applied = t0.elapsed();
+    // Followed from before the agent's first line (it waits for the session to begin).
+    let follow = w.ateam_spawn(&["transcript", "coder", "-f"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -453,6 +467,7 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     assert!(egress.lines().any(|l| l.contains("allowed")), "{egress}");
 
     a_failed_write_shows_as_failed(&w, agent, &row);
+    followed_to_its_end(follow, agent);
 
     let first = requests
         .iter()
@@ -567,6 +582,62 @@ fn a_failed_write_shows_as_failed(w: &World, agent: &Agent, coder: &serde_json::
         serde_json::json!([]),
         "{doc:#}"
     );
+}
+
+/// A command left running (`ateam transcript -f`), told to stop (SIGTERM) when done with or
+/// dropped.
+struct Running(Option<Child>);
+
+impl Running {
+    /// Stops it; what it printed. Under runuser (rootless Podman) ateam is runuser's child:
+    /// it is told itself, so runuser returns as soon as it ends (told, runuser would wait two
+    /// seconds before it ends its child).
+    fn stop(&mut self) -> String {
+        let Some(child) = self.0.take() else {
+            return String::new();
+        };
+        let pid = child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        let mut pids: Vec<u32> = children
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            pids.push(pid);
+        }
+        for p in pids {
+            if let Some(p) = rustix::process::Pid::from_raw(p as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+            }
+        }
+        text(&child.wait_with_output().unwrap().stdout)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `ateam transcript coder -f`, started before the agent wrote anything, printed its task and
+/// the task's end as the agent wrote them; it runs until told to stop.
+fn followed_to_its_end(mut follow: Running, agent: &Agent) {
+    let shown = follow.stop();
+    for want in [
+        format!(
+            "  > create the file hello.txt containing exactly: hello from {}",
+            agent.name
+        ),
+        format!("  {}: Done: the file is written.", agent.name),
+        "  = task 1 done".to_string(),
+    ] {
+        assert!(
+            shown.contains(&want),
+            "{want:?} not in what -f printed:\n{shown}"
+        );
+    }
 }
 
 fn claude_code_edits_its_grant_through_its_proxy(engine: Engine) {
