@@ -280,6 +280,7 @@ pub enum Command {
     Transcript {
         /// An agent member (one with `agent:` in its manifest).
         member: String,
+        /// Its team, when several teams have a member of that name.
         #[arg(long)]
         team: Option<String>,
         /// Keep printing what the agent writes, until interrupted; a newer session is

@@ -410,8 +410,39 @@ pub fn agent_task_events(
         .collect()
 }
 
+/// The tasks of each session read, by file, with its size and time then: a watch
+/// (`events -w`) reads again only the session that grew.
+#[derive(Debug, Default)]
+pub struct SessionCache {
+    judged: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Judged>>,
+}
+
+type Judged = (u64, SystemTime, Vec<crate::core::transcript::TaskSummary>);
+
+impl SessionCache {
+    fn tasks(
+        &self,
+        a: &crate::transcripts::AgentHome,
+        s: &crate::transcripts::Session,
+    ) -> Vec<crate::core::transcript::TaskSummary> {
+        let key = a.transcripts.join(&s.rel);
+        let mut judged = self.judged.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((len, at, tasks)) = judged.get(&key)
+            && (*len, *at) == (s.len, s.modified)
+        {
+            return tasks.clone();
+        }
+        if judged.len() > 4096 {
+            judged.clear();
+        }
+        let tasks = crate::transcripts::judge(a, s);
+        judged.insert(key, (s.len, s.modified, tasks.clone()));
+        tasks
+    }
+}
+
 /// The task events of agent member `a`'s newest sessions (`AGENT_SESSIONS`).
-fn agent_events(team: &str, a: &crate::transcripts::AgentHome) -> Vec<Event> {
+fn agent_events(team: &str, a: &crate::transcripts::AgentHome, cache: &SessionCache) -> Vec<Event> {
     let name = match a.kind {
         crate::core::agents::AgentKind::Claude => "claude",
         crate::core::agents::AgentKind::Codex => "codex",
@@ -420,19 +451,20 @@ fn agent_events(team: &str, a: &crate::transcripts::AgentHome) -> Vec<Event> {
         .iter()
         .take(AGENT_SESSIONS)
         .flat_map(|s| {
-            let tasks = crate::transcripts::judge(a, s);
+            let tasks = cache.tasks(a, s);
             agent_task_events(team, &shown(&a.member), name, &tasks, s.modified)
         })
         .collect()
 }
 
 /// Every event of `team`: its own, its members' egress refusals, and the ended tasks of its
-/// agent members `agents` (from their transcripts), by time (newest last; events of one time
-/// keep the order they were written in).
+/// agent members `agents` (from their transcripts, through `cache`), by time (newest last;
+/// events of one time keep the order they were written in).
 pub fn team_events(
     state_dir: &Path,
     team: &str,
     agents: &[crate::transcripts::AgentHome],
+    cache: &SessionCache,
 ) -> Vec<Event> {
     let mut all = read(state_dir, team);
     let members = layout::members_dir(&layout::team_run_dir(state_dir, team));
@@ -451,7 +483,7 @@ pub fn team_events(
         }
     }
     for a in agents {
-        all.extend(agent_events(team, a));
+        all.extend(agent_events(team, a, cache));
     }
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all

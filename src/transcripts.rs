@@ -16,7 +16,7 @@ use crate::files::{Bounds, Dir};
 
 /// How much of a session's end is read to judge its latest task (status, events): a task
 /// that began before it is judged on what it holds.
-pub const JUDGE_WINDOW: u64 = 2 << 20;
+pub const JUDGE_WINDOW: u64 = 1 << 20;
 
 /// Sessions looked at, newest first, at most.
 pub const MAX_SESSIONS: usize = 50;

@@ -11,7 +11,7 @@ use anyhow::bail;
 use crate::cli::{Global, Output};
 use ateam::app::App;
 use ateam::core::layout;
-use ateam::events::{Event, EventKind, team_events};
+use ateam::events::{Event, EventKind, SessionCache, team_events};
 use ateam::transcripts::AgentHome;
 
 use super::common::app;
@@ -40,7 +40,8 @@ pub fn run(
     let state_dir = ctx.host.state_dir.clone();
     let teams = || teams(&state_dir, team);
     let wide = team.is_none();
-    let all = collect(&ctx, &teams());
+    let cache = SessionCache::default();
+    let all = collect(&ctx, &teams(), &cache);
     if !watch {
         if json {
             outln!("{}", serde_json::to_string_pretty(&all)?);
@@ -82,7 +83,7 @@ pub fn run(
                 break;
             }
         }
-        batch = collect(&ctx, &teams());
+        batch = collect(&ctx, &teams(), &cache);
     }
 }
 
@@ -115,11 +116,11 @@ fn agents(ctx: &App, team: &str) -> Vec<AgentHome> {
         .unwrap_or_default()
 }
 
-fn collect(ctx: &App, teams: &[String]) -> Vec<Event> {
+fn collect(ctx: &App, teams: &[String], cache: &SessionCache) -> Vec<Event> {
     let state_dir = &ctx.host.state_dir;
     let mut all: Vec<Event> = teams
         .iter()
-        .flat_map(|t| team_events(state_dir, t, &agents(ctx, t)))
+        .flat_map(|t| team_events(state_dir, t, &agents(ctx, t), cache))
         .collect();
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all

@@ -41,6 +41,17 @@ pub struct Opts {
 pub fn run(global: &Global, team: Option<&str>, member: &str, o: Opts) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let applied = ctx.applied_with_requests(team)?;
+    let session = |t: &ateam::model::Team| t.sessions.iter().any(|s| s.name == member);
+    if applied.teams.iter().any(session)
+        && !applied
+            .teams
+            .iter()
+            .any(|t| t.members.iter().any(|m| m.name == member))
+    {
+        bail!(
+            "`{member}` is a main session (your own terminal: ateam attach {member}), not an agent member"
+        );
+    }
     let (t, m) = member_of(&applied, member)?;
     let Some(home) = AgentHome::of(m) else {
         bail!(

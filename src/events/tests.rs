@@ -175,7 +175,7 @@ fn a_teams_events_and_its_refusals_come_in_time_order() {
     )
     .unwrap();
     egress_log::Log::open(fd, "log.jsonl").write(&refusal("a.example", 443, 20.0));
-    let kinds: Vec<EventKind> = team_events(dir.path(), "t", &[])
+    let kinds: Vec<EventKind> = team_events(dir.path(), "t", &[], &SessionCache::default())
         .iter()
         .map(|e| e.kind)
         .collect();
@@ -265,7 +265,7 @@ fn an_agents_ended_tasks_are_events_from_its_transcript() {
         transcripts: folder,
         home: "claude".into(),
     };
-    let all = team_events(dir.path(), "t", &[a]);
+    let all = team_events(dir.path(), "t", &[a], &SessionCache::default());
     let kinds: Vec<EventKind> = all.iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
