@@ -107,9 +107,22 @@ pub fn sessions(a: &AgentHome) -> Vec<Session> {
         .collect()
 }
 
+/// Why a session could not be picked.
+#[derive(Debug, thiserror::Error)]
+pub enum PickError {
+    /// More than one session's id holds what was asked.
+    #[error("{} sessions match `{id}`: {}", .matches.len(), .matches.join(", "))]
+    Ambiguous {
+        /// What was asked.
+        id: String,
+        /// The ids that hold it (escaped: the agent named its files).
+        matches: Vec<String>,
+    },
+}
+
 /// The session whose id is `id`, else the one whose id holds it, else none; without `id`,
 /// the newest.
-pub fn pick(all: &[Session], id: Option<&str>) -> Result<Option<Session>, String> {
+pub fn pick(all: &[Session], id: Option<&str>) -> Result<Option<Session>, PickError> {
     let Some(id) = id else {
         return Ok(all.first().cloned());
     };
@@ -120,14 +133,13 @@ pub fn pick(all: &[Session], id: Option<&str>) -> Result<Option<Session>, String
     match hits.as_slice() {
         [one] => Ok(Some((*one).clone())),
         [] => Ok(None),
-        many => Err(format!(
-            "{} sessions match `{id}`: {}",
-            many.len(),
-            many.iter()
-                .map(|s| s.id.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        many => Err(PickError::Ambiguous {
+            id: crate::core::untrusted::shown(id).into_owned(),
+            matches: many
+                .iter()
+                .map(|s| crate::core::untrusted::shown(&s.id).into_owned())
+                .collect(),
+        }),
     }
 }
 
@@ -238,6 +250,10 @@ mod tests {
         );
         assert_eq!(pick(&s, Some("ol")).unwrap().unwrap().id, "old");
         assert_eq!(pick(&s, Some("nope")).unwrap(), None);
+        assert!(matches!(
+            pick(&s, Some("e")),
+            Err(PickError::Ambiguous { .. })
+        ));
 
         // The state folder swapped for a link to another folder: nothing is read.
         let other = tempfile::tempdir().unwrap();

@@ -65,7 +65,7 @@ pub fn run(global: &Global, team: Option<&str>, member: &str, o: Opts) -> anyhow
         list(&home, &all, o.json)?;
         return Ok(Exit::Ok);
     }
-    let picked = transcripts::pick(&all, o.session.as_deref()).map_err(anyhow::Error::msg)?;
+    let picked = transcripts::pick(&all, o.session.as_deref())?;
     let session = match (picked, &o.session) {
         (Some(s), _) => s,
         (None, Some(id)) => bail!(

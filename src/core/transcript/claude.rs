@@ -2,8 +2,8 @@
 //! here: `user` lines (a prompt, or tool results), `assistant` lines (text, tool calls, an
 //! API error, the stop reason that ends a turn) and `result` lines (print mode's stream
 //! output, should a transcript hold one). Everything else (attachments, request shapes,
-//! costs, queue operations) is Claude Code's bookkeeping. Sidechains (a subagent's turns)
-//! and meta lines are left out: they are not the member's task.
+//! costs, queue operations) is Claude Code's bookkeeping. Sidechains (a subagent's turns),
+//! meta lines and compaction summaries are left out: they are not the member's task.
 
 use serde_json::Value;
 
@@ -12,7 +12,9 @@ use super::{Item, bounded, text_of, timestamp};
 /// The items of one line.
 pub(super) fn items(v: &Value) -> Vec<Item> {
     let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
-    if flag("isSidechain") || flag("isMeta") {
+    // A subagent's turns, Claude Code's own notes, and the summary it writes when it compacts
+    // a long session (it goes on with the same task): not the member's tasks.
+    if flag("isSidechain") || flag("isMeta") || flag("isCompactSummary") {
         return vec![];
     }
     match v.get("type").and_then(Value::as_str) {

@@ -249,6 +249,27 @@ fn failed_calls_that_were_not_refused_leave_a_task_done() {
     );
 }
 
+/// A session compacted mid-task goes on with the same task: Claude Code's summary of it is
+/// not a task of its own.
+#[test]
+fn a_compaction_summary_is_not_a_task() {
+    let mut summary = user(serde_json::json!(
+        "This session is being continued from a previous conversation"
+    ));
+    summary["isCompactSummary"] = serde_json::json!(true);
+    let lines = [
+        user(serde_json::json!("fix the test")),
+        summary,
+        assistant(
+            serde_json::json!([{"type": "text", "text": "fixed"}]),
+            "end_turn",
+        ),
+    ];
+    let t = tasks(&parse(AgentKind::Claude, &claude_lines(&lines)));
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!((t[0].prompt.as_str(), t[0].ended), ("fix the test", true));
+}
+
 #[test]
 fn what_counts_as_refused() {
     for yes in [
