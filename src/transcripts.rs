@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(pick(&s, Some("ol")).unwrap().unwrap().id, "old");
         assert_eq!(pick(&s, Some("nope")).unwrap(), None);
         assert!(matches!(
-            pick(&s, Some("e")),
+            pick(&s, Some("")),
             Err(PickError::Ambiguous { .. })
         ));
 
