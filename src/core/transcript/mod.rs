@@ -384,11 +384,21 @@ impl TaskSummary {
 #[derive(Debug, Default)]
 pub struct Judge {
     tasks: Vec<TaskSummary>,
+    /// A prompt, call, result or error came since the last end.
+    busy: bool,
 }
 
 impl Judge {
     /// Takes in the next item; returns the task it ended, if it ended one.
     pub fn push(&mut self, item: &Item) -> Option<&TaskSummary> {
+        let was_busy = self.busy;
+        self.busy = match item {
+            Item::Task { .. } | Item::Call { .. } | Item::Result { .. } | Item::Error { .. } => {
+                true
+            }
+            Item::End { .. } => false,
+            Item::Text { .. } | Item::Skipped { .. } => was_busy,
+        };
         match item {
             Item::Task { text, at } => {
                 let number = self.tasks.len() + 1;
@@ -438,6 +448,9 @@ impl Judge {
                 }
                 None
             }
+            // The end of a task already ended, nothing done since: one reply written in
+            // several lines (Claude Code writes a reply's blocks one per line).
+            Item::End { .. } if !was_busy && self.tasks.last().is_some_and(|t| t.ended) => None,
             Item::End { at } => {
                 let t = self.current();
                 t.ended = true;

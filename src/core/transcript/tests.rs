@@ -270,6 +270,33 @@ fn a_compaction_summary_is_not_a_task() {
     assert_eq!((t[0].prompt.as_str(), t[0].ended), ("fix the test", true));
 }
 
+/// A reply written in two lines that both say it ended the turn (its thinking, then its
+/// text): one end, one task.
+#[test]
+fn a_reply_in_several_lines_ends_its_task_once() {
+    let lines = [
+        user(serde_json::json!("explain")),
+        assistant(
+            serde_json::json!([{"type": "thinking", "thinking": "..."}]),
+            "end_turn",
+        ),
+        assistant(
+            serde_json::json!([{"type": "text", "text": "because"}]),
+            "end_turn",
+        ),
+    ];
+    let items = parse(AgentKind::Claude, &claude_lines(&lines));
+    let t = tasks(&items);
+    assert_eq!(t.len(), 1, "{t:?}");
+    let mut r = Renderer::new(AgentKind::Claude);
+    let out: Vec<String> = items.iter().flat_map(|i| r.item(i)).collect();
+    assert_eq!(
+        out.iter().filter(|l| l.starts_with("  = task")).count(),
+        1,
+        "{out:?}"
+    );
+}
+
 #[test]
 fn what_counts_as_refused() {
     for yes in [
