@@ -356,6 +356,30 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// What an agent member did: its own transcript (Claude Code's session, Codex's rollout),
+    /// rendered: each task, what the agent said, each tool call and what came back, its
+    /// errors, and how each task ended (done, or failed and why). Everything the member wrote
+    /// is shown escaped. The newest session unless --session (docs/agents.md).
+    Transcript {
+        /// An agent member (one with `agent:` in its manifest).
+        member: String,
+        /// Its team, when several teams have a member of that name.
+        #[arg(long)]
+        team: Option<String>,
+        /// Keep printing what the agent writes, until interrupted; a newer session is
+        /// followed when one begins (unless --session).
+        #[arg(short, long)]
+        follow: bool,
+        /// Which session: its id, or part of it, as --list shows it.
+        #[arg(long)]
+        session: Option<String>,
+        /// List the agent's sessions, newest first.
+        #[arg(long, conflicts_with_all = ["follow", "session"])]
+        list: bool,
+        /// As JSON: one document (its tasks and items); with -f, one object per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// What a writer did in its workspace: commits ahead of its base, files not committed,
     /// and with --diff the diff from its base (docs/workspaces.md).
     Changes {

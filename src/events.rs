@@ -12,6 +12,9 @@
 //! Egress refusals are not written here: the member-uid proxy writes its own log, and this
 //! file is ateam's. `egress_refusals` turns a proxy's log into events at read time, a run of
 //! knocks on one host collapsed into one event with a count, as `kubectl get events` does.
+//! So are the ends of an agent member's tasks (`agent_task_events`): the agent's own
+//! transcript says when each task ended and how, whether or not a controller watched the
+//! member exit; read at read time, they are there as long as the transcript is.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -78,6 +81,11 @@ pub enum EventKind {
     Promoted,
     /// A person gave an agent its next task (`ateam task`), in the same container.
     TaskGiven,
+    /// An agent member's task ended done (from the agent's own transcript).
+    AgentDone,
+    /// An agent member's task ended failed: its own error, or a tool call refused (from the
+    /// agent's own transcript).
+    AgentFailed,
 }
 
 impl EventKind {
@@ -95,13 +103,15 @@ impl EventKind {
             | EventKind::SessionStarted
             | EventKind::SessionStopped
             | EventKind::Promoted
-            | EventKind::TaskGiven => "Normal",
+            | EventKind::TaskGiven
+            | EventKind::AgentDone => "Normal",
             EventKind::Held
             | EventKind::Failed
             | EventKind::StrangerSeen
             | EventKind::CrashLoop
             | EventKind::HelperRefused
-            | EventKind::EgressRefused => "Warning",
+            | EventKind::EgressRefused
+            | EventKind::AgentFailed => "Warning",
         }
     }
 
@@ -126,6 +136,8 @@ impl EventKind {
             EventKind::SessionStopped => "session-stopped",
             EventKind::Promoted => "promoted",
             EventKind::TaskGiven => "task-given",
+            EventKind::AgentDone => "agent-done",
+            EventKind::AgentFailed => "agent-failed",
         }
     }
 }
@@ -362,9 +374,102 @@ pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> V
     out
 }
 
-/// Every event of `team`: its own and its members' egress refusals, by time (newest last;
+/// Sessions of an agent member whose tasks are events, newest first.
+pub const AGENT_SESSIONS: usize = 10;
+
+/// The ended tasks of an agent member's session as events: `agent-done`, or `agent-failed`
+/// with why (its error, the tools that failed), at the time each ended (else `fallback`,
+/// the session's last change). Text the member wrote comes back escaped.
+pub fn agent_task_events(
+    team: &str,
+    member: &str,
+    agent: &str,
+    tasks: &[crate::core::transcript::TaskSummary],
+    fallback: SystemTime,
+) -> Vec<Event> {
+    use crate::core::transcript::{Verdict, first_chars};
+    tasks
+        .iter()
+        .filter_map(|t| {
+            let verdict = t.verdict()?;
+            let kind = match verdict {
+                Verdict::Failed => EventKind::AgentFailed,
+                Verdict::Done | Verdict::Running | Verdict::Unknown => EventKind::AgentDone,
+            };
+            let why = t.why();
+            let mut reason = format!("{agent} task {} {}", t.number, verdict.as_str());
+            if !why.is_empty() {
+                reason.push_str(&format!(": {why}"));
+            }
+            if !t.prompt.is_empty() {
+                reason.push_str(&format!(" (task: {})", first_chars(&t.prompt, 80)));
+            }
+            let at = t
+                .ended_at
+                .as_deref()
+                .and_then(|a| humantime::parse_rfc3339(a).ok())
+                .unwrap_or(fallback);
+            Some(Event::at(at, team, member, kind, &reason).shown())
+        })
+        .collect()
+}
+
+/// The tasks of each session read, by file, with its size and time then: a watch
+/// (`events -w`) reads again only the session that grew.
+#[derive(Debug, Default)]
+pub struct SessionCache {
+    judged: std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Judged>>,
+}
+
+type Judged = (u64, SystemTime, Vec<crate::core::transcript::TaskSummary>);
+
+impl SessionCache {
+    fn tasks(
+        &self,
+        a: &crate::transcripts::AgentHome,
+        s: &crate::transcripts::Session,
+    ) -> Vec<crate::core::transcript::TaskSummary> {
+        let key = a.transcripts.join(&s.rel);
+        let mut judged = self.judged.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((len, at, tasks)) = judged.get(&key)
+            && (*len, *at) == (s.len, s.modified)
+        {
+            return tasks.clone();
+        }
+        if judged.len() > 4096 {
+            judged.clear();
+        }
+        let tasks = crate::transcripts::judge(a, s);
+        judged.insert(key, (s.len, s.modified, tasks.clone()));
+        tasks
+    }
+}
+
+/// The task events of agent member `a`'s newest sessions (`AGENT_SESSIONS`).
+fn agent_events(team: &str, a: &crate::transcripts::AgentHome, cache: &SessionCache) -> Vec<Event> {
+    let name = match a.kind {
+        crate::core::agents::AgentKind::Claude => "claude",
+        crate::core::agents::AgentKind::Codex => "codex",
+    };
+    crate::transcripts::sessions(a)
+        .iter()
+        .take(AGENT_SESSIONS)
+        .flat_map(|s| {
+            let tasks = cache.tasks(a, s);
+            agent_task_events(team, &shown(&a.member), name, &tasks, s.modified)
+        })
+        .collect()
+}
+
+/// Every event of `team`: its own, its members' egress refusals, and the ended tasks of its
+/// agent members `agents` (from their transcripts, through `cache`), by time (newest last;
 /// events of one time keep the order they were written in).
-pub fn team_events(state_dir: &Path, team: &str) -> Vec<Event> {
+pub fn team_events(
+    state_dir: &Path,
+    team: &str,
+    agents: &[crate::transcripts::AgentHome],
+    cache: &SessionCache,
+) -> Vec<Event> {
     let mut all = read(state_dir, team);
     let members = layout::members_dir(&layout::team_run_dir(state_dir, team));
     if let Ok(entries) = std::fs::read_dir(&members) {
@@ -380,6 +485,9 @@ pub fn team_events(state_dir: &Path, team: &str) -> Vec<Event> {
             )));
             all.extend(egress_refusals(team, &shown(&m), &log));
         }
+    }
+    for a in agents {
+        all.extend(agent_events(team, a, cache));
     }
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all

@@ -243,6 +243,81 @@ impl Dir {
         Ok(File::from(fd))
     }
 
+    /// Opens the folder `rel` below this one as `open_regular` opens a file: no symlink on
+    /// the way, nothing outside.
+    pub fn open_dir(&self, rel: &Path) -> std::io::Result<Dir> {
+        let fd = rustix::fs::openat2(
+            &self.fd,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(not_a_folder)?;
+        Ok(Dir { fd })
+    }
+
+    /// At most `max` bytes of `rel` from `offset` on, read as `open_regular` opens it, and the
+    /// file's size then (a file that shrank below `offset` gives no bytes).
+    pub fn read_range(&self, rel: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = self.open_regular(rel)?;
+        let len = f.metadata()?.len();
+        let mut buf = Vec::new();
+        if offset < len {
+            f.seek(SeekFrom::Start(offset))?;
+            let want = max.min(len - offset);
+            buf.reserve(usize::try_from(want.min(1 << 20)).unwrap_or(1 << 20));
+            f.take(want).read_to_end(&mut buf)?;
+        }
+        Ok((buf, len))
+    }
+
+    /// The last `max` bytes of `rel` (read as `open_regular` opens it), and where they begin.
+    pub fn read_last(&self, rel: &Path, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = self.open_regular(rel)?;
+        let start = f.metadata()?.len().saturating_sub(max);
+        f.seek(SeekFrom::Start(start))?;
+        let mut buf = Vec::new();
+        f.take(max).read_to_end(&mut buf)?;
+        Ok((buf, start))
+    }
+
+    /// `read_last` from the start of a line: a first line the read began inside is left out.
+    pub fn read_tail(&self, rel: &Path, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+        let (mut buf, start) = self.read_last(rel, max)?;
+        if start > 0 {
+            let cut = buf
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(buf.len(), |n| n + 1);
+            buf.drain(..cut);
+            return Ok((buf, start + cut as u64));
+        }
+        Ok((buf, 0))
+    }
+
+    /// The regular files below this folder that `wanted` takes (by their path inside it),
+    /// newest first, at most `keep` of them, found by a bounded walk that follows no link.
+    pub fn newest_files(
+        &self,
+        bounds: Bounds,
+        keep: usize,
+        mut wanted: impl FnMut(&Path) -> bool,
+    ) -> Vec<Entry> {
+        let mut found: Vec<Entry> = Vec::new();
+        self.walk(bounds, |e| {
+            if e.kind == FileType::RegularFile && e.modified.is_some() && wanted(&e.rel) {
+                found.push(e.clone());
+            }
+        });
+        // Newest first; of one time, the larger name (a later rollout's) first.
+        found.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| b.rel.cmp(&a.rel)));
+        found.truncate(keep);
+        found
+    }
+
     /// The first `max` bytes of `rel`, read as `open_regular` opens it.
     pub fn read_regular(&self, rel: &Path, max: u64) -> std::io::Result<Vec<u8>> {
         // Sized up front: a growing buffer reads a small file in many small `read`s.

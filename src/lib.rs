@@ -27,6 +27,8 @@
 //!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
+//! - `transcripts`: agents' own transcripts in a member's transcript folder, found and read
+//!   within bounds, never through a link (what they say is `core::transcript`'s);
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
 //!   the running controller's record (`store::controller`), which status reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
@@ -75,4 +77,5 @@ pub mod requests;
 pub mod runtime;
 pub mod sessions;
 pub mod store;
+pub mod transcripts;
 pub mod workspace;

@@ -7,7 +7,6 @@
 //! from any point: after a crash the next apply goes on (or, when the manifests no longer
 //! ask for it, undoes it), and a step that fails undoes what went before.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -631,22 +630,12 @@ pub fn transcript_tail(dir: &Path) -> Option<(String, SystemTime, String)> {
 /// tree costs little.
 fn newest_file(dir: &Path) -> Option<(PathBuf, SystemTime)> {
     let d = Dir::open(dir).ok()?;
-    let mut best: Option<(PathBuf, SystemTime)> = None;
-    d.walk(
-        Bounds {
-            depth: 4,
-            entries: 10_000,
-        },
-        |e| {
-            if e.kind == rustix::fs::FileType::RegularFile
-                && let Some(m) = e.modified
-                && best.as_ref().is_none_or(|(_, t)| m > *t)
-            {
-                best = Some((e.rel.clone(), m));
-            }
-        },
-    );
-    best
+    let bounds = Bounds {
+        depth: 4,
+        entries: 10_000,
+    };
+    let newest = d.newest_files(bounds, 1, |_| true).into_iter().next()?;
+    Some((newest.rel, newest.modified?))
 }
 
 /// The last lines of `rel` inside `dir`, read so that the member who owns the folder cannot
@@ -654,12 +643,7 @@ fn newest_file(dir: &Path) -> Option<(PathBuf, SystemTime)> {
 /// (not a FIFO that would block), and only its last few KiB. Each line is quoted as data
 /// (a tab is kept).
 fn tail(dir: &Path, rel: &Path) -> Option<String> {
-    let mut f = Dir::open(dir).ok()?.open_regular(rel).ok()?;
-    let meta = f.metadata().ok()?;
-    let start = meta.len().saturating_sub(TAIL_BYTES);
-    f.seek(SeekFrom::Start(start)).ok()?;
-    let mut buf = Vec::new();
-    f.take(TAIL_BYTES).read_to_end(&mut buf).ok()?;
+    let (buf, start) = Dir::open(dir).ok()?.read_last(rel, TAIL_BYTES).ok()?;
     let text = String::from_utf8_lossy(&buf);
     let lines: Vec<&str> = text.lines().collect();
     // The first line may be cut in the middle when the read started inside it.

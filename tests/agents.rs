@@ -2,7 +2,9 @@
 //! user applies them, with the real Claude Code and Codex CLI (images from
 //! scripts/agent-images.sh) talking through their egress proxies to the test suite's stand-in
 //! of the remote model (tests/support/model_server.py), which asks each to write a file in its
-//! write grant. On Docker, rootful and rootless Podman (ateam then runs as the unprivileged
+//! write grant; beside it in the same team, the same agent asked to write in a folder it was
+//! granted read-only: it exits 0 all the same, and status, events and `ateam transcript` say
+//! it failed and which tool. On Docker, rootful and rootless Podman (ateam then runs as the unprivileged
 //! user, through runuser). Run by scripts/test.sh once the engines and the images are there;
 //! ignored by a plain `cargo test`. ATEAM_TEST_BIN picks the ateam binary (default: this
 //! build's; for rootless Podman a copy that user can reach).
@@ -30,6 +32,8 @@ struct Agent {
     /// Its own transcript, relative to the member's transcript folder: a folder and the
     /// suffix of the file names the agent writes there, at any depth.
     transcript: (&'static str, &'static str),
+    /// The tools it writes a file with (the stand-in picks one the agent offers).
+    writes_with: &'static [&'static str],
 }
 
 const CLAUDE: Agent = Agent {
@@ -37,6 +41,7 @@ const CLAUDE: Agent = Agent {
     key_var: "ANTHROPIC_API_KEY",
     family: "anthropic",
     transcript: ("claude/projects", ".jsonl"),
+    writes_with: &["Write"],
 };
 
 const CODEX: Agent = Agent {
@@ -44,6 +49,7 @@ const CODEX: Agent = Agent {
     key_var: "OPENAI_API_KEY",
     family: "openai",
     transcript: ("codex/sessions", ".jsonl"),
+    writes_with: &["shell_command", "shell", "exec_command"],
 };
 
 /// The stand-in model, a child process on a free loopback port, ended on drop.
@@ -157,6 +163,9 @@ impl World {
             &format!("name: {team}\n"),
         );
         let mut text = model_address(&text, model.port);
+        text.push_str(&blocked_member(&text));
+        std::fs::create_dir_all(dir.path().join("workspace/docs")).unwrap();
+        std::fs::write(dir.path().join("workspace/docs/README"), "read only\n").unwrap();
         if engine == Engine::Rootless {
             // This machine's rootless Podman (cgroup v1) cannot enforce the limits: say so.
             text = text.replace(
@@ -199,6 +208,19 @@ impl World {
             .args(args)
             .output()
             .unwrap()
+    }
+
+    /// `ateam ARGS` left running, its output piped; stopped on drop.
+    fn ateam_spawn(&self, args: &[&str]) -> Running {
+        let state = self.root().join("state");
+        let keys: Vec<(&str, &str)> = self.key_vars.iter().map(|k| (*k, "test-key")).collect();
+        let child = common::ateam_command_env(self.engine, &state, &keys)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Running(Some(child))
     }
 
     fn manifest(&self) -> String {
@@ -258,6 +280,40 @@ fn chown_tree(p: &Path, uid: u32, gid: u32) {
             chown_tree(&e.unwrap().path(), uid, gid);
         }
     }
+}
+
+/// A second member of the example's agent, beside its coder: its grant is the model host and
+/// a folder it may only read, and its task is to write a file there. The agent's write fails
+/// (a read-only file system); it says it is done and exits 0.
+fn blocked_member(example: &str) -> String {
+    let agent = example
+        .split("  agent:\n")
+        .nth(1)
+        .and_then(|a| a.split("  resources:").next())
+        .unwrap();
+    let agent: String = agent
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("task:") {
+                "    task: \"create the file notes.txt containing exactly: blocked\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect();
+    let network = example
+        .split("  network:\n")
+        .nth(1)
+        .and_then(|n| n.split("---").next())
+        .unwrap();
+    format!(
+        "---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata:\n  name: read-only\nspec:\n  \
+         read: [./workspace/docs]\n  network:\n{network}---\napiVersion: ateam.dev/v1alpha1\n\
+         kind: Member\nmetadata:\n  name: blocked\nspec:\n  parent: lead\n  access: read-only\n  \
+         cwd: ./workspace/docs\n  agent:\n{agent}  resources:\n    memory: 2Gi\n    pids: 512\n  \
+         restart: Never\n"
+    )
 }
 
 /// The example's model server, `host.ateam.internal:8790` (this host's loopback, port 8790),
@@ -327,6 +383,8 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         .as_secs_f64();
     let out = w.ateam(&["apply", "-f", &w.manifest()]);
     let applied = t0.elapsed();
+    // Followed from before the agent's first line (it waits for the session to begin).
+    let follow = w.ateam_spawn(&["transcript", "coder", "-f"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -335,13 +393,14 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         text(&out.stderr)
     );
 
-    // The agent runs one turn and exits: wait for `exited 0`.
+    // The agents run one turn each and exit: wait for `exited` of both.
     let deadline = t0 + Duration::from_secs(120);
-    let row = loop {
+    loop {
         let row = w.coder();
-        let state = row["state"].as_str().unwrap_or("").to_string();
-        if state.starts_with("exited") {
-            break row;
+        let exited =
+            |r: &serde_json::Value| r["state"].as_str().unwrap_or("").starts_with("exited");
+        if exited(&row) && exited(&w.member("blocked")) {
+            break;
         }
         if Instant::now() > deadline {
             let logs = w.ateam(&["logs", "coder"]);
@@ -353,8 +412,12 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
             );
         }
         std::thread::sleep(Duration::from_millis(200));
-    };
+    }
     let ended = t0.elapsed();
+    // Status reads transcript folders while it waits for the engine's list: the look that
+    // first saw the exit may have read the folder just before the agent's last lines. The
+    // next look reads it after.
+    let row = w.coder();
     let logs = w.ateam(&["logs", "coder"]);
     let logs = format!("{}{}", text(&logs.stdout), text(&logs.stderr));
     assert_eq!(row["state"], "exited 0", "{row:#}\n{logs}");
@@ -406,29 +469,39 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
         assert_eq!(r["api_key"], "test-key", "the key the proxy injects: {r}");
     }
 
-    // The egress log: the model host, allowed, and nothing else. The proxy writes a line when
+    // The egress logs: the model host, allowed, and nothing else. The proxy writes a line when
     // a connection ends, which may be just after the agent exited: wait a little for both.
+    // The stand-in served both members.
     let model_requests = requests.iter().filter(|r| r["method"] == "POST").count();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let egress = loop {
+    let (egress, blocked_egress) = loop {
         let out = text(&w.ateam(&["logs", "coder", "--egress"]).stdout);
-        let n = out.lines().filter(|l| l.contains("allowed")).count();
+        let other = text(&w.ateam(&["logs", "blocked", "--egress"]).stdout);
+        let n = format!("{out}{other}")
+            .lines()
+            .filter(|l| l.contains("allowed"))
+            .count();
         if n >= model_requests || Instant::now() > deadline {
-            break out;
+            break (out, other);
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let lines: Vec<&str> = egress.lines().filter(|l| !l.trim().is_empty()).collect();
+    let both = format!("{egress}{blocked_egress}");
+    let lines: Vec<&str> = both.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(
-        lines.len() >= model_requests.max(2),
-        "{model_requests} requests reached the model; egress log: {egress}"
+        lines.len() >= model_requests.max(4),
+        "{model_requests} requests reached the model; egress logs: {egress}{blocked_egress}"
     );
     for l in &lines {
         assert!(
             l.contains("allowed") && l.contains(&model_host(model.port)),
-            "egress log has more than the model host: {egress}"
+            "egress log has more than the model host: {egress}{blocked_egress}"
         );
     }
+    assert!(egress.lines().any(|l| l.contains("allowed")), "{egress}");
+
+    a_failed_write_shows_as_failed(&w, agent, &row);
+    followed_to_its_end(follow, agent);
 
     let first = requests
         .iter()
@@ -641,6 +714,163 @@ fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
     // Nothing but the model host was reached; the key was the proxy's.
     for r in model.requests() {
         assert_eq!(r["api_key"], "test-key", "{r}");
+    }
+}
+
+/// The member whose write failed exited 0, and shows as failed all the same: in status (the
+/// tool that failed named, beside `exited 0`), in events, and in `ateam transcript` (the call
+/// and its error); the coder shows as done.
+fn a_failed_write_shows_as_failed(w: &World, agent: &Agent, coder: &serde_json::Value) {
+    let blocked = w.member("blocked");
+    assert_eq!(blocked["state"], "exited 0", "{blocked:#}");
+    let said = |m: &str| text(&w.ateam(&["transcript", m]).stdout);
+    assert_eq!(
+        coder["agent"]["outcome"],
+        "done",
+        "{coder:#}\n{}",
+        said("coder")
+    );
+    assert_eq!(coder["agent"]["name"], agent.name);
+    let a = &blocked["agent"];
+    assert_eq!(a["outcome"], "failed", "{blocked:#}\n{}", said("blocked"));
+    let tool = a["failedTools"][0]["tool"].as_str().unwrap_or("");
+    assert!(agent.writes_with.contains(&tool), "{blocked:#}");
+    assert_eq!(a["failedTools"][0]["refused"], true, "{blocked:#}");
+    let error = a["failedTools"][0]["error"]
+        .as_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(
+        error.contains("read-only file system") || error.contains("erofs"),
+        "{error}"
+    );
+    assert!(
+        a["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("task 1 failed: the tools that failed: "),
+        "{blocked:#}"
+    );
+    assert!(!Path::new(&w.root().join("workspace/docs/notes.txt")).exists());
+
+    // The table: `failed` beside the exit code, and why under it.
+    let table = text(&w.ateam(&["status"]).stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("blocked "))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.contains("exited 0") && row.contains(" failed "),
+        "{table}"
+    );
+    let note = format!(
+        "  blocked: {} failed: task 1 failed: the tools that failed: {tool} (",
+        agent.name
+    );
+    assert!(table.contains(&note), "{table}");
+
+    // Events: the coder's task done, the blocked one's failed, naming the tool.
+    let out = w.ateam(&["events", &w.team, "-o", "json"]);
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let of = |member: &str, kind: &str| {
+        events
+            .iter()
+            .find(|e| e["member"] == member && e["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} of {member}: {events:#?}"))
+    };
+    of("coder", "agent-done");
+    let failed = of("blocked", "agent-failed");
+    assert!(
+        failed["reason"].as_str().unwrap().starts_with(&format!(
+            "{} task 1 failed: the tools that failed: {tool} (",
+            agent.name
+        )),
+        "{failed}"
+    );
+
+    // The transcript: the task, the call, its error, the verdict.
+    let out = w.ateam(&["transcript", "blocked"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}{}", text(&out.stderr));
+    for want in [
+        "  > create the file notes.txt containing exactly: blocked",
+        &format!("  {tool} "),
+        "    FAILED: ",
+        "  = task 1 failed: the tools that failed: ",
+    ] {
+        assert!(shown.contains(want), "{want:?} not in:\n{shown}");
+    }
+    let failed_line = shown
+        .lines()
+        .find(|l| l.starts_with("    FAILED: "))
+        .unwrap();
+    assert!(
+        failed_line.to_lowercase().contains("read-only file system"),
+        "{shown}"
+    );
+    let out = w.ateam(&["transcript", "coder", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["tasks"][0]["ended"], true, "{doc:#}");
+    assert_eq!(
+        doc["tasks"][0]["failedTools"],
+        serde_json::json!([]),
+        "{doc:#}"
+    );
+}
+
+/// A command left running (`ateam transcript -f`), told to stop (SIGTERM) when done with or
+/// dropped.
+struct Running(Option<Child>);
+
+impl Running {
+    /// Stops it; what it printed. Under runuser (rootless Podman) ateam is runuser's child:
+    /// it is told itself, so runuser returns as soon as it ends (told, runuser would wait two
+    /// seconds before it ends its child).
+    fn stop(&mut self) -> String {
+        let Some(child) = self.0.take() else {
+            return String::new();
+        };
+        let pid = child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        let mut pids: Vec<u32> = children
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            pids.push(pid);
+        }
+        for p in pids {
+            if let Some(p) = rustix::process::Pid::from_raw(p as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+            }
+        }
+        text(&child.wait_with_output().unwrap().stdout)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `ateam transcript coder -f`, started before the agent wrote anything, printed its task and
+/// the task's end as the agent wrote them; it runs until told to stop.
+fn followed_to_its_end(mut follow: Running, agent: &Agent) {
+    let shown = follow.stop();
+    for want in [
+        format!(
+            "  > create the file hello.txt containing exactly: hello from {}",
+            agent.name
+        ),
+        format!("  {}: Done: the file is written.", agent.name),
+        "  = task 1 done".to_string(),
+    ] {
+        assert!(
+            shown.contains(&want),
+            "{want:?} not in what -f printed:\n{shown}"
+        );
     }
 }
 

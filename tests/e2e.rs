@@ -534,6 +534,14 @@ fn logs_and_exec_look_inside(engine: &'static str) {
         text(&logs.stdout)
     );
     assert_eq!(text(&logs.stdout).lines().count(), 3);
+    // Not an agent member: no transcript of an agent's to read, and `transcript` says so.
+    let t = w.bare(&["transcript", "reviewer"]);
+    assert_eq!(t.status.code(), Some(2));
+    assert!(
+        text(&t.stderr).contains("is not an agent member"),
+        "{}",
+        text(&t.stderr)
+    );
     let exec = w.bare(&[
         "exec",
         "reviewer",

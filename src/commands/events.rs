@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::bail;
 
 use crate::cli::{Global, Output};
+use ateam::app::App;
 use ateam::core::layout;
-use ateam::events::{Event, EventKind, team_events};
+use ateam::events::{Event, EventKind, SessionCache, team_events};
+use ateam::transcripts::AgentHome;
 
 use super::common::app;
 use super::exit::Exit;
@@ -34,10 +36,12 @@ pub fn run(
     {
         bail!("`{t}` is not a team's name");
     }
-    let state_dir = app(global).host.state_dir;
+    let ctx = app(global);
+    let state_dir = ctx.host.state_dir.clone();
     let teams = || teams(&state_dir, team);
     let wide = team.is_none();
-    let all = collect(&state_dir, &teams());
+    let cache = SessionCache::default();
+    let all = collect(&ctx, &teams(), &cache);
     if !watch {
         if json {
             outln!("{}", serde_json::to_string_pretty(&all)?);
@@ -52,7 +56,7 @@ pub fn run(
     // grows) as it comes, until interrupted.
     let mut shown: HashMap<String, u64> = HashMap::new();
     let mut header = !json;
-    let mut seen = fingerprint(&state_dir, &teams());
+    let mut seen = fingerprint(&ctx, &teams());
     let mut batch = all;
     loop {
         let new: Vec<Event> = batch
@@ -73,13 +77,13 @@ pub fn run(
         }
         loop {
             std::thread::sleep(POLL);
-            let now = fingerprint(&state_dir, &teams());
+            let now = fingerprint(&ctx, &teams());
             if now != seen {
                 seen = now;
                 break;
             }
         }
-        batch = collect(&state_dir, &teams());
+        batch = collect(&ctx, &teams(), &cache);
     }
 }
 
@@ -100,10 +104,23 @@ fn teams(state_dir: &Path, team: Option<&str>) -> Vec<String> {
     v
 }
 
-fn collect(state_dir: &Path, teams: &[String]) -> Vec<Event> {
+/// The agent members of `team` as applied (their transcripts hold their tasks' ends).
+fn agents(ctx: &App, team: &str) -> Vec<AgentHome> {
+    ctx.applied_with_requests(Some(team))
+        .map(|d| {
+            d.teams
+                .iter()
+                .flat_map(|t| t.members.iter().filter_map(AgentHome::of))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn collect(ctx: &App, teams: &[String], cache: &SessionCache) -> Vec<Event> {
+    let state_dir = &ctx.host.state_dir;
     let mut all: Vec<Event> = teams
         .iter()
-        .flat_map(|t| team_events(state_dir, t))
+        .flat_map(|t| team_events(state_dir, t, &agents(ctx, t), cache))
         .collect();
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all
@@ -130,7 +147,9 @@ fn identity(e: &Event) -> String {
         | EventKind::SessionStarted
         | EventKind::SessionStopped
         | EventKind::Promoted
-        | EventKind::TaskGiven => e.ts.to_bits().to_string(),
+        | EventKind::TaskGiven
+        | EventKind::AgentDone
+        | EventKind::AgentFailed => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",
@@ -142,10 +161,28 @@ fn identity(e: &Event) -> String {
 }
 
 /// Size, change time and inode of every file `collect` reads: unchanged, nothing is new.
-fn fingerprint(state_dir: &Path, teams: &[String]) -> Vec<(PathBuf, u64, i64, i64, u64)> {
+fn fingerprint(ctx: &App, teams: &[String]) -> Vec<(PathBuf, u64, i64, i64, u64)> {
     use std::os::unix::fs::MetadataExt;
+    let state_dir = &ctx.host.state_dir;
     let mut paths = Vec::new();
+    let mut sessions = Vec::new();
     for t in teams {
+        for a in agents(ctx, t) {
+            for s in ateam::transcripts::sessions(&a)
+                .into_iter()
+                .take(ateam::events::AGENT_SESSIONS)
+            {
+                let at = s.modified.duration_since(UNIX_EPOCH).unwrap_or_default();
+                let path = a.transcripts.join(&s.rel);
+                sessions.push((
+                    path,
+                    s.len,
+                    at.as_secs() as i64,
+                    i64::from(at.subsec_nanos()),
+                    0,
+                ));
+            }
+        }
         let own = layout::team_events_path(state_dir, t);
         paths.push(ateam::egress::log::rotated(&own));
         paths.push(own);
@@ -172,6 +209,7 @@ fn fingerprint(state_dir: &Path, teams: &[String]) -> Vec<(PathBuf, u64, i64, i6
             let m = std::fs::symlink_metadata(&p).ok()?;
             Some((p, m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
         })
+        .chain(sessions)
         .collect()
 }
 

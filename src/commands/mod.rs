@@ -35,6 +35,7 @@ mod progress;
 mod schema;
 mod status;
 mod top;
+mod transcript;
 mod validate;
 mod workspace;
 
@@ -151,6 +152,24 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             let how = member::ExecMode { interactive, tty };
             block_on(member::exec(g, team.as_deref(), &member, how, &command))?
         }
+        Command::Transcript {
+            member,
+            team,
+            follow,
+            session,
+            list,
+            json,
+        } => transcript::run(
+            g,
+            team.as_deref(),
+            &member,
+            transcript::Opts {
+                follow,
+                session,
+                list,
+                json,
+            },
+        ),
         Command::Changes {
             member,
             team,

@@ -553,7 +553,9 @@ impl StatusSource for Reconciler {
                     | EventKind::SessionStarted
                     | EventKind::SessionStopped
                     | EventKind::Promoted
-                    | EventKind::TaskGiven => continue,
+                    | EventKind::TaskGiven
+                    | EventKind::AgentDone
+                    | EventKind::AgentFailed => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }

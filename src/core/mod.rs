@@ -9,6 +9,8 @@
 //! - `layout`: every path under ateam's state folder;
 //! - `logins`: subscription logins: what a member holds instead, when ateam refreshes;
 //! - `session`: a promotion's recorded steps;
+//! - `transcript`: what an agent's own transcript says (tasks, tool calls, errors) and the
+//!   outcome of its latest task;
 //! - `untrusted`: text a member chose, made safe to show a person.
 
 pub mod agents;
@@ -20,4 +22,5 @@ pub mod layout;
 pub mod logins;
 pub mod selector;
 pub mod session;
+pub mod transcript;
 pub mod untrusted;

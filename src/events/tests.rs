@@ -175,7 +175,7 @@ fn a_teams_events_and_its_refusals_come_in_time_order() {
     )
     .unwrap();
     egress_log::Log::open(fd, "log.jsonl").write(&refusal("a.example", 443, 20.0));
-    let kinds: Vec<EventKind> = team_events(dir.path(), "t")
+    let kinds: Vec<EventKind> = team_events(dir.path(), "t", &[], &SessionCache::default())
         .iter()
         .map(|e| e.kind)
         .collect();
@@ -243,4 +243,56 @@ fn a_summary_line_of_refusals_counts_what_it_says() {
     assert_eq!(events[0].count, 58);
     let alone = egress_refusals("t", "m", &log[1..]);
     assert_eq!(alone[0].count, 57);
+}
+
+/// An agent member's session of three tasks (the second's write refused): an event per
+/// ended task, at its end, `agent-failed` a warning naming the tool that failed; read from
+/// the transcript in the member's folder, none written.
+#[test]
+fn an_agents_ended_tasks_are_events_from_its_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("sessions/members/coder");
+    let projects = folder.join("claude/projects/-w");
+    std::fs::create_dir_all(&projects).unwrap();
+    std::fs::write(
+        projects.join("s1.jsonl"),
+        include_bytes!("../../tests/fixtures/transcripts/claude-2.1.332-three-tasks.jsonl"),
+    )
+    .unwrap();
+    let a = crate::transcripts::AgentHome {
+        member: "coder".into(),
+        kind: crate::core::agents::AgentKind::Claude,
+        transcripts: folder,
+        home: "claude".into(),
+    };
+    let all = team_events(dir.path(), "t", &[a], &SessionCache::default());
+    let kinds: Vec<EventKind> = all.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::AgentDone,
+            EventKind::AgentFailed,
+            EventKind::AgentDone
+        ]
+    );
+    let failed = &all[1];
+    assert_eq!(
+        (failed.member.as_str(), failed.kind.severity()),
+        ("coder", "Warning")
+    );
+    assert!(
+        failed.reason.starts_with(
+            "claude task 2 failed: the tools that failed: Write (EACCES: permission denied"
+        ),
+        "{failed:?}"
+    );
+    assert!(
+        failed
+            .reason
+            .ends_with("(task: create the file /tmp/tr/cl/locked/two.txt containing exactly: two)"),
+        "{failed:?}"
+    );
+    assert!(failed.at.starts_with("2026-12-06T07:49:"), "{failed:?}");
+    assert!(all.windows(2).all(|w| w[0].ts <= w[1].ts));
+    assert!(read(dir.path(), "t").is_empty(), "nothing written");
 }

@@ -50,9 +50,9 @@ impl EarlyFacts {
         let mut early = EarlyFacts::default();
         for t in &desired.teams {
             for m in &t.members {
-                let f = member_facts(host, t, m, since);
-                early.members.insert((t.name.clone(), m.name.clone()), f);
                 let u = walks.usage(&m.transcript_dir);
+                let f = member_facts_with_agent(host, t, m, since, walks, u);
+                early.members.insert((t.name.clone(), m.name.clone()), f);
                 early.transcripts.insert(m.transcript_dir.clone(), u);
             }
             let cache = Cache::load(&layout::team_run_dir(&host.state_dir, &t.name));
@@ -95,9 +95,18 @@ pub fn status_facts(
     for t in &model.teams {
         for m in &t.members {
             let key = (t.name.clone(), m.name.clone());
-            let f = members
-                .remove(&key)
-                .unwrap_or_else(|| member_facts(host, t, m, since));
+            let mut f = members.remove(&key).unwrap_or_else(|| {
+                let u = walks.usage(&m.transcript_dir);
+                member_facts_with_agent(host, t, m, since, walks, u)
+            });
+            // Read early, an agent's transcript may predate the exit this look saw: its last
+            // lines written as it ended. Read again once for that exit.
+            if let Some(a) = crate::transcripts::AgentHome::of(m)
+                && let Some(id) = exited(observed, &t.name, &m.name)
+            {
+                let u = walks.usage(&m.transcript_dir);
+                f.agent = Some(walks.agent(&a, u, Some(id)));
+            }
             facts.members.insert(key, f);
         }
         let live = observed
@@ -171,7 +180,40 @@ fn member_facts(host: &Host, t: &Team, m: &Member, since: f64) -> MemberFacts {
         not_writable,
         egress: matches!(m.access.network, Network::Allow(_))
             .then(|| egress_facts(state_dir, &t.name, &m.name, since)),
+        agent: None,
     }
+}
+
+/// `member_facts`, with what its agent's transcript says (through `walks`, which reads it
+/// again only when the folder's usage moved).
+fn member_facts_with_agent(
+    host: &Host,
+    t: &Team,
+    m: &Member,
+    since: f64,
+    walks: &TranscriptCache,
+    usage: TranscriptUsage,
+) -> MemberFacts {
+    let mut f = member_facts(host, t, m, since);
+    f.agent = crate::transcripts::AgentHome::of(m).map(|a| walks.agent(&a, usage, None));
+    f
+}
+
+/// The id of `team`'s `member`'s container when the look saw it exited (or dead).
+fn exited<'a>(observed: &'a Observed, team: &str, member: &str) -> Option<&'a str> {
+    use crate::core::container::{ContainerState, labels};
+    observed
+        .containers
+        .iter()
+        .find(|c| {
+            c.labels.get(labels::TEAM).map(String::as_str) == Some(team)
+                && c.labels.get(labels::MEMBER).map(String::as_str) == Some(member)
+                && matches!(
+                    c.state,
+                    ContainerState::Exited { .. } | ContainerState::Dead
+                )
+        })
+        .map(|c| c.id.as_str())
 }
 
 /// What a member's proxy refused since the last apply, and decided in the last minute.

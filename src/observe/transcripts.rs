@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::execute::transcript_usage;
 use crate::report::TranscriptUsage;
+use crate::transcripts::{AgentFacts, AgentHome};
 
 /// How old a figure may get while the folder's stamp stays put: files growing move sizes
 /// and the last activity but not the folder's stamp. `top` shows both; `status -w` neither.
@@ -74,12 +75,18 @@ impl Walked {
     }
 }
 
-/// The last walk of each transcript folder a process looked at (shared by its looks).
+/// The last walk of each transcript folder a process looked at (shared by its looks), and
+/// what each agent member's transcript said at that walk.
 #[derive(Debug, Default)]
 pub struct TranscriptCache {
     folders: Mutex<HashMap<PathBuf, Walked>>,
     walks: AtomicU64,
+    agents: Mutex<HashMap<PathBuf, AgentRead>>,
 }
+
+/// An agent's transcript as read: at which usage of its folder, after which exit (a
+/// container id), and what it said.
+type AgentRead = (TranscriptUsage, Option<String>, AgentFacts);
 
 impl TranscriptCache {
     /// `dir`'s usage now: its last walk's, or a new walk's when due.
@@ -106,6 +113,24 @@ impl TranscriptCache {
         };
         self.lock().insert(dir.to_path_buf(), walked);
         usage
+    }
+
+    /// What agent `a`'s transcript says, its folder's usage being `usage` and its container
+    /// `exited` (its id, once a look saw it exited): read again only when either moved (so at
+    /// the pace of the walks and within their cost bound, and once more after an exit, when
+    /// the agent's last lines are surely written).
+    pub fn agent(&self, a: &AgentHome, usage: TranscriptUsage, exited: Option<&str>) -> AgentFacts {
+        let agents = || self.agents.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((u, e, facts)) = agents().get(&a.transcripts)
+            && *u == usage
+            && (exited.is_none() || e.as_deref() == exited)
+        {
+            return facts.clone();
+        }
+        let facts = crate::transcripts::agent_facts(a);
+        let e = exited.map(str::to_string);
+        agents().insert(a.transcripts.clone(), (usage, e, facts.clone()));
+        facts
     }
 
     /// How many walks this cache made (for tests and benchmarks).
@@ -154,6 +179,43 @@ mod tests {
         let stale = later + REFRESH;
         assert_eq!(cache.usage_at(&dir, stale).bytes, 15, "and at REFRESH");
         assert_eq!(cache.walks(), 3);
+    }
+
+    /// An agent's transcript is read again when its folder's usage moved, and once after a
+    /// look saw its container exit (read before, it may lack the last lines the agent wrote
+    /// as it ended), not at every look after.
+    #[test]
+    fn an_agents_transcript_is_read_again_once_after_its_exit() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("claude/projects/w");
+        std::fs::create_dir_all(&p).unwrap();
+        let full: &[u8] =
+            include_bytes!("../../tests/fixtures/transcripts/claude-2.1.332-three-tasks.jsonl");
+        let cut = 146_505 + 700; // within task 2's first lines
+        let cut = cut + full[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        std::fs::write(p.join("s.jsonl"), &full[..cut]).unwrap();
+        let a = AgentHome {
+            member: "m".into(),
+            kind: crate::core::agents::AgentKind::Claude,
+            transcripts: t.path().to_path_buf(),
+            home: "claude".into(),
+        };
+        let cache = TranscriptCache::default();
+        let u = TranscriptUsage::default();
+        let ended = |f: AgentFacts| f.latest().is_some_and(|t| t.ended);
+        assert!(!ended(cache.agent(&a, u, None)));
+        std::fs::write(p.join("s.jsonl"), full).unwrap();
+        assert!(
+            !ended(cache.agent(&a, u, None)),
+            "the same usage: the same read"
+        );
+        assert!(
+            ended(cache.agent(&a, u, Some("c1"))),
+            "read again after the exit"
+        );
+        std::fs::write(p.join("s.jsonl"), &full[..cut]).unwrap();
+        assert!(ended(cache.agent(&a, u, Some("c1"))), "once");
+        assert!(ended(cache.agent(&a, u, None)));
     }
 
     /// A folder a member keeps changing is walked no sooner than `COST_RATIO` times what

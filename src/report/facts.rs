@@ -59,6 +59,8 @@ pub struct MemberFacts {
     pub not_writable_by: Option<u32>,
     /// Its proxy's log, for a member with an allow list.
     pub egress: Option<EgressFacts>,
+    /// What its agent's own transcript says, for an agent member (`transcripts`).
+    pub agent: Option<crate::transcripts::AgentFacts>,
 }
 
 /// What a member's egress proxy logged.

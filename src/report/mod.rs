@@ -23,8 +23,8 @@ pub use documents::{
 };
 pub use facts::{EgressFacts, MemberFacts, SessionFacts, StatusFacts, TranscriptUsage};
 pub use rows::{
-    EgressCounts, EgressStatus, Grants, Injection, LeftOut, MemberStatus, NetworkGrant,
-    NetworkMode, OriginStatus, RowKind, TeamStatus, Usage, WorkspaceStatus,
+    AgentStatus, EgressCounts, EgressStatus, Grants, Injection, LeftOut, MemberStatus,
+    NetworkGrant, NetworkMode, OriginStatus, RowKind, TeamStatus, Usage, WorkspaceStatus,
 };
 pub use status::{session_transcript, team_status};
 pub use text::{render_controller, render_refusals, render_status, workspace_summary};

@@ -305,6 +305,36 @@ pub struct MemberStatus {
     /// A writer's workspace: its branch and how far its work is from the base and from you.
     #[serde(default)]
     pub workspace: Option<WorkspaceStatus>,
+    /// An agent member's outcome, from the agent's own transcript beside its exit code.
+    #[serde(default)]
+    pub agent: Option<AgentStatus>,
+}
+
+/// What an agent member came to: its latest task's outcome, from the agent's own transcript
+/// (`ateam transcript` shows it) beside its container's state and exit code. Every text in
+/// it that the member wrote is escaped.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentStatus {
+    /// `claude` or `codex`.
+    pub name: String,
+    /// `running`; `done` (its latest task ended, no error of its own, no refused tool call);
+    /// `failed` (it said an error, a tool call was refused, e.g. EACCES on a write, or it
+    /// exited nonzero); `unknown` (no task ended in its transcript, and it exited 0 or never
+    /// ran).
+    pub outcome: crate::core::transcript::Verdict,
+    /// Why, in one line: the task, the agent's error, the tools that failed, the exit.
+    pub reason: String,
+    /// The tool calls of its latest task that failed (refused ones say why it failed; others
+    /// are the agent's work, such as a test that failed before it fixed it).
+    pub failed_tools: Vec<crate::core::transcript::FailedTool>,
+    /// Tasks read in its newest session (each `claude -p --continue`, `codex exec resume`
+    /// adds one).
+    pub tasks: u64,
+    /// Its latest task's prompt (at most 200 characters).
+    pub task: Option<String>,
+    /// Its newest session's file (escaped: the agent named it).
+    pub session: Option<String>,
 }
 
 /// A writer's workspace as status shows it (`crate::workspace::changes`, at most a few

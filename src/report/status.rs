@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use super::diff::{action_text, drift_text, short};
 use super::facts::{MemberFacts, StatusFacts, TranscriptUsage};
 use super::rows::{
-    EgressCounts, EgressStatus, Grants, LeftOut, MemberStatus, OriginStatus, RowKind, TeamStatus,
+    AgentStatus, EgressCounts, EgressStatus, Grants, LeftOut, MemberStatus, OriginStatus, RowKind,
+    TeamStatus,
 };
 use crate::core::container::{LastExit, labels, rfc3339, rfc3339_epoch};
 use crate::model::{MainSession, Member, Network, Parent, Team};
@@ -179,6 +180,7 @@ impl<'a> Inputs<'a> {
             origin: None,
             usage: None,
             workspace: None,
+            agent: None,
         }
     }
 
@@ -236,6 +238,7 @@ impl<'a> Inputs<'a> {
             origin: Some(OriginStatus::of(&m.origin)),
             usage: c.and_then(|c| facts.usage_of(c)),
             workspace: None,
+            agent: agent_status(m, c, known),
         }
     }
 
@@ -377,6 +380,7 @@ impl<'a> Inputs<'a> {
             origin: None,
             usage: c.and_then(|c| self.facts.usage_of(c)),
             workspace: None,
+            agent: None,
         }
     }
 
@@ -410,6 +414,7 @@ impl<'a> Inputs<'a> {
             origin: None,
             usage: None,
             workspace: None,
+            agent: None,
         }
     }
 
@@ -443,6 +448,7 @@ impl<'a> Inputs<'a> {
             origin: None,
             usage: None,
             workspace: None,
+            agent: None,
         }
     }
 }
@@ -508,6 +514,45 @@ fn engine_state(c: &ObservedContainer, brought_up: bool) -> (String, Option<Stri
         ContainerState::Removing => ("removing".into(), None),
         ContainerState::Dead => ("dead".into(), None),
     }
+}
+
+/// An agent member's outcome: its latest task's (escaped: the member wrote it), beside how
+/// its container stands.
+fn agent_status(
+    m: &Member,
+    c: Option<&ObservedContainer>,
+    known: Option<&MemberFacts>,
+) -> Option<AgentStatus> {
+    use crate::core::transcript::{Run, outcome};
+    let a = m.agent.as_ref()?;
+    let facts = known.and_then(|k| k.agent.as_ref());
+    let latest = facts.and_then(|f| f.latest()).cloned().map(|t| t.shown());
+    let run = match c.map(|c| (c.state, c.released)) {
+        Some(
+            (ContainerState::Running, true)
+            | (ContainerState::Paused | ContainerState::Restarting, _),
+        ) => Run::Running,
+        Some((ContainerState::Exited { code }, _)) => Run::Exited(Some(code)),
+        Some((ContainerState::Dead, _)) => Run::Exited(None),
+        // Held at its gate, made and never started, being removed: its command does not run.
+        Some(
+            (ContainerState::Running, false)
+            | (ContainerState::Created | ContainerState::Removing, _),
+        )
+        | None => Run::NotStarted,
+    };
+    let o = outcome(latest.as_ref(), run);
+    Some(AgentStatus {
+        name: a.name.clone(),
+        outcome: o.verdict,
+        reason: o.reason,
+        failed_tools: o.failed_tools,
+        tasks: facts.map_or(0, |f| f.tasks.len() as u64),
+        task: latest.map(|t| t.prompt).filter(|p| !p.is_empty()),
+        session: facts.and_then(|f| f.session.as_ref()).map(|s| {
+            crate::core::untrusted::shown(&m.transcript_dir.join(s).to_string_lossy()).into_owned()
+        }),
+    })
 }
 
 /// A stranger the plan leaves: `(team, member, container)`.

@@ -604,3 +604,85 @@ fn diff_shows_the_agents_build_and_its_mount() {
     assert_eq!(mount.source, std::path::Path::new(dir));
     assert!(mount.read_only);
 }
+
+/// An agent member that exited 0 after its write was refused: `failed` beside its exit code,
+/// the tool that failed named under the table; the same session read to its end (a later
+/// task done): `done`, and no note. What the member wrote is escaped.
+#[test]
+fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
+    use crate::core::agents::AgentKind;
+    use crate::core::transcript::{Verdict, parse, tasks};
+    let bytes: &[u8] =
+        include_bytes!("../../tests/fixtures/transcripts/claude-2.1.332-three-tasks.jsonl");
+    let mut t = team(&["a"]);
+    t.members[0].agent = Some(crate::model::Agent {
+        name: "claude".into(),
+        task: "x".into(),
+        model: None,
+        model_url: None,
+        args: vec![],
+        interactive: false,
+        home: "/home/u/sessions/members/a/claude".into(),
+        version: None,
+        sha256: None,
+        dir: None,
+        login: Default::default(),
+    });
+    let mut o = in_sync(&t);
+    o.containers[0].state = ContainerState::Exited { code: 0 };
+    o.containers[0].last_exit = Some(LastExit::exited(
+        0,
+        false,
+        Some("1970-01-01T00:16:00Z".into()),
+        None,
+    ));
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+    let seen = |len: usize, o: &Observed| {
+        let d = desired_state(
+            &Desired {
+                teams: vec![t.clone()],
+            },
+            &host(),
+        );
+        let p = plan(&d, o, PlanOptions::default());
+        let mut facts = StatusFacts::empty(now);
+        let agent = crate::transcripts::AgentFacts {
+            session: Some("claude/projects/-w/s\u{1b}[2J.jsonl".into()),
+            tasks: tasks(&parse(AgentKind::Claude, &bytes[..len])),
+        };
+        let f = MemberFacts {
+            agent: Some(agent),
+            ..Default::default()
+        };
+        facts.members.insert(("t".into(), "a".into()), f);
+        team_status(&t, "docker", o, &p, &facts)
+    };
+    let s = seen(154_503, &o);
+    let a = row(&s, "a").agent.clone().unwrap();
+    assert_eq!((a.outcome, a.tasks), (Verdict::Failed, 2));
+    assert_eq!(a.failed_tools.len(), 1);
+    assert_eq!(a.failed_tools[0].tool, "Write");
+    assert!(!crate::core::untrusted::steering(
+        a.session.as_deref().unwrap()
+    ));
+    let table = render_status(std::slice::from_ref(&s), now);
+    assert!(table.contains(" 0 (40s ago) failed "), "{table}");
+    assert!(
+        table.contains(
+            "  a: claude failed: task 2 failed: the tools that failed: Write (EACCES: permission denied"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("(ateam transcript a)\n"), "{table}");
+    let json = serde_json::to_value(StatusDocument::new(vec![s], None, now)).unwrap();
+    assert_eq!(json["teams"][0]["members"][0]["agent"]["outcome"], "failed");
+
+    // To the end of the session: task 3 done; and while running, nothing beside the exit.
+    let s = seen(bytes.len(), &o);
+    assert_eq!(row(&s, "a").agent.as_ref().unwrap().outcome, Verdict::Done);
+    let table = render_status(std::slice::from_ref(&s), now);
+    assert!(table.contains(" 0 (40s ago) done "), "{table}");
+    assert!(!table.contains("a: claude"), "{table}");
+    let s = seen(bytes.len(), &in_sync(&t));
+    assert_eq!(row(&s, "a").agent.as_ref().unwrap().outcome, Verdict::Done);
+}

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use super::documents::ControllerStatus;
 use super::rows::{Grants, MemberStatus, NetworkMode, RowKind, TeamStatus};
 use crate::core::container::{ExitReason, LastExit};
+use crate::core::transcript::Verdict;
 use crate::manifest::quantity::human_bytes;
 
 impl Grants {
@@ -248,10 +249,7 @@ fn table_row(m: &MemberStatus, now: SystemTime) -> [String; 10] {
         state,
         ago(m.age_secs),
         m.restarts.to_string(),
-        m.last_exit
-            .as_ref()
-            .map(|e| last_exit_cell(e, now))
-            .unwrap_or_else(|| "-".into()),
+        last_exit_and_outcome(m, now),
         human_bytes(m.transcript_bytes),
         ago(m.last_activity_secs),
         match (&m.grants, m.kind) {
@@ -260,6 +258,46 @@ fn table_row(m: &MemberStatus, now: SystemTime) -> [String; 10] {
             (None, RowKind::Member | RowKind::Transcript) => "-".into(),
         },
     ]
+}
+
+/// The LAST EXIT cell, and beside it an agent's outcome (`0 (8s ago) failed`): an agent that
+/// exits 0 after every write failed does not pass for a success. A task under way adds
+/// nothing (the state says it runs).
+fn last_exit_and_outcome(m: &MemberStatus, now: SystemTime) -> String {
+    let exit = m.last_exit.as_ref().map(|e| last_exit_cell(e, now));
+    let outcome = m
+        .agent
+        .as_ref()
+        .map(|a| a.outcome)
+        .filter(|v| *v != Verdict::Running)
+        .map(Verdict::as_str);
+    match (exit, outcome) {
+        (Some(e), Some(o)) => format!("{e} {o}"),
+        (Some(e), None) => e,
+        (None, Some(o)) => o.to_string(),
+        (None, None) => "-".into(),
+    }
+}
+
+/// The note under the table about an agent's outcome, unless it is plainly done or under
+/// way: why it failed (the tools that failed), or what failed on the way.
+fn agent_note(m: &MemberStatus) -> Option<String> {
+    let a = m.agent.as_ref()?;
+    let plain = match a.outcome {
+        Verdict::Running => true,
+        Verdict::Done => a.failed_tools.is_empty(),
+        Verdict::Failed | Verdict::Unknown => false,
+    };
+    (!plain).then(|| {
+        format!(
+            "  {}: {} {}: {} (ateam transcript {})\n",
+            m.name,
+            a.name,
+            a.outcome.as_str(),
+            a.reason,
+            m.name
+        )
+    })
 }
 
 /// The notes under the table about one of a team's `rows`: the helpers it asked for, who
@@ -295,6 +333,9 @@ fn row_notes(m: &MemberStatus, rows: &[MemberStatus]) -> String {
     }
     if let Some(d) = &m.detail {
         out.push_str(&format!("  {}: {d}\n", m.name));
+    }
+    if let Some(n) = agent_note(m) {
+        out.push_str(&n);
     }
     if let Some(w) = &m.workspace {
         out.push_str(&workspace_line(&m.name, w));

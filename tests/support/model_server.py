@@ -16,6 +16,9 @@ and plays a scripted conversation. The task is read from the user's prompt, whic
 "create the file": a tool call that writes SOME TEXT into /ABS/PATH (Claude Code's `Write`;
 Codex's `shell_command`, `shell` or `exec_command`, whichever the request offers); once the
 request carries the tool's result, a short text answer and the end of the turn.
+A session that goes on with another task (`claude -p --continue`, `codex exec resume`)
+holds several: the latest is played, and every response and tool call has ids of its own
+(Claude Code merges messages of one id).
 
 "fix the failing test", one tool call per request, each after the result of the one before
 (a developer's loop): run CMD with the shell tool (step `run-tests`); only if its output shows
@@ -58,6 +61,7 @@ Usage: model_server.py [--host 127.0.0.1] [--port 0] [--log FILE] [--port-file F
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import re
@@ -78,6 +82,13 @@ RUN = re.compile(r"run the command: (.+?)(?:, then |\n|\"|$)")
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
 MODEL = "stand-in-model"
+# Ids of responses and tool calls: unique, also across runs of the stand-in.
+IDS = itertools.count(1)
+RUN_ID = uuid.uuid4().hex[:8]
+
+
+def new_id(kind):
+    return f"{kind}_standin_{RUN_ID}_{next(IDS)}"
 
 
 def find_command(body):
@@ -247,7 +258,7 @@ def anthropic_plan(body):
 
 def anthropic_message(blocks, stop):
     return {
-        "id": "msg_standin",
+        "id": new_id("msg"),
         "type": "message",
         "role": "assistant",
         "model": MODEL,
@@ -352,6 +363,7 @@ def shell_run(tools, script):
         name, args = "exec_command", {"cmd": script}
     else:
         return None
+    n = new_id("call")
     return {
         "type": "function_call",
         "id": "fc_standin_" + uuid.uuid4().hex,
@@ -369,7 +381,7 @@ def shquote(s):
 def openai_text_item(text):
     return {
         "type": "message",
-        "id": "msg_standin",
+        "id": new_id("msg"),
         "role": "assistant",
         "status": "completed",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -423,9 +435,9 @@ def openai_plan(body):
     return "other", [openai_text_item("OK")]
 
 
-def openai_response(items, status):
+def openai_response(items, status, rid=None):
     return {
-        "id": "resp_standin",
+        "id": rid or new_id("resp"),
         "object": "response",
         "created_at": int(time.time()),
         "status": status,
@@ -442,9 +454,10 @@ def openai_response(items, status):
 
 
 def openai_events(items):
+    rid = new_id("resp")
     yield "response.created", {
         "type": "response.created",
-        "response": openai_response([], "in_progress"),
+        "response": openai_response([], "in_progress", rid),
     }
     for i, item in enumerate(items):
         yield "response.output_item.added", {
@@ -467,7 +480,7 @@ def openai_events(items):
         }
     yield "response.completed", {
         "type": "response.completed",
-        "response": openai_response(items, "completed"),
+        "response": openai_response(items, "completed", rid),
     }
 
 

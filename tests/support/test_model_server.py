@@ -229,6 +229,40 @@ class StandIn(unittest.TestCase):
         self.assertEqual(block["input"]["file_path"], "/w/two.txt")
         self.assertEqual(self.steps(), ["tool", "tool"])
 
+    def test_a_continued_session_plays_its_latest_task_with_ids_of_its_own(self):
+        tools = [{"name": "Write"}]
+        first = {"type": "tool_use", "id": "toolu_standin_1", "name": "Write", "input": {}}
+        result = {"type": "tool_result", "tool_use_id": "toolu_standin_1", "content": "ok"}
+        msgs = [
+            {"role": "user", "content": TASK},
+            {"role": "assistant", "content": [first]},
+            {"role": "user", "content": [result]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Done"}]},
+            {"role": "user", "content": "create the file /w/two.txt containing exactly: second"},
+        ]
+        _, _, body = self.post("/v1/messages", {"tools": tools, "messages": msgs})
+        doc = json.loads(body)
+        call = doc["content"][0]
+        self.assertEqual(call["input"], {"file_path": "/w/two.txt", "content": "second\n"})
+        self.assertNotEqual(call["id"], first["id"])
+        _, _, again = self.post("/v1/messages", {"tools": tools, "messages": msgs})
+        self.assertNotEqual(json.loads(again)["id"], doc["id"])
+
+    def test_a_resumed_codex_session_plays_its_new_task(self):
+        tools = [{"type": "function", "name": "shell_command"}]
+        user = lambda t: {"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]}
+        inp = [
+            user(TASK),
+            {"type": "function_call", "call_id": "c1", "name": "shell_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            user("create the file /w/two.txt containing exactly: second"),
+        ]
+        _, _, body = self.post("/v1/responses", {"stream": True, "tools": tools, "input": inp})
+        item = [d for e, d in sse(body) if e == "response.output_item.done"][0]["item"]
+        self.assertEqual(item["type"], "function_call")
+        self.assertIn("/w/two.txt", json.loads(item["arguments"])["command"])
+        self.assertEqual(self.steps(), ["tool"])
+
     def test_unknown_path_is_404_and_logged(self):
         code, _, _ = self.post("/api/event_logging/batch", {})
         self.assertEqual(code, 404)

@@ -297,6 +297,9 @@ async fn fetch_detail(
                 events[from..].iter().map(decision_line).collect()
             }
         }
+        View::Transcript if row.is_some_and(|r| r.agent.is_some()) => {
+            agent_transcript(ctx, team, name)
+        }
         View::Transcript => match row.and_then(|r| r.transcript.as_deref()) {
             Some(dir) => match ateam::sessions::transcript_tail(dir) {
                 Some((file, _, text)) => std::iter::once(format!("{file}:"))
@@ -317,6 +320,45 @@ async fn fetch_detail(
         of: Some((team.clone(), name.clone())),
         lines,
     }
+}
+
+/// How much of an agent's newest session the detail renders: its last lines are shown.
+const AGENT_TAIL: u64 = 256 << 10;
+
+/// An agent member's own transcript, rendered as `ateam transcript` renders it: the end of
+/// its newest session.
+fn agent_transcript(ctx: &App, team: &str, name: &str) -> Vec<String> {
+    use ateam::core::transcript::{parse, render::Renderer};
+    use ateam::transcripts::{self, AgentHome};
+    let home = ctx.applied_with_requests(Some(team)).ok().and_then(|d| {
+        let t = d.teams.into_iter().next()?;
+        t.members
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(AgentHome::of)
+    });
+    let Some(home) = home else {
+        return vec!["no agent transcript".into()];
+    };
+    let Some(s) = transcripts::sessions(&home).into_iter().next() else {
+        return vec!["no session yet".into()];
+    };
+    let Ok((bytes, _)) = transcripts::read_tail(&home, &s, AGENT_TAIL) else {
+        return vec!["its session cannot be read".into()];
+    };
+    let mut r = Renderer::new(home.kind);
+    let mut lines: Vec<String> = parse(home.kind, &bytes)
+        .iter()
+        .flat_map(|i| r.item(i))
+        .collect();
+    lines.extend(r.unfinished());
+    let from = lines.len().saturating_sub(DETAIL_LINES);
+    std::iter::once(format!(
+        "session {} (ateam transcript {name}):",
+        ateam::core::untrusted::shown(&s.id)
+    ))
+    .chain(lines.drain(from..))
+    .collect()
 }
 
 /// One egress decision on a line (its fields were made safe to show when read).

@@ -31,6 +31,8 @@ pub struct Row {
     pub detail: Option<String>,
     /// A writer's branch and its work (`report::workspace_summary`).
     pub workspace: Option<String>,
+    /// An agent member's outcome (`report::AgentStatus`), and the line that says why.
+    pub agent: Option<(ateam::core::transcript::Verdict, String)>,
 }
 
 /// Which part of the selected row's detail is shown.
@@ -194,6 +196,10 @@ impl Dashboard {
             terminal: m.terminal.as_ref().map(|p| p.display().to_string()),
             detail: m.detail.clone(),
             workspace: m.workspace.as_ref().map(ateam::report::workspace_summary),
+            agent: m.agent.as_ref().map(|a| {
+                let line = format!("{} {}: {}", a.name, a.outcome.as_str(), a.reason);
+                (a.outcome, line)
+            }),
         }
     }
 
@@ -352,6 +358,7 @@ mod tests {
             origin: None,
             usage: None,
             workspace: None,
+            agent: None,
         };
         row.usage = Some(Usage {
             cpu_seconds: Some(cpu),

@@ -10,6 +10,7 @@ use ratatui::widgets::{
 };
 
 use super::model::{Dashboard, Mode, Row, bytes};
+use ateam::core::transcript::Verdict;
 use ateam::report::RowKind;
 
 /// The selected row's detail, as fetched for its view (already quoted as data).
@@ -108,9 +109,13 @@ fn footer(d: &Dashboard) -> String {
 fn cells(r: &Row) -> [String; 9] {
     let name = format!("{}/{}", r.team, r.name);
     // A main session is a terminal on the host, not a container.
-    let state = match r.kind {
-        RowKind::MainSession => format!("{} (tty)", r.state),
-        RowKind::Member | RowKind::Transcript => r.state.clone(),
+    let state = match (r.kind, &r.agent) {
+        (RowKind::MainSession, _) => format!("{} (tty)", r.state),
+        // An agent's outcome beside its state: `exited 0 failed` is not a success.
+        (RowKind::Member, Some((v, _))) if *v != Verdict::Running => {
+            format!("{} {}", r.state, v.as_str())
+        }
+        (RowKind::Member | RowKind::Transcript, _) => r.state.clone(),
     };
     let mem = match (r.memory, r.memory_limit) {
         (Some(m), Some(l)) => format!("{}/{}", bytes(m), bytes(l)),
@@ -140,7 +145,8 @@ fn draw_table(f: &mut Frame, d: &Dashboard, area: Rect, theme: Theme) {
     )
     .style(Style::default().add_modifier(Modifier::BOLD));
     let rows = d.rows.iter().map(|r| {
-        let style = if r.drifted {
+        let failed = r.agent.as_ref().is_some_and(|(v, _)| *v == Verdict::Failed);
+        let style = if r.drifted || failed {
             theme.fg(Color::Red)
         } else if r.state == "running" {
             theme.fg(Color::Green)
@@ -156,7 +162,7 @@ fn draw_table(f: &mut Frame, d: &Dashboard, area: Rect, theme: Theme) {
     });
     let widths = [
         Constraint::Min(14),
-        Constraint::Length(13),
+        Constraint::Length(17),
         Constraint::Length(3),
         Constraint::Length(5),
         Constraint::Length(11),
@@ -196,6 +202,11 @@ fn draw_detail(f: &mut Frame, d: &Dashboard, detail: &Detail, area: Rect) {
     }
     if let Some(w) = &r.workspace {
         lines.push(Line::from(w.clone()));
+    }
+    if let Some((v, why)) = &r.agent
+        && *v != Verdict::Running
+    {
+        lines.push(Line::from(why.clone()));
     }
     let fresh = detail.of.as_ref() == Some(&(r.team.clone(), r.name.clone()));
     let room = area.height.saturating_sub(lines.len() as u16) as usize;
@@ -252,6 +263,7 @@ mod tests {
             terminal: None,
             detail: None,
             workspace: None,
+            agent: None,
         }
     }
 
@@ -272,6 +284,10 @@ mod tests {
             row("tester", "exited 1", true),
         ];
         d.rows[1].workspace = Some("branch ateam/t/tester, 2 ahead".into());
+        d.rows[1].agent = Some((
+            Verdict::Failed,
+            "claude failed: task 2 failed: the tools that failed: Write (EACCES)".into(),
+        ));
         d.selected = 1;
         let detail = Detail {
             of: Some(("t".into(), "tester".into())),
@@ -283,6 +299,8 @@ mod tests {
         assert!(s.contains("7/2"), "{s}");
         assert!(s.contains("hello from tester"), "{s}");
         assert!(s.contains("branch ateam/t/tester, 2 ahead"), "{s}");
+        assert!(s.contains("exited 1 failed"), "{s}");
+        assert!(s.contains("the tools that failed: Write (EACCES)"), "{s}");
         assert!(s.contains("q quit"), "{s}");
         let plain = screen(&d, &detail, false);
         assert!(

@@ -86,6 +86,7 @@ fn blank(name: &str) -> MemberStatus {
         origin: None,
         usage: None,
         workspace: None,
+        agent: None,
     }
 }
 
