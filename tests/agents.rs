@@ -124,7 +124,9 @@ struct World {
 }
 
 impl World {
-    fn new(engine: Engine, agent: &Agent, model: &Model) -> World {
+    /// The agent's example; with `blocked`, a second member of the same agent beside its
+    /// coder, whose task is to write in a folder it may only read (`blocked_member`).
+    fn new(engine: Engine, agent: &Agent, model: &Model, blocked: bool) -> World {
         let team = format!(
             "ag{}{}{}",
             &agent.name[..2],
@@ -136,7 +138,17 @@ impl World {
             team: &format!("{}-agent", agent.name),
             key_vars: vec![agent.key_var],
         };
-        World::of(engine, &example, team, model, |_| {})
+        World::of(engine, &example, team, model, |root| {
+            if !blocked {
+                return;
+            }
+            let manifest = root.join("team.yaml");
+            let mut text = std::fs::read_to_string(&manifest).unwrap();
+            text.push_str(&blocked_member(&text));
+            std::fs::write(&manifest, text).unwrap();
+            std::fs::create_dir_all(root.join("workspace/docs")).unwrap();
+            std::fs::write(root.join("workspace/docs/README"), "read only\n").unwrap();
+        })
     }
 
     /// The example's copy, its Team renamed `team`; `prepare` runs on the copy before it is
@@ -163,9 +175,6 @@ impl World {
             &format!("name: {team}\n"),
         );
         let mut text = model_address(&text, model.port);
-        text.push_str(&blocked_member(&text));
-        std::fs::create_dir_all(dir.path().join("workspace/docs")).unwrap();
-        std::fs::write(dir.path().join("workspace/docs/README"), "read only\n").unwrap();
         if engine == Engine::Rootless {
             // This machine's rootless Podman (cgroup v1) cannot enforce the limits: say so.
             text = text.replace(
@@ -375,7 +384,7 @@ fn expected_uid(engine: Engine) -> u32 {
 fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path());
-    let w = World::new(engine, agent, &model);
+    let w = World::new(engine, agent, &model, true);
     let t0 = Instant::now();
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -647,7 +656,7 @@ impl Drop for Tmux {
 fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path());
-    let w = World::new(engine, agent, &model);
+    let w = World::new(engine, agent, &model, false);
     let manifest = w.root().join("team.yaml");
     let yaml = std::fs::read_to_string(&manifest).unwrap();
     let task_line = yaml

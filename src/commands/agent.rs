@@ -93,7 +93,7 @@ pub async fn task(
     );
     let short = &id[..id.len().min(12)];
     eprintln!(
-        "ateam: `{member}` took its next task in its own session, in container {short}; follow it with ateam logs -f {member}"
+        "ateam: `{member}` took its next task in its own session, in container {short}; follow it with ateam transcript -f {member}"
     );
     if !wait {
         return Ok(Exit::Ok);
