@@ -925,10 +925,9 @@ fn agents_fix_a_failing_test_and_commit(engine: Engine) {
         team: "fix-a-test",
         key_vars: vec![CLAUDE.key_var, CODEX.key_var],
     };
-    // The person's repository: the example's files, committed; the transcripts folder the
-    // person's too (its workspaces are made as the members' uid, through it).
+    // The person's repository: the example's files, committed. No sessions folder yet: ateam
+    // makes it, passable for the members' uid, whose git makes their workspaces through it.
     let w = World::of(engine, &example, team, &model, |root| {
-        std::fs::create_dir(root.join("sessions")).unwrap();
         let repo = root.join("repo");
         for args in [
             &["init", "-q", "-b", "main"][..],

@@ -233,10 +233,12 @@ pub async fn ensure(p: &Place) -> Result<bool, WorkspaceError> {
         p.ws.path
             .parent()
             .expect("a workspace is in the workspaces folder");
-    // Above the member's folder: the person's, passable (not readable) by a member's uid.
+    // Above the member's folder: the person's, passable (not readable) by a member's uid,
+    // whose git makes the repository: the workspaces folder, the shadows' folder, and the
+    // Team's sessionDir above them (ateam makes it 0700 when it is not there yet).
     files::private_dir(root, p.ateam_owner).map_err(io(root))?;
     let shadow_root = p.shadow.parent().expect("the shadow is in .ateam");
-    for d in [root, shadow_root] {
+    for d in [root, shadow_root].into_iter().chain(root.parent()) {
         passable(d).map_err(io(d))?;
     }
     files::member_dir(&p.ws.path, p.ateam_owner, p.member_owner).map_err(io(&p.ws.path))?;
