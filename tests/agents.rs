@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::standin::{StandIn, chown_tree, copy_dir};
 use common::{Engine, rootless_user, text};
 
 /// One agent, as its example and the stand-in know it.
@@ -52,66 +53,8 @@ const CODEX: Agent = Agent {
     writes_with: &["shell_command", "shell", "exec_command"],
 };
 
-/// The stand-in model, a child process on a free loopback port, ended on drop.
-struct Model {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Model {
-    fn start(dir: &Path) -> Model {
-        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
-        let script = support.join("model_server.py");
-        let (port_file, log) = (dir.join("model.port"), dir.join("model.jsonl"));
-        let child = Command::new("python3")
-            .arg(script)
-            .args(["--port", "0", "--port-file"])
-            .arg(&port_file)
-            .arg("--log")
-            .arg(&log)
-            // HTTPS, as the real APIs: the member's proxy ends the agent's TLS and injects
-            // the key (examples/agents/*/model-ca.pem is this certificate's CA).
-            .arg("--tls-cert")
-            .arg(support.join("model-tls/cert.pem"))
-            .arg("--tls-key")
-            .arg(support.join("model-tls/key.pem"))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("python3 runs the stand-in model");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
-            if let Some(p) = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-            {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the stand-in model never said its port"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Model { child, port, log }
-    }
-
-    /// Every request it served: one JSON object each.
-    fn requests(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The stand-in model (`common::standin`): every request it served is an entry of its log.
+type Model = StandIn;
 
 /// A copy of an example of examples/agents/ under a unique team name, pointed at the
 /// stand-in; deleted with --purge on drop, also when an assertion failed.
@@ -282,15 +225,6 @@ struct Example<'a> {
     key_vars: Vec<&'static str>,
 }
 
-fn chown_tree(p: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
-    if p.is_dir() && !p.is_symlink() {
-        for e in std::fs::read_dir(p).unwrap() {
-            chown_tree(&e.unwrap().path(), uid, gid);
-        }
-    }
-}
-
 /// A second member of the example's agent, beside its coder: its grant is the model host and
 /// a folder it may only read, and its task is to write a file there. The agent's write fails
 /// (a read-only file system); it says it is done and exits 0.
@@ -335,19 +269,6 @@ fn model_host(port: u16) -> String {
     format!("host.ateam.internal:{port}")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 /// Every file below `dir` whose name ends with `suffix`.
 fn files_below(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -383,7 +304,7 @@ fn expected_uid(engine: Engine) -> u32 {
 /// status, and an egress log of the model host only.
 fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     let scratch = tempfile::tempdir().unwrap();
-    let model = Model::start(scratch.path());
+    let model = Model::start(scratch.path(), &[]);
     let w = World::new(engine, agent, &model, true);
     let t0 = Instant::now();
     let started = std::time::SystemTime::now()
@@ -465,7 +386,7 @@ fn an_agent_edits_its_grant_through_its_proxy(engine: Engine, agent: &Agent) {
     assert!(!row["lastActivityAt"].is_null(), "{row:#}");
 
     // The model saw the whole scripted turn, and nothing else was asked of it.
-    let requests = model.requests();
+    let requests = model.entries();
     let steps: Vec<&str> = requests.iter().filter_map(|r| r["step"].as_str()).collect();
     assert!(
         steps.contains(&"tool") && steps.contains(&"done"),
@@ -535,7 +456,7 @@ fn a_next_task_continues_the_session(
     agent: &Agent,
     row: &serde_json::Value,
 ) {
-    let before = model.requests().len();
+    let before = model.entries().len();
     let task = format!(
         "create the file second.txt containing exactly: next from {}",
         agent.name
@@ -564,7 +485,7 @@ fn a_next_task_continues_the_session(
         "the same container: {again:#}"
     );
     assert_eq!(again["state"], "exited 0", "{again:#}");
-    let requests = model.requests();
+    let requests = model.entries();
     let carried = |rs: &[serde_json::Value]| {
         rs.iter()
             .filter(|r| r["step"] == "tool")
@@ -655,7 +576,7 @@ impl Drop for Tmux {
 /// detaches (it keeps running) and comes back to the same screen.
 fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
     let scratch = tempfile::tempdir().unwrap();
-    let model = Model::start(scratch.path());
+    let model = Model::start(scratch.path(), &[]);
     let w = World::new(engine, agent, &model, false);
     let manifest = w.root().join("team.yaml");
     let yaml = std::fs::read_to_string(&manifest).unwrap();
@@ -721,7 +642,7 @@ fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
     assert!(out.status.success(), "tmux: {}", text(&out.stderr));
     tmux.wait_for("talk.txt", "the earlier turn after attaching again");
     // Nothing but the model host was reached; the key was the proxy's.
-    for r in model.requests() {
+    for r in model.entries() {
         assert_eq!(r["api_key"], "test-key", "{r}");
     }
 }
@@ -914,7 +835,7 @@ fn host_git(repo: &Path, args: &[&str]) -> String {
 /// and the host's git) and the file in each workspace.
 fn agents_fix_a_failing_test_and_commit(engine: Engine) {
     let scratch = tempfile::tempdir().unwrap();
-    let model = Model::start(scratch.path());
+    let model = Model::start(scratch.path(), &[]);
     let team = format!(
         "fix{}{}",
         &format!("{engine:?}").to_lowercase()[..1],
@@ -970,7 +891,7 @@ fn agents_fix_a_failing_test_and_commit(engine: Engine) {
         assert_eq!(row["state"], "exited 0", "{}: {row:#}\n{logs}", agent.name);
     }
     let ended = t0.elapsed();
-    let requests = model.requests();
+    let requests = model.entries();
     for agent in [&CLAUDE, &CODEX] {
         let mine: Vec<&serde_json::Value> = requests
             .iter()

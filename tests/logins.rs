@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::standin::{StandIn, chown_tree, copy_dir};
 use common::{Engine, rootless_user, text};
 
 /// One agent's login, as its example and the stand-in know it.
@@ -82,64 +83,30 @@ head -c 400 <&3 > "$d/refresh-answer.txt"
 
 /// The stand-in model and login provider, a child process on a free port, ended on drop.
 struct Provider {
-    child: Child,
+    model: StandIn,
     port: u16,
-    log: PathBuf,
     logins: PathBuf,
 }
 
 impl Provider {
     fn start(dir: &Path) -> Provider {
-        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
-        let (port_file, log, logins) = (
-            dir.join("model.port"),
-            dir.join("model.jsonl"),
-            dir.join("logins"),
-        );
-        let child = Command::new("python3")
-            .arg(support.join("model_server.py"))
-            .args(["--port", "0", "--port-file"])
-            .arg(&port_file)
-            .arg("--log")
-            .arg(&log)
-            .arg("--tls-cert")
-            .arg(support.join("model-tls/cert.pem"))
-            .arg("--tls-key")
-            .arg(support.join("model-tls/key.pem"))
-            .arg("--login-dir")
-            .arg(&logins)
-            .args(["--login-ttl", &TTL.to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("python3 runs the stand-in");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
-            if let Some(p) = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-            {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the stand-in never said its port"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let logins = dir.join("logins");
+        let extra = [
+            "--login-dir".into(),
+            logins.clone().into_os_string(),
+            "--login-ttl".into(),
+            TTL.to_string().into(),
+        ];
+        let model = StandIn::start(dir, &extra);
         Provider {
-            child,
-            port,
-            log,
+            port: model.port,
+            model,
             logins,
         }
     }
 
     fn entries(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        self.model.entries()
     }
 
     /// Every real token it issued (access and refresh), of every generation.
@@ -150,13 +117,6 @@ impl Provider {
             .flat_map(|e| [&e["access_token"], &e["refresh_token"]])
             .filter_map(|t| t.as_str().map(str::to_string))
             .collect()
-    }
-}
-
-impl Drop for Provider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -288,28 +248,6 @@ impl Drop for World {
 
 /// The owner of the example's copy under a root caller: a user of the machine, not root.
 const FOLDER_OWNER: u32 = 4242;
-
-fn chown_tree(p: &Path, uid: u32, gid: u32) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
-    if p.is_dir() && !p.is_symlink() {
-        for e in std::fs::read_dir(p).unwrap() {
-            chown_tree(&e.unwrap().path(), uid, gid);
-        }
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
 
 /// Every regular file below `dir` (not following links), with its bytes.
 fn files_below(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 pub mod faulty_socket;
 pub mod private_engine;
+pub mod standin;
 pub mod terminal;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
