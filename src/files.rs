@@ -528,10 +528,20 @@ pub fn bind_private_socket(
     let (dir, name) = split(path)?;
     let d = Dir::open(dir)?;
     d.remove_file(name)?;
+    // Bound, handed to its owner, and only then listening: a client that connects as soon
+    // as it can must never find the socket still root's.
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(path)?;
     let old = rustix::process::umask(Mode::from_raw_mode(0o177));
-    let bound = std::os::unix::net::UnixListener::bind(path);
+    let bound = rustix::net::bind(&sock, &addr);
     rustix::process::umask(old);
-    let listener = bound?;
+    bound?;
     if let Some(o) = owner
         && rustix::process::geteuid().is_root()
     {
@@ -550,7 +560,8 @@ pub fn bind_private_socket(
             "the socket was replaced as it was made",
         ));
     }
-    Ok((listener, st.st_ino))
+    rustix::net::listen(&sock, 128)?;
+    Ok((std::os::unix::net::UnixListener::from(sock), st.st_ino))
 }
 
 /// Opens (creating, 0600) a lock file to flock; its content is left as it is.
@@ -811,5 +822,43 @@ mod tests {
         assert!(std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
         assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
         assert_eq!(fs::read_to_string(&victim).unwrap(), "x");
+    }
+
+    /// Whoever connects first already finds the socket its owner's: the launcher's check
+    /// right after its first answer once found it still root's (a chown after `listen`).
+    #[test]
+    fn a_private_socket_answers_only_once_it_is_its_owners() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let nobody = Owner {
+            uid: 65534,
+            gid: 65534,
+        };
+        let t = tempfile::tempdir().unwrap();
+        let sock = t.path().join("egress.sock");
+        for _ in 0..1000 {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (p, s) = (sock.clone(), stop.clone());
+            let watcher = std::thread::spawn(move || {
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    if std::os::unix::net::UnixStream::connect(&p).is_ok() {
+                        return fs::symlink_metadata(&p).map(|m| m.uid()).ok();
+                    }
+                }
+                None
+            });
+            let bound = bind_private_socket(&sock, Some(nobody)).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(uid) = watcher.join().unwrap() {
+                assert_eq!(
+                    uid, 65534,
+                    "a client connected before the socket was handed over"
+                );
+            }
+            drop(bound);
+            fs::remove_file(&sock).unwrap();
+        }
     }
 }
