@@ -58,6 +58,7 @@
 
 pub mod app;
 pub mod backend;
+pub mod board;
 pub mod controller;
 pub mod core;
 pub mod detached;
