@@ -65,7 +65,52 @@ unsafe extern "C" {
     ) -> isize;
 }
 
+/// `--stdio SOCKET`: joins standard input and output to the socket, for an agent that
+/// starts an MCP server as a command (the team's tools, `/.ateam/mcp.sock`). Two threads,
+/// one per direction; each line the server sends is written out as it comes.
+fn stdio(socket: &str) -> ! {
+    let conn = match UnixStream::connect(socket) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ateam-bridge: cannot reach {socket}: {e}");
+            exit(1);
+        }
+    };
+    let mut up = match conn.try_clone() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ateam-bridge: {e}");
+            exit(1);
+        }
+    };
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut up);
+        let _ = up.shutdown(Shutdown::Write);
+    });
+    let mut down = conn;
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; BUF];
+    loop {
+        match down.read(&mut buf) {
+            Ok(0) => exit(0),
+            Ok(n) => {
+                if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                    exit(0);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => exit(1),
+        }
+    }
+}
+
 fn main() {
+    let mut argv = std::env::args().skip(1);
+    if let (Some(flag), Some(socket), None) = (argv.next(), argv.next(), argv.next())
+        && flag == "--stdio"
+    {
+        stdio(&socket);
+    }
     let mut listen = String::from("127.0.0.1:3128");
     let mut socket = String::from("/.ateam/egress.sock");
     let mut args = std::env::args().skip(1);
@@ -74,7 +119,9 @@ fn main() {
             ("--listen", Some(v)) => listen = v,
             ("--socket", Some(v)) => socket = v,
             _ => {
-                eprintln!("usage: ateam-bridge [--listen ADDR] [--socket PATH]");
+                eprintln!(
+                    "usage: ateam-bridge [--listen ADDR] [--socket PATH] | ateam-bridge --stdio PATH"
+                );
                 exit(2);
             }
         }
