@@ -45,6 +45,10 @@ pub struct Team {
     /// a person should opt into.
     #[serde(default)]
     pub helper_requests: bool,
+    /// The team's sessions have its board's tools (`crate::board`, `app::team_tools`).
+    /// Default false, and for records before 0.6.
+    #[serde(default)]
+    pub board: bool,
     /// The `-f` paths it was applied from (files and folders, absolute). No later write grant,
     /// of any team or helper, may reach them: what is there is read as the person's intent.
     /// Default: records before 0.4 and teams applied from standard input have none.
@@ -234,6 +238,10 @@ pub struct Agent {
         skip_serializing_if = "crate::core::agents::AgentLogin::is_api_key"
     )]
     pub login: crate::core::agents::AgentLogin,
+    /// Its team gives its sessions the board's tools: the agent is configured to start them
+    /// (`core::agents::team_tools_args`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub team_tools: bool,
 }
 
 impl Agent {

@@ -611,6 +611,7 @@ mod tests {
             session_dir: "/x".into(),
             allow_unenforced_limits: false,
             helper_requests: false,
+            board: false,
             manifests: vec![],
             sessions: vec![],
             grants: vec![],

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod helper_server;
 pub mod login_keeper;
 pub mod status;
+pub mod team_tools;
 
 use std::path::PathBuf;
 use std::sync::Arc;

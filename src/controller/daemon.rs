@@ -928,6 +928,7 @@ mod tests {
             session_dir: dir.path().join("sessions"),
             allow_unenforced_limits: false,
             helper_requests: false,
+            board: false,
             manifests: vec![],
             sessions: vec![],
             grants: vec![],

@@ -510,6 +510,36 @@ pub fn next_task(
     expand_as(a, Mode::Next, task, transcripts, cwd)
 }
 
+/// Where a member reaches the team's tools (`app::team_tools`), inside it.
+pub const MCP_SOCKET: &str = "/.ateam/mcp.sock";
+/// What joins the agent's MCP client (a command it starts) to that socket: the bridge.
+pub const MCP_BRIDGE: &str = "/.ateam/bridge";
+/// The MCP server's name in the agent's configuration: its tools are `mcp__team__team_task`
+/// and so on, to Claude Code.
+pub const MCP_NAME: &str = "team";
+
+/// The flags that give the agent the team's tools: an MCP server it starts as a command
+/// (the bridge, joined to the member's own socket), placed right after the program (Claude
+/// Code's `--mcp-config` takes every value up to the next flag).
+pub fn team_tools_args(kind: AgentKind) -> Vec<String> {
+    match kind {
+        AgentKind::Claude => {
+            let config = serde_json::json!({"mcpServers": {MCP_NAME: {
+                "type": "stdio",
+                "command": MCP_BRIDGE,
+                "args": ["--stdio", MCP_SOCKET],
+            }}});
+            vec!["--mcp-config".into(), config.to_string()]
+        }
+        AgentKind::Codex => vec![
+            "-c".into(),
+            format!("mcp_servers.{MCP_NAME}.command=\"{MCP_BRIDGE}\""),
+            "-c".into(),
+            format!("mcp_servers.{MCP_NAME}.args=[\"--stdio\", \"{MCP_SOCKET}\"]"),
+        ],
+    }
+}
+
 fn expand_as(
     a: &crate::model::Agent,
     mode: Mode,
@@ -518,7 +548,23 @@ fn expand_as(
     cwd: &Path,
 ) -> Option<Expanded> {
     let kind = AgentKind::parse(&a.name)?;
-    Some(expand(
+    let mut x = expand_kind(a, kind, mode, task, transcripts, cwd);
+    if a.team_tools && !x.command.is_empty() {
+        let at = 1;
+        x.command.splice(at..at, team_tools_args(kind));
+    }
+    Some(x)
+}
+
+fn expand_kind(
+    a: &crate::model::Agent,
+    kind: AgentKind,
+    mode: Mode,
+    task: &str,
+    transcripts: &Path,
+    cwd: &Path,
+) -> Expanded {
+    expand(
         Ask {
             kind,
             mode,
@@ -530,7 +576,7 @@ fn expand_as(
             login: a.login,
         },
         transcripts,
-    ))
+    )
 }
 
 #[cfg(test)]
@@ -654,6 +700,7 @@ mod tests {
             sha256: None,
             dir: None,
             login: Default::default(),
+            team_tools: false,
         }
     }
 

@@ -23,6 +23,9 @@
 //!                                                   refusal log (`log-refused.jsonl`),
 //!                                                   stderr, intercept.json, image-roots.pem
 //! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
+//! <state>/teams/<team>/members/<m>/ctl/mcp.sock     the team's tools (MCP), served by the
+//!                                                   helper server (`board: true`)
+//! <state>/teams/<team>/board/                       the team's board (`board::store`)
 //! <state>/teams/<team>/members/<m>/helpers/         the helper server's pid file and stderr
 //! <state>/teams/<team>/requested/<name>.json        a helper a member asked for (the member)
 //! <state>/teams/<team>/sessions/<s>/tmux.sock       a main session's terminal
@@ -368,6 +371,14 @@ pub const HELPERS_SOCKET_NAME: &str = "helpers.sock";
 /// that it is mounted into that member alone and the server knows who asks.
 pub fn helpers_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     member_ctl_dir(state_dir, team, member).join(HELPERS_SOCKET_NAME)
+}
+
+/// The team's tools' socket in the control folder (inside a member: `/.ateam/mcp.sock`).
+pub const MCP_SOCKET_NAME: &str = "mcp.sock";
+
+/// Where a member reaches the team's tools (MCP), served by its helper server.
+pub fn mcp_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    member_ctl_dir(state_dir, team, member).join(MCP_SOCKET_NAME)
 }
 
 /// A member's helper server's own files (pid file, its standard error). Never mounted.

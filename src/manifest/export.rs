@@ -174,6 +174,7 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
             user: team.user.map(|u| u.to_string()),
             allow_root_user: team.allow_root_user,
             helper_requests: team.helper_requests,
+            board: team.board,
         },
     ))];
     for s in &team.sessions {

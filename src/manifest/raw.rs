@@ -78,6 +78,11 @@ pub struct TeamSpec {
     /// false: a request widens the team at run time, so a person opts in.
     #[serde(default)]
     pub helper_requests: bool,
+    /// Give every session of the team the team's board as MCP tools (`team_task`,
+    /// `team_message`; `team_agent` too with `helperRequests`): members through
+    /// `/.ateam/mcp.sock`, main sessions through `ateam mcp`. Default false.
+    #[serde(default)]
+    pub board: bool,
 }
 
 /// `kind: MainSession`: a session a person drives, on the host, with the person's own access.

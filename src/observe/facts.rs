@@ -319,6 +319,7 @@ mod tests {
             session_dir: dir.join("sessions"),
             allow_unenforced_limits: false,
             helper_requests: false,
+            board: false,
             manifests: vec![],
             sessions: vec![],
             grants: vec![],

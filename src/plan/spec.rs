@@ -268,7 +268,8 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
             }
         }
     }
-    if team.helper_requests {
+    // The board's tools are served beside helper requests, by the same server.
+    if team.helper_requests || team.board {
         helpers_env(&mut env);
     }
     let user = m.user.unwrap_or_else(|| host.default_member_user());
@@ -373,8 +374,7 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     }),
                     Network::None | Network::Open => None,
                 },
-                helpers: team
-                    .helper_requests
+                helpers: (team.helper_requests || team.board)
                     .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),

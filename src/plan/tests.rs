@@ -74,6 +74,7 @@ fn team(members: Vec<Member>) -> Desired {
             session_dir: "/home/u/sessions".into(),
             allow_unenforced_limits: false,
             helper_requests: false,
+            board: false,
             manifests: vec![],
             sessions: vec![],
             grants: vec![],

@@ -66,6 +66,7 @@ fn team(members: &[&str]) -> Team {
         session_dir: "/home/u/sessions".into(),
         allow_unenforced_limits: false,
         helper_requests: false,
+        board: false,
         manifests: vec![],
         sessions: vec![],
         grants: vec![],
@@ -575,6 +576,7 @@ fn diff_shows_the_agents_build_and_its_mount() {
         sha256: Some(crate::core::agents::AgentKind::Claude.pinned().sha256),
         dir: Some(dir.into()),
         login: Default::default(),
+        team_tools: false,
     });
     let d = desired_state(
         &Desired {
@@ -627,6 +629,7 @@ fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
         sha256: None,
         dir: None,
         login: Default::default(),
+        team_tools: false,
     });
     let mut o = in_sync(&t);
     o.containers[0].state = ContainerState::Exited { code: 0 };

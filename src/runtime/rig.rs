@@ -170,6 +170,7 @@ fn team(m: crate::model::Member, root: &Path) -> Desired {
             session_dir: root.join("sessions"),
             allow_unenforced_limits: true,
             helper_requests: false,
+            board: false,
             manifests: vec![],
             sessions: vec![],
             grants: vec![],

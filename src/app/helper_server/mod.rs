@@ -17,6 +17,7 @@
 
 mod handle;
 mod http;
+mod mcp;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -133,10 +134,14 @@ pub fn run(cfg: Config) -> Result<(), ListenError> {
         gid: rustix::process::getegid().as_raw(),
     };
     crate::files::write_atomic(&paths.pid, pid.as_bytes(), 0o600, me).map_err(io(&paths.pid))?;
-    let busy = Arc::new(AtomicUsize::new(0));
-    let one_at_a_time = Arc::new(Mutex::new(crate::events::Quieter::default()));
-    let bucket = Arc::new(Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())));
+    // The team's tools, on the member's second socket: failing to listen there leaves
+    // helper requests served, and says why in the server's standard error.
     let cfg = Arc::new(cfg);
+    if let Err(e) = mcp::listen(&cfg) {
+        eprintln!("ateam helper-server: the team's tools: {e}");
+    }
+    let busy = Arc::new(AtomicUsize::new(0));
+    let bucket = Arc::new(Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())));
     let mut backoff = crate::detached::Backoff::default();
     for conn in listener.incoming() {
         let mut conn = match conn {
@@ -160,16 +165,11 @@ pub fn run(cfg: Config) -> Result<(), ListenError> {
             );
             continue;
         }
-        let (busy, lock, cfg, bucket) = (
-            busy.clone(),
-            one_at_a_time.clone(),
-            cfg.clone(),
-            bucket.clone(),
-        );
+        let (busy, cfg, bucket) = (busy.clone(), cfg.clone(), bucket.clone());
         // Each connection is bounded in time (READ_WITHIN, then one judgement), and the
         // count above bounds how many threads exist at once.
         std::thread::spawn(move || {
-            serve(&mut conn, &cfg, &lock, &bucket);
+            serve(&mut conn, &cfg, &bucket);
             busy.fetch_sub(1, Ordering::SeqCst);
         });
     }
@@ -192,12 +192,20 @@ fn refused(r: &Refusal) -> serde_json::Value {
     json!({"refused": r.message, "rule": r.rule, "field": r.field})
 }
 
-fn serve(
-    conn: &mut UnixStream,
-    cfg: &Config,
-    lock: &Mutex<crate::events::Quieter>,
-    bucket: &Mutex<Bucket>,
-) {
+/// Requests are judged one at a time, over HTTP or the team's tools; the refusals said
+/// (`Quieter`) are counted here.
+static ONE_AT_A_TIME: std::sync::LazyLock<Mutex<crate::events::Quieter>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// Judges a request, grants it if it may be, and records what came of it as an event.
+pub fn judge_and_grant(cfg: &Config, req: &Request) -> Answer {
+    let mut one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let answer = handle::handle(cfg, req);
+    record(cfg, req, &answer, &mut one);
+    answer
+}
+
+fn serve(conn: &mut UnixStream, cfg: &Config, bucket: &Mutex<Bucket>) {
     let deadline = Instant::now() + READ_WITHIN;
     let _ = conn.set_read_timeout(Some(READ_WITHIN));
     let _ = conn.set_write_timeout(Some(READ_WITHIN));
@@ -225,12 +233,7 @@ fn serve(
     };
     let (status, body) = match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/helpers") => match serde_json::from_slice::<Request>(&req.body) {
-            Ok(r) => {
-                let mut one = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let answer = handle::handle(cfg, &r);
-                record(cfg, &r, &answer, &mut one);
-                answer
-            }
+            Ok(r) => judge_and_grant(cfg, &r),
             Err(e) => (
                 400,
                 json!({"refused": format!("not a helper request: {e}"), "rule": "request-shape"}),
@@ -298,7 +301,7 @@ fn mine(cfg: &Config) -> serde_json::Value {
 }
 
 /// An answer: a status and its JSON body.
-type Answer = (u16, serde_json::Value);
+pub type Answer = (u16, serde_json::Value);
 
 #[cfg(test)]
 mod tests {

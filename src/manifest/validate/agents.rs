@@ -19,6 +19,7 @@ impl Build<'_> {
         a: &raw::AgentSpec,
         transcripts: &Path,
         cwd: &Path,
+        team_tools: bool,
     ) -> (Option<raw::MemberSpec>, Option<model::Agent>) {
         let Some(kind) = AgentKind::parse(&a.name) else {
             self.problems.push(o.value_problem(
@@ -73,6 +74,7 @@ impl Build<'_> {
             version: Some(build.version),
             sha256: Some(build.sha256),
             login,
+            team_tools,
         };
         let Some(x) = expand_agent(&agent, transcripts, cwd) else {
             return (None, None);

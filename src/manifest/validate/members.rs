@@ -223,7 +223,10 @@ impl Build<'_> {
         let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
         // `agent:` is a command and an environment: judged as if the manifest said them.
         let (expanded, agent) = match &m.agent {
-            Some(a) => self.member_agent(o, m, a, &transcript_dir, &cwd),
+            Some(a) => {
+                let tools = t.spec.board || t.spec.helper_requests;
+                self.member_agent(o, m, a, &transcript_dir, &cwd, tools)
+            }
             None => (None, None),
         };
         let m = expanded.as_ref().unwrap_or(m);

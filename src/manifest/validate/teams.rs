@@ -257,6 +257,7 @@ impl Build<'_> {
             session_dir: t.session_dir.clone(),
             allow_unenforced_limits: spec.allow_unenforced_limits,
             helper_requests: spec.helper_requests,
+            board: spec.board,
             manifests: self.given.to_vec(),
             sessions: vec![],
             grants: vec![],
