@@ -438,6 +438,40 @@ pub enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// The team's tasks (its board, `board: true`): list them, or change them as the person,
+    /// who may act on any task (docs/teams.md).
+    Tasks {
+        #[command(subcommand)]
+        action: Option<TasksAction>,
+        #[arg(long, global = true)]
+        team: Option<String>,
+        /// As JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+    /// The team's messages (its board): the latest, or send one as the person.
+    Messages {
+        #[command(subcommand)]
+        action: Option<MessagesAction>,
+        #[arg(long, global = true)]
+        team: Option<String>,
+        /// As JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        /// How many of the latest.
+        #[arg(short = 'n', long, default_value_t = 20, global = true)]
+        last: usize,
+    },
+    /// The team's tools (team_task, team_message) for a main session's agent: an MCP
+    /// server on standard input and output, acting as that main session.
+    Mcp {
+        /// The team (default: $ATEAM_TEAM, else the only team with a board).
+        #[arg(long, env = "ATEAM_TEAM")]
+        team: Option<String>,
+        /// The main session it acts as (default: $ATEAM_NAME, which ateam sets in each).
+        #[arg(long, env = "ATEAM_NAME")]
+        session: String,
+    },
     /// Join a main session's terminal (its tmux session), an interactive agent's terminal, or
     /// follow a member's console.
     ///
@@ -568,4 +602,53 @@ pub struct LogsFlags {
     /// The member's egress instead: connections its proxy allowed and refused.
     #[arg(long)]
     pub egress: bool,
+}
+
+/// What `ateam tasks` does.
+#[derive(Debug, Subcommand)]
+pub enum TasksAction {
+    /// One task, whole, with its history.
+    Show { id: u64 },
+    /// A new task.
+    Add {
+        title: String,
+        #[arg(long, default_value = "")]
+        body: String,
+        /// The session it is for.
+        #[arg(long = "for")]
+        owner: Option<String>,
+        /// Tasks that must be done first.
+        #[arg(long)]
+        after: Vec<u64>,
+    },
+    /// Mark a task done.
+    Done {
+        id: u64,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Give a claimed or started task back to todo.
+    Release {
+        id: u64,
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Put a done task back to todo.
+    Reopen {
+        id: u64,
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+/// What `ateam messages` does.
+#[derive(Debug, Subcommand)]
+pub enum MessagesAction {
+    /// Send a message as the person.
+    Send {
+        body: String,
+        /// Who is told (none: everyone).
+        #[arg(long)]
+        to: Vec<String>,
+    },
 }

@@ -18,6 +18,7 @@ macro_rules! outln {
 mod agent;
 mod agents;
 mod apply;
+mod board;
 mod common;
 mod completion;
 mod controller;
@@ -201,6 +202,14 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             team,
             wait,
         } => block_on(agent::task(g, team.as_deref(), &member, &task, wait))?,
+        Command::Tasks { action, team, json } => board::tasks(g, team.as_deref(), action, json),
+        Command::Messages {
+            action,
+            team,
+            json,
+            last,
+        } => board::messages(g, team.as_deref(), action, json, last),
+        Command::Mcp { team, session } => board::mcp(g, team.as_deref(), &session),
         Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
         Command::Top { selector } => {
             let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,502 @@
+//! The team's board over MCP, on Docker, rootful Podman and rootless Podman: the lead's
+//! agent (`ateam mcp`, as main session `lead`) makes two tasks; members `a` and `b`, each
+//! through its own socket inside its container (`/.ateam/bridge --stdio /.ateam/mcp.sock`,
+//! real JSON-RPC lines), claim one each, complete it and message the lead; the lead reads
+//! both; `ateam tasks` shows the history. A member cannot complete another's task, send as
+//! another, or launch a helper in a team without helper requests; a message with control
+//! and bidi characters is shown escaped, one of 100 MB is refused; a member's flood of
+//! 10,000 messages is paced and does not slow the board for the others (measured).
+//! Ignored by a plain `cargo test`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::wildcard_enum_match_arm,
+    reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
+)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Engine, rootless_user, text};
+
+struct World {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    team: String,
+}
+
+impl World {
+    fn new(engine: Engine) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-board-")
+            .tempdir()
+            .unwrap();
+        let team = format!(
+            "board-{}{}",
+            &format!("{engine:?}").to_lowercase()[..1],
+            std::process::id() % 100000
+        );
+        let w = World { engine, dir, team };
+        for d in ["work", "state", "sessions"] {
+            std::fs::create_dir(w.root().join(d)).unwrap();
+        }
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            for d in ["", "work", "state", "sessions"] {
+                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
+            }
+        }
+        let yaml = format!(
+            r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ./sessions, allowUnenforcedLimits: true, board: true}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ./work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec: {{read: [./work]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#,
+            team = w.team
+        );
+        let p = w.root().join("team.yaml");
+        std::fs::write(&p, yaml).unwrap();
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+        }
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn command(&self) -> Command {
+        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
+        c.current_dir(self.root());
+        c
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ateam(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{:?}: {args:?} failed:\n{}\n{}",
+            self.engine,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// One MCP session of `lead` through `ateam mcp`: the calls, in order, each answered
+    /// before the next is sent; their results.
+    fn lead(&self, calls: &[(&str, Value)]) -> Vec<Value> {
+        let mut child = self
+            .command()
+            .args(["mcp", "--team", &self.team, "--session", "lead"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+        send(init(0));
+        let _ = lines.next().unwrap().unwrap();
+        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let mut results = Vec::new();
+        for (i, (tool, args)) in calls.iter().enumerate() {
+            send(call(i as u64 + 1, tool, args.clone()));
+            let line = lines.next().unwrap().unwrap();
+            results.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        drop(stdin);
+        let _ = child.wait();
+        results
+    }
+
+    /// The calls of member `member`, from inside it through its own socket, one MCP
+    /// session each (a session's calls are answered as they finish, not in order; an agent
+    /// waits for each): their answers.
+    fn member(&self, member: &str, calls: &[(&str, Value)]) -> Vec<Value> {
+        calls
+            .iter()
+            .map(|(tool, args)| {
+                let input = format!(
+                    "{}\n{}\n{}\n",
+                    init(0),
+                    json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                    call(1, tool, args.clone())
+                );
+                let out = self.inside(member, &input);
+                out.lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .find(|v| v["id"] == 1)
+                    .unwrap_or_else(|| panic!("no answer to {tool} {args}: {out}"))
+            })
+            .collect()
+    }
+
+    /// What the bridge printed for `input`, sent in one piece, inside `member` as it.
+    fn inside(&self, member: &str, input: &str) -> String {
+        let mut child = self
+            .command()
+            .args([
+                "exec",
+                member,
+                "--team",
+                &self.team,
+                "-i",
+                "--",
+                "/.ateam/bridge",
+                "--stdio",
+                "/.ateam/mcp.sock",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
+    }
+}
+
+fn init(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}
+    }})
+}
+
+fn call(id: u64, tool: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": args}})
+}
+
+/// A call's text answer, and whether it was an error.
+fn answer(v: &Value) -> (String, bool) {
+    let r = &v["result"];
+    let text = r["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let text = if text.is_empty() { v.to_string() } else { text };
+    (
+        text,
+        r["isError"].as_bool().unwrap_or(v.get("error").is_some()),
+    )
+}
+
+fn ok_answer(v: &Value) -> Value {
+    let (text, err) = answer(v);
+    assert!(!err, "refused: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn refused(v: &Value, says: &str) {
+    let (text, err) = answer(v);
+    assert!(err, "not refused: {text}");
+    assert!(text.contains(says), "refused, but not for `{says}`: {text}");
+}
+
+fn a_team_works_together(engine: Engine) {
+    let w = World::new(engine);
+    w.ok(&["apply", "-f", "team.yaml"]);
+    // The lead makes two tasks, the second after the first.
+    let made = w.lead(&[
+        (
+            "team_task",
+            json!({"action": "create", "title": "write the parser", "body": "in src/parse.rs"}),
+        ),
+        (
+            "team_task",
+            json!({"action": "create", "title": "test the parser", "dependsOn": [1]}),
+        ),
+    ]);
+    assert_eq!(ok_answer(&made[0])["task"]["id"], 1, "{made:?}");
+    assert_eq!(ok_answer(&made[1])["task"]["id"], 2);
+
+    // b claims the second, but cannot start it before the first is done.
+    let b = w.member(
+        "b",
+        &[
+            ("team_task", json!({"action": "claim", "id": 2})),
+            ("team_task", json!({"action": "start", "id": 2})),
+        ],
+    );
+    assert_eq!(ok_answer(&b[0])["task"]["state"], "claimed");
+    refused(&b[1], "waits for task 1");
+
+    // a does the first and tells the lead; b may not complete it, nor send as another.
+    let a = w.member(
+        "a",
+        &[
+            ("team_task", json!({"action": "start", "id": 1})),
+            (
+                "team_task",
+                json!({"action": "complete", "id": 1, "note": "parser written"}),
+            ),
+            (
+                "team_message",
+                json!({"action": "send", "to": ["lead"], "body": "task 1 is done"}),
+            ),
+        ],
+    );
+    assert_eq!(ok_answer(&a[0])["task"]["owner"]["member"], "a", "{a:?}");
+    assert_eq!(ok_answer(&a[1])["task"]["state"], "done");
+    ok_answer(&a[2]);
+    let b = w.member(
+        "b",
+        &[
+            ("team_task", json!({"action": "reopen", "id": 1})),
+            (
+                "team_message",
+                json!({"action": "send", "body": "from a", "from": "a"}),
+            ),
+            ("team_task", json!({"action": "start", "id": 2})),
+            ("team_task", json!({"action": "complete", "id": 2})),
+            (
+                "team_message",
+                json!({"action": "send", "to": ["lead"], "body": "task 2 is done\u{1b}[31m\u{202e}evil"}),
+            ),
+            (
+                "team_agent",
+                json!({"request": {"name": "helper", "image": "ateam-demo:latest", "command": ["true"]}}),
+            ),
+        ],
+    );
+    refused(&b[0], "creator or a lead");
+    let (text, err) = answer(&b[1]);
+    assert!(err, "a message with a sender of its own was taken: {text}");
+    ok_answer(&b[2]);
+    ok_answer(&b[3]);
+    ok_answer(&b[4]);
+    refused(&b[5], "helper");
+
+    // The lead hears both, each marked with its author.
+    let heard = w.lead(&[("team_message", json!({"action": "history"}))]);
+    let heard = ok_answer(&heard[0]);
+    let from: Vec<&Value> = heard["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["writtenBy"])
+        .collect();
+    assert_eq!(
+        from,
+        [&json!({"member": "a"}), &json!({"member": "b"})],
+        "{heard}"
+    );
+
+    // The person sees the history, and what b wrote escaped.
+    let tasks = w.ok(&["tasks", "--team", &w.team, "show", "1"]);
+    for what in [
+        "created by main session lead",
+        "started by member a",
+        "completed by member a: parser written",
+    ] {
+        assert!(tasks.contains(what), "`{what}` not in:\n{tasks}");
+    }
+    let said = w.ok(&["messages", "--team", &w.team]);
+    assert!(said.contains("\\u{1b}[31m\\u{202e}evil"), "{said}");
+    assert!(
+        !said.contains('\u{1b}') && !said.contains('\u{202e}'),
+        "{said}"
+    );
+}
+
+fn floods_are_bounded(engine: Engine) {
+    let w = World::new(engine);
+    w.ok(&["apply", "-f", "team.yaml"]);
+    // A body of 100 MB is never read whole: the line is dropped, the session goes on.
+    let big = "a".repeat(100 * 1024 * 1024);
+    let mut input = format!(
+        "{}\n{}\n",
+        init(0),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    );
+    input.push_str(&format!(
+        "{}\n",
+        call(1, "team_message", json!({"action": "send", "body": big}))
+    ));
+    drop(big);
+    input.push_str(&format!(
+        "{}\n",
+        call(
+            2,
+            "team_message",
+            json!({"action": "send", "body": "small"})
+        )
+    ));
+    let out = w.inside("a", &input);
+    let answers: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .any(|v| v["id"] == 2 && v["result"]["isError"] != true),
+        "the session did not go on after the big line: {}",
+        &out[..out.len().min(2000)]
+    );
+    let kept = w.ok(&["messages", "--team", &w.team, "--json"]);
+    let kept: Vec<Value> = serde_json::from_str(&kept).unwrap();
+    assert_eq!(kept.len(), 1, "only the small message is kept");
+
+    // a sends 10,000 messages at once; meanwhile b's calls stay as quick as before.
+    let t = Instant::now();
+    let b = w.member(
+        "b",
+        &[("team_message", json!({"action": "history", "limit": 1}))],
+    );
+    ok_answer(&b[0]);
+    let before = t.elapsed();
+    let flood: Vec<(&str, Value)> = (0..10_000)
+        .map(|i| {
+            (
+                "team_message",
+                json!({"action": "send", "body": format!("spam {i}")}),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let mut flooder = w
+        .command()
+        .args([
+            "exec",
+            "a",
+            "--team",
+            &w.team,
+            "-i",
+            "--",
+            "/.ateam/bridge",
+            "--stdio",
+            "/.ateam/mcp.sock",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = format!(
+        "{}\n{}\n",
+        init(0),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    );
+    for (i, (tool, args)) in flood.iter().enumerate() {
+        input.push_str(&format!("{}\n", call(i as u64 + 1, tool, args.clone())));
+    }
+    let mut stdin = flooder.stdin.take().unwrap();
+    let feeding = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
+    let flooding = std::thread::spawn(move || text(&flooder.wait_with_output().unwrap().stdout));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(500));
+        let t = Instant::now();
+        let b = w.member(
+            "b",
+            &[("team_message", json!({"action": "history", "limit": 1}))],
+        );
+        ok_answer(&b[0]);
+        slowest = slowest.max(t.elapsed());
+    }
+    feeding.join().unwrap();
+    let out = flooding.join().unwrap();
+    let took = started.elapsed();
+    let sent = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["result"]["isError"] == false)
+        .count();
+    eprintln!(
+        "{engine:?}: flood of 10000 over {took:?}: {sent} taken; b's slowest call {slowest:?} (before the flood: {before:?})"
+    );
+    // 30 at once, then 5 a second.
+    let most = 30 + 5 * (took.as_secs() as usize + 1);
+    assert!(
+        sent <= most,
+        "{sent} messages taken in {took:?} (at most {most})"
+    );
+    assert!(slowest < Duration::from_secs(3), "b waited {slowest:?}");
+}
+
+macro_rules! on_every_engine {
+    ($($name:ident => $e:expr),* $(,)?) => {
+        $(
+            mod $name {
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_team_works_together() {
+                    super::a_team_works_together($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn floods_are_bounded() {
+                    super::floods_are_bounded($e);
+                }
+            }
+        )*
+    };
+}
+
+on_every_engine!(
+    docker => super::Engine::Docker,
+    podman => super::Engine::Podman,
+    rootless_podman => super::Engine::Rootless,
+);
