@@ -959,6 +959,171 @@ fn agents_fix_a_failing_test_and_commit(engine: Engine) {
     );
 }
 
+/// The board (`board: true`), with the real agents: after their first task, the lead (its
+/// tools through `ateam mcp`) makes two tasks; each agent, given its next task with `ateam
+/// task`, claims one, starts it, completes it and messages the lead through the team's MCP
+/// tools (the stand-in plays those calls); the lead sees both done and both messages, each
+/// marked with its author; `ateam tasks show` has the history.
+fn agents_work_together_on_the_board(engine: Engine) {
+    let scratch = tempfile::tempdir().unwrap();
+    let model = Model::start(scratch.path(), &[]);
+    let team = format!(
+        "brd{}{}",
+        &format!("{engine:?}").to_lowercase()[..1],
+        std::process::id() % 100000
+    );
+    let example = Example {
+        folder: "fix-a-test",
+        team: "fix-a-test",
+        key_vars: vec![CLAUDE.key_var, CODEX.key_var],
+    };
+    let w = World::of(engine, &example, team, &model, |root| {
+        let repo = root.join("repo");
+        for args in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.name=p",
+                "-c",
+                "user.email=p@x",
+                "commit",
+                "-qm",
+                "first",
+            ],
+        ] {
+            host_git(&repo, args);
+        }
+        let manifest = root.join("team.yaml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let first = "create the file first.txt containing exactly: ready";
+        let text = text
+            .replace("  sessionDir: ./sessions\n", "  sessionDir: ./sessions\n  board: true\n")
+            .replace(
+                "task: \"fix the failing test: run `python3 -m pytest -q`, write `calc.py` as `def add(a, b): return a + b`, run the tests again, and commit as `fix add`\"",
+                &format!("task: \"{first}\""),
+            );
+        std::fs::write(&manifest, text).unwrap();
+    });
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for agent in [&CLAUDE, &CODEX] {
+        while !w.member(agent.name)["state"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("exited")
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(w.member(agent.name)["state"], "exited 0", "{}", agent.name);
+    }
+    let lead = |calls: &[(&str, serde_json::Value)]| {
+        let state = w.root().join("state");
+        let mut c = common::ateam_command(w.engine, &state);
+        c.args(["mcp", "--team", &w.team, "--session", "lead"]);
+        common::mcp::session(c, calls)
+    };
+    let made = lead(&[
+        (
+            "team_task",
+            serde_json::json!({"action": "create", "title": "fix add"}),
+        ),
+        (
+            "team_task",
+            serde_json::json!({"action": "create", "title": "document add"}),
+        ),
+    ]);
+    assert_eq!(
+        common::mcp::ok_answer(&made[1])["task"]["id"],
+        2,
+        "{made:?}"
+    );
+    for (agent, id) in [(&CLAUDE, 1), (&CODEX, 2)] {
+        let call = |action: &str, extra: &str| {
+            format!(
+                "use the team tool team_task with {{\"action\": \"{action}\", \"id\": {id}{extra}}}"
+            )
+        };
+        let task = [
+            call("claim", ""),
+            call("start", ""),
+            call("complete", &format!(", \"note\": \"done by {}\"", agent.name)),
+            format!(
+                "use the team tool team_message with {{\"action\": \"send\", \"to\": [\"lead\"], \"body\": \"task {id} is done\"}}"
+            ),
+        ]
+        .join("; ");
+        let out = w.ateam(&["task", agent.name, &task, "--wait"]);
+        let logs = w.ateam(&["logs", agent.name]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}: {}{}\n{}",
+            agent.name,
+            text(&out.stderr),
+            text(&logs.stdout),
+            text(&logs.stderr)
+        );
+        let calls: Vec<serde_json::Value> = model
+            .entries()
+            .into_iter()
+            .filter(|r| r["family"] == agent.family && r["step"] == "team-tool")
+            .collect();
+        assert_eq!(calls.len(), 4, "{}: {:#?}", agent.name, model.entries());
+        // The answer to its last call (the message), carried by its final request.
+        let last = model
+            .entries()
+            .into_iter()
+            .rfind(|r| r["family"] == agent.family && r["step"] == "done")
+            .unwrap();
+        let said = last["tool_result"].as_str().unwrap_or("");
+        assert!(said.contains("\"sent\""), "{}: {last:#}", agent.name);
+    }
+    // What each agent's tools answered, as the stand-in saw it: the task done, by it.
+    let results: Vec<String> = model
+        .entries()
+        .iter()
+        .filter_map(|r| r["tool_result"].as_str().map(String::from))
+        .collect();
+    assert!(
+        results.iter().any(|r| r.contains("\"state\": \"done\"")),
+        "{results:#?}"
+    );
+    let heard = lead(&[
+        ("team_message", serde_json::json!({"action": "history"})),
+        ("team_task", serde_json::json!({"action": "list"})),
+    ]);
+    let messages = common::mcp::ok_answer(&heard[0]);
+    let from: Vec<&serde_json::Value> = messages["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["writtenBy"])
+        .collect();
+    assert_eq!(
+        from,
+        [
+            &serde_json::json!({"member": "claude"}),
+            &serde_json::json!({"member": "codex"})
+        ],
+        "{messages:#}"
+    );
+    let tasks = common::mcp::ok_answer(&heard[1]);
+    for t in tasks["tasks"].as_array().unwrap() {
+        assert_eq!(t["state"], "done", "{tasks:#}");
+    }
+    let shown = text(&w.ateam(&["tasks", "--team", &w.team, "show", "2"]).stdout);
+    for what in [
+        "created by main session lead",
+        "claimed by member codex",
+        "completed by member codex: done by codex",
+    ] {
+        assert!(shown.contains(what), "`{what}` not in:\n{shown}");
+    }
+}
+
 fn engine_of(name: &str) -> Engine {
     match name {
         "docker" => Engine::Docker,
@@ -999,6 +1164,12 @@ macro_rules! agents {
                 #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
                 fn agents_fix_a_failing_test_and_commit() {
                     super::agents_fix_a_failing_test_and_commit(super::engine_of(stringify!($engine)));
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn agents_work_together_on_the_board() {
+                    super::agents_work_together_on_the_board(super::engine_of(stringify!($engine)));
                 }
             }
         )*

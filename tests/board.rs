@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
+use common::mcp::{self, answer, call, init, initialized, ok_answer};
 use common::{Engine, rootless_user, text};
 
 struct World {
@@ -120,32 +121,11 @@ spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory
     }
 
     /// One MCP session of `lead` through `ateam mcp`: the calls, in order, each answered
-    /// before the next is sent; their results.
+    /// before the next is sent; their answers.
     fn lead(&self, calls: &[(&str, Value)]) -> Vec<Value> {
-        let mut child = self
-            .command()
-            .args(["mcp", "--team", &self.team, "--session", "lead"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let mut lines =
-            std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
-        let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
-        send(init(0));
-        let _ = lines.next().unwrap().unwrap();
-        send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        let mut results = Vec::new();
-        for (i, (tool, args)) in calls.iter().enumerate() {
-            send(call(i as u64 + 1, tool, args.clone()));
-            let line = lines.next().unwrap().unwrap();
-            results.push(serde_json::from_str::<Value>(&line).unwrap());
-        }
-        drop(stdin);
-        let _ = child.wait();
-        results
+        let mut c = self.command();
+        c.args(["mcp", "--team", &self.team, "--session", "lead"]);
+        mcp::session(c, calls)
     }
 
     /// The calls of member `member`, from inside it through its own socket, one MCP
@@ -158,7 +138,7 @@ spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory
                 let input = format!(
                     "{}\n{}\n{}\n",
                     init(0),
-                    json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                    initialized(),
                     call(1, tool, args.clone())
                 );
                 let out = self.inside(member, &input);
@@ -212,39 +192,6 @@ impl Drop for World {
                 .output();
         }
     }
-}
-
-fn init(id: u64) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"}
-    }})
-}
-
-fn call(id: u64, tool: &str, args: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": tool, "arguments": args}})
-}
-
-/// A call's text answer, and whether it was an error.
-fn answer(v: &Value) -> (String, bool) {
-    let r = &v["result"];
-    let text = r["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let text = if text.is_empty() { v.to_string() } else { text };
-    (
-        text,
-        r["isError"].as_bool().unwrap_or(v.get("error").is_some()),
-    )
-}
-
-fn ok_answer(v: &Value) -> Value {
-    let (text, err) = answer(v);
-    assert!(!err, "refused: {text}");
-    serde_json::from_str(&text).unwrap()
 }
 
 fn refused(v: &Value, says: &str) {
@@ -364,11 +311,7 @@ fn floods_are_bounded(engine: Engine) {
     w.ok(&["apply", "-f", "team.yaml"]);
     // A body of 100 MB is never read whole: the line is dropped, the session goes on.
     let big = "a".repeat(100 * 1024 * 1024);
-    let mut input = format!(
-        "{}\n{}\n",
-        init(0),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    );
+    let mut input = format!("{}\n{}\n", init(0), initialized());
     input.push_str(&format!(
         "{}\n",
         call(1, "team_message", json!({"action": "send", "body": big}))
@@ -433,11 +376,7 @@ fn floods_are_bounded(engine: Engine) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut input = format!(
-        "{}\n{}\n",
-        init(0),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    );
+    let mut input = format!("{}\n{}\n", init(0), initialized());
     for (i, (tool, args)) in flood.iter().enumerate() {
         input.push_str(&format!("{}\n", call(i as u64 + 1, tool, args.clone())));
     }

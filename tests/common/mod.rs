@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub mod faulty_socket;
+pub mod mcp;
 pub mod private_engine;
 pub mod standin;
 pub mod terminal;

@@ -78,6 +78,9 @@ FIX = re.compile(
     r"run the tests again, and commit as `([^`]+)`"
 )
 RUN = re.compile(r"run the command: (.+?)(?:, then |\n|\"|$)")
+# A call of one of the team's MCP tools (ateam's board): `use the team tool TOOL with {JSON}`,
+# the JSON without `;`, several in a row separated by `;`.
+TEAM = re.compile(r"use the team tool (\w+) with (?=\{)")
 # Where the agent works, as each says it in its request: Claude Code's environment block,
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
@@ -95,6 +98,75 @@ def find_command(body):
     """The command of the last `run the command:` sentence in the request, or None."""
     found = list(RUN.finditer(flat_text(body)))
     return found[-1].group(1).strip() if found else None
+
+
+def find_team_calls(body):
+    """[(tool, arguments)] of every `use the team tool` sentence, in order, each once (a
+    prompt may be carried twice in one request)."""
+    out, seen = [], set()
+    flat = flat_text(body)
+    for m in TEAM.finditer(flat):
+        rest = flat[m.end() : m.end() + 20000].split(";")[0].replace('\\"', '"')
+        try:
+            args, _ = json.JSONDecoder().raw_decode(rest)
+        except ValueError:
+            continue
+        key = (m.group(1), json.dumps(args, sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            out.append((m.group(1), args))
+    return out
+
+
+def team_prompt_is_latest(body):
+    """Whether the latest prompt is one of team tool calls: its sentences come after the last
+    `create the file` one (a continued session carries its earlier tasks)."""
+    flat = flat_text(body)
+    team = [m.start() for m in TEAM.finditer(flat)]
+    task = [m.start() for m in TASK.finditer(flat)]
+    return bool(team) and (not task or team[-1] > task[-1])
+
+
+def searched_since_prompt(body):
+    """Whether the agent already called ToolSearch after the user's last own message."""
+    called = False
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        blocks = m.get("content") if isinstance(m.get("content"), list) else []
+        if m.get("role") == "user" and not any(
+            isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks
+        ):
+            called = False
+        if m.get("role") == "assistant":
+            called = called or any(
+                isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") == "ToolSearch"
+                for b in blocks
+            )
+    return called
+
+
+def tool_named(names, tool):
+    """The name the agent gives the MCP tool `tool` (Claude Code: `mcp__team__team_task`)."""
+    return next((n for n in names if n == tool or n.endswith("__" + tool)), None)
+
+
+def namespaced(tools):
+    """{qualified name: (namespace, name)} of the tools offered inside namespaces (Codex
+    offers an MCP server's tools as a namespace `mcp__SERVER`)."""
+    out = {}
+    for t in tools or []:
+        if isinstance(t, dict) and t.get("name"):
+            for inner in t.get("tools") or []:
+                if isinstance(inner, dict) and inner.get("name"):
+                    out[t["name"] + "__" + inner["name"]] = (t["name"], inner["name"])
+    return out
+
+
+def tool_names(tools):
+    """Every tool name offered, those inside namespaces qualified by it."""
+    names = [t["name"] for t in tools or [] if isinstance(t, dict) and t.get("name")]
+    return names + list(namespaced(tools))
 
 
 def absolute(path, flat):
@@ -240,9 +312,22 @@ def anthropic_plan(body):
     if fix and {"Bash", "Read", "Write"} <= tools:
         return anthropic_fix(fix, anthropic_results(body))
     task, command = find_task(body), find_command(body)
+    team_calls = find_team_calls(body) if team_prompt_is_latest(body) else []
+    if team_calls:
+        task = None
     steps = []
     if command and "Bash" in tools:
         steps.append(("command", "Bash", {"command": command, "description": "run the command"}))
+    missing = any(not tool_named(tools, t) for t, _ in team_calls)
+    if team_calls and (("ToolSearch" in tools and missing) or searched_since_prompt(body)):
+        # Claude Code defers MCP tools: a model loads them with its ToolSearch tool first.
+        wanted = sorted({"mcp__team__" + t for t, _ in team_calls})
+        query = {"query": "select:" + ",".join(wanted), "max_results": len(wanted)}
+        steps.append(("tool-search", "ToolSearch", query))
+    for tool, args in team_calls:
+        name = tool_named(tools, tool) or ("mcp__team__" + tool if "ToolSearch" in tools else None)
+        if name:
+            steps.append(("team-tool", name, args))
     if task and "Write" in tools:
         path, text = task
         steps.append(("tool", "Write", {"file_path": path, "content": text + "\n"}))
@@ -374,6 +459,22 @@ def shell_run(tools, script):
     }
 
 
+def function_call(name, args, namespace=None):
+    """A function call item of the tool `name`, in `namespace` if it is in one (an MCP
+    tool, as Codex offers it)."""
+    item = {
+        "type": "function_call",
+        "id": "fc_standin_" + uuid.uuid4().hex,
+        "call_id": "call_standin_" + uuid.uuid4().hex,
+        "name": name,
+        "arguments": json.dumps(args),
+        "status": "completed",
+    }
+    if namespace:
+        item["namespace"] = namespace
+    return item
+
+
 def shquote(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
@@ -419,9 +520,17 @@ def openai_plan(body):
         return openai_fix(body.get("tools"), fix, openai_results(body))
     tools = body.get("tools") or []
     task, command = find_task(body), find_command(body)
+    team_calls = find_team_calls(body) if team_prompt_is_latest(body) else []
+    if team_calls:
+        task = None
     steps = []
     if command:
         steps.append(("command", lambda: script_call(tools, command, body)))
+    for tool, args in team_calls:
+        name = tool_named(tool_names(tools), tool)
+        if name:
+            ns, inner = namespaced(tools).get(name, (None, name))
+            steps.append(("team-tool", lambda n=inner, a=args, s=ns: function_call(n, a, s)))
     if task:
         steps.append(("tool", lambda: shell_call(tools, *task, body=body)))
     done = openai_tool_outputs(body)
@@ -611,6 +720,7 @@ class Handler(BaseHTTPRequestHandler):
             # How many task sentences the request carried: more than one is a continued
             # session (`ateam task`), its earlier tasks in its history.
             "tasks": len(TASK.findall(json.dumps(body or {}, ensure_ascii=False))),
+            "tools": tool_names((body or {}).get("tools")),
             **more,
         }
         results = []
