@@ -352,6 +352,18 @@ fn event_of(
                 ..
             } => ev(K::Started, "started: it was created but never started"),
             Action::Start {
+                reason:
+                    StartReason::Board {
+                        messages, tasks, ..
+                    },
+                ..
+            } => ev(
+                K::TaskGiven,
+                &format!(
+                    "woken by the team's board: {messages} message(s), {tasks} task(s) for it"
+                ),
+            ),
+            Action::Start {
                 reason: StartReason::NotReleased,
                 ..
             } => ev(
@@ -1387,8 +1399,35 @@ impl Executor<'_> {
                 self.record_exit(m, id, *code).await;
             }
         };
+        if let StartReason::Board { mark, .. } = reason {
+            self.wake_task(m, id, *mark)?;
+        }
         let ((), pins) = tokio::join!(keep, self.rt.before_restart(m, id));
         Ok(self.rt.restart_pinned(m, id, &pins?).await?)
+    }
+
+    /// The next task of an agent the board wakes, for this container, read by its gate as
+    /// any `ateam task`; the news noted as told first, so that an agent that does not read
+    /// it is not woken again for it.
+    fn wake_task(&self, m: &DesiredMember, id: &str, mark: (u64, u64)) -> Result<(), ActionError> {
+        let Some(command) = &m.wake else {
+            return Ok(());
+        };
+        let board = crate::board::store::Board::new(&self.rt.state_dir, &m.team, self.rt.owner);
+        let who = crate::board::Actor::Member(m.member.clone());
+        let io = |path: std::path::PathBuf| {
+            move |source: std::io::Error| ActionError::Io {
+                member: m.member.clone(),
+                path,
+                source,
+            }
+        };
+        board
+            .mark_woken(&who, mark)
+            .map_err(|e| io(self.rt.state_dir.clone())(std::io::Error::other(e.to_string())))?;
+        let owner = self.rt.member_owner(m)?;
+        crate::runtime::gate::set_task(&m.ctl_dir, id, command, owner)
+            .map_err(io(m.ctl_dir.clone()))
     }
 
     /// Counts a restart by the member's restart policy, in its control folder.

@@ -1114,6 +1114,42 @@ fn agents_work_together_on_the_board(engine: Engine) {
     for t in tasks["tasks"].as_array().unwrap() {
         assert_eq!(t["state"], "done", "{tasks:#}");
     }
+    // The lead writes to claude, whose agent has ended: the next apply wakes it (its next
+    // task, in its session) and it reads the message through its tools; once only.
+    lead(&[(
+        "team_message",
+        serde_json::json!({"action": "send", "to": ["claude"], "body": "please also add a docstring"}),
+    )]);
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let read = common::eventually(Duration::from_secs(90), || {
+        model.entries().iter().any(|r| {
+            r["family"] == "anthropic"
+                && r["tool_result"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("please also add a docstring"))
+        })
+    });
+    assert!(
+        read,
+        "claude never read the lead's message: {:#?}",
+        model.entries()
+    );
+    let events = text(&w.ateam(&["events", &w.team]).stdout);
+    assert!(events.contains("woken by the team's board"), "{events}");
+    while w.member("claude")["state"] != "exited 0"
+        && Instant::now() < deadline + Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let events = text(&w.ateam(&["events", &w.team]).stdout);
+    assert_eq!(
+        events.matches("woken by the team's board").count(),
+        1,
+        "{events}"
+    );
     let shown = text(&w.ateam(&["tasks", "--team", &w.team, "show", "2"]).stdout);
     for what in [
         "created by main session lead",

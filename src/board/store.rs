@@ -65,6 +65,31 @@ struct Meta {
     dropped: u64,
     /// The newest message id each session has read (`Actor::key`).
     read: BTreeMap<String, u64>,
+    /// What each idle agent was last woken for (`News::mark`), so that it is woken once
+    /// for each piece of news, not in a loop when it does not read it.
+    #[serde(default)]
+    woken: BTreeMap<String, (u64, u64)>,
+}
+
+/// What an agent that is not running has on the board, for its wake (`plan`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct News {
+    /// Unread messages to it.
+    pub messages: usize,
+    /// Tasks for it still to do.
+    pub tasks: usize,
+    /// The newest of those messages' ids and of those tasks' ids.
+    pub mark: (u64, u64),
+    /// The mark it was last woken for.
+    pub woken: (u64, u64),
+}
+
+impl News {
+    /// Whether there is something it was not woken for yet.
+    pub fn is_new(&self) -> bool {
+        self.mark.0 > self.woken.0 || self.mark.1 > self.woken.1
+    }
 }
 
 /// What is new for a session: messages to it it has not read, tasks for it still to do.
@@ -115,10 +140,53 @@ pub fn now() -> u64 {
 impl Board {
     /// The board of `team` (its folder is made, private to `owner`, at the first change).
     pub fn new(state_dir: &Path, team: &str, owner: Owner) -> Board {
+        Board::in_run_dir(&layout::team_run_dir(state_dir, team), owner)
+    }
+
+    /// The board of the team whose folder is `run_dir` (`layout::team_run_dir`).
+    pub fn in_run_dir(run_dir: &Path, owner: Owner) -> Board {
         Board {
-            dir: layout::team_run_dir(state_dir, team).join("board"),
+            dir: run_dir.join("board"),
             owner,
         }
+    }
+
+    /// What `who` has on the board that it was not woken for (nothing when there is no
+    /// board yet).
+    pub fn news(&self, who: &Actor) -> Result<News, BoardError> {
+        if !self.dir.exists() {
+            return Ok(News::default());
+        }
+        let meta: Meta = self.read_json("messages.json", MAX_LOG_BYTES)?;
+        let read = meta.read.get(&who.key()).copied().unwrap_or(0);
+        let mut news = News {
+            woken: meta.woken.get(&who.key()).copied().unwrap_or_default(),
+            ..News::default()
+        };
+        for m in self.messages()?.messages {
+            if m.id > read && m.is_for(who) {
+                news.messages += 1;
+                news.mark.0 = news.mark.0.max(m.id);
+            }
+        }
+        for t in self.tasks()?.tasks {
+            if t.owner.as_ref() == Some(who)
+                && matches!(t.state, super::TaskState::Todo | super::TaskState::Claimed)
+            {
+                news.tasks += 1;
+                news.mark.1 = news.mark.1.max(t.id);
+            }
+        }
+        Ok(news)
+    }
+
+    /// Notes that `who` was woken for `mark`.
+    pub fn mark_woken(&self, who: &Actor, mark: (u64, u64)) -> Result<(), BoardError> {
+        self.locked(|| {
+            let mut meta: Meta = self.read_json("messages.json", MAX_LOG_BYTES)?;
+            meta.woken.insert(who.key(), mark);
+            self.write_json("messages.json", &meta)
+        })
     }
 
     fn path(&self, name: &str) -> PathBuf {

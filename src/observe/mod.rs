@@ -112,6 +112,7 @@ pub async fn observe_listed(
         servers,
         caches,
         early,
+        board_news,
     } = local;
     let (mut containers, listed, foreign, listed_all, reused) = match listed {
         Listed::Summaries(summaries) => {
@@ -154,7 +155,33 @@ pub async fn observe_listed(
         recorded,
         live_sessions,
         promotions,
+        board_news,
     })
+}
+
+/// What each agent member that the board may wake has there (a board that cannot be read
+/// wakes nobody: `ateam tasks` says why).
+fn board_news(
+    desired: &DesiredState,
+    only: Option<&str>,
+) -> BTreeMap<(String, String), crate::board::store::News> {
+    let me = crate::files::Owner {
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
+    desired
+        .members
+        .iter()
+        .filter(|m| m.wake.is_some() && only.is_none_or(|o| o == m.member))
+        .filter_map(|m| {
+            let team = desired.teams.iter().find(|t| t.name == m.team)?;
+            let board = crate::board::store::Board::in_run_dir(&team.run_dir, me);
+            let news = board
+                .news(&crate::board::Actor::Member(m.member.clone()))
+                .ok()?;
+            Some(((m.team.clone(), m.member.clone()), news))
+        })
+        .collect()
 }
 
 /// What a look reads from the state folder and the host alone, needing nothing of the
@@ -166,6 +193,7 @@ struct Local {
     promotions: Vec<crate::core::session::Promotion>,
     live_sockets: BTreeSet<PathBuf>,
     servers: Servers,
+    board_news: BTreeMap<(String, String), crate::board::store::News>,
     /// The inspects kept by each team in scope, by team name.
     caches: BTreeMap<String, Cache>,
     early: Early,
@@ -195,6 +223,7 @@ impl Local {
                 promotions,
                 live_sockets: live_sockets(desired),
                 servers: servers(desired, only),
+                board_news: board_news(desired, only),
                 early: Early {
                     releases: Early::releases(desired),
                     limits: BTreeMap::new(),

@@ -93,7 +93,11 @@ impl<'a> Pass<'a> {
             policy::Limits::Enforced
         };
         let held = self.opts.held_until(&m.team, &m.member);
-        plan_member(m, keep, &self.desired.store, limits, held, plan);
+        let news = self
+            .observed
+            .board_news
+            .get(&(m.team.clone(), m.member.clone()));
+        plan_member(m, keep, &self.desired.store, limits, held, news, plan);
     }
 
     /// No container of ours: make one, unless a container ateam (this store) did not make
@@ -158,6 +162,7 @@ fn plan_member(
     store: &str,
     limits: policy::Limits,
     held: Option<SystemTime>,
+    news: Option<&crate::board::store::News>,
     plan: &mut Plan,
 ) {
     let recreate = |reason: Drift| Action::Recreate {
@@ -206,17 +211,19 @@ fn plan_member(
             container: cref(c),
             reason: StartReason::NeverStarted,
         }),
-        ContainerState::Exited { code } => plan_exit(m, c, code, held, plan),
+        ContainerState::Exited { code } => plan_exit(m, c, code, held, news, plan),
     }
 }
 
 /// An exited member: restarted if its policy says so (or the restart deferred, when the
-/// crash-loop policy holds it back), else finished.
+/// crash-loop policy holds it back), else woken if its board has news for its agent, else
+/// finished.
 fn plan_exit(
     m: &DesiredMember,
     c: &ObservedContainer,
     code: i64,
     held: Option<SystemTime>,
+    news: Option<&crate::board::store::News>,
     plan: &mut Plan,
 ) {
     let (team, member) = (m.team.clone(), m.member.clone());
@@ -240,7 +247,19 @@ fn plan_exit(
                 policy: m.restart,
             },
         }),
-        (false, _) => plan.findings.push(Finding::Finished { team, member, code }),
+        (false, _) => match news.filter(|n| n.is_new() && m.wake.is_some()) {
+            Some(n) => plan.actions.push(Action::Start {
+                team,
+                member,
+                container: cref(c),
+                reason: StartReason::Board {
+                    messages: n.messages,
+                    tasks: n.tasks,
+                    mark: n.mark,
+                },
+            }),
+            None => plan.findings.push(Finding::Finished { team, member, code }),
+        },
     }
 }
 

@@ -503,6 +503,16 @@ pub enum StartReason {
     /// Running, but an interrupted apply never verified it nor released its gate: check it
     /// now, then release.
     NotReleased,
+    /// Its agent ended, and its team's board has news for it: its next task is to read it
+    /// (`core::agents::WAKE_TASK`).
+    Board {
+        /// Unread messages to it.
+        messages: usize,
+        /// Tasks for it still to do.
+        tasks: usize,
+        /// What it is woken for (`board::store::News::mark`).
+        mark: (u64, u64),
+    },
 }
 
 impl StartReason {
@@ -512,6 +522,7 @@ impl StartReason {
             StartReason::NeverStarted => "neverStarted",
             StartReason::Restart { .. } => "restart",
             StartReason::NotReleased => "notReleased",
+            StartReason::Board { .. } => "board",
         }
     }
 }

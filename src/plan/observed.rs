@@ -43,6 +43,9 @@ pub struct Observed {
     /// Promotions under way (their journals), in the teams in scope.
     #[serde(default)]
     pub promotions: Vec<crate::core::session::Promotion>,
+    /// What each agent member of a team with a board has there (team, member), for its wake.
+    #[serde(default)]
+    pub board_news: BTreeMap<(String, String), crate::board::store::News>,
 }
 
 /// A container as observe saw it.

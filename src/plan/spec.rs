@@ -95,6 +95,10 @@ pub struct DesiredMember {
     /// tokens, written before each start.
     #[serde(default)]
     pub login_file: Option<PathBuf>,
+    /// Its agent's command when the board wakes it (an agent of a team with `board: true`
+    /// that runs one task at a time): its next task, `core::agents::WAKE_TASK`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<Vec<String>>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -384,6 +388,19 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                     .as_ref()
                     .filter(|a| a.interactive)
                     .map(|a| a.name.clone()),
+                wake: m
+                    .agent
+                    .as_ref()
+                    .filter(|a| team.board && !a.interactive)
+                    .and_then(|a| {
+                        crate::core::agents::next_task(
+                            a,
+                            crate::core::agents::WAKE_TASK,
+                            &m.transcript_dir,
+                            &m.cwd,
+                        )
+                    })
+                    .map(|x| x.command),
                 login_file: m
                     .agent
                     .as_ref()

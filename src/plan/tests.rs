@@ -127,6 +127,7 @@ pub(crate) fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         helper_servers: BTreeSet::new(),
         live_sessions: BTreeSet::new(),
         promotions: vec![],
+        board_news: BTreeMap::new(),
     }
 }
 
@@ -547,6 +548,70 @@ fn stopped_members_follow_their_restart_policy() {
                 assert!(matches!(&p.findings[..], [Finding::Finished { .. }]));
             }
         }
+    }
+}
+
+/// An agent that ended is woken once for each piece of news on its board: not for news it
+/// was woken for already, not when it has no wake command, never while it runs.
+#[test]
+fn the_board_wakes_an_ended_agent_once_per_news() {
+    use crate::board::store::News;
+    let news = |mark: (u64, u64), woken: (u64, u64)| News {
+        messages: 1,
+        tasks: 0,
+        mark,
+        woken,
+    };
+    let cases = [
+        (
+            true,
+            ContainerState::Exited { code: 0 },
+            Some(news((3, 0), (2, 0))),
+            true,
+        ),
+        (
+            true,
+            ContainerState::Exited { code: 0 },
+            Some(news((3, 0), (3, 0))),
+            false,
+        ),
+        (true, ContainerState::Exited { code: 0 }, None, false),
+        (
+            false,
+            ContainerState::Exited { code: 0 },
+            Some(news((3, 0), (0, 0))),
+            false,
+        ),
+        (
+            true,
+            ContainerState::Running,
+            Some(news((3, 0), (0, 0))),
+            false,
+        ),
+    ];
+    for (wakes, state, news, woken) in cases {
+        let mut m = member("a");
+        m.restart = RestartPolicy::Never;
+        let mut d = want(vec![m]);
+        d.members[0].wake = wakes.then(|| vec!["agent".to_string(), "--continue".to_string()]);
+        let mut o = in_sync(&d, &["a"]);
+        o.containers[0].state = state;
+        if let Some(n) = news {
+            o.board_news.insert(("t".into(), "a".into()), n);
+        }
+        let p = plan(&d, &o, PlanOptions::default());
+        let started = matches!(
+            &p.actions[..],
+            [Action::Start {
+                reason: StartReason::Board {
+                    messages: 1,
+                    mark: (3, 0),
+                    ..
+                },
+                ..
+            }]
+        );
+        assert_eq!(started, woken, "{wakes} {state:?} {news:?}: {p:?}");
     }
 }
 

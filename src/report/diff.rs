@@ -257,5 +257,10 @@ pub fn start_text(r: &StartReason) -> String {
         StartReason::Restart { code, policy } => {
             format!("exited {code}, restart policy {policy:?}")
         }
+        StartReason::Board {
+            messages, tasks, ..
+        } => format!(
+            "its agent ended, and the team's board has news for it ({messages} message(s), {tasks} task(s)): woken to read it"
+        ),
     }
 }

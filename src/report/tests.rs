@@ -127,6 +127,7 @@ fn in_sync(t: &Team) -> Observed {
         helper_servers: Default::default(),
         live_sessions: Default::default(),
         promotions: vec![],
+        board_news: BTreeMap::new(),
     }
 }
 

@@ -81,6 +81,9 @@ RUN = re.compile(r"run the command: (.+?)(?:, then |\n|\"|$)")
 # A call of one of the team's MCP tools (ateam's board): `use the team tool TOOL with {JSON}`,
 # the JSON without `;`, several in a row separated by `;`.
 TEAM = re.compile(r"use the team tool (\w+) with (?=\{)")
+# ateam's wake of an agent whose board has news for it (core::agents::WAKE_TASK): the model
+# reads its messages.
+WAKE = re.compile(r"There is news for you on the team board")
 # Where the agent works, as each says it in its request: Claude Code's environment block,
 # Codex's environment context. A task's relative path is taken from there.
 CWD = re.compile(r"(?:working directory: |<cwd>)(/[^\s<\"\\]+)", re.IGNORECASE)
@@ -100,31 +103,49 @@ def find_command(body):
     return found[-1].group(1).strip() if found else None
 
 
+def latest_prompt(body):
+    """The text of the user's latest own message (not a tool result): a continued session
+    carries its earlier prompts before it."""
+    for m in reversed(body.get("messages") or body.get("input") or []):
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            return content
+        blocks = content if isinstance(content, list) else []
+        if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+            continue
+        texts = [b.get("text", "") for b in blocks if isinstance(b, dict)]
+        if any(TEAM.search(t) or WAKE.search(t) or TASK.search(t) for t in texts):
+            return "\n".join(texts)
+    return ""
+
+
 def find_team_calls(body):
-    """[(tool, arguments)] of every `use the team tool` sentence, in order, each once (a
-    prompt may be carried twice in one request)."""
+    """[(tool, arguments)] of every `use the team tool` sentence of the latest prompt, in
+    order, each once (a prompt may be carried twice in one request)."""
     out, seen = [], set()
-    flat = flat_text(body)
+    flat = latest_prompt(body)
+    found = []
     for m in TEAM.finditer(flat):
-        rest = flat[m.end() : m.end() + 20000].split(";")[0].replace('\\"', '"')
+        rest = flat[m.end() : m.end() + 20000].split(";")[0]
         try:
             args, _ = json.JSONDecoder().raw_decode(rest)
         except ValueError:
             continue
-        key = (m.group(1), json.dumps(args, sort_keys=True))
+        found.append((m.start(), m.group(1), args))
+    found += [(m.start(), "team_message", {"action": "history"}) for m in WAKE.finditer(flat)]
+    for _, tool, args in sorted(found, key=lambda f: f[0]):
+        key = (tool, json.dumps(args, sort_keys=True))
         if key not in seen:
             seen.add(key)
-            out.append((m.group(1), args))
+            out.append((tool, args))
     return out
 
 
 def team_prompt_is_latest(body):
-    """Whether the latest prompt is one of team tool calls: its sentences come after the last
-    `create the file` one (a continued session carries its earlier tasks)."""
-    flat = flat_text(body)
-    team = [m.start() for m in TEAM.finditer(flat)]
-    task = [m.start() for m in TASK.finditer(flat)]
-    return bool(team) and (not task or team[-1] > task[-1])
+    """Whether the latest prompt is one of team tool calls (or ateam's wake)."""
+    return bool(find_team_calls(body))
 
 
 def searched_since_prompt(body):
