@@ -234,6 +234,14 @@ pub struct Agent {
         skip_serializing_if = "crate::core::agents::AgentLogin::is_api_key"
     )]
     pub login: crate::core::agents::AgentLogin,
+    /// PEM certificates its model host is trusted by besides the machine's roots
+    /// (`modelCA`: a local server's or a gateway's own CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_ca: Option<String>,
+    /// The allow entry `agent:` added to the member's grant for its model host
+    /// (`core::agents::with_model_host`); `None` when the grant named it already, or is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_host: Option<String>,
 }
 
 impl Agent {

@@ -199,6 +199,10 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
     let mut members = Vec::new();
     for m in &team.members {
         let mut m = m.clone();
+        // The model host `agent:` added is written as `agent:`, not in the grant.
+        if let Some(h) = m.agent.as_ref().and_then(|a| a.model_host.as_deref()) {
+            crate::core::agents::without_model_host(&mut m.access, h);
+        }
         if !m.access.name.is_empty() {
             // A grant no AccessGrant of the team defines (a requested member's) is written
             // too; should its name be taken by a different grant, under a name of its own.
@@ -274,6 +278,7 @@ fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
         version: a.version.clone().filter(|_| !same_version),
         sha256: a.sha256.clone().filter(|_| !same_sum),
         login: (!a.login.is_api_key()).then(|| a.login.name().to_string()),
+        model_ca: a.model_ca.clone(),
     }
 }
 

@@ -441,8 +441,8 @@ pub struct AgentSpec {
     pub interactive: bool,
     /// The model, if not the agent's default.
     pub model: Option<String>,
-    /// The model's base URL, if not the vendor's (a local server, a gateway); its host must
-    /// be in the member's allow list.
+    /// The model's base URL, if not the vendor's (a local server, a gateway); `agent:` adds
+    /// its host to the member's allow list, with the key or login injected there.
     pub model_url: Option<String>,
     /// Flags of the agent's own, put before the task.
     #[serde(default)]
@@ -458,6 +458,11 @@ pub struct AgentSpec {
     /// member holds a placeholder. Default `apiKey`: the key in `secretEnv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login: Option<String>,
+    /// PEM certificates (a file, relative to the manifest, or the PEM text) its model host is
+    /// trusted by besides the machine's roots: a local server's or a gateway's own CA. As
+    /// `upstreamCA` of the host `agent:` adds to the member's allow list.
+    #[serde(default, rename = "modelCA", skip_serializing_if = "Option::is_none")]
+    pub model_ca: Option<String>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

@@ -575,6 +575,8 @@ fn diff_shows_the_agents_build_and_its_mount() {
         sha256: Some(crate::core::agents::AgentKind::Claude.pinned().sha256),
         dir: Some(dir.into()),
         login: Default::default(),
+        model_ca: None,
+        model_host: None,
     });
     let d = desired_state(
         &Desired {
@@ -627,6 +629,8 @@ fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
         sha256: None,
         dir: None,
         login: Default::default(),
+        model_ca: None,
+        model_host: None,
     });
     let mut o = in_sync(&t);
     o.containers[0].state = ContainerState::Exited { code: 0 };

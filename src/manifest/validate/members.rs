@@ -29,6 +29,17 @@ struct Tree<'t, 'o> {
     user: Option<UserId>,
 }
 
+impl Tree<'_, '_> {
+    /// The grant a member names, as written (nothing when it names none).
+    fn grant_of(&self, m: &raw::MemberSpec) -> AccessGrant {
+        m.access
+            .as_deref()
+            .and_then(|a| self.grants.get(a))
+            .cloned()
+            .unwrap_or_else(AccessGrant::empty)
+    }
+}
+
 impl Build<'_> {
     /// The team's members, by name. `team` has its sessions and grants already.
     pub(super) fn members(
@@ -215,17 +226,22 @@ impl Build<'_> {
     ) -> model::Member {
         let t = tree.t;
         let transcript_dir = transcript_dir(&t.session_dir, name);
-        let access = self.member_access(tree, name, o, m);
+        let mut access = tree.grant_of(m);
         let workspace = m
             .workspace
             .as_ref()
             .and_then(|w| self.member_workspace(&t.team.name, &t.session_dir, name, o, w));
         let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
         // `agent:` is a command and an environment: judged as if the manifest said them.
-        let (expanded, agent) = match &m.agent {
+        let (expanded, mut agent) = match &m.agent {
             Some(a) => self.member_agent(o, m, a, &transcript_dir, &cwd),
             None => (None, None),
         };
+        // Its agent reaches its model host without the person granting it.
+        if let (Some(a), Some(raw_agent)) = (agent.as_mut(), &m.agent) {
+            self.agent_egress(o, raw_agent, a, &mut access);
+        }
+        self.member_within_parent(tree, name, o, &access);
         let m = expanded.as_ref().unwrap_or(m);
         let login = agent
             .as_ref()
@@ -278,36 +294,22 @@ impl Build<'_> {
         member
     }
 
-    /// The member's grant (nothing when it names none), which must be the same as or narrower
-    /// than its parent member's.
-    fn member_access(
-        &mut self,
-        tree: &Tree,
-        name: &str,
-        o: &Parsed,
-        m: &raw::MemberSpec,
-    ) -> AccessGrant {
-        let grant_of = |m: &raw::MemberSpec| {
-            m.access
-                .as_deref()
-                .and_then(|a| tree.grants.get(a))
-                .cloned()
-                .unwrap_or_else(AccessGrant::empty)
+    /// The member's grant (its agent's model host included) must be the same as or narrower
+    /// than its parent member's (the parent's agent's model host included).
+    fn member_within_parent(&mut self, tree: &Tree, name: &str, o: &Parsed, access: &AccessGrant) {
+        let Some(Parent::Member(p)) = tree.parents.get(name) else {
+            return;
         };
-        let access = grant_of(m);
-        if let Some(Parent::Member(p)) = tree.parents.get(name) {
-            let parent_grant = match tree.t.members.get(p.as_str()) {
-                Some((_, pm)) => grant_of(pm),
-                None => AccessGrant::empty(),
-            };
-            if let Err((field, why)) = narrower(&access, &parent_grant) {
-                self.problems.push(o.value_problem(
-                    "spec.access",
-                    format!("grant `{}` {why} (`{p}`, grant `{}`: {field}); a member's access must be the same as or narrower than its parent's", access.name, parent_grant.name),
-                ));
-            }
+        let parent_grant = match tree.t.members.get(p.as_str()) {
+            Some((po, pm)) => self.effective_grant(po, pm, tree.grant_of(pm)),
+            None => AccessGrant::empty(),
+        };
+        if let Err((field, why)) = narrower(access, &parent_grant) {
+            self.problems.push(o.value_problem(
+                "spec.access",
+                format!("grant `{}` {why} (`{p}`, grant `{}`: {field}); a member's access must be the same as or narrower than its parent's", access.name, parent_grant.name),
+            ));
         }
-        access
     }
 
     /// What the member runs: its image (returned; the team's when it names none), a command
