@@ -58,6 +58,7 @@
 
 pub mod app;
 pub mod backend;
+pub mod build_context;
 pub mod controller;
 pub mod core;
 pub mod detached;
