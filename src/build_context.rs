@@ -192,7 +192,11 @@ impl Walk<'_> {
                     let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
                     self.append(&path, tar::EntryType::Symlink, 0o777, &[], Some(&target))?;
                 }
-                _ => {
+                FileType::Fifo
+                | FileType::Socket
+                | FileType::CharacterDevice
+                | FileType::BlockDevice
+                | FileType::Unknown => {
                     return Err(ContextError::Special {
                         path: self.top.join(&path),
                     });
@@ -340,7 +344,7 @@ mod tests {
         // A FIFO: refused, not opened (a read would block).
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &d.path().join("src/fifo"),
+            d.path().join("src/fifo"),
             FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,

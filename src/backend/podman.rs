@@ -684,6 +684,54 @@ impl Backend for PodmanBackend {
         Ok(inspected_from(&d))
     }
 
+    async fn build(&self, req: &super::BuildRequest) -> Result<()> {
+        // libpod's build (4.3): `networkmode` is buildah's policy by name (Docker's `none` is
+        // read as the default, and RUN got the host's interfaces here), and without
+        // `nsoptions` RUN shares the host's network namespace: both say none.
+        // `pullpolicy=never` pulls nothing (the caller checked every FROM is here).
+        let json = |v: &BTreeMap<String, String>| serde_json::to_string(v).unwrap_or_default();
+        let query = [
+            ("dockerfile", req.dockerfile.clone()),
+            ("t", req.tag.clone()),
+            ("networkmode", "NetworkDisabled".into()),
+            (
+                "nsoptions",
+                r#"[{"Name":"network","Host":false,"Path":""}]"#.into(),
+            ),
+            ("pullpolicy", "never".into()),
+            ("rm", "true".into()),
+            ("forcerm", "true".into()),
+            ("buildargs", json(&req.args)),
+            ("labels", json(&req.labels)),
+            ("target", req.target.clone()),
+        ];
+        let ep = containers_api::url::construct_ep(
+            format!("{LIBPOD}/build"),
+            Some(containers_api::url::encoded_pairs(query)),
+        );
+        let text = self
+            .raw
+            .post_string(ep, Payload::XTar(req.context.clone()), None)
+            .await
+            .map_err(|e| engine_err(&format!("build {}", req.tag), &e))?;
+        // One JSON object per step; an error is one of them.
+        let mut out = String::new();
+        let de = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+        for v in de.flatten() {
+            if let Some(s) = v.get("stream").and_then(Value::as_str) {
+                out.push_str(s);
+            }
+            if let Some(e) = v.get("error").and_then(Value::as_str) {
+                return Err(BackendError::Engine {
+                    engine: ENGINE.into(),
+                    op: format!("build {}", req.tag),
+                    message: format!("{e}\n{}", super::build_tail(&out)),
+                });
+            }
+        }
+        Ok(())
+    }
+
     async fn pull(&self, image: &str) -> Result<()> {
         let opts = PullOpts::builder()
             .reference(super::with_tag(image))

@@ -113,7 +113,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 Parent::Member(p) => format!("Member/{p}"),
             },
             access: (!m.access.name.is_empty()).then(|| m.access.name.clone()),
-            image: Some(m.image.clone()),
+            image: Some(image_spec(m)),
             image_pull_policy: Some(m.image_pull_policy),
             command: m.command.clone(),
             cwd: Some(m.cwd.display().to_string()),
@@ -261,6 +261,30 @@ fn prune(v: &mut serde_json::Value) {
     } else if let Value::Array(a) = v {
         a.iter_mut().for_each(prune);
     }
+}
+
+/// `image:` as the manifest said it: a name, or the definition ateam builds.
+fn image_spec(m: &Member) -> super::raw::ImageSpec {
+    use super::raw::{BuildSpec, ImageDefinition, ImageSpec};
+    let Some(b) = &m.image_build else {
+        return ImageSpec::Name(m.image.clone());
+    };
+    let d = match &b.devcontainer {
+        Some(file) => ImageDefinition {
+            devcontainer: Some(file.display().to_string()),
+            build: None,
+        },
+        None => ImageDefinition {
+            devcontainer: None,
+            build: Some(BuildSpec {
+                context: Some(b.context.display().to_string()),
+                dockerfile: Some(b.dockerfile.clone()),
+                args: b.args.clone(),
+                target: b.target.clone(),
+            }),
+        },
+    };
+    ImageSpec::Defined(Box::new(d))
 }
 
 /// `agent:` as the manifest said it: its version and checksum only when not ateam's pins.

@@ -37,6 +37,7 @@ fn team(members: &[&str]) -> Team {
             host_listeners: vec![],
         },
         image: "ateam-demo:latest".into(),
+        image_build: None,
         command: None,
         cwd: "/src/repo".into(),
         env: BTreeMap::new(),

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::grants::narrower;
+use super::images::Defined;
 use super::writers::Writer;
 use super::{
     Build, Kind, Parsed, TeamObjects, check_env_name, check_image, check_socket_path,
@@ -251,7 +252,7 @@ impl Build<'_> {
         for (field, why) in rules::login_problems(&access, login) {
             self.problems.push(o.value_problem(field, why));
         }
-        let image = self.member_runs(t, name, o, m);
+        let (image, image_build) = self.member_runs(t, name, o, m);
         let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
@@ -268,6 +269,15 @@ impl Build<'_> {
             depth: tree.depth.get(name).copied().unwrap_or(1),
             access,
             image,
+            // What ateam builds is on the engine or built: never pulled.
+            image_pull_policy: match image_build {
+                Some(_) => model::PullPolicy::Never,
+                None => m
+                    .image_pull_policy
+                    .or(t.spec.image_pull_policy)
+                    .unwrap_or_default(),
+            },
+            image_build,
             command: m.command.clone(),
             cwd,
             env: m.env.clone(),
@@ -276,10 +286,6 @@ impl Build<'_> {
             pids: resources.pids,
             nano_cpus: resources.nano_cpus,
             restart: m.restart,
-            image_pull_policy: m
-                .image_pull_policy
-                .or(t.spec.image_pull_policy)
-                .unwrap_or_default(),
             labels: o.labels.clone(),
             transcript_dir,
             workspace,
@@ -320,23 +326,32 @@ impl Build<'_> {
         name: &str,
         o: &Parsed,
         m: &raw::MemberSpec,
-    ) -> String {
-        let problems = &mut *self.problems;
-        let image = match m.image.clone().or_else(|| t.spec.image.clone()) {
-            Some(i) => {
+    ) -> (String, Option<model::ImageBuild>) {
+        let own = m
+            .image
+            .clone()
+            .or_else(|| t.spec.image.clone().map(raw::ImageSpec::Name));
+        let image = match own {
+            Some(raw::ImageSpec::Name(i)) => {
                 if let Err(e) = check_image(&i) {
-                    problems.push(o.value_problem("spec.image", e));
+                    self.problems.push(o.value_problem("spec.image", e));
                 }
-                i
+                (i, None)
             }
+            Some(raw::ImageSpec::Defined(d)) => match self.defined_image(o, &d) {
+                Some(Defined::Name(i)) => (i, None),
+                Some(Defined::Build(tag, b)) => (tag, Some(b)),
+                None => (String::new(), None),
+            },
             None => {
-                problems.push(o.problem(
+                self.problems.push(o.problem(
                     "spec",
                     "no image: set spec.image here or a default spec.image on the Team",
                 ));
-                String::new()
+                (String::new(), None)
             }
         };
+        let problems = &mut *self.problems;
         let socket = egress_socket_path(&self.host.state_dir, &t.team.name, name);
         if let Err(e) = check_socket_path("egress", &socket) {
             problems.push(o.problem("metadata.name", e));

@@ -26,6 +26,7 @@ use crate::model::{self, Desired, UserId};
 
 mod agents;
 mod grants;
+mod images;
 mod limits;
 mod members;
 mod sessions;
