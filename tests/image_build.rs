@@ -297,8 +297,8 @@ fn a_member_runs_on_the_image_its_repository_defines(engine: Engine) {
 }
 
 /// A FROM the engine lacks: apply refuses before any change, saying it builds from local
-/// images only; no container is made.
-fn a_from_the_engine_lacks_is_refused_with_the_reason(engine: Engine) {
+/// images only; a RUN that fails: refused with what the builder said. No container is made.
+fn a_build_that_cannot_be_made_is_refused_with_the_reason(engine: Engine) {
     let w = World::new(engine, "nf");
     let df = w.root().join("app/.devcontainer/Dockerfile");
     let text_now = std::fs::read_to_string(&df).unwrap();
@@ -317,6 +317,21 @@ fn a_from_the_engine_lacks_is_refused_with_the_reason(engine: Engine) {
         err.contains("builds FROM `ateam-no-such-base:1`")
             && err.contains("local images only")
             && err.contains(&df.display().to_string()),
+        "{err}"
+    );
+    assert!(w.images().is_empty(), "nothing made");
+
+    // A RUN that fails: refused with the builder's own words, nothing made.
+    std::fs::write(
+        &df,
+        format!("{text_now}RUN echo the repository says no; exit 3\n"),
+    )
+    .unwrap();
+    let out = w.apply();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{}\n{err}", text(&out.stdout));
+    assert!(
+        err.contains("building the Dockerfile") && err.contains("the repository says no"),
         "{err}"
     );
     assert!(w.images().is_empty(), "nothing made");
@@ -414,6 +429,6 @@ spec:
     }
 }
 
-on_every_engine!(docker: a_member_runs_on_the_image_its_repository_defines, a_from_the_engine_lacks_is_refused_with_the_reason);
-on_every_engine!(podman: a_member_runs_on_the_image_its_repository_defines, a_from_the_engine_lacks_is_refused_with_the_reason);
-on_every_engine!(rootless_podman: a_member_runs_on_the_image_its_repository_defines, a_from_the_engine_lacks_is_refused_with_the_reason);
+on_every_engine!(docker: a_member_runs_on_the_image_its_repository_defines, a_build_that_cannot_be_made_is_refused_with_the_reason);
+on_every_engine!(podman: a_member_runs_on_the_image_its_repository_defines, a_build_that_cannot_be_made_is_refused_with_the_reason);
+on_every_engine!(rootless_podman: a_member_runs_on_the_image_its_repository_defines, a_build_that_cannot_be_made_is_refused_with_the_reason);

@@ -301,7 +301,7 @@ impl Backend for DockerBackend {
         while let Some(step) = stream.next().await {
             let step = step.map_err(|e| self.err(&format!("build {}", req.tag), e))?;
             if let Some(s) = &step.stream {
-                out.push_str(s);
+                super::keep_tail(&mut out, s);
             }
             if let Some(e) = step.error_detail.and_then(|d| d.message) {
                 return Err(BackendError::Engine {

@@ -69,6 +69,20 @@ pub struct BuildRequest {
     pub labels: BTreeMap<String, String>,
 }
 
+/// Appends `s` to a builder's output, keeping its last 64 KiB: what a RUN prints is the
+/// repository's, and may be endless.
+pub(crate) fn keep_tail(out: &mut String, s: &str) {
+    const KEEP: usize = 64 << 10;
+    out.push_str(s);
+    if out.len() > 2 * KEEP {
+        let mut cut = out.len() - KEEP;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out.drain(..cut);
+    }
+}
+
 /// The last lines of a builder's output, for an error: at most 20 lines, 4 KiB.
 pub(crate) fn build_tail(out: &str) -> String {
     let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();

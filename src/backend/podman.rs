@@ -709,17 +709,18 @@ impl Backend for PodmanBackend {
             format!("{LIBPOD}/build"),
             Some(containers_api::url::encoded_pairs(query)),
         );
-        let text = self
-            .raw
-            .post_string(ep, Payload::XTar(req.context.clone()), None)
-            .await
-            .map_err(|e| engine_err(&format!("build {}", req.tag), &e))?;
-        // One JSON object per step; an error is one of them.
+        // One JSON object per step, read as they come; an error is one of them. Only the
+        // last of what RUN printed is kept.
         let mut out = String::new();
-        let de = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
-        for v in de.flatten() {
+        let mut steps = Box::pin(self.raw.post_into_stream::<_, Value>(
+            ep,
+            Payload::XTar(req.context.clone()),
+            None,
+        ));
+        while let Some(v) = steps.next().await {
+            let v = v.map_err(|e| engine_err(&format!("build {}", req.tag), &e))?;
             if let Some(s) = v.get("stream").and_then(Value::as_str) {
-                out.push_str(s);
+                super::keep_tail(&mut out, s);
             }
             if let Some(e) = v.get("error").and_then(Value::as_str) {
                 return Err(BackendError::Engine {
