@@ -950,6 +950,75 @@ spec:
     );
 }
 
+/// `image: {build: ...}` and `{devcontainer: ...}` name the image by the hash of what the
+/// build reads: the same definition the same tag, a changed file another; the build's pull
+/// policy is Never (nothing to pull); export writes the definition back, and that export
+/// judges to the same image.
+#[test]
+fn an_image_its_repository_defines_is_named_by_its_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(repo.join(".devcontainer")).unwrap();
+    std::fs::write(
+        repo.join(".devcontainer/Dockerfile"),
+        "FROM ateam-toolchain:bookworm\nCOPY a.txt /a\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join(".devcontainer/devcontainer.json"),
+        "// x\n{\"build\": {\"dockerfile\": \"Dockerfile\", \"context\": \"..\"},}",
+    )
+    .unwrap();
+    std::fs::write(repo.join("a.txt"), "1").unwrap();
+    let yaml = format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: t}}
+spec: {{sessionDir: fixtures/docs}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: fixtures/repo}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec:
+  parent: lead
+  image: {{devcontainer: {r}/.devcontainer/devcontainer.json}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec:
+  parent: lead
+  image: {{build: {{context: {r}, dockerfile: .devcontainer/Dockerfile}}}}
+",
+        r = repo.display()
+    );
+    let team = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let (a, b) = (&team.members[0], &team.members[1]);
+    assert!(a.image.starts_with("ateam-build:"), "{}", a.image);
+    assert_eq!(a.image, b.image, "one definition, one tag");
+    let build = a.image_build.as_ref().unwrap();
+    assert_eq!(build.bases, ["ateam-toolchain:bookworm"]);
+    assert_eq!(build.context, repo);
+    assert_eq!(build.dockerfile, ".devcontainer/Dockerfile");
+    assert_eq!(a.image_pull_policy, ateam::model::PullPolicy::Never);
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(exported.contains("devcontainer:"), "{exported}");
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.members[0].image, a.image);
+    assert_eq!(again.members[1].image_build, b.image_build);
+    // A changed file of the context: another tag.
+    std::fs::write(repo.join("a.txt"), "2").unwrap();
+    let changed = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert_ne!(changed.members[0].image, a.image);
+}
+
 /// A member that does not declare a secret its grant injects is refused even when another
 /// member of the same grant declares it: every member holds its own placeholder.
 #[test]
