@@ -1017,6 +1017,34 @@ spec:
     std::fs::write(repo.join("a.txt"), "2").unwrap();
     let changed = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
     assert_ne!(changed.members[0].image, a.image);
+
+    // A member that may write what an image is built from: refused at that image.
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let writer = format!(
+        "{yaml}---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: w}}
+spec: {{write: [{r}/src]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: c}}
+spec: {{parent: lead, access: w, image: ateam-demo:latest}}
+",
+        r = repo.display()
+    );
+    let problems = check(&writer, &test_host(), &[]).unwrap_err();
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    for (p, who) in problems.iter().zip(["Member/a", "Member/b"]) {
+        assert_eq!(p.object.as_deref(), Some(who));
+        assert_eq!(p.field.as_deref(), Some("spec.image"));
+        assert!(
+            p.message.contains("which member t/c may write"),
+            "{}",
+            p.message
+        );
+    }
 }
 
 /// A member that does not declare a secret its grant injects is refused even when another

@@ -6,7 +6,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::{Build, Parsed};
+use super::{Build, Parsed, Problem};
 use crate::build_context;
 use crate::core::image_build::{self, Devcontainer};
 use crate::manifest::paths::{check_dir, resolve, within};
@@ -149,6 +149,62 @@ impl Build<'_> {
             bases: vec![],
         };
         read_build(build).map_err(|e| format!("`{}`: {e}", file.display()))
+    }
+}
+
+/// A member's image built from a repository, to be judged against every write grant.
+pub(super) struct Built {
+    /// `team/member`.
+    who: String,
+    /// Where the problem is reported (the member's `spec.image`).
+    place: Problem,
+    /// What the build reads: its context, and the devcontainer.json.
+    paths: Vec<PathBuf>,
+}
+
+impl Build<'_> {
+    /// Notes `b`, the image of `who`, for `writable_builds`.
+    pub(super) fn note_build(&mut self, who: String, o: &Parsed, b: &ImageBuild) {
+        self.builds.push(Built {
+            who,
+            place: o.value_problem("spec.image", String::new()),
+            paths: std::iter::once(b.context.clone())
+                .chain(b.devcontainer.clone())
+                .collect(),
+        });
+    }
+}
+
+/// No member may write what an image is built from: what it wrote would be built (its RUNs
+/// run in the engine's build container, not in a member's lockdown) and run as the image of
+/// the next member made. Judged by name, as workspaces are.
+pub(super) fn writable_builds(
+    built: Vec<Built>,
+    teams: &[&crate::model::Team],
+    problems: &mut Vec<Problem>,
+) {
+    for b in built {
+        let writer = teams.iter().find_map(|t| {
+            t.members.iter().find_map(|w| {
+                w.access.write.iter().find_map(|g| {
+                    b.paths
+                        .iter()
+                        .find(|p| within(p, g) || within(g, p))
+                        .map(|p| (format!("{}/{}", t.name, w.name), g, p))
+                })
+            })
+        });
+        if let Some((who, grant, path)) = writer {
+            problems.push(Problem {
+                message: format!(
+                    "the image of {} is built from {}, which member {who} may write (grant {}): what a member writes there would be built, and run as the image of the next member made; give that member a workspace (its own copy) instead",
+                    b.who,
+                    path.display(),
+                    grant.display()
+                ),
+                ..b.place
+            });
+        }
     }
 }
 

@@ -253,6 +253,9 @@ impl Build<'_> {
             self.problems.push(o.value_problem(field, why));
         }
         let (image, image_build) = self.member_runs(t, name, o, m);
+        if let Some(b) = &image_build {
+            self.note_build(format!("{}/{name}", t.team.name), o, b);
+        }
         let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
