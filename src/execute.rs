@@ -735,6 +735,23 @@ impl Executor<'_> {
     /// image is there (pulled as their `imagePullPolicy` asks) and each one's command is in
     /// it, looked for with one probe container, removed after.
     async fn check_image(&self, image: &str, members: &[&DesiredMember], refused: &mut Refusals) {
+        if let Some(b) = members.iter().find_map(|m| m.build.as_ref()) {
+            let engine = self.rt.info.kind.to_string();
+            if let Err(e) =
+                crate::runtime::build::ensure(self.rt.backend.as_ref(), &engine, image, b).await
+            {
+                for m in members {
+                    refused.refuse(
+                        m,
+                        RunError::Image {
+                            member: m.member.clone(),
+                            reason: e.to_string(),
+                        },
+                    );
+                }
+                return;
+            }
+        }
         if let Err(e) = self.pull_if_wanted(image, members).await {
             refused.refuse_image(members, &e);
             return;

@@ -59,6 +59,7 @@
 pub mod app;
 pub mod backend;
 pub mod board;
+pub mod build_context;
 pub mod controller;
 pub mod core;
 pub mod detached;

@@ -132,6 +132,30 @@ impl AccessGrant {
     }
 }
 
+/// An image a repository defines, as ateam builds it: from local images only, with no
+/// network, tagged by the hash of what it reads (`build_context`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageBuild {
+    /// The `devcontainer.json` it is defined in; `None` for a manifest's `build:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devcontainer: Option<PathBuf>,
+    /// The context folder (absolute, no symlink on its path).
+    pub context: PathBuf,
+    /// The Dockerfile, relative to the context and inside it.
+    pub dockerfile: String,
+    /// Build arguments.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// The stage built; `None`: the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The SHA-256 of the context, Dockerfile path, arguments and target, as validation
+    /// read them; the build refuses a context that no longer hashes so.
+    pub hash: String,
+    /// The images its Dockerfile builds from: the engine must have each (no registry).
+    pub bases: Vec<String>,
+}
+
 /// Who a member works for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Parent {
@@ -156,8 +180,12 @@ pub struct Member {
     pub depth: u32,
     /// Its grant, copied in (`AccessGrant::empty` when it names none).
     pub access: AccessGrant,
-    /// Its image, its own or the Team's.
+    /// Its image, its own or the Team's; for one its repository defines, the tag ateam
+    /// builds it as (`core::image_build::tag`).
     pub image: String,
+    /// The build of `image`, when its repository defines it (`image: {devcontainer|build}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_build: Option<ImageBuild>,
     /// Command and arguments; `None`: the image's own.
     pub command: Option<Vec<String>>,
     /// Its working directory, inside its grants or its transcript folder.
@@ -242,6 +270,14 @@ pub struct Agent {
     /// (`core::agents::team_tools_args`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub team_tools: bool,
+    /// PEM certificates its model host is trusted by besides the machine's roots
+    /// (`modelCA`: a local server's or a gateway's own CA).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_ca: Option<String>,
+    /// The allow entry `agent:` added to the member's grant for its model host
+    /// (`core::agents::with_model_host`); `None` when the grant named it already, or is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_host: Option<String>,
 }
 
 impl Agent {

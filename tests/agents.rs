@@ -812,6 +812,84 @@ fn codex_edits_its_grant_through_its_proxy(engine: Engine) {
     an_agent_edits_its_grant_through_its_proxy(engine, &CODEX);
 }
 
+/// The Codex example with no model host in its grant (write only) and `modelCA` on its
+/// agent: `agent:` grants the host itself, `diff` says so, and the agent's turn reaches the
+/// stand-in through its proxy with the key injected.
+fn an_agent_reaches_its_model_without_a_grant(engine: Engine) {
+    let scratch = tempfile::tempdir().unwrap();
+    let model = Model::start(scratch.path(), &[]);
+    let team = format!(
+        "agng{}{}",
+        &format!("{engine:?}").to_lowercase()[..1],
+        std::process::id() % 100000
+    );
+    let example = Example {
+        folder: "codex",
+        team: "codex-agent",
+        key_vars: vec![CODEX.key_var],
+    };
+    let w = World::of(engine, &example, team, &model, |root| {
+        let manifest = root.join("team.yaml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let (head, rest) = text.split_once("  network:\n").unwrap();
+        let (_, tail) = rest.split_once("---").unwrap();
+        let text = format!("{head}---{tail}").replace(
+            "    modelUrl: https://host.ateam.internal:",
+            "    modelCA: ./model-ca.pem\n    modelUrl: https://host.ateam.internal:",
+        );
+        assert!(!text.contains("credentials"), "{text}");
+        std::fs::write(&manifest, text).unwrap();
+    });
+    let diff = w.ateam(&["diff", "-f", &w.manifest()]);
+    let shown = text(&diff.stdout);
+    assert!(
+        shown.contains(&format!(
+            "its model host: {}, allowed by its agent",
+            model_host(model.port)
+        )),
+        "{shown}{}",
+        text(&diff.stderr)
+    );
+    let out = w.ateam(&["apply", "-f", &w.manifest()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "apply failed:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let row = loop {
+        let row = w.coder();
+        if row["state"].as_str().unwrap_or("").starts_with("exited") {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "never ended its turn: {row:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let logs = w.ateam(&["logs", "coder"]);
+    assert_eq!(row["state"], "exited 0", "{row:#}\n{}", text(&logs.stderr));
+    let edit = w.root().join("workspace/repo/hello.txt");
+    assert_eq!(
+        std::fs::read_to_string(&edit).unwrap_or_default(),
+        "hello from codex\n"
+    );
+    let requests = model.entries();
+    assert!(requests.iter().any(|r| r["step"] == "done"), "{requests:?}");
+    for r in &requests {
+        assert_eq!(r["host"], model_host(model.port).as_str(), "{r}");
+        assert_eq!(r["api_key"], "test-key", "the key the proxy injects: {r}");
+    }
+    // Status shows the host among the member's grants, with what is injected there.
+    let grants = &row["grants"]["network"];
+    assert_eq!(grants["mode"], "allow", "{row:#}");
+    assert_eq!(
+        grants["injected"][0]["host"],
+        model_host(model.port).as_str(),
+        "{row:#}"
+    );
+}
+
 /// The fix examples/agents/fix-a-test asks of each agent.
 const FIXED: &str = "def add(a, b): return a + b\n";
 
@@ -1194,6 +1272,12 @@ macro_rules! agents {
                 #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
                 fn codex_edits_its_grant_through_its_proxy() {
                     super::codex_edits_its_grant_through_its_proxy(super::engine_of(stringify!($engine)));
+                }
+
+                #[test]
+                #[ignore = "needs container engines and scripts/agent-images.sh: run scripts/test.sh"]
+                fn an_agent_reaches_its_model_without_a_grant() {
+                    super::an_agent_reaches_its_model_without_a_grant(super::engine_of(stringify!($engine)));
                 }
 
                 #[test]

@@ -826,6 +826,227 @@ spec:
     assert_eq!(again.grants[0], team.grants[0]);
 }
 
+/// `agent:` grants its model host by itself, with the key or login injected there and its
+/// `modelCA`: a member with no grant reaches it; a grant that names it already is kept as
+/// written (not doubled); export writes the grant without it and `agent:` with it, and that
+/// export judges to the same members. A child agent stays within its parent's grant with its
+/// parent's agent's host counted; one whose model host its parent does not reach is refused.
+#[test]
+fn an_agent_grants_its_model_host_itself() {
+    let ca = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/agents/claude/model-ca.pem"),
+    )
+    .unwrap();
+    let pem = ca.trim_end().replace('\n', "\n      ");
+    let yaml = format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: t}}
+spec: {{image: ateam-demo:latest, sessionDir: fixtures/docs}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: fixtures/repo}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: g}}
+spec:
+  network: {{allow: [github.com, {{host: api.openai.com, credentials: {{bearer: OPENAI_API_KEY}}}}]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec:
+  parent: lead
+  agent:
+    name: claude
+    task: fix the test
+    modelUrl: https://host.ateam.internal:8790
+    modelCA: |
+      {pem}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec:
+  parent: lead
+  access: g
+  agent: {{name: codex, task: fix the test}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: c}}
+spec:
+  parent: Member/a
+  agent: {{name: claude, task: help, modelUrl: https://host.ateam.internal:8790}}
+"
+    );
+    let team = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let a = &team.members[0];
+    assert_eq!(
+        a.access.network,
+        ateam::model::Network::Allow(vec!["host.ateam.internal:8790".into()])
+    );
+    let i = &a.access.intercept[0];
+    assert_eq!(
+        i.credentials,
+        Some(ateam::core::intercept::Credential::Header {
+            header: "x-api-key".into(),
+            secret: "ANTHROPIC_API_KEY".into()
+        })
+    );
+    assert_eq!(i.upstream_ca.as_deref().map(str::trim), Some(ca.trim()));
+    assert_eq!(a.secret_env, ["ANTHROPIC_API_KEY"]);
+    assert_eq!(
+        a.agent.as_ref().unwrap().model_host.as_deref(),
+        Some("host.ateam.internal:8790")
+    );
+    // The person's entry for api.openai.com is kept as written, not doubled.
+    let b = &team.members[1];
+    assert_eq!(b.access, team.grants[0]);
+    assert_eq!(b.agent.as_ref().unwrap().model_host, None);
+    // The child of `a` reaches the same model host: within `a`'s grant.
+    assert_eq!(team.members[2].access.network, a.access.network);
+
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(
+        exported.contains("modelCA:") && !exported.contains("b-2") && !exported.contains("g-2"),
+        "{exported}"
+    );
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    for (x, y) in again.members.iter().zip(&team.members) {
+        assert_eq!(x.access, y.access, "{}", x.name);
+        assert_eq!(x.agent, y.agent, "{}", x.name);
+    }
+
+    // A child agent whose model host its parent's grant does not reach is refused there.
+    let wider = yaml.replace(
+        "task: help, modelUrl: https://host.ateam.internal:8790",
+        "task: help",
+    );
+    let problems = check(&wider, &test_host(), &[]).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].object.as_deref(), Some("Member/c"));
+    assert!(
+        problems[0].message.contains("api.anthropic.com"),
+        "{problems:#?}"
+    );
+    // A modelUrl ateam cannot read a host from: at its field.
+    let bad = yaml.replace(
+        "modelUrl: https://host.ateam.internal:8790\n",
+        "modelUrl: https://u:p@x/\n",
+    );
+    let problems = check(&bad, &test_host(), &[]).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field.as_deref() == Some("spec.agent.modelUrl")),
+        "{problems:#?}"
+    );
+}
+
+/// `image: {build: ...}` and `{devcontainer: ...}` name the image by the hash of what the
+/// build reads: the same definition the same tag, a changed file another; the build's pull
+/// policy is Never (nothing to pull); export writes the definition back, and that export
+/// judges to the same image.
+#[test]
+fn an_image_its_repository_defines_is_named_by_its_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(repo.join(".devcontainer")).unwrap();
+    std::fs::write(
+        repo.join(".devcontainer/Dockerfile"),
+        "FROM ateam-toolchain:bookworm\nCOPY a.txt /a\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join(".devcontainer/devcontainer.json"),
+        "// x\n{\"build\": {\"dockerfile\": \"Dockerfile\", \"context\": \"..\"},}",
+    )
+    .unwrap();
+    std::fs::write(repo.join("a.txt"), "1").unwrap();
+    let yaml = format!(
+        "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: t}}
+spec: {{sessionDir: fixtures/docs}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [claude], cwd: fixtures/repo}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec:
+  parent: lead
+  image: {{devcontainer: {r}/.devcontainer/devcontainer.json}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec:
+  parent: lead
+  image: {{build: {{context: {r}, dockerfile: .devcontainer/Dockerfile}}}}
+",
+        r = repo.display()
+    );
+    let team = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    let (a, b) = (&team.members[0], &team.members[1]);
+    assert!(a.image.starts_with("ateam-build:"), "{}", a.image);
+    assert_eq!(a.image, b.image, "one definition, one tag");
+    let build = a.image_build.as_ref().unwrap();
+    assert_eq!(build.bases, ["ateam-toolchain:bookworm"]);
+    assert_eq!(build.context, repo);
+    assert_eq!(build.dockerfile, ".devcontainer/Dockerfile");
+    assert_eq!(a.image_pull_policy, ateam::model::PullPolicy::Never);
+    let exported =
+        ateam::manifest::export::to_yaml(&ateam::manifest::export::team_objects(&team)).unwrap();
+    assert!(exported.contains("devcontainer:"), "{exported}");
+    let again =
+        check(&exported, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}\n{exported}"));
+    assert_eq!(again.members[0].image, a.image);
+    assert_eq!(again.members[1].image_build, b.image_build);
+    // A changed file of the context: another tag.
+    std::fs::write(repo.join("a.txt"), "2").unwrap();
+    let changed = check(&yaml, &test_host(), &[]).unwrap_or_else(|p| panic!("{p:#?}"));
+    assert_ne!(changed.members[0].image, a.image);
+
+    // A member that may write what an image is built from: refused at that image.
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let writer = format!(
+        "{yaml}---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: w}}
+spec: {{write: [{r}/src]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: c}}
+spec: {{parent: lead, access: w, image: ateam-demo:latest}}
+",
+        r = repo.display()
+    );
+    let problems = check(&writer, &test_host(), &[]).unwrap_err();
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    for (p, who) in problems.iter().zip(["Member/a", "Member/b"]) {
+        assert_eq!(p.object.as_deref(), Some(who));
+        assert_eq!(p.field.as_deref(), Some("spec.image"));
+        assert!(
+            p.message.contains("which member t/c may write"),
+            "{}",
+            p.message
+        );
+    }
+}
+
 /// A member that does not declare a secret its grant injects is refused even when another
 /// member of the same grant declares it: every member holds its own placeholder.
 #[test]

@@ -280,6 +280,40 @@ impl Backend for DockerBackend {
         Ok(inspected(c))
     }
 
+    async fn build(&self, req: &super::BuildRequest) -> Result<()> {
+        // The classic builder (API 1.41 has no other without a session): `networkmode:
+        // none` gives RUN no network; `pull` unset pulls nothing a FROM names that is here
+        // (and the caller checked every FROM is here).
+        let opts = bollard::query_parameters::BuildImageOptions {
+            dockerfile: req.dockerfile.clone(),
+            t: Some(req.tag.clone()),
+            rm: true,
+            forcerm: true,
+            networkmode: Some("none".into()),
+            buildargs: Some(req.args.clone().into_iter().collect()),
+            labels: Some(req.labels.clone().into_iter().collect()),
+            target: req.target.clone(),
+            ..Default::default()
+        };
+        let body = bollard::body_full(req.context.clone().into());
+        let mut out = String::new();
+        let mut stream = self.docker.build_image(opts, None, Some(body));
+        while let Some(step) = stream.next().await {
+            let step = step.map_err(|e| self.err(&format!("build {}", req.tag), e))?;
+            if let Some(s) = &step.stream {
+                super::keep_tail(&mut out, s);
+            }
+            if let Some(e) = step.error_detail.and_then(|d| d.message) {
+                return Err(BackendError::Engine {
+                    engine: ENGINE.into(),
+                    op: format!("build {}", req.tag),
+                    message: format!("{e}\n{}", super::build_tail(&out)),
+                });
+            }
+        }
+        Ok(())
+    }
+
     async fn pull(&self, image: &str) -> Result<()> {
         let opts = CreateImageOptionsBuilder::default()
             .from_image(&super::with_tag(image))

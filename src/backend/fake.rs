@@ -283,6 +283,14 @@ impl Backend for FakeBackend {
         Ok(c)
     }
 
+    async fn build(&self, req: &super::BuildRequest) -> Result<()> {
+        Err(BackendError::Engine {
+            engine: "fake".into(),
+            op: format!("build {}", req.tag),
+            message: "the fake engine builds nothing".into(),
+        })
+    }
+
     async fn pull(&self, image: &str) -> Result<()> {
         self.called(Call::Pull {
             image: image.into(),

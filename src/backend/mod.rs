@@ -52,6 +52,48 @@ impl EngineInfo {
     }
 }
 
+/// An image build (`Backend::build`): a context as a tar, and what to build of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildRequest {
+    /// The tag it gets.
+    pub tag: String,
+    /// The context, a tar.
+    pub context: Vec<u8>,
+    /// The Dockerfile's path in it.
+    pub dockerfile: String,
+    /// Build arguments.
+    pub args: BTreeMap<String, String>,
+    /// The stage; empty: the last.
+    pub target: String,
+    /// Labels on the image.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Appends `s` to a builder's output, keeping its last 64 KiB: what a RUN prints is the
+/// repository's, and may be endless.
+pub(crate) fn keep_tail(out: &mut String, s: &str) {
+    const KEEP: usize = 64 << 10;
+    out.push_str(s);
+    if out.len() > 2 * KEEP {
+        let mut cut = out.len() - KEEP;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out.drain(..cut);
+    }
+}
+
+/// The last lines of a builder's output, for an error: at most 20 lines, 4 KiB.
+pub(crate) fn build_tail(out: &str) -> String {
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+    let start = tail.len().saturating_sub(4096);
+    let start = (start..=tail.len())
+        .find(|i| tail.is_char_boundary(*i))
+        .unwrap_or(tail.len());
+    tail[start..].to_string()
+}
+
 /// One container as a list call sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -348,6 +390,9 @@ pub trait Backend: Send + Sync {
     async fn inspect(&self, id: &str) -> Result<Inspected>;
     /// Fetches `image` from its registry (the engine's own registry settings apply).
     async fn pull(&self, image: &str) -> Result<()>;
+    /// Builds `req.tag` from a context tar, with no network and no pull (every base image
+    /// must be on the engine), the engine's own builder. Errs with the builder's words.
+    async fn build(&self, req: &BuildRequest) -> Result<()>;
     /// The image's command and environment; `ImageMissing` if the image is not local.
     async fn image_config(&self, image: &str) -> Result<ImageConfig>;
     /// The image's entrypoint followed by its cmd; `ImageMissing` if the image is not local.

@@ -684,6 +684,55 @@ impl Backend for PodmanBackend {
         Ok(inspected_from(&d))
     }
 
+    async fn build(&self, req: &super::BuildRequest) -> Result<()> {
+        // libpod's build (4.3): `networkmode` is buildah's policy by name (Docker's `none` is
+        // read as the default, and RUN got the host's interfaces here), and without
+        // `nsoptions` RUN shares the host's network namespace: both say none.
+        // `pullpolicy=never` pulls nothing (the caller checked every FROM is here).
+        let json = |v: &BTreeMap<String, String>| serde_json::to_string(v).unwrap_or_default();
+        let query = [
+            ("dockerfile", req.dockerfile.clone()),
+            ("t", req.tag.clone()),
+            ("networkmode", "NetworkDisabled".into()),
+            (
+                "nsoptions",
+                r#"[{"Name":"network","Host":false,"Path":""}]"#.into(),
+            ),
+            ("pullpolicy", "never".into()),
+            ("rm", "true".into()),
+            ("forcerm", "true".into()),
+            ("buildargs", json(&req.args)),
+            ("labels", json(&req.labels)),
+            ("target", req.target.clone()),
+        ];
+        let ep = containers_api::url::construct_ep(
+            format!("{LIBPOD}/build"),
+            Some(containers_api::url::encoded_pairs(query)),
+        );
+        // One JSON object per step, read as they come; an error is one of them. Only the
+        // last of what RUN printed is kept.
+        let mut out = String::new();
+        let mut steps = Box::pin(self.raw.post_into_stream::<_, Value>(
+            ep,
+            Payload::XTar(req.context.clone()),
+            None,
+        ));
+        while let Some(v) = steps.next().await {
+            let v = v.map_err(|e| engine_err(&format!("build {}", req.tag), &e))?;
+            if let Some(s) = v.get("stream").and_then(Value::as_str) {
+                super::keep_tail(&mut out, s);
+            }
+            if let Some(e) = v.get("error").and_then(Value::as_str) {
+                return Err(BackendError::Engine {
+                    engine: ENGINE.into(),
+                    op: format!("build {}", req.tag),
+                    message: format!("{e}\n{}", super::build_tail(&out)),
+                });
+            }
+        }
+        Ok(())
+    }
+
     async fn pull(&self, image: &str) -> Result<()> {
         let opts = PullOpts::builder()
             .reference(super::with_tag(image))

@@ -13,10 +13,124 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::intercept::{Credential, Intercept};
 use crate::core::logins::{CLAUDE_TOKEN_VAR, LoginKind};
+use crate::model::{AccessGrant, Network};
 
 /// Where a member finds its agent: the host's copy of its native build, mounted read-only.
 pub const AGENT_DIR: &str = "/opt/ateam-agent";
+
+/// Where each vendor serves its agent's model, when `modelUrl` names no other host.
+const ANTHROPIC_HOST: &str = "api.anthropic.com";
+/// OpenAI's API, for Codex with a key.
+const OPENAI_HOST: &str = "api.openai.com";
+/// ChatGPT's backend, for Codex with the person's ChatGPT login.
+const CHATGPT_HOST: &str = "chatgpt.com";
+
+/// The host an agent reaches its model at, as an entry of the member's allow list with
+/// the credential its proxy injects there: the `modelUrl`'s host (a local server, a
+/// gateway), else the vendor's. `agent:` grants it by itself (`with_model_host`), so a
+/// person does not write it twice. Errs on a `modelUrl` whose host cannot be read.
+pub fn model_host(
+    kind: AgentKind,
+    model_url: Option<&str>,
+    login: AgentLogin,
+    upstream_ca: Option<String>,
+) -> Result<Intercept, String> {
+    let host = match model_url {
+        Some(u) => url_host(u)?,
+        None => match (kind, login) {
+            (AgentKind::Claude, _) => ANTHROPIC_HOST.to_string(),
+            (AgentKind::Codex, AgentLogin::ApiKey) => OPENAI_HOST.to_string(),
+            (AgentKind::Codex, AgentLogin::Subscription) => CHATGPT_HOST.to_string(),
+        },
+    };
+    let credentials = match (kind, login) {
+        (_, AgentLogin::Subscription) => Credential::Login {
+            login: kind.login(),
+        },
+        (AgentKind::Claude, AgentLogin::ApiKey) => Credential::Header {
+            header: "x-api-key".into(),
+            secret: kind.key_var().into(),
+        },
+        (AgentKind::Codex, AgentLogin::ApiKey) => Credential::Bearer {
+            secret: kind.key_var().into(),
+        },
+    };
+    Ok(Intercept {
+        host,
+        credentials: Some(credentials),
+        http: vec![],
+        git: None,
+        upstream_ca,
+    })
+}
+
+/// `host` or `host:port` of an `http(s)://` URL, lowercase, as an allow list writes it.
+fn url_host(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or("the model's base URL must start with https:// (or http://)")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(
+            "the model's base URL may not hold a user or password: the proxy injects the key"
+                .into(),
+        );
+    }
+    let ok = !authority.is_empty()
+        && authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
+    if !ok {
+        return Err(format!(
+            "`{url}` names no host ateam can read (`https://host[:port]/...`)"
+        ));
+    }
+    Ok(authority.to_ascii_lowercase())
+}
+
+/// Whether two allow entries name the same destination (`h` and `h:443` are one).
+fn same_host(a: &str, b: &str) -> bool {
+    let norm = |h: &str| {
+        let h = h.to_ascii_lowercase();
+        h.strip_suffix(":443").map(str::to_string).unwrap_or(h)
+    };
+    norm(a) == norm(b)
+}
+
+/// `grant` with `host` (an agent's model host) added, unless the grant already names that
+/// host (the person's entry is kept as written, not doubled) or has an open network (which
+/// reaches it already, with no proxy). Returns whether it was added: what `agent:` expands
+/// to, which `export` takes out again.
+pub fn with_model_host(grant: &mut AccessGrant, host: Intercept) -> bool {
+    match &mut grant.network {
+        Network::Open => false,
+        Network::Allow(list) if list.iter().any(|h| same_host(h, &host.host)) => false,
+        Network::Allow(list) => {
+            list.push(host.host.clone());
+            grant.intercept.push(host);
+            true
+        }
+        Network::None => {
+            grant.network = Network::Allow(vec![host.host.clone()]);
+            grant.intercept.push(host);
+            true
+        }
+    }
+}
+
+/// `grant` without the host `agent:` added (`with_model_host`): the grant as written.
+pub fn without_model_host(grant: &mut AccessGrant, host: &str) {
+    grant.intercept.retain(|i| i.host != host);
+    if let Network::Allow(list) = &mut grant.network {
+        list.retain(|h| h != host);
+        if list.is_empty() {
+            grant.network = Network::None;
+        }
+    }
+}
 
 /// The agents ateam knows how to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -705,6 +819,8 @@ mod tests {
             dir: None,
             login: Default::default(),
             team_tools: false,
+            model_ca: None,
+            model_host: None,
         }
     }
 
@@ -833,5 +949,102 @@ mod tests {
                 .iter()
                 .any(|a| a.starts_with("model_provider") || a.starts_with("chatgpt_base_url"))
         );
+    }
+
+    #[test]
+    fn the_model_host_is_the_urls_or_the_vendors_with_its_credential() {
+        let h = |k, u, l| model_host(k, u, l, None).unwrap();
+        let c = h(AgentKind::Claude, None, AgentLogin::ApiKey);
+        assert_eq!(c.host, "api.anthropic.com");
+        assert_eq!(
+            c.credentials,
+            Some(Credential::Header {
+                header: "x-api-key".into(),
+                secret: "ANTHROPIC_API_KEY".into()
+            })
+        );
+        let x = h(AgentKind::Codex, None, AgentLogin::ApiKey);
+        assert_eq!(x.host, "api.openai.com");
+        assert_eq!(
+            x.credentials,
+            Some(Credential::Bearer {
+                secret: "OPENAI_API_KEY".into()
+            })
+        );
+        let s = h(AgentKind::Codex, None, AgentLogin::Subscription);
+        assert_eq!(s.host, "chatgpt.com");
+        assert_eq!(
+            s.credentials,
+            Some(Credential::Login {
+                login: LoginKind::Codex
+            })
+        );
+        let local = h(
+            AgentKind::Claude,
+            Some("https://Host.Ateam.Internal:8790/v1?x=1"),
+            AgentLogin::Subscription,
+        );
+        assert_eq!(local.host, "host.ateam.internal:8790");
+        assert_eq!(
+            h(
+                AgentKind::Codex,
+                Some("http://[::1]:11434"),
+                AgentLogin::ApiKey
+            )
+            .host,
+            "[::1]:11434"
+        );
+        for bad in [
+            "ftp://x",
+            "https://",
+            "https://user:pw@gw.example/",
+            "https://a b/",
+            "https://a\u{202e}b/",
+        ] {
+            assert!(
+                model_host(AgentKind::Claude, Some(bad), AgentLogin::ApiKey, None).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_agent_adds_its_model_host_once_and_never_to_an_open_network() {
+        let host = || model_host(AgentKind::Claude, None, AgentLogin::ApiKey, None).unwrap();
+        // No network: the model host only.
+        let mut g = AccessGrant::empty();
+        assert!(with_model_host(&mut g, host()));
+        assert_eq!(g.network, Network::Allow(vec!["api.anthropic.com".into()]));
+        assert_eq!(g.intercept, [host()]);
+        // Taken out again, the grant is as written.
+        without_model_host(&mut g, "api.anthropic.com");
+        assert_eq!(g, AccessGrant::empty());
+        // A list without it: added at its end.
+        let mut g = AccessGrant::empty();
+        g.network = Network::Allow(vec!["github.com".into()]);
+        assert!(with_model_host(&mut g, host()));
+        assert_eq!(
+            g.network,
+            Network::Allow(vec!["github.com".into(), "api.anthropic.com".into()])
+        );
+        without_model_host(&mut g, "api.anthropic.com");
+        assert_eq!(g.network, Network::Allow(vec!["github.com".into()]));
+        assert!(g.intercept.is_empty());
+        // The person's own entry for it (any spelling of the same port) is kept, not doubled.
+        for theirs in ["api.anthropic.com", "API.anthropic.com:443"] {
+            let mut g = AccessGrant::empty();
+            g.network = Network::Allow(vec![theirs.into()]);
+            assert!(!with_model_host(&mut g, host()), "{theirs}");
+            assert_eq!(g.network, Network::Allow(vec![theirs.into()]));
+            assert!(g.intercept.is_empty());
+        }
+        // Another port is another host.
+        let mut g = AccessGrant::empty();
+        g.network = Network::Allow(vec!["api.anthropic.com:8443".into()]);
+        assert!(with_model_host(&mut g, host()));
+        let mut g = AccessGrant::empty();
+        g.network = Network::Open;
+        assert!(!with_model_host(&mut g, host()));
+        assert_eq!(g.network, Network::Open);
     }
 }

@@ -5,6 +5,7 @@
 //!   reports);
 //! - `egress`: what an egress allowlist entry means, and which addresses are never reached
 //!   unless named exactly;
+//! - `image_build`: a member image a repository defines (devcontainer.json, Dockerfile);
 //! - `intercept`: allow entries with rules (the proxy terminates their TLS);
 //! - `layout`: every path under ateam's state folder;
 //! - `logins`: subscription logins: what a member holds instead, when ateam refreshes;
@@ -17,6 +18,7 @@ pub mod agents;
 pub mod container;
 pub mod egress;
 pub mod env;
+pub mod image_build;
 pub mod intercept;
 pub mod layout;
 pub mod logins;

@@ -113,7 +113,7 @@ pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 Parent::Member(p) => format!("Member/{p}"),
             },
             access: (!m.access.name.is_empty()).then(|| m.access.name.clone()),
-            image: Some(m.image.clone()),
+            image: Some(image_spec(m)),
             image_pull_policy: Some(m.image_pull_policy),
             command: m.command.clone(),
             cwd: Some(m.cwd.display().to_string()),
@@ -200,6 +200,10 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
     let mut members = Vec::new();
     for m in &team.members {
         let mut m = m.clone();
+        // The model host `agent:` added is written as `agent:`, not in the grant.
+        if let Some(h) = m.agent.as_ref().and_then(|a| a.model_host.as_deref()) {
+            crate::core::agents::without_model_host(&mut m.access, h);
+        }
         if !m.access.name.is_empty() {
             // A grant no AccessGrant of the team defines (a requested member's) is written
             // too; should its name be taken by a different grant, under a name of its own.
@@ -260,6 +264,30 @@ fn prune(v: &mut serde_json::Value) {
     }
 }
 
+/// `image:` as the manifest said it: a name, or the definition ateam builds.
+fn image_spec(m: &Member) -> super::raw::ImageSpec {
+    use super::raw::{BuildSpec, ImageDefinition, ImageSpec};
+    let Some(b) = &m.image_build else {
+        return ImageSpec::Name(m.image.clone());
+    };
+    let d = match &b.devcontainer {
+        Some(file) => ImageDefinition {
+            devcontainer: Some(file.display().to_string()),
+            build: None,
+        },
+        None => ImageDefinition {
+            devcontainer: None,
+            build: Some(BuildSpec {
+                context: Some(b.context.display().to_string()),
+                dockerfile: Some(b.dockerfile.clone()),
+                args: b.args.clone(),
+                target: b.target.clone(),
+            }),
+        },
+    };
+    ImageSpec::Defined(Box::new(d))
+}
+
 /// `agent:` as the manifest said it: its version and checksum only when not ateam's pins.
 fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
     let pinned = crate::core::agents::AgentKind::parse(&a.name).map(|k| k.pinned());
@@ -275,6 +303,7 @@ fn agent_spec(a: &crate::model::Agent) -> super::raw::AgentSpec {
         version: a.version.clone().filter(|_| !same_version),
         sha256: a.sha256.clone().filter(|_| !same_sum),
         login: (!a.login.is_api_key()).then(|| a.login.name().to_string()),
+        model_ca: a.model_ca.clone(),
     }
 }
 

@@ -389,8 +389,9 @@ pub struct MemberSpec {
     pub parent: String,
     /// The AccessGrant it runs with; without one it gets no folders and no network.
     pub access: Option<String>,
-    /// Image; default the Team's `image`.
-    pub image: Option<String>,
+    /// Image: a name, or what the repository defines (`{devcontainer: ...}`, `{build:
+    /// ...}`), which ateam builds from local images; default the Team's `image`.
+    pub image: Option<ImageSpec>,
     /// `IfNotPresent`, `Never` or `Always`; default the Team's, else `IfNotPresent`.
     pub image_pull_policy: Option<PullPolicy>,
     /// Command and arguments; default the image's own.
@@ -430,6 +431,74 @@ pub struct MemberSpec {
     pub snapshot_writes: Option<Quantity>,
 }
 
+/// A member's image: a name the engine has (or pulls), or the one a repository defines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ImageSpec {
+    /// `name:tag`.
+    Name(String),
+    /// `{devcontainer: path}` or `{build: {...}}`.
+    Defined(Box<ImageDefinition>),
+}
+
+// By hand rather than `untagged`, as `AllowEntry`: a map is read as `ImageDefinition`, so an
+// unknown key is reported where it is.
+impl<'de> Deserialize<'de> for ImageSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ImageSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an image (`name:tag`), `{devcontainer: path}` or `{build: {context, dockerfile, args}}`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ImageSpec, E> {
+                Ok(ImageSpec::Name(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ImageSpec, A::Error> {
+                ImageDefinition::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|d| ImageSpec::Defined(Box::new(d)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The image a repository defines, which ateam builds with the engine from local images
+/// only, with no network, and tags by a hash of what it reads. One of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ImageDefinition {
+    /// A `devcontainer.json` (relative to the manifest): its `image`, or the Dockerfile of its
+    /// `build` (`dockerfile`, `context`, `args`, `target`), which must lie in its repository
+    /// (the folder holding `.devcontainer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devcontainer: Option<String>,
+    /// A Dockerfile and its context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildSpec>,
+}
+
+/// A Dockerfile build.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BuildSpec {
+    /// The context folder, relative to the manifest; default the manifest's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// The Dockerfile, relative to the context and inside it; default `Dockerfile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dockerfile: Option<String>,
+    /// Build arguments (`ARG`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// The stage to build; default the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
 /// A coding agent as a member runs it (`core::agents::expand`).
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -446,8 +515,8 @@ pub struct AgentSpec {
     pub interactive: bool,
     /// The model, if not the agent's default.
     pub model: Option<String>,
-    /// The model's base URL, if not the vendor's (a local server, a gateway); its host must
-    /// be in the member's allow list.
+    /// The model's base URL, if not the vendor's (a local server, a gateway); `agent:` adds
+    /// its host to the member's allow list, with the key or login injected there.
     pub model_url: Option<String>,
     /// Flags of the agent's own, put before the task.
     #[serde(default)]
@@ -463,6 +532,11 @@ pub struct AgentSpec {
     /// member holds a placeholder. Default `apiKey`: the key in `secretEnv`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub login: Option<String>,
+    /// PEM certificates (a file, relative to the manifest, or the PEM text) its model host is
+    /// trusted by besides the machine's roots: a local server's or a gateway's own CA. As
+    /// `upstreamCA` of the host `agent:` adds to the member's allow list.
+    #[serde(default, rename = "modelCA", skip_serializing_if = "Option::is_none")]
+    pub model_ca: Option<String>,
 }
 
 /// A writer's workspace: a repository of the member's own made from the person's `repo`, its

@@ -381,7 +381,7 @@ fn is_repository(r: &str) -> bool {
 
 /// The PEM text of `ca`: itself when it is PEM (as `export` writes it), else the file it
 /// names. Every certificate in it must parse; no other section is allowed.
-fn upstream_ca(ca: &str, dir: &Path, home: &Path) -> Result<String, String> {
+pub(crate) fn upstream_ca(ca: &str, dir: &Path, home: &Path) -> Result<String, String> {
     let (text, name) = if ca.trim_start().starts_with("-----BEGIN") {
         (ca.to_string(), "the PEM text".to_string())
     } else {

@@ -268,6 +268,7 @@ mod tests {
                 host_listeners: vec![],
             },
             image: "ateam-demo:latest".into(),
+            image_build: None,
             command: None,
             cwd: dir.into(),
             env: Default::default(),

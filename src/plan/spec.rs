@@ -91,6 +91,13 @@ pub struct DesiredMember {
     /// it would otherwise ask a person first (`core::agents::claude_ui_state`).
     #[serde(default)]
     pub agent_ui: Option<String>,
+    /// The build of its image, when its repository defines it: made when the engine lacks
+    /// the tag, before the member is.
+    #[serde(default)]
+    pub build: Option<crate::model::ImageBuild>,
+    /// The model host its `agent:` added to its allow list (the grant did not name it).
+    #[serde(default)]
+    pub agent_model_host: Option<String>,
     /// Where its agent reads its subscription login from (Codex's `auth.json`): placeholder
     /// tokens, written before each start.
     #[serde(default)]
@@ -383,6 +390,8 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                 workspace: m.workspace.clone(),
                 agent_home: m.agent.as_ref().map(|a| a.home.clone()),
                 agent_build: m.agent.as_ref().and_then(crate::model::Agent::cached),
+                build: m.image_build.clone(),
+                agent_model_host: m.agent.as_ref().and_then(|a| a.model_host.clone()),
                 agent_ui: m
                     .agent
                     .as_ref()

@@ -41,6 +41,7 @@ pub(crate) fn member(name: &str) -> Member {
             host_listeners: vec![],
         },
         image: "ateam-demo:latest".into(),
+        image_build: None,
         command: None,
         cwd: "/src/repo".into(),
         env: BTreeMap::new(),

@@ -14,7 +14,7 @@ pub fn render_diff(plan: &Plan) -> String {
         let (team, _) = a.subject();
         let lines = by_team.entry(team.to_string()).or_default();
         lines.push(format!("  {}", action_text(a)));
-        if let Some(line) = agent_text(a) {
+        for line in agent_text(a) {
             lines.push(format!("      {line}"));
         }
     }
@@ -45,19 +45,28 @@ pub fn render_diff(plan: &Plan) -> String {
     out
 }
 
-/// For a member made with `agent:`: which build of the agent it runs, and from where.
-fn agent_text(a: &Action) -> Option<String> {
+/// For a member made with `agent:`: which build of the agent it runs, and from where; the
+/// model host its `agent:` grants it, when its grant did not.
+fn agent_text(a: &Action) -> Vec<String> {
     let (Action::Create { member } | Action::Recreate { member, .. }) = a else {
-        return None;
+        return vec![];
     };
-    let c = member.agent_build.as_ref()?;
-    Some(format!(
-        "its agent: {} {}, from {} (read-only at {})",
-        c.build.kind.name(),
-        c.build.version,
-        c.dir.display(),
-        crate::core::agents::AGENT_DIR
-    ))
+    let mut out = Vec::new();
+    if let Some(c) = &member.agent_build {
+        out.push(format!(
+            "its agent: {} {}, from {} (read-only at {})",
+            c.build.kind.name(),
+            c.build.version,
+            c.dir.display(),
+            crate::core::agents::AGENT_DIR
+        ));
+    }
+    if let Some(h) = &member.agent_model_host {
+        out.push(format!(
+            "its model host: {h}, allowed by its agent (the proxy injects its key or login)"
+        ));
+    }
+    out
 }
 
 /// One change, as `diff` says it (`+` adds, `-` removes, `~` changes, `>` starts).

@@ -37,6 +37,7 @@ fn team(members: &[&str]) -> Team {
             host_listeners: vec![],
         },
         image: "ateam-demo:latest".into(),
+        image_build: None,
         command: None,
         cwd: "/src/repo".into(),
         env: BTreeMap::new(),
@@ -578,6 +579,8 @@ fn diff_shows_the_agents_build_and_its_mount() {
         dir: Some(dir.into()),
         login: Default::default(),
         team_tools: false,
+        model_ca: None,
+        model_host: None,
     });
     let d = desired_state(
         &Desired {
@@ -631,6 +634,8 @@ fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
         dir: None,
         login: Default::default(),
         team_tools: false,
+        model_ca: None,
+        model_host: None,
     });
     let mut o = in_sync(&t);
     o.containers[0].state = ContainerState::Exited { code: 0 };

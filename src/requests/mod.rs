@@ -696,6 +696,7 @@ fn as_manifests(
             .clone()
             .or_else(|| team.image.clone())
             .unwrap_or_else(|| parent.image.clone()),
+        image_build: None,
         command: req.command.clone(),
         cwd: PathBuf::new(),
         env: req.env.clone(),

@@ -7,6 +7,7 @@
 //! step after create removes the container, so nothing that was not checked ever runs.
 
 pub mod agents;
+pub mod build;
 pub mod cgroup;
 pub mod gate;
 pub mod image;
@@ -523,6 +524,15 @@ impl Runtime {
                 .ensure_network(net, &labels)
                 .await
                 .map_err(|e| self.backend_err(m, e))?;
+        }
+        if let Some(b) = &m.build {
+            let engine = self.info.kind.to_string();
+            build::ensure(self.backend.as_ref(), &engine, &m.spec.image, b)
+                .await
+                .map_err(|e| RunError::Image {
+                    member: m.member.clone(),
+                    reason: e.to_string(),
+                })?;
         }
         if let Some(c) = &m.agent_build {
             agents::ensure(c).await.map_err(|e| RunError::Agent {

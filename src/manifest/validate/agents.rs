@@ -41,14 +41,6 @@ impl Build<'_> {
                 "the task is empty: say what the agent is to do (only an interactive agent may start without one)",
             ));
         }
-        if let Some(u) = &a.model_url
-            && !(u.starts_with("https://") || u.starts_with("http://"))
-        {
-            self.problems.push(o.value_problem(
-                "spec.agent.modelUrl",
-                "the model's base URL must start with https:// (or http://)",
-            ));
-        }
         let build = self.agent_build(o, kind, a);
         let login = match a.login.as_deref() {
             None => AgentLogin::ApiKey,
@@ -75,6 +67,8 @@ impl Build<'_> {
             sha256: Some(build.sha256),
             login,
             team_tools,
+            model_ca: None,
+            model_host: None,
         };
         let Some(x) = expand_agent(&agent, transcripts, cwd) else {
             return (None, None);
@@ -137,5 +131,63 @@ impl Build<'_> {
             version,
             sha256,
         }
+    }
+
+    /// Adds the model host of the member's agent to its grant (`core::agents::with_model_host`):
+    /// the modelUrl's host or the vendor's, with the key or login the proxy injects there, and
+    /// the `modelCA` it is trusted by. Records in `agent` what it added, for `export`.
+    pub(super) fn agent_egress(
+        &mut self,
+        o: &Parsed,
+        a: &raw::AgentSpec,
+        agent: &mut model::Agent,
+        access: &mut model::AccessGrant,
+    ) {
+        let Some(kind) = AgentKind::parse(&agent.name) else {
+            return;
+        };
+        let ca = a.model_ca.as_deref().and_then(|ca| {
+            crate::manifest::rules::upstream_ca(ca, &o.src.dir, &self.host.home)
+                .map_err(|e| self.problems.push(o.value_problem("spec.agent.modelCA", e)))
+                .ok()
+        });
+        agent.model_ca = ca.clone();
+        match agents::model_host(kind, agent.model_url.as_deref(), agent.login, ca) {
+            Ok(host) => {
+                let name = host.host.clone();
+                agent.model_host = agents::with_model_host(access, host).then_some(name);
+            }
+            Err(e) => self
+                .problems
+                .push(o.value_problem("spec.agent.modelUrl", e)),
+        }
+    }
+
+    /// The grant a member runs with: its AccessGrant's, with its agent's model host added
+    /// (problems with the agent are reported where the member itself is judged). For a
+    /// parent member, whose grant a child's must stay within.
+    pub(super) fn effective_grant(
+        &self,
+        o: &Parsed,
+        m: &raw::MemberSpec,
+        grant: model::AccessGrant,
+    ) -> model::AccessGrant {
+        let mut grant = grant;
+        let Some(a) = &m.agent else { return grant };
+        let Some(kind) = AgentKind::parse(&a.name) else {
+            return grant;
+        };
+        let login = a
+            .login
+            .as_deref()
+            .and_then(AgentLogin::parse)
+            .unwrap_or_default();
+        let ca = a.model_ca.as_deref().and_then(|ca| {
+            crate::manifest::rules::upstream_ca(ca, &o.src.dir, &self.host.home).ok()
+        });
+        if let Ok(host) = agents::model_host(kind, a.model_url.as_deref(), login, ca) {
+            agents::with_model_host(&mut grant, host);
+        }
+        grant
     }
 }

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::grants::narrower;
+use super::images::Defined;
 use super::writers::Writer;
 use super::{
     Build, Kind, Parsed, TeamObjects, check_env_name, check_image, check_socket_path,
@@ -27,6 +28,17 @@ struct Tree<'t, 'o> {
     depth: BTreeMap<&'o str, u32>,
     /// Whom members run as unless they say otherwise.
     user: Option<UserId>,
+}
+
+impl Tree<'_, '_> {
+    /// The grant a member names, as written (nothing when it names none).
+    fn grant_of(&self, m: &raw::MemberSpec) -> AccessGrant {
+        m.access
+            .as_deref()
+            .and_then(|a| self.grants.get(a))
+            .cloned()
+            .unwrap_or_else(AccessGrant::empty)
+    }
 }
 
 impl Build<'_> {
@@ -215,20 +227,25 @@ impl Build<'_> {
     ) -> model::Member {
         let t = tree.t;
         let transcript_dir = transcript_dir(&t.session_dir, name);
-        let access = self.member_access(tree, name, o, m);
+        let mut access = tree.grant_of(m);
         let workspace = m
             .workspace
             .as_ref()
             .and_then(|w| self.member_workspace(&t.team.name, &t.session_dir, name, o, w));
         let cwd = self.member_cwd(o, m, &access, &transcript_dir, workspace.as_ref());
         // `agent:` is a command and an environment: judged as if the manifest said them.
-        let (expanded, agent) = match &m.agent {
+        let (expanded, mut agent) = match &m.agent {
             Some(a) => {
                 let tools = t.spec.board || t.spec.helper_requests;
                 self.member_agent(o, m, a, &transcript_dir, &cwd, tools)
             }
             None => (None, None),
         };
+        // Its agent reaches its model host without the person granting it.
+        if let (Some(a), Some(raw_agent)) = (agent.as_mut(), &m.agent) {
+            self.agent_egress(o, raw_agent, a, &mut access);
+        }
+        self.member_within_parent(tree, name, o, &access);
         let m = expanded.as_ref().unwrap_or(m);
         let login = agent
             .as_ref()
@@ -238,7 +255,10 @@ impl Build<'_> {
         for (field, why) in rules::login_problems(&access, login) {
             self.problems.push(o.value_problem(field, why));
         }
-        let image = self.member_runs(t, name, o, m);
+        let (image, image_build) = self.member_runs(t, name, o, m);
+        if let Some(b) = &image_build {
+            self.note_build(format!("{}/{name}", t.team.name), o, b);
+        }
         let snapshot_writes = self.member_snapshot_writes(o, m, &access);
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
@@ -255,6 +275,15 @@ impl Build<'_> {
             depth: tree.depth.get(name).copied().unwrap_or(1),
             access,
             image,
+            // What ateam builds is on the engine or built: never pulled.
+            image_pull_policy: match image_build {
+                Some(_) => model::PullPolicy::Never,
+                None => m
+                    .image_pull_policy
+                    .or(t.spec.image_pull_policy)
+                    .unwrap_or_default(),
+            },
+            image_build,
             command: m.command.clone(),
             cwd,
             env: m.env.clone(),
@@ -263,10 +292,6 @@ impl Build<'_> {
             pids: resources.pids,
             nano_cpus: resources.nano_cpus,
             restart: m.restart,
-            image_pull_policy: m
-                .image_pull_policy
-                .or(t.spec.image_pull_policy)
-                .unwrap_or_default(),
             labels: o.labels.clone(),
             transcript_dir,
             workspace,
@@ -281,36 +306,22 @@ impl Build<'_> {
         member
     }
 
-    /// The member's grant (nothing when it names none), which must be the same as or narrower
-    /// than its parent member's.
-    fn member_access(
-        &mut self,
-        tree: &Tree,
-        name: &str,
-        o: &Parsed,
-        m: &raw::MemberSpec,
-    ) -> AccessGrant {
-        let grant_of = |m: &raw::MemberSpec| {
-            m.access
-                .as_deref()
-                .and_then(|a| tree.grants.get(a))
-                .cloned()
-                .unwrap_or_else(AccessGrant::empty)
+    /// The member's grant (its agent's model host included) must be the same as or narrower
+    /// than its parent member's (the parent's agent's model host included).
+    fn member_within_parent(&mut self, tree: &Tree, name: &str, o: &Parsed, access: &AccessGrant) {
+        let Some(Parent::Member(p)) = tree.parents.get(name) else {
+            return;
         };
-        let access = grant_of(m);
-        if let Some(Parent::Member(p)) = tree.parents.get(name) {
-            let parent_grant = match tree.t.members.get(p.as_str()) {
-                Some((_, pm)) => grant_of(pm),
-                None => AccessGrant::empty(),
-            };
-            if let Err((field, why)) = narrower(&access, &parent_grant) {
-                self.problems.push(o.value_problem(
-                    "spec.access",
-                    format!("grant `{}` {why} (`{p}`, grant `{}`: {field}); a member's access must be the same as or narrower than its parent's", access.name, parent_grant.name),
-                ));
-            }
+        let parent_grant = match tree.t.members.get(p.as_str()) {
+            Some((po, pm)) => self.effective_grant(po, pm, tree.grant_of(pm)),
+            None => AccessGrant::empty(),
+        };
+        if let Err((field, why)) = narrower(access, &parent_grant) {
+            self.problems.push(o.value_problem(
+                "spec.access",
+                format!("grant `{}` {why} (`{p}`, grant `{}`: {field}); a member's access must be the same as or narrower than its parent's", access.name, parent_grant.name),
+            ));
         }
-        access
     }
 
     /// What the member runs: its image (returned; the team's when it names none), a command
@@ -321,23 +332,32 @@ impl Build<'_> {
         name: &str,
         o: &Parsed,
         m: &raw::MemberSpec,
-    ) -> String {
-        let problems = &mut *self.problems;
-        let image = match m.image.clone().or_else(|| t.spec.image.clone()) {
-            Some(i) => {
+    ) -> (String, Option<model::ImageBuild>) {
+        let own = m
+            .image
+            .clone()
+            .or_else(|| t.spec.image.clone().map(raw::ImageSpec::Name));
+        let image = match own {
+            Some(raw::ImageSpec::Name(i)) => {
                 if let Err(e) = check_image(&i) {
-                    problems.push(o.value_problem("spec.image", e));
+                    self.problems.push(o.value_problem("spec.image", e));
                 }
-                i
+                (i, None)
             }
+            Some(raw::ImageSpec::Defined(d)) => match self.defined_image(o, &d) {
+                Some(Defined::Name(i)) => (i, None),
+                Some(Defined::Build(tag, b)) => (tag, Some(b)),
+                None => (String::new(), None),
+            },
             None => {
-                problems.push(o.problem(
+                self.problems.push(o.problem(
                     "spec",
                     "no image: set spec.image here or a default spec.image on the Team",
                 ));
-                String::new()
+                (String::new(), None)
             }
         };
+        let problems = &mut *self.problems;
         let socket = egress_socket_path(&self.host.state_dir, &t.team.name, name);
         if let Err(e) = check_socket_path("egress", &socket) {
             problems.push(o.problem("metadata.name", e));

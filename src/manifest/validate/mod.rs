@@ -26,6 +26,7 @@ use crate::model::{self, Desired, UserId};
 
 mod agents;
 mod grants;
+mod images;
 mod limits;
 mod members;
 mod sessions;
@@ -244,6 +245,9 @@ struct Build<'a> {
     workspaces: Vec<workspaces::Made>,
     /// The manifests' members that write, as `members` builds them (`writers`).
     writers: Vec<writers::Writer>,
+    /// Images built from a repository, judged so far: checked against every write grant once
+    /// all are built (`images::writable_builds`).
+    builds: Vec<images::Built>,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -292,6 +296,7 @@ fn build(
         admission: Admission::new(host, applied, &redefined),
         workspaces: Vec::new(),
         writers: Vec::new(),
+        builds: Vec::new(),
         problems,
     };
     let mut desired = Desired::default();
@@ -310,6 +315,8 @@ fn build(
         .collect();
     let made = std::mem::take(&mut stages.workspaces);
     workspaces::writable_repositories(made, &teams, stages.problems);
+    let builds = std::mem::take(&mut stages.builds);
+    images::writable_builds(builds, &teams, stages.problems);
     stages.one_writer_per_folder(objects, &redefined);
     desired
 }
