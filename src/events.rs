@@ -83,6 +83,8 @@ pub enum EventKind {
     TaskGiven,
     /// An agent member's task ended done (from the agent's own transcript).
     AgentDone,
+    /// The board returned tasks a member held to `todo`: it left, crashed or was replaced.
+    TasksReturned,
     /// An agent member's task ended failed: its own error, or a tool call refused (from the
     /// agent's own transcript).
     AgentFailed,
@@ -105,6 +107,7 @@ impl EventKind {
             | EventKind::Promoted
             | EventKind::TaskGiven
             | EventKind::AgentDone => "Normal",
+            EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
             | EventKind::StrangerSeen
@@ -133,6 +136,7 @@ impl EventKind {
             EventKind::HelperRefused => "helper-refused",
             EventKind::EgressRefused => "egress-refused",
             EventKind::SessionStarted => "session-started",
+            EventKind::TasksReturned => "tasks-returned",
             EventKind::SessionStopped => "session-stopped",
             EventKind::Promoted => "promoted",
             EventKind::TaskGiven => "task-given",

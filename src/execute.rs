@@ -198,6 +198,7 @@ fn key(a: &Action) -> (String, String) {
         | Action::StopEgressProxy { .. }
         | Action::StartHelperServer { .. }
         | Action::StopHelperServer { .. }
+        | Action::ReturnTasks { .. }
         | Action::Create { .. }
         | Action::Recreate { .. }
         | Action::Start { .. }
@@ -239,6 +240,7 @@ fn about(a: &Action) -> About<'_> {
             | Action::StopEgressProxy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::StartSession { .. }
             | Action::StopSession { .. }
             | Action::Promote { .. }
@@ -295,6 +297,7 @@ fn events_of(
                 | Action::StopEgressProxy { .. }
                 | Action::StartHelperServer { .. }
                 | Action::StopHelperServer { .. }
+                | Action::ReturnTasks { .. }
                 | Action::StartSession { .. }
                 | Action::StopSession { .. }
                 | Action::Promote { .. }
@@ -403,6 +406,10 @@ fn event_of(
                 "main session stopped: no manifest wants it",
             ),
             Action::Promote { .. } => ev(K::Promoted, "promoted from a member to a main session"),
+            Action::ReturnTasks { why, .. } => ev(
+                K::TasksReturned,
+                &format!("its tasks on the board went back to todo: {why}"),
+            ),
             Action::MakeTranscriptDir { .. }
             | Action::StartEgressProxy { .. }
             | Action::UpdateEgressPolicy { .. }
@@ -479,6 +486,7 @@ fn brought_up<'p>(
         | Action::StopEgressProxy { .. }
         | Action::StartHelperServer { .. }
         | Action::StopHelperServer { .. }
+        | Action::ReturnTasks { .. }
         | Action::StartSession { .. }
         | Action::StopSession { .. }
         | Action::Promote { .. }
@@ -912,6 +920,7 @@ impl Executor<'_> {
             | Action::UpdateEgressPolicy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::StopEgressProxy { .. } => Carried {
                 done: self.one(a, wanted).await,
                 released: None,
@@ -995,6 +1004,7 @@ impl Executor<'_> {
             Action::StopHelperServer { team, member } => {
                 self.stop_helper_server(team, member).await
             }
+            Action::ReturnTasks { team, member, why } => self.return_tasks(team, member, why),
         }
     }
 
@@ -1421,6 +1431,19 @@ impl Executor<'_> {
         }
         let ((), pins) = tokio::join!(keep, self.rt.before_restart(m, id));
         Ok(self.rt.restart_pinned(m, id, &pins?).await?)
+    }
+
+    /// Returns what `member` held on its team's board to `todo`, saying why.
+    fn return_tasks(&self, team: &str, member: &str, why: &str) -> Result<(), ActionError> {
+        let board = crate::board::store::Board::new(&self.rt.state_dir, team, self.rt.owner);
+        board
+            .give_back(&crate::board::Actor::Member(member.to_string()), why)
+            .map(|_| ())
+            .map_err(|e| ActionError::Io {
+                member: member.to_string(),
+                path: crate::core::layout::team_run_dir(&self.rt.state_dir, team).join("board"),
+                source: std::io::Error::other(e.to_string()),
+            })
     }
 
     /// The next task of an agent the board wakes, for this container, read by its gate as

@@ -306,6 +306,59 @@ fn a_team_works_together(engine: Engine) {
     );
 }
 
+fn a_member_that_leaves_gives_its_tasks_back(engine: Engine) {
+    let w = World::new(engine);
+    w.ok(&["apply", "-f", "team.yaml"]);
+    w.ok(&["tasks", "--team", &w.team, "add", "one"]);
+    w.ok(&["tasks", "--team", &w.team, "add", "two"]);
+    let a = w.member("a", &[("team_task", json!({"action": "start", "id": 1}))]);
+    assert_eq!(ok_answer(&a[0])["task"]["state"], "inProgress");
+    let b = w.member("b", &[("team_task", json!({"action": "claim", "id": 2}))]);
+    assert_eq!(ok_answer(&b[0])["task"]["state"], "claimed");
+    // a leaves the manifests: its task goes back, b's stays b's.
+    let yaml = std::fs::read_to_string(w.root().join("team.yaml")).unwrap();
+    let without_a: Vec<&str> = yaml
+        .split("---\n")
+        .filter(|d| !d.contains("metadata: {name: a}"))
+        .collect();
+    let p = w.root().join("team-without-a.yaml");
+    std::fs::write(&p, without_a.join("---\n")).unwrap();
+    if engine == Engine::Rootless {
+        let (_, uid, gid) = rootless_user();
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    }
+    // Kept (no --prune), its container may still be at work: nothing goes back.
+    let kept = w.ateam(&["diff", "-f", "team-without-a.yaml"]);
+    assert!(
+        !text(&kept.stdout).contains("back to todo"),
+        "{}",
+        text(&kept.stdout)
+    );
+    let diff = w.ateam(&["diff", "-f", "team-without-a.yaml", "--prune"]);
+    assert!(
+        text(&diff.stdout).contains("a's tasks on the board back to todo"),
+        "{}",
+        text(&diff.stdout)
+    );
+    w.ok(&["apply", "-f", "team-without-a.yaml", "--prune"]);
+    let tasks: Vec<Value> =
+        serde_json::from_str(&w.ok(&["tasks", "--team", &w.team, "--json"])).unwrap();
+    assert_eq!(tasks[0]["state"], "todo", "{tasks:#?}");
+    assert_eq!(tasks[0].get("owner"), None, "{tasks:#?}");
+    let note = tasks[0]["history"].as_array().unwrap().last().unwrap()["note"].clone();
+    assert_eq!(note, "member a is in no manifest any more");
+    assert_eq!(tasks[1]["owner"], json!({"member": "b"}));
+    let events = w.ok(&["events", &w.team]);
+    assert!(events.contains("tasks-returned"), "{events}");
+    // Nothing more to do: the board converged.
+    let again = w.ateam(&["diff", "-f", "team-without-a.yaml", "--prune"]);
+    assert!(
+        !text(&again.stdout).contains("back to todo"),
+        "{}",
+        text(&again.stdout)
+    );
+}
+
 fn floods_are_bounded(engine: Engine) {
     let w = World::new(engine);
     w.ok(&["apply", "-f", "team.yaml"]);
@@ -422,6 +475,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_team_works_together() {
                     super::a_team_works_together($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_member_that_leaves_gives_its_tasks_back() {
+                    super::a_member_that_leaves_gives_its_tasks_back($e);
                 }
 
                 #[test]

@@ -149,6 +149,7 @@ fn identity(e: &Event) -> String {
         | EventKind::Promoted
         | EventKind::TaskGiven
         | EventKind::AgentDone
+        | EventKind::TasksReturned
         | EventKind::AgentFailed => e.ts.to_bits().to_string(),
     };
     format!(

@@ -555,6 +555,7 @@ impl StatusSource for Reconciler {
                     | EventKind::Promoted
                     | EventKind::TaskGiven
                     | EventKind::AgentDone
+                    | EventKind::TasksReturned
                     | EventKind::AgentFailed => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;

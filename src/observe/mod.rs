@@ -113,6 +113,7 @@ pub async fn observe_listed(
         caches,
         early,
         board_news,
+        board_held,
     } = local;
     let (mut containers, listed, foreign, listed_all, reused) = match listed {
         Listed::Summaries(summaries) => {
@@ -156,7 +157,32 @@ pub async fn observe_listed(
         live_sessions,
         promotions,
         board_news,
+        board_held,
     })
+}
+
+/// The members of the teams in scope that hold tasks on their team's board.
+fn board_held(desired: &DesiredState) -> BTreeSet<(String, String)> {
+    let me = crate::files::Owner {
+        uid: rustix::process::geteuid().as_raw(),
+        gid: rustix::process::getegid().as_raw(),
+    };
+    let mut held = BTreeSet::new();
+    for t in &desired.teams {
+        let board = crate::board::store::Board::in_run_dir(&t.run_dir, me);
+        let Ok(tasks) = board.tasks() else { continue };
+        for task in tasks.tasks {
+            if let Some(crate::board::Actor::Member(m)) = &task.owner
+                && matches!(
+                    task.state,
+                    crate::board::TaskState::Claimed | crate::board::TaskState::InProgress
+                )
+            {
+                held.insert((t.name.clone(), m.clone()));
+            }
+        }
+    }
+    held
 }
 
 /// What each agent member that the board may wake has there (a board that cannot be read
@@ -194,6 +220,7 @@ struct Local {
     live_sockets: BTreeSet<PathBuf>,
     servers: Servers,
     board_news: BTreeMap<(String, String), crate::board::store::News>,
+    board_held: BTreeSet<(String, String)>,
     /// The inspects kept by each team in scope, by team name.
     caches: BTreeMap<String, Cache>,
     early: Early,
@@ -224,6 +251,7 @@ impl Local {
                 live_sockets: live_sockets(desired),
                 servers: servers(desired, only),
                 board_news: board_news(desired, only),
+                board_held: board_held(desired),
                 early: Early {
                     releases: Early::releases(desired),
                     limits: BTreeMap::new(),

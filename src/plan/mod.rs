@@ -146,6 +146,16 @@ pub enum Action {
         /// Member name.
         member: String,
     },
+    /// Return the tasks a member holds on its team's board (claimed, started) to `todo`:
+    /// it is gone, its agent crashed, or its container is made again (`board`).
+    ReturnTasks {
+        /// Team name.
+        team: String,
+        /// Member name.
+        member: String,
+        /// Why, for the tasks' history.
+        why: String,
+    },
     /// Start a main session's terminal on the host. `resume`: the members of a session it
     /// takes over, for its resume file (written when the session first starts).
     StartSession {
@@ -291,6 +301,7 @@ impl Action {
             | Action::StopEgressProxy { team, member }
             | Action::StartHelperServer { team, member }
             | Action::StopHelperServer { team, member }
+            | Action::ReturnTasks { team, member, .. }
             | Action::Start { team, member, .. }
             | Action::RemoveOrphan { team, member, .. }
             | Action::RemoveDuplicate { team, member, .. }
@@ -323,6 +334,7 @@ impl Action {
             | Action::StopEgressProxy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::Create { .. }
             | Action::Recreate { .. }
             | Action::Start { .. }
@@ -344,6 +356,7 @@ impl Action {
             Action::StopEgressProxy { .. } => "stopEgressProxy",
             Action::StartHelperServer { .. } => "startHelperServer",
             Action::StopHelperServer { .. } => "stopHelperServer",
+            Action::ReturnTasks { .. } => "returnTasks",
             Action::StartSession { .. } => "startSession",
             Action::Promote { .. } => "promote",
             Action::RollBackPromotion { .. } => "rollBackPromotion",
@@ -369,6 +382,7 @@ impl Action {
             | Action::StartSession { .. }
             | Action::StartHelperServer { .. } => "notRunning",
             Action::StopHelperServer { .. } => "noHelperRequests",
+            Action::ReturnTasks { .. } => "holderLeft",
             Action::Promote { .. } => "promotedFrom",
             Action::RollBackPromotion { .. } => "promotionNoLongerWanted",
             Action::StopSession {
@@ -400,6 +414,7 @@ impl Action {
             | Action::StopEgressProxy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
@@ -422,6 +437,7 @@ impl Action {
             | Action::StopEgressProxy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
@@ -681,6 +697,7 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
     pass.retained_transcripts(&promoting, &mut plan);
     // Helpers no longer wanted go after everything else.
     plan.actions.extend(dropped);
+    pass.return_tasks(&promoting, &mut plan);
     plan.refusals = leaderless(desired, observed, &plan);
     if let Some(only) = &opts.only {
         plan.actions
@@ -826,6 +843,95 @@ impl<'a> Pass<'a> {
                 });
             }
         }
+    }
+
+    /// Tasks held on the board by members that left the manifests, whose agent crashed, or
+    /// whose container is made again go back to `todo` (a promoted member keeps them).
+    fn return_tasks(&self, promoting: &BTreeSet<(String, String)>, plan: &mut Plan) {
+        for (team, member) in &self.observed.board_held {
+            let key = (team.clone(), member.clone());
+            if !self.in_scope.contains(team.as_str()) || promoting.contains(&key) {
+                continue;
+            }
+            let wanted = self
+                .desired
+                .members
+                .iter()
+                .find(|m| m.team == *team && m.member == *member);
+            let why = match wanted {
+                None if self
+                    .desired
+                    .sessions
+                    .iter()
+                    .any(|s| s.team == *team && s.name == *member) =>
+                {
+                    continue;
+                }
+                // Its container is kept (no --prune) and may still be at work.
+                None if self.still_runs(team, member, plan) => continue,
+                None => Some(format!("member {member} is in no manifest any more")),
+                Some(m) => self.left_why(m, plan),
+            };
+            if let Some(why) = why {
+                plan.actions.push(Action::ReturnTasks {
+                    team: team.clone(),
+                    member: member.clone(),
+                    why,
+                });
+            }
+        }
+    }
+
+    /// Whether a member no manifest wants still has a live container this plan keeps.
+    fn still_runs(&self, team: &str, member: &str, plan: &Plan) -> bool {
+        let removed = plan.actions.iter().any(|a| {
+            matches!(a, Action::RemoveOrphan { team: t, member: m, .. } if t == team && m == member)
+        });
+        let name = crate::core::container::container_name(team, member);
+        !removed
+            && self
+                .observed
+                .containers
+                .iter()
+                .any(|c| c.name == name && c.state.is_live())
+    }
+
+    /// Why a wanted member holds no work any more, if it does not: its container is made
+    /// again, is gone, or its agent exited with an error.
+    fn left_why(&self, m: &DesiredMember, plan: &Plan) -> Option<String> {
+        let member = &m.member;
+        for a in &plan.actions {
+            if let Action::Recreate { member: r, .. } = a
+                && r.team == m.team
+                && r.member == *member
+            {
+                return Some(format!(
+                    "member {member} is replaced (its container is made again)"
+                ));
+            }
+            if let Action::Create { member: c } = a
+                && c.team == m.team
+                && c.member == *member
+            {
+                return Some(format!("member {member}'s container is gone"));
+            }
+        }
+        self.observed
+            .containers
+            .iter()
+            .filter(|c| c.name == m.spec.name && self.observed.recorded.contains(&c.id))
+            .find_map(|c| match c.state {
+                ContainerState::Exited { code } if code != 0 => {
+                    Some(format!("member {member}'s agent exited {code}"))
+                }
+                ContainerState::Exited { .. }
+                | ContainerState::Created
+                | ContainerState::Running
+                | ContainerState::Paused
+                | ContainerState::Restarting
+                | ContainerState::Removing
+                | ContainerState::Dead => None,
+            })
     }
 
     /// Helper servers of members no longer wanted, or whose team turned requests off: at

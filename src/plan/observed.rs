@@ -46,6 +46,9 @@ pub struct Observed {
     /// What each agent member of a team with a board has there (team, member), for its wake.
     #[serde(default)]
     pub board_news: BTreeMap<(String, String), crate::board::store::News>,
+    /// Members (team, member) that hold tasks on their team's board (claimed or started).
+    #[serde(default)]
+    pub board_held: BTreeSet<(String, String)>,
 }
 
 /// A container as observe saw it.

@@ -129,6 +129,7 @@ pub(crate) fn in_sync(d: &DesiredState, names: &[&str]) -> Observed {
         live_sessions: BTreeSet::new(),
         promotions: vec![],
         board_news: BTreeMap::new(),
+        board_held: BTreeSet::new(),
     }
 }
 
@@ -148,6 +149,7 @@ fn kinds(p: &Plan) -> Vec<String> {
             Action::StopEgressProxy { member, .. } => format!("stop-proxy {member}"),
             Action::StartHelperServer { member, .. } => format!("helpers {member}"),
             Action::StopHelperServer { member, .. } => format!("stop-helpers {member}"),
+            Action::ReturnTasks { member, .. } => format!("return-tasks {member}"),
             Action::StartSession { session, resume } if resume.is_empty() => {
                 format!("session {}", session.name)
             }
@@ -614,6 +616,49 @@ fn the_board_wakes_an_ended_agent_once_per_news() {
         );
         assert_eq!(started, woken, "{wakes} {state:?} {news:?}: {p:?}");
     }
+}
+
+/// What a member holds on the board goes back to todo when it leaves the manifests, its
+/// agent exits with an error, or its container is made again; not while it runs or after
+/// it ended well.
+#[test]
+fn tasks_held_by_a_member_that_left_go_back() {
+    let cases = [
+        (ContainerState::Running, false),
+        (ContainerState::Exited { code: 0 }, false),
+        (ContainerState::Exited { code: 1 }, true),
+    ];
+    for (state, returned) in cases {
+        let mut m = member("a");
+        m.restart = RestartPolicy::Never;
+        let d = want(vec![m]);
+        let mut o = in_sync(&d, &["a"]);
+        o.containers[0].state = state;
+        o.board_held.insert(("t".into(), "a".into()));
+        let p = plan(&d, &o, PlanOptions::default());
+        let back = kinds(&p).contains(&"return-tasks a".to_string());
+        assert_eq!(back, returned, "{state:?}: {p:?}");
+    }
+    // No manifest wants it any more.
+    let d = want(vec![member("a")]);
+    let mut o = in_sync(&d, &["a"]);
+    o.board_held.insert(("t".into(), "a".into()));
+    let p = plan(&want(vec![]), &o, PlanOptions::default());
+    assert!(
+        !kinds(&p).contains(&"return-tasks a".to_string()),
+        "kept without --prune: {p:?}"
+    );
+    let prune = PlanOptions {
+        prune: true,
+        ..PlanOptions::default()
+    };
+    let p = plan(&want(vec![]), &o, prune);
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::ReturnTasks { why, .. } if why.contains("no manifest"))),
+        "{p:?}"
+    );
 }
 
 #[test]

@@ -93,6 +93,9 @@ pub fn action_text(a: &Action) -> String {
         Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
         Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),
         Action::StopHelperServer { member, .. } => format!("- helper server of {member}"),
+        Action::ReturnTasks { member, why, .. } => {
+            format!("~ {member}'s tasks on the board back to todo: {why}")
+        }
         Action::StartSession { session, resume } => start_session_text(session, resume.len()),
         Action::Promote {
             session, journal, ..

@@ -339,6 +339,7 @@ fn field_changes(a: &Action) -> Vec<FieldChange> {
         | Action::StopEgressProxy { .. }
         | Action::StartHelperServer { .. }
         | Action::StopHelperServer { .. }
+        | Action::ReturnTasks { .. }
         | Action::StartSession { .. }
         | Action::Promote { .. }
         | Action::RollBackPromotion { .. }

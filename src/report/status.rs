@@ -481,6 +481,7 @@ impl<'p> ContainerPlan<'p> {
             | Action::StopEgressProxy { .. }
             | Action::StartHelperServer { .. }
             | Action::StopHelperServer { .. }
+            | Action::ReturnTasks { .. }
             | Action::StartSession { .. }
             | Action::Promote { .. }
             | Action::RollBackPromotion { .. }
@@ -585,6 +586,7 @@ fn stranger_removed(a: &Action) -> Option<(&String, &String, &ContainerRef)> {
         | Action::StopEgressProxy { .. }
         | Action::StartHelperServer { .. }
         | Action::StopHelperServer { .. }
+        | Action::ReturnTasks { .. }
         | Action::StartSession { .. }
         | Action::Promote { .. }
         | Action::RollBackPromotion { .. }

@@ -1,6 +1,6 @@
 //! Status rows and documents from a plan, without an engine.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -129,6 +129,7 @@ fn in_sync(t: &Team) -> Observed {
         live_sessions: Default::default(),
         promotions: vec![],
         board_news: BTreeMap::new(),
+        board_held: BTreeSet::new(),
     }
 }
 
