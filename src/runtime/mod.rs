@@ -643,15 +643,19 @@ impl Runtime {
             };
             return Err(self.rollback(m, cause, &id).await);
         }
-        if let Err(cause) = self.give_ca(m, &id).await {
-            return Err(self.rollback(m, cause, &id).await);
-        }
         let command = req.cmd.first().map(String::as_str);
+        // The CA files are written while the engine starts the container: the gate holds its
+        // command until the release, which waits for both.
         let checked = async {
             let limits = self.limits(m)?;
-            let created = self.check_policy(m, &id, limits, "after create").await?;
-            self.verify_and_start(m, &id, &p.pins, command, Some(&Looked::from(&created)))
-                .await
+            let (ca, pid) = tokio::join!(self.give_ca(m, &id), async {
+                let created = self.check_policy(m, &id, limits, "after create").await?;
+                self.start_found(m, &id, Some(&Looked::from(&created)))
+                    .await
+            });
+            let pid = pid?;
+            ca?;
+            self.release_checked(m, &id, pid, &p.pins, command).await
         };
         match checked.await {
             Ok(()) => Ok(id),
@@ -785,18 +789,6 @@ impl Runtime {
             path,
             source,
         })
-    }
-
-    async fn verify_and_start(
-        &self,
-        m: &DesiredMember,
-        id: &str,
-        pins: &[(PathBuf, Pinned)],
-        command: Option<&str>,
-        before: Option<&Looked>,
-    ) -> Result<(), RunError> {
-        let pid = self.start_found(m, id, before).await?;
-        self.release_checked(m, id, pid, pins, command).await
     }
 
     /// Starts the container and finds the host pid of the start's first process, its
