@@ -268,6 +268,11 @@ def run_ateam(agent, port, log, ateam, n):
         applied = time.time() - t0
         if p.returncode != 0:
             raise RunFailed(f"apply: exit {p.returncode}\n{output(p.stdout, p.stderr)}")
+        # `status` is asked only once the agent's first request arrived: each is an ateam
+        # process on the machine's CPUs, which the agent's start shares (the `docker run`
+        # side has no such watcher).
+        while first_request(log, t0) is None and time.time() - t0 < TURN:
+            time.sleep(0.01)
         while True:
             row = coder_row(ateam, env)
             state = row.get("state") or ""

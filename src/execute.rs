@@ -22,7 +22,7 @@ use crate::model::PullPolicy;
 use crate::plan::spec::{DesiredMember, DesiredSession};
 use crate::plan::{Action, ContainerRef, Plan, Promotion, ResumeEntry, StartReason};
 use crate::report::{drift_text, start_text};
-use crate::runtime::{RunError, Runtime, image};
+use crate::runtime::{ProxyStarting, RunError, Runtime, image};
 use crate::sessions;
 use crate::store::Record;
 
@@ -442,6 +442,7 @@ fn failure_kind(err: &ActionError) -> crate::events::EventKind {
             | RunError::Workspace { .. } => true,
             RunError::Rollback { cause, .. } => at_gate(cause),
             RunError::Ca { .. }
+            | RunError::Egress { .. }
             | RunError::Backend { .. }
             | RunError::LimitsNotEnforced { .. }
             | RunError::MissingSecret { .. }
@@ -806,7 +807,10 @@ impl Executor<'_> {
                 let by_name = by_name.clone();
                 let span = info_span!("member", team = %team, member = %member);
                 async move {
-                    for a in &actions {
+                    // The member's proxy, started by its action and waited for by the create
+                    // (or replacement) that follows it in this group, at its release.
+                    let mut proxy = None;
+                    for (n, a) in actions.iter().enumerate() {
                         let about = about(a);
                         info!(
                             action = about.action,
@@ -817,7 +821,28 @@ impl Executor<'_> {
                         );
                         let started = Instant::now();
                         let wanted = by_name.get(&(team.clone(), member.clone()));
-                        let Carried { released, done } = self.carry_out(a, wanted).await;
+                        let launched_next = actions[n + 1..]
+                            .iter()
+                            .any(|b| matches!(b, Action::Create { .. } | Action::Recreate { .. }));
+                        let Carried { released, done } = if let (
+                            true,
+                            Action::StartEgressProxy {
+                                team,
+                                member,
+                                policy,
+                                ..
+                            },
+                        ) = (launched_next, a)
+                        {
+                            Carried {
+                                done: self
+                                    .begin_egress_proxy(wanted, team, member, policy)
+                                    .map(|starting| proxy = Some(starting)),
+                                released: None,
+                            }
+                        } else {
+                            self.carry_out(a, wanted, &mut proxy).await
+                        };
                         for e in events_of(a, released.as_deref(), done.as_ref().err()) {
                             crate::events::record(&self.rt.state_dir, self.rt.owner, &e);
                         }
@@ -863,15 +888,20 @@ impl Executor<'_> {
 
     /// Carries out an action; with the container whose command it let run, if it got that far
     /// (its event names it, even when a later step failed).
-    async fn carry_out(&self, a: &Action, wanted: Option<&DesiredMember>) -> Carried {
+    async fn carry_out(
+        &self,
+        a: &Action,
+        wanted: Option<&DesiredMember>,
+        proxy: &mut Option<ProxyStarting>,
+    ) -> Carried {
         match a {
-            Action::Create { member } => Carried::launched(self.create(member).await),
+            Action::Create { member } => Carried::launched(self.create(member, proxy).await),
             // A replacement without a gap in safety: the new container is created under a
             // temporary name, labelled with the id it replaces, verified and released; only
             // then is the old one removed and the new one renamed. A crash anywhere leaves a
             // state the planner finishes or undoes (see `plan`).
             Action::Recreate { member, old, .. } => {
-                match self.launch_replacement(member, old).await {
+                match self.launch_replacement(member, old, proxy).await {
                     Ok(id) => Carried {
                         done: self.finish_replacement(member, old, &id).await,
                         released: Some(id),
@@ -937,7 +967,7 @@ impl Executor<'_> {
             }
             // Carried out by `carry_out`, which says what they released.
             Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => {
-                Box::pin(self.carry_out(a, wanted)).await.done
+                Box::pin(self.carry_out(a, wanted, &mut None)).await.done
             }
             Action::RemoveOrphan {
                 team,
@@ -1152,6 +1182,32 @@ impl Executor<'_> {
         })
     }
 
+    /// `start_egress_proxy` for a member whose container is made next: its files are written
+    /// now (the team's CA among them, before the container's CA files are), and the proxy is
+    /// started on the blocking pool while the container is made; the create waits for it
+    /// before the release (`Runtime::launch_with`).
+    fn begin_egress_proxy(
+        &self,
+        wanted: Option<&DesiredMember>,
+        team: &str,
+        member: &str,
+        policy: &EgressPolicy,
+    ) -> Result<ProxyStarting, ActionError> {
+        let (owner, paths, policy) = self.egress_files(wanted, team, member, policy)?;
+        let store_owner = self.rt.owner;
+        let socket = paths.socket.clone();
+        let task =
+            tokio::task::spawn_blocking(move || egress::start(&paths, &policy, store_owner, owner));
+        Ok(Box::pin(async move {
+            task.await.unwrap_or_else(|e| {
+                Err(egress::ProxyError::Io {
+                    path: socket,
+                    source: std::io::Error::other(e),
+                })
+            })
+        }))
+    }
+
     /// Gives a running egress proxy the member's new allowlist (its intercepts first).
     fn update_egress_policy(
         &self,
@@ -1332,19 +1388,23 @@ impl Executor<'_> {
     }
 
     /// Makes, verifies and releases a member's container; its id.
-    async fn create(&self, member: &DesiredMember) -> Result<String, ActionError> {
+    async fn create(
+        &self,
+        member: &DesiredMember,
+        proxy: &mut Option<ProxyStarting>,
+    ) -> Result<String, ActionError> {
         self.progress
             .step(&member.team, &member.member, Step::Creating);
         let p = self.rt.prepare(member, self.secret).await?;
         self.progress
             .step(&member.team, &member.member, Step::Verifying);
-        let id = match self.rt.launch(p, None).await {
+        let id = match self.rt.launch_with(p, None, proxy).await {
             Err(RunError::Backend {
                 source: BackendError::NameConflict { .. },
                 ..
             }) if self.remove_unfinished(&member.spec.name).await? => {
                 let p = self.rt.prepare(member, self.secret).await?;
-                self.rt.launch(p, None).await?
+                self.rt.launch_with(p, None, proxy).await?
             }
             other => other?,
         };
@@ -1360,6 +1420,7 @@ impl Executor<'_> {
         &self,
         m: &DesiredMember,
         old: &ContainerRef,
+        proxy: &mut Option<ProxyStarting>,
     ) -> Result<String, ActionError> {
         self.progress.step(&m.team, &m.member, Step::Creating);
         let mut p = self.rt.prepare(m, self.secret).await?;
@@ -1383,7 +1444,7 @@ impl Executor<'_> {
             self.rt.remove(&m.team, &m.member, &stale.id).await?;
         }
         self.progress.step(&m.team, &m.member, Step::Verifying);
-        let new_id = self.rt.launch(p, Some(&temp)).await?;
+        let new_id = self.rt.launch_with(p, Some(&temp), proxy).await?;
         debug!(container = %new_id, name = %temp, "replacement created, verified and released");
         Ok(new_id)
     }

@@ -100,7 +100,8 @@ impl ApplyReport {
 }
 
 /// Applies `manifests`. `secret` looks up a `secretEnv` value; `waiting` is told who holds
-/// the lock when apply has to wait for it.
+/// the lock when apply has to wait for it; `judged` is shown the manifests as judged under
+/// the lock, before any change.
 pub async fn apply(
     app: &App,
     manifests: &Manifests,
@@ -108,6 +109,7 @@ pub async fn apply(
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
+    judged: impl FnOnce(&Desired),
 ) -> Result<ApplyReport, AppError> {
     let (mut lock, desired, early) = match app.store.try_lock_existing() {
         // Free, as it mostly is: judged once, under it, while the engine lists what it holds
@@ -118,13 +120,21 @@ pub async fn apply(
         }
         None => {
             // Refused manifests are refused before the store is touched or waited for...
-            app.judge(manifests)?;
+            let before = app.store.teams()?;
+            let first = app.judge_against(manifests, &before)?;
             let lock = app.store.lock(o.no_wait, waiting)?;
             // ...and judged again under the lock, against the teams an apply that held it
-            // stored.
-            (lock, app.judge(manifests)?, None)
+            // stored (when one did: the same teams are judged the same).
+            let applied = app.store.teams()?;
+            let desired = if applied == before {
+                first
+            } else {
+                app.judge_against(manifests, &applied)?
+            };
+            (lock, desired, None)
         }
     };
+    judged(&desired);
     lock.announce().map_err(|source| StoreError::Io {
         path: layout::lock_path(&app.host.state_dir),
         source,

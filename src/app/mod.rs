@@ -214,9 +214,17 @@ impl App {
     /// Validates `manifests` against the store as it is now (apply calls this again once it
     /// holds the lock: another apply may have stored a team meanwhile).
     pub fn judge(&self, manifests: &Manifests) -> Result<Desired, AppError> {
+        self.judge_against(manifests, &self.store.teams()?)
+    }
+
+    /// `judge`, against the teams `applied` read from the store.
+    pub fn judge_against(
+        &self,
+        manifests: &Manifests,
+        applied: &[crate::model::Team],
+    ) -> Result<Desired, AppError> {
         self.host.engine_dirs.prefetch();
-        let applied = self.store.teams()?;
-        Ok(manifests.validate(&self.host, &applied)?)
+        Ok(manifests.validate(&self.host, applied)?)
     }
 
     /// Reads and judges manifests.

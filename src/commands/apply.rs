@@ -29,7 +29,6 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     }
     let app = app(global);
     let manifests = Manifests::read(&files.files)?;
-    host_service_warnings(&app, &manifests);
     let secret = |name: &str| std::env::var(name).ok();
     let display = Display::new();
     let opts = ApplyOptions {
@@ -38,7 +37,9 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         no_wait: o.no_wait,
         only: None,
     };
-    let report = apply(&app, &manifests, opts, &secret, &display, waiting).await?;
+    // Judged once, by apply: its warnings are said before any change.
+    let warn = |desired: &ateam::model::Desired| host_service_warnings(&app, desired);
+    let report = apply(&app, &manifests, opts, &secret, &display, waiting, warn).await?;
     // What apply leaves alone, in the same words as diff.
     for line in report.left_alone.iter().filter_map(finding_text) {
         eprintln!("{line}");
@@ -94,14 +95,9 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
 }
 
 /// Warns of a host service a grant names that another uid's listener holds now (the proxy
-/// would refuse it). Manifests that do not validate are left to `apply` to report.
-fn host_service_warnings(app: &ateam::app::App, manifests: &Manifests) {
-    let Ok(applied) = app.store.teams() else {
-        return;
-    };
-    if let Ok(desired) = manifests.validate(&app.host, &applied) {
-        for line in ateam::egress::listeners::held_by_others(&desired, &app.host) {
-            eprintln!("{line}");
-        }
+/// would refuse it).
+fn host_service_warnings(app: &ateam::app::App, desired: &ateam::model::Desired) {
+    for line in ateam::egress::listeners::held_by_others(desired, &app.host) {
+        eprintln!("{line}");
     }
 }

@@ -275,6 +275,17 @@ impl State {
         }
     }
 
+    /// Builds the TLS configurations of every host the policy intercepts, as the member's
+    /// first CONNECT to each would; what fails is left for that CONNECT to refuse.
+    fn prepare_all(&self) {
+        let (Ok(rules), Ok(file)) = (self.rules(), self.intercepts()) else {
+            return;
+        };
+        for i in &rules.1 {
+            let _ = self.prepared.lock().expect("prepared lock").get(i, &file);
+        }
+    }
+
     /// Whether a connection to `host:port` opened earlier is still allowed as it was made:
     /// intercepted with rules (`intercepted`), or tunnelled by the allowlist.
     fn still_allowed(&self, host: &str, port: u16, intercepted: bool) -> bool {
@@ -358,6 +369,11 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
         generation: tokio::sync::watch::Sender::new(0),
         handshakes: Mutex::new(Handshakes::default()),
     });
+    // The TLS configurations of the intercepted hosts (the host's roots parsed, each leaf's
+    // key) are made now, beside the serving, not at the member's first CONNECT: its agent
+    // starts while apply still creates its container. After the privileges were dropped.
+    let warm = state.clone();
+    std::thread::spawn(move || warm.prepare_all());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(RESOLVER_THREADS)

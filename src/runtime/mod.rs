@@ -63,6 +63,15 @@ pub enum RunError {
         #[source]
         source: crate::egress::ProxyError,
     },
+    /// Its egress proxy, started while its container was made, did not come up.
+    #[error("member `{member}`: {source}")]
+    Egress {
+        /// The member.
+        member: String,
+        /// What failed.
+        #[source]
+        source: crate::egress::ProxyError,
+    },
     /// The engine refused or failed a call.
     #[error("member `{member}`: {source}")]
     Backend {
@@ -222,6 +231,12 @@ pub enum RunError {
         rollback: BackendError,
     },
 }
+
+/// A member's egress proxy being started (on the blocking pool) while its container is made:
+/// `Ok` once it answers on the member's socket with the member's policy.
+pub type ProxyStarting = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), crate::egress::ProxyError>> + Send>,
+>;
 
 /// A member ready to be created: folders pinned, control folder written, request built.
 #[derive(Debug)]
@@ -634,6 +649,18 @@ impl Runtime {
     /// Creates the container (under `name` when given: a replacement's temporary name),
     /// verifies it, starts it, verifies it again and releases the gate. Returns the id.
     pub async fn launch(&self, p: Prepared, name: Option<&str>) -> Result<String, RunError> {
+        self.launch_with(p, name, &mut None).await
+    }
+
+    /// `launch`, while the member's egress proxy is being started (`proxy`, taken once the
+    /// container is made): the gate is released only once the proxy answers. Left in place
+    /// when the create fails, for the next attempt.
+    pub async fn launch_with(
+        &self,
+        p: Prepared,
+        name: Option<&str>,
+        proxy: &mut Option<ProxyStarting>,
+    ) -> Result<String, RunError> {
         let mut req = p.request;
         if let Some(n) = name {
             req.name = n.to_string();
@@ -653,15 +680,33 @@ impl Runtime {
             };
             return Err(self.rollback(m, cause, &id).await);
         }
-        if let Err(cause) = self.give_ca(m, &id).await {
-            return Err(self.rollback(m, cause, &id).await);
-        }
         let command = req.cmd.first().map(String::as_str);
+        let proxy = proxy.take();
+        // The CA files are written, and the proxy comes up, while the engine starts the
+        // container: the gate holds its command until the release, which waits for all three.
         let checked = async {
             let limits = self.limits(m)?;
-            let created = self.check_policy(m, &id, limits, "after create").await?;
-            self.verify_and_start(m, &id, &p.pins, command, Some(&Looked::from(&created)))
-                .await
+            let (ca, pid, up) = tokio::join!(
+                self.give_ca(m, &id),
+                async {
+                    let created = self.check_policy(m, &id, limits, "after create").await?;
+                    self.start_found(m, &id, Some(&Looked::from(&created)))
+                        .await
+                },
+                async {
+                    match proxy {
+                        Some(starting) => starting.await,
+                        None => Ok(()),
+                    }
+                }
+            );
+            let pid = pid?;
+            ca?;
+            up.map_err(|source| RunError::Egress {
+                member: m.member.clone(),
+                source,
+            })?;
+            self.release_checked(m, &id, pid, &p.pins, command).await
         };
         match checked.await {
             Ok(()) => Ok(id),
@@ -795,18 +840,6 @@ impl Runtime {
             path,
             source,
         })
-    }
-
-    async fn verify_and_start(
-        &self,
-        m: &DesiredMember,
-        id: &str,
-        pins: &[(PathBuf, Pinned)],
-        command: Option<&str>,
-        before: Option<&Looked>,
-    ) -> Result<(), RunError> {
-        let pid = self.start_found(m, id, before).await?;
-        self.release_checked(m, id, pid, pins, command).await
     }
 
     /// Starts the container and finds the host pid of the start's first process, its

@@ -1,7 +1,8 @@
 //! A member with intercepted hosts trusts its team's CA and, beside it, its image's own
 //! roots: clients that take one bundle (`SSL_CERT_FILE`) in place of the system's would
-//! otherwise lose every other host. The roots are read once, from the member's container
-//! as it was made (the archive API works before a start), and kept beside its proxy's
+//! otherwise lose every other host. The roots are read once, from the member's new container
+//! while the engine starts it (its read-only root is the image's, and its command waits at
+//! the gate until the release, which waits for the CA files), and kept beside its proxy's
 //! files, so that a CA rotation rewrites the bundle without the engine.
 
 use crate::backend::Backend;
