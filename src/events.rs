@@ -85,6 +85,8 @@ pub enum EventKind {
     AgentDone,
     /// The board returned tasks a member held to `todo`: it left, crashed or was replaced.
     TasksReturned,
+    /// A task on the team's board changed (made, claimed, started, completed, ...).
+    BoardTask,
     /// An agent member's task ended failed: its own error, or a tool call refused (from the
     /// agent's own transcript).
     AgentFailed,
@@ -106,7 +108,8 @@ impl EventKind {
             | EventKind::SessionStopped
             | EventKind::Promoted
             | EventKind::TaskGiven
-            | EventKind::AgentDone => "Normal",
+            | EventKind::AgentDone
+            | EventKind::BoardTask => "Normal",
             EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
@@ -137,6 +140,7 @@ impl EventKind {
             EventKind::EgressRefused => "egress-refused",
             EventKind::SessionStarted => "session-started",
             EventKind::TasksReturned => "tasks-returned",
+            EventKind::BoardTask => "board-task",
             EventKind::SessionStopped => "session-stopped",
             EventKind::Promoted => "promoted",
             EventKind::TaskGiven => "task-given",

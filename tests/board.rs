@@ -298,6 +298,19 @@ fn a_team_works_together(engine: Engine) {
     ] {
         assert!(tasks.contains(what), "`{what}` not in:\n{tasks}");
     }
+    // status, events and the metrics' source say the board in numbers.
+    let status = w.ok(&["status", &w.team]);
+    assert!(
+        status.contains("board: 0 todo, 0 claimed, 0 in progress, 2 done; 2 messages"),
+        "{status}"
+    );
+    let doc: Value = serde_json::from_str(&w.ok(&["status", &w.team, "-o", "json"])).unwrap();
+    assert_eq!(doc["teams"][0]["board"]["done"], 2, "{doc:#}");
+    let events = w.ok(&["events", &w.team]);
+    assert!(
+        events.contains("task 1 `write the parser` completed by member a"),
+        "{events}"
+    );
     let said = w.ok(&["messages", "--team", &w.team]);
     assert!(said.contains("\\u{1b}[31m\\u{202e}evil"), "{said}");
     assert!(

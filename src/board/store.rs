@@ -123,6 +123,24 @@ impl Actor {
     }
 }
 
+/// A board in numbers, for `status`, `top` and the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Tasks nobody works on.
+    pub todo: usize,
+    /// Tasks reserved, not started.
+    pub claimed: usize,
+    /// Tasks under way.
+    pub in_progress: usize,
+    /// Tasks finished.
+    pub done: usize,
+    /// Messages the board holds.
+    pub messages: usize,
+    /// Messages it no longer holds (past its bound).
+    pub dropped: u64,
+}
+
 /// One team's board.
 #[derive(Debug, Clone)]
 pub struct Board {
@@ -149,6 +167,23 @@ impl Board {
             dir: run_dir.join("board"),
             owner,
         }
+    }
+
+    /// The board in numbers.
+    pub fn summary(&self) -> Result<Summary, BoardError> {
+        let mut s = Summary::default();
+        for t in self.tasks()?.tasks {
+            match t.state {
+                super::TaskState::Todo => s.todo += 1,
+                super::TaskState::Claimed => s.claimed += 1,
+                super::TaskState::InProgress => s.in_progress += 1,
+                super::TaskState::Done => s.done += 1,
+            }
+        }
+        let listed = self.messages()?;
+        s.messages = listed.messages.len();
+        s.dropped = listed.dropped;
+        Ok(s)
     }
 
     /// What `who` has on the board that it was not woken for (nothing when there is no
@@ -215,21 +250,45 @@ impl Board {
         self.read_json("tasks.json", MAX_TASKS_BYTES)
     }
 
-    /// Applies a task operation, serialized with every other change.
+    /// Applies a task operation, serialized with every other change; a change is also an
+    /// event of the team (`ateam events`), its title as its author wrote it (events escape).
     pub fn task(
         &self,
         op: TaskOp,
         by: &Actor,
         roster: &Roster,
     ) -> Result<Result<Task, Refused>, BoardError> {
-        self.locked(|| {
+        let done = self.locked(|| {
             let mut tasks = self.tasks()?;
             let done = tasks.apply(op, by, roster, now());
             if done.is_ok() {
                 self.write_json("tasks.json", &tasks)?;
             }
             Ok(done)
-        })
+        })?;
+        if let Ok(t) = &done {
+            self.record(t, by);
+        }
+        Ok(done)
+    }
+
+    /// The change just made to `t`, as an event of its team.
+    fn record(&self, t: &Task, by: &Actor) {
+        use crate::events::{Event, EventKind};
+        let (Some(run_dir), Some(what)) = (self.dir.parent(), t.history.last()) else {
+            return;
+        };
+        let (Some(state_dir), Some(team)) = (
+            run_dir.parent().and_then(Path::parent),
+            run_dir.file_name().and_then(|n| n.to_str()),
+        ) else {
+            return;
+        };
+        let title: String = t.title.chars().take(80).collect();
+        let who = by.name().unwrap_or("-");
+        let reason = format!("task {} `{title}` {} by {by}", t.id, what.what);
+        let e = Event::new(team, who, EventKind::BoardTask, &reason);
+        crate::events::record(state_dir, self.owner, &e);
     }
 
     /// Returns `owner`'s claimed and started tasks to `todo`, saying why.

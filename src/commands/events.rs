@@ -150,6 +150,7 @@ fn identity(e: &Event) -> String {
         | EventKind::TaskGiven
         | EventKind::AgentDone
         | EventKind::TasksReturned
+        | EventKind::BoardTask
         | EventKind::AgentFailed => e.ts.to_bits().to_string(),
     };
     format!(

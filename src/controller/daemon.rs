@@ -556,6 +556,7 @@ impl StatusSource for Reconciler {
                     | EventKind::TaskGiven
                     | EventKind::AgentDone
                     | EventKind::TasksReturned
+                    | EventKind::BoardTask
                     | EventKind::AgentFailed => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;

@@ -138,6 +138,17 @@ pub fn status_facts(
         })
         .collect();
     facts.controller = controller_status(state_dir);
+    for t in model.teams.iter().filter(|t| t.board) {
+        // Read only: the owner is never used.
+        let me = crate::files::Owner {
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        };
+        let board = crate::board::store::Board::new(state_dir, &t.name, me);
+        if let Ok(s) = board.summary() {
+            facts.boards.insert(t.name.clone(), s);
+        }
+    }
     facts
 }
 

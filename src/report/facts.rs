@@ -35,6 +35,8 @@ pub struct StatusFacts {
     pub usage: BTreeMap<String, crate::core::container::Usage>,
     /// The controller of the state folder; none if none ever ran.
     pub controller: Option<ControllerStatus>,
+    /// The board of each team that has one, by team.
+    pub boards: BTreeMap<String, crate::board::store::Summary>,
 }
 
 /// A transcript folder's size and when it last changed (`execute::transcript_usage`).
@@ -91,6 +93,7 @@ impl StatusFacts {
             sessions: BTreeMap::new(),
             usage: BTreeMap::new(),
             controller: None,
+            boards: BTreeMap::new(),
         }
     }
 

@@ -399,4 +399,7 @@ pub struct TeamStatus {
     pub members: Vec<MemberStatus>,
     /// Anything of this team differs from the manifests.
     pub drifted: bool,
+    /// Its board's tasks and messages, when it has one (`board: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board: Option<crate::board::store::Summary>,
 }

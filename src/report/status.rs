@@ -77,6 +77,7 @@ pub fn team_status(
         engine: engine.to_string(),
         members: rows,
         drifted: plan.team_drifted(&team.name),
+        board: facts.boards.get(&team.name).copied(),
     }
 }
 

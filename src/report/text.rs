@@ -187,6 +187,12 @@ pub fn render_status(teams: &[TeamStatus], now: SystemTime) -> String {
         for m in t.members.iter().filter(|m| m.kind == RowKind::MainSession) {
             out.push_str(&session_notes(m));
         }
+        if let Some(b) = &t.board {
+            out.push_str(&format!(
+                "board: {} todo, {} claimed, {} in progress, {} done; {} messages (ateam tasks, ateam messages)\n",
+                b.todo, b.claimed, b.in_progress, b.done, b.messages
+            ));
+        }
         out.push('\n');
     }
     out

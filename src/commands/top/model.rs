@@ -378,6 +378,7 @@ mod tests {
                 engine: "docker".into(),
                 members: vec![lead, row],
                 drifted: false,
+                board: None,
             }],
             None,
             std::time::SystemTime::now(),

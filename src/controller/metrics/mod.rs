@@ -208,6 +208,10 @@ pub struct Snapshot {
     pub helpers: BTreeMap<String, u64>,
     /// Helper requests by (team, outcome: granted, refused), as the kept events count them.
     pub helper_requests: BTreeMap<(String, &'static str), u64>,
+    /// Tasks on each team's board by (team, state), and its messages by team.
+    pub board_tasks: BTreeMap<(String, &'static str), u64>,
+    /// Messages each team's board holds.
+    pub board_messages: BTreeMap<String, u64>,
 }
 
 /// One member's figures.
@@ -258,6 +262,17 @@ impl Snapshot {
             ..Snapshot::default()
         };
         for t in &doc.teams {
+            if let Some(b) = &t.board {
+                for (state, n) in [
+                    ("todo", b.todo),
+                    ("claimed", b.claimed),
+                    ("inProgress", b.in_progress),
+                    ("done", b.done),
+                ] {
+                    s.board_tasks.insert((t.team.clone(), state), n as u64);
+                }
+                s.board_messages.insert(t.team.clone(), b.messages as u64);
+            }
             let mut states = 0;
             for row in &t.members {
                 let kind = kind_label(row.kind);
@@ -413,6 +428,26 @@ impl Collector for SnapshotCell {
             "ateam_helper_requests",
             "Helper requests by outcome (granted, refused) among the team's kept events (`ateam events`; bounded, so a gauge).",
             requests,
+        )?;
+        let tasks = s.board_tasks.iter().map(|((t, state), n)| {
+            let l: Labels2 = [("team", t.as_str()), ("state", state)];
+            (l, *n as i64)
+        });
+        gauges(
+            &mut e,
+            "ateam_board_tasks",
+            "Tasks on the team's board by state (todo, claimed, inProgress, done).",
+            tasks,
+        )?;
+        let messages = s
+            .board_messages
+            .iter()
+            .map(|(t, n)| ([("team", t.as_str())], *n as i64));
+        gauges(
+            &mut e,
+            "ateam_board_messages",
+            "Messages the team's board holds (bounded: the oldest are dropped).",
+            messages,
         )?;
         gauge(
             &mut e,

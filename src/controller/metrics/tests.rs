@@ -141,6 +141,7 @@ fn document() -> StatusDocument {
             engine: "docker".into(),
             members: vec![web, helper, lead, old],
             drifted: true,
+            board: None,
         }],
         None,
         SystemTime::UNIX_EPOCH,
