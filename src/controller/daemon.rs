@@ -687,6 +687,7 @@ async fn run_loop(
     tasks.spawn(engine_events(r.clone(), shutdown.clone()));
     tasks.spawn(resync(r.clone(), shutdown.clone()));
     tasks.spawn(egress_probe(r.clone(), shutdown.clone()));
+    tasks.spawn(board_probe(r.clone(), shutdown.clone()));
     let counters = metrics.as_ref().map(|(_, m)| m.clone());
     if let Some((listener, m)) = metrics {
         tasks.spawn(super::metrics::serve(
@@ -756,6 +757,42 @@ async fn resync(r: Arc<Reconciler>, shutdown: CancellationToken) {
                 let _ = r.handle.schedule(Key::Manifests);
                 for t in r.all_teams() {
                     let _ = r.handle.schedule(Key::Team(t));
+                }
+            }
+        }
+    }
+}
+
+/// How often the controller looks whether a team's board changed.
+const BOARD_PROBE: Duration = Duration::from_secs(1);
+
+/// A board changes by its sessions' calls, which send the engine no event: the times of each
+/// board-team's task and message files are looked at every `BOARD_PROBE`, and a team whose
+/// board changed is reconciled (its plan wakes an ended agent the board has news for, or
+/// returns tasks).
+async fn board_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(BOARD_PROBE);
+    let mut seen: BTreeMap<String, Vec<Option<std::time::SystemTime>>> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                let teams: Vec<String> = {
+                    let st = r.state();
+                    st.teams.values().filter(|t| t.board).map(|t| t.name.clone()).collect()
+                };
+                for team in teams {
+                    let dir = crate::core::layout::team_run_dir(&r.app.host.state_dir, &team)
+                        .join("board");
+                    let times: Vec<Option<std::time::SystemTime>> = ["tasks.json", "messages.json"]
+                        .iter()
+                        .map(|f| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok())
+                        .collect();
+                    let changed = seen.get(&team).is_some_and(|was| *was != times);
+                    seen.insert(team.clone(), times);
+                    if changed {
+                        let _ = r.handle.schedule(Key::Team(team));
+                    }
                 }
             }
         }
