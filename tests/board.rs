@@ -478,6 +478,31 @@ fn floods_are_bounded(engine: Engine) {
         "{sent} messages taken in {took:?} (at most {most})"
     );
     assert!(slowest < Duration::from_secs(3), "b waited {slowest:?}");
+
+    // A new session for each call is paced as one: the pace is the member's.
+    let again = call(
+        1,
+        "team_message",
+        json!({"action": "send", "body": "again"}),
+    );
+    let script = format!(
+        "i=0; while [ $i -lt 200 ]; do printf '%s\\n' '{}' '{}' '{again}' | /.ateam/bridge --stdio /.ateam/mcp.sock > /dev/null; i=$((i+1)); done",
+        init(0),
+        initialized()
+    );
+    let t = Instant::now();
+    let out = w.ateam(&["exec", "a", "--team", &w.team, "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let took = t.elapsed();
+    let kept: Vec<Value> =
+        serde_json::from_str(&w.ok(&["messages", "--team", &w.team, "--json", "-n", "100000"]))
+            .unwrap();
+    let again = kept.iter().filter(|m| m["body"] == "again").count();
+    eprintln!("{engine:?}: 200 sessions of one call each over {took:?}: {again} taken");
+    // The bucket refilled while b was asking: at most a burst, then 5 a second.
+    let most = 30 + 5 * (took.as_secs() as usize + 1);
+    assert!(again <= most, "{again} taken in {took:?} (at most {most})");
+    assert!(again > 0, "no session's call was taken at all");
 }
 
 macro_rules! on_every_engine {

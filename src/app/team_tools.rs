@@ -24,9 +24,13 @@ use crate::files::Owner;
 use super::helper_server::{self, Bucket};
 
 /// Changes a session makes at once, then a steady pace: a session writing in a loop is
-/// slowed, and the board stays quick for the others (reads are not counted).
+/// slowed, and the board stays quick for the others.
 const BURST: u32 = 30;
 const PER_SECOND: u32 = 5;
+/// Reads (list, read, history, search: each reads the board's files, up to a few MiB) at
+/// once, then a steady pace: what a session's loop of them costs the host is bounded too.
+const READ_BURST: u32 = 60;
+const READS_PER_SECOND: u32 = 20;
 /// How long an answer over the pace waits before it is sent.
 const TARPIT: Duration = Duration::from_millis(250);
 
@@ -46,7 +50,25 @@ struct Cx {
     team: String,
     actor: Actor,
     board: Board,
-    bucket: Mutex<Bucket>,
+    pace: Arc<Pace>,
+}
+
+/// One session's pace, shared by all its connections (a member that connects again for
+/// each call is paced as one that does not).
+#[derive(Debug)]
+pub struct Pace {
+    writes: Mutex<Bucket>,
+    reads: Mutex<Bucket>,
+}
+
+impl Default for Pace {
+    fn default() -> Pace {
+        let now = Instant::now();
+        Pace {
+            writes: Mutex::new(Bucket::new(BURST, PER_SECOND, now)),
+            reads: Mutex::new(Bucket::new(READ_BURST, READS_PER_SECOND, now)),
+        }
+    }
 }
 
 /// `team_task`'s arguments.
@@ -136,15 +158,22 @@ pub struct AgentArgs {
 }
 
 impl TeamTools {
-    /// The tools of `actor`, a session of `team`.
-    pub fn new(state_dir: &std::path::Path, team: &str, actor: Actor, owner: Owner) -> TeamTools {
+    /// The tools of `actor`, a session of `team`, at `pace` (the session's, shared by its
+    /// connections).
+    pub fn new(
+        state_dir: &std::path::Path,
+        team: &str,
+        actor: Actor,
+        owner: Owner,
+        pace: Arc<Pace>,
+    ) -> TeamTools {
         TeamTools {
             cx: Arc::new(Cx {
                 state_dir: state_dir.to_path_buf(),
                 team: team.to_string(),
                 board: Board::new(state_dir, team, owner),
                 actor,
-                bucket: Mutex::new(Bucket::new(BURST, PER_SECOND, Instant::now())),
+                pace,
             }),
             tool_router: Self::tool_router(),
         }
@@ -161,11 +190,15 @@ impl TeamTools {
             .map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
     }
 
-    /// Takes a change's token, or waits a little and says to slow down.
-    async fn paced(&self) -> Result<(), CallToolResult> {
-        let token = self
-            .cx
-            .bucket
+    /// Takes a change's (or with `read`, a read's) token, or waits a little and says to
+    /// slow down.
+    async fn paced(&self, read: bool) -> Result<(), CallToolResult> {
+        let (bucket, per_second, burst, what) = if read {
+            (&self.cx.pace.reads, READS_PER_SECOND, READ_BURST, "reads")
+        } else {
+            (&self.cx.pace.writes, PER_SECOND, BURST, "changes")
+        };
+        let token = bucket
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take(Instant::now());
@@ -174,7 +207,7 @@ impl TeamTools {
             Err(wait) => {
                 tokio::time::sleep(TARPIT).await;
                 Err(refusal(&format!(
-                    "more than {PER_SECOND} changes a second (after {BURST} at once); try again in {} ms",
+                    "more than {per_second} {what} a second (after {burst} at once); try again in {} ms",
                     wait.as_millis().max(1)
                 )))
             }
@@ -189,9 +222,8 @@ impl TeamTools {
         description = "The team's task board. action: create (title, body, owner, dependsOn), list (state, mine), read (id), edit (id, title, body, dependsOn), claim (id), start (id; its dependencies must be done), release (id, note), complete (id, note), reopen (id, note). Claiming reserves a task for you; you act only for yourself."
     )]
     async fn team_task(&self, Parameters(args): Parameters<TaskArgs>) -> CallToolResult {
-        if !matches!(args.action, TaskAction::List | TaskAction::Read)
-            && let Err(r) = self.paced().await
-        {
+        let read = matches!(args.action, TaskAction::List | TaskAction::Read);
+        if let Err(r) = self.paced(read).await {
             return r;
         }
         self.blocking(move |cx| cx.task(args))
@@ -204,9 +236,8 @@ impl TeamTools {
         description = "The team's messages. action: send (body, to: session names or none for everyone), history (since, limit; marks them read), search (query, limit). Everyone on the team can read every message; `to` says who is told."
     )]
     async fn team_message(&self, Parameters(args): Parameters<MessageArgs>) -> CallToolResult {
-        if matches!(args.action, MessageAction::Send)
-            && let Err(r) = self.paced().await
-        {
+        let read = !matches!(args.action, MessageAction::Send);
+        if let Err(r) = self.paced(read).await {
             return r;
         }
         self.blocking(move |cx| cx.message(args))
@@ -219,7 +250,7 @@ impl TeamTools {
         description = "Launch a helper member of the team, no wider than you: request is {\"name\", \"image\", \"command\": [...], \"access\": {\"read\": [...], \"write\": [...], \"network\": ...}} as docs/helpers.md says. Judged by the team's limits (depth, members, grants)."
     )]
     async fn team_agent(&self, Parameters(args): Parameters<AgentArgs>) -> CallToolResult {
-        if let Err(r) = self.paced().await {
+        if let Err(r) = self.paced(false).await {
             return r;
         }
         self.blocking(move |cx| cx.agent(args))

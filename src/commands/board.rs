@@ -210,6 +210,7 @@ pub fn mcp(global: &Global, team: Option<&str>, session: &str) -> anyhow::Result
         &t.name,
         Actor::Main(session.to_string()),
         ctx.owner,
+        std::sync::Arc::default(),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

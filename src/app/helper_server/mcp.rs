@@ -32,9 +32,13 @@ pub(super) fn listen(cfg: &Arc<Config>) -> std::io::Result<()> {
             gid: std::os::unix::fs::MetadataExt::gid(&m),
         }
     };
+    // The board's files are read and written on blocking threads: few, so that a member's
+    // calls never hold more of the host than these.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(2)
         .build()?;
+    let pace = Arc::new(crate::app::team_tools::Pace::default());
     let cfg = cfg.clone();
     std::thread::spawn(move || {
         rt.block_on(async move {
@@ -56,6 +60,7 @@ pub(super) fn listen(cfg: &Arc<Config>) -> std::io::Result<()> {
                     &cfg.team,
                     Actor::Member(cfg.member.clone()),
                     store_owner,
+                    pace.clone(),
                 );
                 let busy = busy.clone();
                 tokio::spawn(async move {

@@ -142,11 +142,13 @@ fn take_news(d: &mut Dashboard, shared: &Arc<Mutex<Shared>>, seen: &mut Option<I
     if let Some(e) = s.error.take() {
         d.message = Some(e);
     }
-    if let Some(m) = s.said.take() {
-        d.message = Some(m);
-    }
+    // A log line a key's action wrote on its way is older than that action's outcome: the
+    // outcome is shown last, so it is what stays on the message line.
     if let Some(l) = crate::logging::take_held() {
         d.message = Some(l);
+    }
+    if let Some(m) = s.said.take() {
+        d.message = Some(m);
     }
     if s.want.is_none()
         && let Some(r) = d.selected_row()

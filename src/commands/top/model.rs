@@ -110,6 +110,8 @@ pub struct Dashboard {
     pub message: Option<String>,
     pub observed_at: String,
     pub controller: Option<String>,
+    /// Each board's tasks and messages, in one line (`board: true` teams).
+    pub boards: Option<String>,
     /// CPU seconds per container at the last look, for the shares.
     last_cpu: BTreeMap<String, (f64, Instant)>,
 }
@@ -125,6 +127,7 @@ impl Dashboard {
             message: None,
             observed_at: String::new(),
             controller: None,
+            boards: None,
             last_cpu: BTreeMap::new(),
         }
     }
@@ -144,6 +147,18 @@ impl Dashboard {
         self.last_cpu = cpu;
         self.rows = rows;
         self.observed_at = doc.observed_at.clone();
+        let boards: Vec<String> = doc
+            .teams
+            .iter()
+            .filter_map(|t| {
+                let b = t.board?;
+                Some(format!(
+                    "{}: {} todo {} claimed {} started {} done {} msgs",
+                    t.team, b.todo, b.claimed, b.in_progress, b.done, b.messages
+                ))
+            })
+            .collect();
+        self.boards = (!boards.is_empty()).then(|| format!("board {}", boards.join("; ")));
         self.controller = doc.controller.as_ref().map(|c| {
             if c.running {
                 format!("controller pid {}", c.pid)

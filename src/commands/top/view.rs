@@ -87,6 +87,9 @@ fn header(d: &Dashboard) -> String {
     if let Some(c) = &d.controller {
         s.push_str(&format!("  {c}"));
     }
+    if let Some(b) = &d.boards {
+        s.push_str(&format!("  {b}"));
+    }
     if !d.filter.is_empty() {
         s.push_str(&format!("  -l {}", d.filter));
     }
