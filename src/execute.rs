@@ -14,6 +14,7 @@ use futures_util::{StreamExt, stream};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backend::BackendError;
+use crate::board::Actor;
 use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
 use crate::core::intercept::EgressPolicy;
 use crate::egress;
@@ -1010,11 +1011,34 @@ impl Executor<'_> {
                 resume,
             } => {
                 self.promote(session, containers, journal.as_deref(), resume)
-                    .await
+                    .await?;
+                // The member's work is the session's now.
+                let (from, to) = (
+                    Actor::Member(session.name.clone()),
+                    Actor::Main(session.name.clone()),
+                );
+                self.board_change(&session.team, &session.name, |b| {
+                    b.hand_over(&from, &to, "promoted to a main session")
+                })
             }
             Action::StopSession {
-                session, socket, ..
-            } => self.stop_session(session, socket).await,
+                team,
+                session,
+                socket,
+                taken_over_by,
+            } => {
+                self.stop_session(session, socket).await?;
+                // What it held goes to its heir, or back to todo.
+                let me = Actor::Main(session.clone());
+                self.board_change(team, session, |b| match taken_over_by {
+                    Some(heir) => b.hand_over(
+                        &me,
+                        &Actor::Main(heir.clone()),
+                        &format!("main session {session} was taken over by {heir}"),
+                    ),
+                    None => b.give_back(&me, &format!("main session {session} stopped")),
+                })
+            }
             Action::RollBackPromotion { journal } => self.roll_back(journal),
             Action::StartEgressProxy {
                 team,
@@ -1496,15 +1520,25 @@ impl Executor<'_> {
 
     /// Returns what `member` held on its team's board to `todo`, saying why.
     fn return_tasks(&self, team: &str, member: &str, why: &str) -> Result<(), ActionError> {
+        let who = Actor::Member(member.to_string());
+        self.board_change(team, member, |b| b.give_back(&who, why))
+    }
+
+    /// A change of `team`'s board made by an action on `subject`.
+    fn board_change(
+        &self,
+        team: &str,
+        subject: &str,
+        change: impl FnOnce(
+            &crate::board::store::Board,
+        ) -> Result<Vec<u64>, crate::board::store::BoardError>,
+    ) -> Result<(), ActionError> {
         let board = crate::board::store::Board::new(&self.rt.state_dir, team, self.rt.owner);
-        board
-            .give_back(&crate::board::Actor::Member(member.to_string()), why)
-            .map(|_| ())
-            .map_err(|e| ActionError::Io {
-                member: member.to_string(),
-                path: crate::core::layout::team_run_dir(&self.rt.state_dir, team).join("board"),
-                source: std::io::Error::other(e.to_string()),
-            })
+        change(&board).map(|_| ()).map_err(|e| ActionError::Io {
+            member: subject.to_string(),
+            path: crate::core::layout::team_run_dir(&self.rt.state_dir, team).join("board"),
+            source: std::io::Error::other(e.to_string()),
+        })
     }
 
     /// The next task of an agent the board wakes, for this container, read by its gate as

@@ -893,6 +893,71 @@ fn an_agent_reaches_its_model_without_a_grant(engine: Engine) {
 /// The fix examples/agents/fix-a-test asks of each agent.
 const FIXED: &str = "def add(a, b): return a + b\n";
 
+/// Claude Code on the host as the lead's agent (ateam's pinned build, from the cache apply
+/// filled), against a stand-in over plain HTTP, its team tools from `ateam mcp` as the lead
+/// (run as the engine's user). Not as root with `--dangerously-skip-permissions`: the team
+/// tools alone are allowed.
+fn lead_claude(w: &World, model: &Model, dir: &Path, prompt: &str) -> Output {
+    let (user, _, _) = rootless_user();
+    let caches = [
+        format!("{}/.cache/ateam/agents", common::var("HOME")),
+        "/root/.cache/ateam/agents".to_string(),
+        format!("/home/{user}/.cache/ateam/agents"),
+    ];
+    let claude = caches
+        .iter()
+        .filter_map(|c| std::fs::read_dir(c).ok())
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("claude"))
+        .find(|p| p.is_file())
+        .expect("apply fetched Claude Code's build");
+    let server = common::ateam_command(w.engine, &w.root().join("state"));
+    let mut args: Vec<String> = server
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    args.extend(["mcp", "--team", &w.team, "--session", "lead"].map(String::from));
+    let env: serde_json::Map<String, serde_json::Value> = server
+        .get_envs()
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_string_lossy().into_owned(),
+                v?.to_string_lossy().into_owned().into(),
+            ))
+        })
+        .collect();
+    let config = serde_json::json!({"mcpServers": {"team": {
+        "type": "stdio",
+        "command": server.get_program().to_string_lossy(),
+        "args": args,
+        "env": env,
+    }}});
+    // Both flags take every value up to the next flag: the prompt comes first.
+    Command::new(claude)
+        .args(["-p", prompt, "--mcp-config", &config.to_string()])
+        .args([
+            "--allowedTools",
+            "mcp__team__team_task",
+            "mcp__team__team_message",
+        ])
+        .env_clear()
+        .env("PATH", common::var("PATH"))
+        .env("HOME", dir)
+        .env("CLAUDE_CONFIG_DIR", dir.join("claude"))
+        .env(
+            "ANTHROPIC_BASE_URL",
+            format!("http://127.0.0.1:{}", model.port),
+        )
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 /// git as the test runs it on the host, on a repository of another owner.
 fn host_git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -1103,20 +1168,27 @@ fn agents_work_together_on_the_board(engine: Engine) {
         c.args(["mcp", "--team", &w.team, "--session", "lead"]);
         common::mcp::session(c, calls)
     };
-    let made = lead(&[
-        (
-            "team_task",
-            serde_json::json!({"action": "create", "title": "fix add"}),
-        ),
-        (
-            "team_task",
-            serde_json::json!({"action": "create", "title": "document add"}),
-        ),
-    ]);
+    // The lead's agent: Claude Code on the host, its tools from `ateam mcp` as the lead.
+    let lead_dir = tempfile::tempdir().unwrap();
+    let lead_model = Model::start_plain(lead_dir.path());
+    let lead_agent = |prompt: &str| {
+        let out = lead_claude(&w, &lead_model, lead_dir.path(), prompt);
+        assert!(
+            out.status.success(),
+            "the lead's agent: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    };
+    lead_agent(
+        "use the team tool team_task with {\"action\": \"create\", \"title\": \"fix add\"}; use the team tool team_task with {\"action\": \"create\", \"title\": \"document add\"}",
+    );
+    let made = lead(&[("team_task", serde_json::json!({"action": "read", "id": 2}))]);
     assert_eq!(
-        common::mcp::ok_answer(&made[1])["task"]["id"],
-        2,
-        "{made:?}"
+        common::mcp::ok_answer(&made[0])["task"]["writtenBy"],
+        serde_json::json!({"mainSession": "lead"}),
+        "{made:?}: {:#?}",
+        lead_model.entries()
     );
     for (agent, id) in [(&CLAUDE, 1), (&CODEX, 2)] {
         let call = |action: &str, extra: &str| {
@@ -1168,6 +1240,18 @@ fn agents_work_together_on_the_board(engine: Engine) {
     assert!(
         results.iter().any(|r| r.contains("\"state\": \"done\"")),
         "{results:#?}"
+    );
+    // The lead's agent sees both completions.
+    lead_agent("use the team tool team_task with {\"action\": \"list\", \"state\": \"done\"}");
+    let seen = lead_model
+        .entries()
+        .into_iter()
+        .rfind(|r| r["step"] == "done")
+        .unwrap();
+    let seen = seen["tool_result"].as_str().unwrap_or("").to_string();
+    assert!(
+        seen.contains("fix add") && seen.contains("document add"),
+        "the lead's agent saw: {seen}"
     );
     let heard = lead(&[
         ("team_message", serde_json::json!({"action": "history"})),

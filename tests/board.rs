@@ -372,6 +372,46 @@ fn a_member_that_leaves_gives_its_tasks_back(engine: Engine) {
     );
 }
 
+fn a_main_session_hands_its_work_on(engine: Engine) {
+    let w = World::new(engine);
+    w.ok(&["apply", "-f", "team.yaml"]);
+    let held = w.lead(&[
+        ("team_task", json!({"action": "create", "title": "plan"})),
+        ("team_task", json!({"action": "start", "id": 1})),
+    ]);
+    assert_eq!(
+        ok_answer(&held[1])["task"]["owner"],
+        json!({"mainSession": "lead"})
+    );
+    // lead2 takes lead over: what lead held is lead2's now.
+    let yaml = std::fs::read_to_string(w.root().join("team.yaml")).unwrap().replace(
+        "metadata: {name: lead}\nspec: {command: [sleep, \"100000\"], cwd: ./work}",
+        "metadata: {name: lead2}\nspec: {command: [sleep, \"100000\"], cwd: ./work, takesOver: lead}",
+    );
+    assert!(yaml.contains("takesOver"), "{yaml}");
+    let p = w.root().join("team-heir.yaml");
+    std::fs::write(&p, yaml).unwrap();
+    if engine == Engine::Rootless {
+        let (_, uid, gid) = rootless_user();
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    }
+    w.ok(&["apply", "-f", "team-heir.yaml"]);
+    let tasks: Vec<Value> =
+        serde_json::from_str(&w.ok(&["tasks", "--team", &w.team, "--json"])).unwrap();
+    assert_eq!(tasks[0]["owner"], json!({"main": "lead2"}), "{tasks:#?}");
+    assert_eq!(tasks[0]["state"], "inProgress");
+    let last = tasks[0]["history"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["note"], "main session lead was taken over by lead2",
+        "{last:#}"
+    );
+}
+
 fn floods_are_bounded(engine: Engine) {
     let w = World::new(engine);
     w.ok(&["apply", "-f", "team.yaml"]);
@@ -519,6 +559,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_member_that_leaves_gives_its_tasks_back() {
                     super::a_member_that_leaves_gives_its_tasks_back($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_main_session_hands_its_work_on() {
+                    super::a_main_session_hands_its_work_on($e);
                 }
 
                 #[test]

@@ -583,6 +583,26 @@ impl Tasks {
         ids
     }
 
+    /// Hands every task `from` owns to `to` (a member promoted to the main session of its
+    /// name keeps its work; a session taken over hands it to its heir). Returns their ids.
+    pub fn hand_over(&mut self, from: &Actor, to: &Actor, why: &str, now: u64) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for t in &mut self.tasks {
+            if t.owner.as_ref() == Some(from) && t.state != TaskState::Done {
+                t.owner = Some(to.clone());
+                t.history.push(Change {
+                    at: now,
+                    by: Actor::Person,
+                    what: "handed over".into(),
+                    note: Some(why.to_string()),
+                });
+                trim_history(t);
+                ids.push(t.id);
+            }
+        }
+        ids
+    }
+
     /// Dependencies exist, are few, and make no cycle through `id`.
     fn check_depends(&self, id: Option<u64>, deps: &[u64]) -> Result<(), Refused> {
         if deps.len() > MAX_DEPENDS {

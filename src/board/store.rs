@@ -306,6 +306,21 @@ impl Board {
         })
     }
 
+    /// Hands `from`'s open tasks to `to`, saying why.
+    pub fn hand_over(&self, from: &Actor, to: &Actor, why: &str) -> Result<Vec<u64>, BoardError> {
+        if !self.path("tasks.json").exists() {
+            return Ok(Vec::new());
+        }
+        self.locked(|| {
+            let mut tasks = self.tasks()?;
+            let ids = tasks.hand_over(from, to, why, now());
+            if !ids.is_empty() {
+                self.write_json("tasks.json", &tasks)?;
+            }
+            Ok(ids)
+        })
+    }
+
     /// Sends a message from `from` to `to` (empty: everyone).
     pub fn send(
         &self,

@@ -215,6 +215,31 @@ fn a_session_that_leaves_gives_its_work_back() {
 }
 
 #[test]
+fn a_promoted_member_or_an_heir_keeps_the_work() {
+    let mut t = Tasks::default();
+    create(&mut t, &lead(), "one", None, &[]);
+    create(&mut t, &lead(), "two", Some("a"), &[]);
+    create(&mut t, &lead(), "three", None, &[]);
+    op(&mut t, &a(), TaskOp::Start { id: 1 }).unwrap();
+    op(&mut t, &a(), TaskOp::Start { id: 3 }).unwrap();
+    op(&mut t, &a(), TaskOp::Complete { id: 3, note: None }).unwrap();
+    let main_a = Actor::Main("a".into());
+    let ids = t.hand_over(&a(), &main_a, "promoted to a main session", 9);
+    assert_eq!(ids, [1, 2], "open tasks only");
+    assert_eq!(t.get(1).unwrap().state, TaskState::InProgress);
+    assert_eq!(t.get(1).unwrap().owner, Some(main_a.clone()));
+    assert_eq!(
+        t.get(3).unwrap().owner,
+        Some(a()),
+        "a done task keeps who did it"
+    );
+    assert_eq!(
+        t.get(2).unwrap().history.last().unwrap().what,
+        "handed over"
+    );
+}
+
+#[test]
 fn changes_from_many_processes_are_never_lost() {
     let dir = tempfile::tempdir().unwrap();
     let owner = crate::files::Owner {

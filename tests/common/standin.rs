@@ -19,6 +19,22 @@ impl StandIn {
     /// (examples/agents/*/model-ca.pem is this certificate's CA).
     pub fn start(dir: &Path, extra: &[OsString]) -> StandIn {
         let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
+        let mut tls: Vec<OsString> = vec!["--tls-cert".into()];
+        tls.push(support.join("model-tls/cert.pem").into());
+        tls.push("--tls-key".into());
+        tls.push(support.join("model-tls/key.pem").into());
+        tls.extend(extra.iter().cloned());
+        StandIn::serve(dir, &tls)
+    }
+
+    /// Over plain HTTP on 127.0.0.1, for an agent on the host (a main session's): the
+    /// certificate of `start` is for the members' name of the host only.
+    pub fn start_plain(dir: &Path) -> StandIn {
+        StandIn::serve(dir, &[])
+    }
+
+    fn serve(dir: &Path, extra: &[OsString]) -> StandIn {
+        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support");
         let (port_file, log) = (dir.join("model.port"), dir.join("model.jsonl"));
         let child = Command::new("python3")
             .arg(support.join("model_server.py"))
@@ -26,10 +42,6 @@ impl StandIn {
             .arg(&port_file)
             .arg("--log")
             .arg(&log)
-            .arg("--tls-cert")
-            .arg(support.join("model-tls/cert.pem"))
-            .arg("--tls-key")
-            .arg(support.join("model-tls/key.pem"))
             .args(extra)
             .stdout(Stdio::null())
             .spawn()
