@@ -79,7 +79,7 @@ impl World {
         let example = Example {
             folder: agent.name,
             team: &format!("{}-agent", agent.name),
-            key_vars: vec![agent.key_var],
+            key_vars: std::slice::from_ref(&agent.key_var),
         };
         World::of(engine, &example, team, model, |root| {
             if !blocked {
@@ -131,7 +131,7 @@ impl World {
             engine,
             dir,
             team,
-            key_vars: example.key_vars.clone(),
+            key_vars: example.key_vars.to_vec(),
         };
         // The user's own folder, as it would be had the user made the copy: on rootless
         // Podman the engine's user; under root, a user of the machine, whose folder a root
@@ -222,7 +222,7 @@ struct Example<'a> {
     /// Its Team's name.
     team: &'a str,
     /// The keys its members' grants inject.
-    key_vars: Vec<&'static str>,
+    key_vars: &'a [&'static str],
 }
 
 /// A second member of the example's agent, beside its coder: its grant is the model host and
@@ -826,7 +826,7 @@ fn an_agent_reaches_its_model_without_a_grant(engine: Engine) {
     let example = Example {
         folder: "codex",
         team: "codex-agent",
-        key_vars: vec![CODEX.key_var],
+        key_vars: &[CODEX.key_var],
     };
     let w = World::of(engine, &example, team, &model, |root| {
         let manifest = root.join("team.yaml");
@@ -958,6 +958,33 @@ fn lead_claude(w: &World, model: &Model, dir: &Path, prompt: &str) -> Output {
         .unwrap()
 }
 
+/// examples/agents/fix-a-test, with both agents' keys.
+const FIX_A_TEST: Example = Example {
+    folder: "fix-a-test",
+    team: "fix-a-test",
+    key_vars: &[CLAUDE.key_var, CODEX.key_var],
+};
+
+/// The example's `repo/` made the person's repository: its files committed on `main`.
+fn commit_the_repository(root: &Path) {
+    let repo = root.join("repo");
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["add", "-A"],
+        &[
+            "-c",
+            "user.name=person",
+            "-c",
+            "user.email=p@x",
+            "commit",
+            "-qm",
+            "first",
+        ],
+    ] {
+        host_git(&repo, args);
+    }
+}
+
 /// git as the test runs it on the host, on a repository of another owner.
 fn host_git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -984,30 +1011,10 @@ fn agents_fix_a_failing_test_and_commit(engine: Engine) {
         &format!("{engine:?}").to_lowercase()[..1],
         std::process::id() % 100000
     );
-    let example = Example {
-        folder: "fix-a-test",
-        team: "fix-a-test",
-        key_vars: vec![CLAUDE.key_var, CODEX.key_var],
-    };
     // The person's repository: the example's files, committed. No sessions folder yet: ateam
     // makes it, passable for the members' uid, whose git makes their workspaces through it.
-    let w = World::of(engine, &example, team, &model, |root| {
-        let repo = root.join("repo");
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", "-A"],
-            &[
-                "-c",
-                "user.name=person",
-                "-c",
-                "user.email=p@x",
-                "commit",
-                "-qm",
-                "first",
-            ],
-        ] {
-            host_git(&repo, args);
-        }
+    let w = World::of(engine, &FIX_A_TEST, team, &model, |root| {
+        commit_the_repository(root);
     });
     let t0 = Instant::now();
     let out = w.ateam(&["apply", "-f", &w.manifest()]);
@@ -1115,28 +1122,8 @@ fn agents_work_together_on_the_board(engine: Engine) {
         &format!("{engine:?}").to_lowercase()[..1],
         std::process::id() % 100000
     );
-    let example = Example {
-        folder: "fix-a-test",
-        team: "fix-a-test",
-        key_vars: vec![CLAUDE.key_var, CODEX.key_var],
-    };
-    let w = World::of(engine, &example, team, &model, |root| {
-        let repo = root.join("repo");
-        for args in [
-            &["init", "-q", "-b", "main"][..],
-            &["add", "-A"],
-            &[
-                "-c",
-                "user.name=p",
-                "-c",
-                "user.email=p@x",
-                "commit",
-                "-qm",
-                "first",
-            ],
-        ] {
-            host_git(&repo, args);
-        }
+    let w = World::of(engine, &FIX_A_TEST, team, &model, |root| {
+        commit_the_repository(root);
         let manifest = root.join("team.yaml");
         let text = std::fs::read_to_string(&manifest).unwrap();
         let first = "create the file first.txt containing exactly: ready";
