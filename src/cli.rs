@@ -425,6 +425,16 @@ pub enum Command {
         #[arg(long)]
         team: Option<String>,
     },
+    /// Give a member a new container, judged whole (secrets, image, folders) and checked at
+    /// its gate before the old one goes: a restart that cannot bring it back changes nothing.
+    /// Its transcript, grants and workspace stay; a one-shot member runs its command again.
+    Restart {
+        member: String,
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Give an agent member its next task, in its own session (the agent's resume), in the
     /// same container, through the same gate; a running agent finishes its current task
     /// first. The manifest's `agent.task` is its first task only.

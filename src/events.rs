@@ -90,6 +90,11 @@ pub enum EventKind {
     /// An agent member's task ended failed: its own error, or a tool call refused (from the
     /// agent's own transcript).
     AgentFailed,
+    /// A person's command was refused before it changed anything (a restart that could not
+    /// bring the member back).
+    Refused,
+    /// The person deleted the team: a controller leaves it deleted until it is applied again.
+    Deleted,
 }
 
 impl EventKind {
@@ -109,7 +114,8 @@ impl EventKind {
             | EventKind::Promoted
             | EventKind::TaskGiven
             | EventKind::AgentDone
-            | EventKind::BoardTask => "Normal",
+            | EventKind::BoardTask
+            | EventKind::Deleted => "Normal",
             EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
@@ -117,7 +123,8 @@ impl EventKind {
             | EventKind::CrashLoop
             | EventKind::HelperRefused
             | EventKind::EgressRefused
-            | EventKind::AgentFailed => "Warning",
+            | EventKind::AgentFailed
+            | EventKind::Refused => "Warning",
         }
     }
 
@@ -146,6 +153,8 @@ impl EventKind {
             EventKind::TaskGiven => "task-given",
             EventKind::AgentDone => "agent-done",
             EventKind::AgentFailed => "agent-failed",
+            EventKind::Refused => "refused",
+            EventKind::Deleted => "deleted",
         }
     }
 }

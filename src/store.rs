@@ -227,8 +227,12 @@ impl Store {
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
         // Applied again: no longer a deleted team.
-        let deleted = layout::deleted_path(&self.dir, &team.name);
-        files::remove_if_present(&deleted).map_err(io(&deleted))?;
+        for deleted in [
+            layout::deleted_path(&self.dir, &team.name),
+            layout::deleted_mark_path(&self.dir, &team.name),
+        ] {
+            files::remove_if_present(&deleted).map_err(io(&deleted))?;
+        }
         let json = versioned(team, true);
         if std::fs::read(&path).map(|old| old == json).unwrap_or(false) {
             return Ok(());
@@ -274,6 +278,29 @@ impl Store {
         let dir = layout::team_run_dir(&self.dir, &team.name);
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
         files::write_atomic(&path, &versioned(team, true), 0o600, self.owner).map_err(io(&path))
+    }
+
+    /// Marks `team` deleted by the person, now (`layout::deleted_mark_path`).
+    pub fn mark_deleted(&self, team: &str) -> Result<(), StoreError> {
+        let path = layout::deleted_mark_path(&self.dir, team);
+        let dir = layout::team_run_dir(&self.dir, team);
+        files::private_dir(&dir, self.owner).map_err(io(&dir))?;
+        let now = crate::core::container::rfc3339(std::time::SystemTime::now());
+        files::write_atomic(&path, format!("{now}\n").as_bytes(), 0o600, self.owner)
+            .map_err(io(&path))
+    }
+
+    /// When the person deleted `team`, if it was not applied since.
+    pub fn deleted_at(&self, team: &str) -> Option<std::time::SystemTime> {
+        std::fs::symlink_metadata(layout::deleted_mark_path(&self.dir, team))
+            .and_then(|m| m.modified())
+            .ok()
+    }
+
+    /// Forgets the mark of `mark_deleted` (a controller's own prune is no person's word).
+    pub fn unmark_deleted(&self, team: &str) -> Result<(), StoreError> {
+        let path = layout::deleted_mark_path(&self.dir, team);
+        files::remove_if_present(&path).map_err(io(&path))
     }
 
     /// The team as a delete without `--purge` left it, if it was.

@@ -507,9 +507,13 @@ fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
     for m in ["reviewer", "writer", "tester"] {
         assert!(!w.transcript(m).exists(), "{m}'s transcript is purged");
     }
-    assert!(
-        !w.state().join("teams").join(&w.team).exists(),
-        "nothing of the team is left in the state folder"
+    let left: Vec<_> = std::fs::read_dir(w.state().join("teams").join(&w.team))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        left,
+        ["deleted-at"],
+        "nothing of the team is left in the state folder but the mark that keeps a running controller from making it again"
     );
     assert!(w.root().join("workspace/repo/README.md").exists());
     // Nothing is left to purge now: the team is unknown (an error, not a difference).

@@ -389,5 +389,101 @@ fn events_say_what_happened_in_order(engine: Engine) {
     assert!(table.starts_with("LAST SEEN"), "{table}");
 }
 
-on_every_engine!(docker: events_say_what_happened_in_order);
-on_every_engine!(podman: events_say_what_happened_in_order);
+/// `ateam delete` under a running controller: the team stays deleted (no container for 30 s,
+/// an edit of its manifests included), status says why, its events and egress log stay
+/// readable; the next apply brings it back and the controller keeps it again; `--purge`
+/// takes the record too.
+fn a_deleted_team_stays_deleted_and_keeps_its_record(engine: Engine) {
+    let mut w = World::new(engine);
+    let worker = member("worker", ", command: [sleep, \"100000\"]");
+    w.write(std::slice::from_ref(&worker));
+    w.controller();
+    w.wait_event("created", "worker", "created");
+    w.inside(
+        "worker",
+        "wget -q -O /dev/null http://refused.example/ 2>&1",
+    );
+    w.wait_event("egress-refused", "worker", "refused.example:80");
+
+    let out = w.ateam(&["delete", "--team", &w.team]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("it leaves the team(s) deleted until you apply them again"),
+        "{}",
+        text(&out.stdout)
+    );
+    let ours = |w: &World| {
+        w.cli(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=ateam.dev/team={}", w.team),
+        ])
+    };
+    let start = Instant::now();
+    let mut edited = false;
+    while start.elapsed() < Duration::from_secs(30) {
+        assert_eq!(
+            ours(&w),
+            "",
+            "{engine:?}: made again after {:?}",
+            start.elapsed()
+        );
+        if !edited && start.elapsed() > Duration::from_secs(5) {
+            // An edit of the manifests is no apply: still deleted.
+            w.write(&[worker.replace("64Mi", "80Mi")]);
+            edited = true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let status = text(&w.ateam(&["status"]).stdout);
+    assert!(
+        status.contains(&format!("team {}: deleted at", w.team))
+            && status.contains("left deleted until ateam apply"),
+        "{engine:?}: {status}"
+    );
+    let kinds: Vec<String> = w
+        .events()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    for k in ["created", "egress-refused", "deleted"] {
+        assert!(
+            kinds.iter().any(|x| x == k),
+            "{engine:?}: no {k} after delete: {kinds:?}"
+        );
+    }
+    let log = w.ateam(&["logs", "worker", "--team", &w.team, "--egress"]);
+    assert!(
+        text(&log.stdout).contains("refused.example"),
+        "{engine:?}: {}{}",
+        text(&log.stdout),
+        text(&log.stderr)
+    );
+
+    // The next apply brings it back; the controller keeps it again (a killed member is
+    // restarted) and no longer says it is deleted.
+    let out = w.ateam(&["apply", "-f", "team.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let pid = w.cli(&["inspect", "--format", "{{.State.Pid}}", &w.id("worker")]);
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    w.wait_event("restarted", "worker", "after exit 137");
+    let status = text(&w.ateam(&["status"]).stdout);
+    assert!(!status.contains("left deleted"), "{engine:?}: {status}");
+
+    // --purge: the record goes too; the controller still leaves the team deleted.
+    let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(w.events(), Vec::<serde_json::Value>::new(), "{engine:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(ours(&w), "", "{engine:?}: made again after --purge");
+}
+
+on_every_engine!(docker: events_say_what_happened_in_order, a_deleted_team_stays_deleted_and_keeps_its_record);
+on_every_engine!(podman: events_say_what_happened_in_order, a_deleted_team_stays_deleted_and_keeps_its_record);

@@ -64,7 +64,7 @@ spec: {{write: [./work], network: {{allow: [example.com]}}}}
 apiVersion: ateam.dev/v1alpha1
 kind: Member
 metadata: {{name: alpha}}
-spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true, command: [sh, -c, "echo hello-from-alpha; exec sleep 100000"]}}
+spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids: 64}}, shareWrites: true, secretEnv: [TOP_SECRET], command: [sh, -c, "echo hello-from-alpha; exec sleep 100000"]}}
 ---
 apiVersion: ateam.dev/v1alpha1
 kind: Member
@@ -94,8 +94,13 @@ spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids
         self.cmd(args).output().unwrap()
     }
 
+    /// Applied with alpha's secret, which the shell `top` runs in does not have.
     fn apply(&self) {
-        let out = self.ateam(&["apply", "-f", "team.yaml"]);
+        let out = self
+            .cmd(&["apply", "-f", "team.yaml"])
+            .env("TOP_SECRET", "s3cret")
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     }
 
@@ -218,15 +223,59 @@ fn top_shows_a_team_at_work_and_q_gives_the_terminal_back(engine: Engine) {
     t.wait_until("the refusal in alpha's egress decisions", |s| {
         s.contains("REFUSED") && s.contains("refused.example")
     });
-    // A restart asks first, then gives the member a new container through the gate.
+    // A restart asks first, and is judged whole before anything goes: top's shell lacks
+    // alpha's secret, so alpha keeps its container, and the refusal is said and recorded.
     let before = w.container_id("alpha");
     t.keys(&["r"]);
     t.wait_for("y/n");
     t.keys(&["y"]);
-    t.wait_for(&format!("{}/alpha restarted", w.team));
+    t.wait_for(&format!("{}/alpha not restarted", w.team));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        w.container_id("alpha"),
+        before,
+        "a refused restart removed nothing"
+    );
+    assert!(row(&t.screen(), &team, "alpha").is_some_and(|r| r.contains("running")));
+    let events = text(&w.ateam(&["events", &w.team]).stdout);
+    assert!(
+        events.contains("refused") && events.contains("TOP_SECRET"),
+        "{events}"
+    );
+    // The same through `ateam restart`, with the secret: a new container through the gate.
+    let out = w.ateam(&["restart", "alpha"]);
+    assert_ne!(out.status.code(), Some(0), "restarted without its secret");
+    assert!(
+        text(&out.stderr).contains("refused before anything changed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = w
+        .cmd(&["restart", "alpha"])
+        .env("TOP_SECRET", "s3cret")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_ne!(w.container_id("alpha"), before, "a new container");
-    t.wait_until("alpha running again", |s| {
-        row(s, &team, "alpha").is_some_and(|r| r.contains("running"))
+    // beta exited: top's restart gives it a new container, running.
+    let exited = w.container_id("beta");
+    let beta = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("{team}/beta ")))
+        .unwrap();
+    assert!(beta > at, "rows by name: {lines:#?}");
+    for _ in at..beta {
+        t.keys(&["Down"]);
+    }
+    t.keys(&["r"]);
+    t.wait_for("y/n");
+    t.keys(&["y"]);
+    t.wait_for(&format!("{}/beta restarted", w.team));
+    assert_ne!(w.container_id("beta"), exited, "a new container");
+    t.wait_until("both running again", |s| {
+        ["alpha", "beta"]
+            .iter()
+            .all(|m| row(s, &team, m).is_some_and(|r| r.contains("running")))
     });
     t.keys(&["?"]);
     t.wait_for("any key closes");

@@ -3,7 +3,7 @@
 //! user's: they stay unless `purge`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{App, AppError};
 use crate::core::container::team_network_name;
@@ -164,18 +164,32 @@ pub async fn delete(
         }
         crate::requests::servers::stop_team(&app.host.state_dir, &t.name);
         let run = team_run_dir(&app.host.state_dir, &t.name);
-        if run.exists() {
-            std::fs::remove_dir_all(&run).map_err(|source| AppError::Io {
-                path: run.clone(),
-                source,
-            })?;
-        }
+        clear_team_dir(&run, purge).map_err(|source| AppError::Io {
+            path: run.clone(),
+            source,
+        })?;
         app.store.forget_team(&t.name)?;
+        // The person's word, for a controller that still reads the team's manifests: it
+        // leaves the team deleted until it is applied again (`Store::save_team`).
+        app.store.mark_deleted(&t.name)?;
         if !purge {
             // What `delete --team NAME --purge` needs later: where the transcripts are, and
             // the engine to sweep once more for anything of the team's.
             app.store.save_deleted(t)?;
             app.remember_engine(std::slice::from_ref(t), look.backend.as_ref())?;
+        }
+        if !purge {
+            // With --purge the record goes too: only the mark above is left.
+            crate::events::record(
+                &app.host.state_dir,
+                app.owner,
+                &crate::events::Event::new(
+                    &t.name,
+                    "",
+                    crate::events::EventKind::Deleted,
+                    "deleted; its transcripts, workspaces, events, egress logs and board stay until delete --purge",
+                ),
+            );
         }
         deleted.push(Deleted {
             team: t.name.clone(),
@@ -185,4 +199,55 @@ pub async fn delete(
         });
     }
     Ok(DeleteReport::Deleted(deleted))
+}
+
+/// What of a team's folder outlives its delete without `--purge`: the record a person reads
+/// afterwards (`ateam events`, `logs --egress`) and its board, the work of its sessions.
+fn kept(rel: &Path) -> bool {
+    let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let parts: Vec<&str> = rel.iter().filter_map(|p| p.to_str()).collect();
+    match parts[..] {
+        ["events.jsonl" | "events.jsonl.1"] | ["board", ..] => true,
+        ["members", _, "egress", _] => name.starts_with("log") && name.contains(".jsonl"),
+        _ => false,
+    }
+}
+
+/// Removes the team's folder, or with `keep_nothing` false all of it but what `kept` names.
+/// The folder is ateam's own (no member mounts it): nothing here follows a link.
+fn clear_team_dir(run: &Path, keep_nothing: bool) -> std::io::Result<()> {
+    if run.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    if keep_nothing {
+        return std::fs::remove_dir_all(run);
+    }
+    clear_below(run, Path::new(""))
+}
+
+/// Removes what lies below `run/rel` that `kept` does not name (nor leads to).
+fn clear_below(run: &Path, rel: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(run.join(rel))? {
+        let entry = entry?;
+        let r = rel.join(entry.file_name());
+        if kept(&r) {
+            continue;
+        }
+        let leads_to_kept = matches!(
+            r.iter().filter_map(|p| p.to_str()).collect::<Vec<_>>()[..],
+            ["members"] | ["members", _] | ["members", _, "egress"]
+        );
+        if entry.file_type()?.is_dir() {
+            if leads_to_kept {
+                clear_below(run, &r)?;
+                // An emptied folder goes (a member without an egress log).
+                let _ = std::fs::remove_dir(run.join(&r));
+            } else {
+                std::fs::remove_dir_all(entry.path())?;
+            }
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }

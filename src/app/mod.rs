@@ -9,6 +9,7 @@ pub mod delete;
 pub mod doctor;
 pub mod helper_server;
 pub mod login_keeper;
+pub mod restart;
 pub mod status;
 pub mod team_tools;
 
@@ -251,6 +252,34 @@ impl App {
     /// that is wanted now, for the commands that find one by name (exec, logs, attach).
     pub fn applied_with_requests(&self, name: Option<&str>) -> Result<Desired, AppError> {
         Ok(crate::requests::merge(&self.applied(name)?, &self.host.state_dir).0)
+    }
+
+    /// `applied_with_requests`, and the teams deleted without `--purge` (their record of
+    /// events and egress stays until then): for the commands that read that record.
+    pub fn applied_or_deleted(&self, name: Option<&str>) -> Result<Desired, AppError> {
+        let mut d = match self.applied_with_requests(name) {
+            Ok(d) => d,
+            Err(AppError::NotApplied { .. }) => Desired { teams: vec![] },
+            Err(e) => return Err(e),
+        };
+        let names = match name {
+            Some(n) => vec![n.to_string()],
+            None => self.store.team_names()?,
+        };
+        for n in names {
+            if !d.teams.iter().any(|t| t.name == n)
+                && let Some(t) = self.store.deleted(&n)?
+            {
+                d.teams.push(t);
+            }
+        }
+        match name {
+            Some(n) if d.teams.is_empty() => Err(AppError::NotApplied {
+                team: n.to_string(),
+                state_dir: self.host.state_dir.clone(),
+            }),
+            _ => Ok(d),
+        }
     }
 
     /// `desired`, as containers and sessions on this host.

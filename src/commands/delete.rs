@@ -78,6 +78,15 @@ pub async fn run(
                     );
                 }
             }
+            let state_dir = &app.host.state_dir;
+            if ateam::store::controller::running(state_dir)
+                && let Some(c) = ateam::store::controller::read(state_dir)
+            {
+                outln!(
+                    "a controller runs for this state folder (pid {}): it leaves the team(s) deleted until you apply them again",
+                    c.pid
+                );
+            }
             Ok(Exit::Ok)
         }
     }

@@ -17,7 +17,8 @@ pub fn logs(
     since: Option<i64>,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied_with_requests(team)?;
+    // A deleted team's log stays until `delete --purge`.
+    let applied = ctx.applied_or_deleted(team)?;
     let (t, m) = super::member::member_of(&applied, member)?;
     if !matches!(m.access.network, ateam::model::Network::Allow(_)) {
         bail!("member `{member}` has no egress proxy: its grant's network is not an allow list");

@@ -106,7 +106,7 @@ fn teams(state_dir: &Path, team: Option<&str>) -> Vec<String> {
 
 /// The agent members of `team` as applied (their transcripts hold their tasks' ends).
 fn agents(ctx: &App, team: &str) -> Vec<AgentHome> {
-    ctx.applied_with_requests(Some(team))
+    ctx.applied_or_deleted(Some(team))
         .map(|d| {
             d.teams
                 .iter()
@@ -151,7 +151,9 @@ fn identity(e: &Event) -> String {
         | EventKind::AgentDone
         | EventKind::TasksReturned
         | EventKind::BoardTask
-        | EventKind::AgentFailed => e.ts.to_bits().to_string(),
+        | EventKind::AgentFailed
+        | EventKind::Refused
+        | EventKind::Deleted => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",

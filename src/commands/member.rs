@@ -17,7 +17,7 @@ use ateam::policy::GATE_EXEC;
 use ateam::runtime::gate::is_released;
 use ateam::store::Record;
 
-use super::common::app;
+use super::common::{app, waiting};
 use super::exit::Exit;
 
 /// The one applied team with a member `member`, and that member.
@@ -87,6 +87,12 @@ async fn find(
     match reach {
         Reach::Output => {}
         Reach::Process if state == ContainerState::Running => {}
+        // Finished: apply leaves it so (its restart policy); only a restart runs it again.
+        Reach::Process if matches!(state, ContainerState::Exited { .. }) => bail!(
+            "member `{member}` of team `{}` is not running ({}): ateam restart {member} runs it again in a new container (an agent member takes its next task with ateam task {member} \"...\"); ateam logs {member} shows its output",
+            t.name,
+            describe(state)
+        ),
         Reach::Process => bail!(
             "member `{member}` of team `{}` is not running ({}); run ateam apply to start it, or see its output with ateam logs {member}",
             t.name,
@@ -98,6 +104,30 @@ async fn find(
         id,
         team: t.name,
     })
+}
+
+/// `ateam restart`: a new container for the member (`app::restart`), its progress shown.
+pub async fn restart(
+    global: &Global,
+    team: Option<&str>,
+    member: &str,
+    no_wait: bool,
+) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let applied = ctx.applied(team)?;
+    let team = match member_of(&applied, member) {
+        Ok((t, _)) => t.name.clone(),
+        // A main session's name, or none: the library says which.
+        Err(_) if team.is_some() || applied.teams.len() == 1 => applied.teams[0].name.clone(),
+        Err(e) => return Err(e),
+    };
+    let secret = |n: &str| std::env::var(n).ok();
+    let display = super::progress::Display::new();
+    ateam::app::restart::restart(&ctx, &team, member, no_wait, &secret, &display, waiting)
+        .await
+        .with_context(|| format!("{team}/{member} not restarted"))?;
+    outln!("{team}/{member} restarted");
+    Ok(Exit::Ok)
 }
 
 pub async fn logs(

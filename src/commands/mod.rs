@@ -196,6 +196,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Reset { member, team } => {
             block_on(workspace::rollback(g, team.as_deref(), &member, None, true))?
         }
+        Command::Restart {
+            member,
+            team,
+            no_wait,
+        } => block_on(member::restart(g, team.as_deref(), &member, no_wait))?,
         Command::Task {
             member,
             task,

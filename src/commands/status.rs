@@ -107,10 +107,16 @@ fn print(
     if doc.teams.is_empty() && desired.teams.is_empty() {
         // For machines, an empty result is still a document.
         match args.output {
-            Output::Text => outln!(
-                "no teams applied (state folder {})",
-                ctx.host.state_dir.display()
-            ),
+            Output::Text => {
+                outln!(
+                    "no teams applied (state folder {})",
+                    ctx.host.state_dir.display()
+                );
+                // A running controller's word on teams it leaves deleted, its manifest errors.
+                if doc.controller.as_ref().is_some_and(|c| c.running) {
+                    out!("{}", render_controller(doc.controller.as_ref()));
+                }
+            }
             Output::Json | Output::Yaml => print_document(doc, args.output == Output::Yaml)?,
         }
         return Ok(());

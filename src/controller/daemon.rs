@@ -125,6 +125,8 @@ pub struct Reconciler {
     handle: Handle<Key>,
     /// The running members' first processes, watched for their exit.
     exits: Exits,
+    /// When it started: a team the person deleted since is left deleted.
+    started: SystemTime,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -262,6 +264,9 @@ impl Reconciler {
             };
         };
         let _lock = self.lock_store().await?;
+        if self.left_deleted(name) {
+            return Ok(Action::AwaitChange);
+        }
         let secret = |n: &str| std::env::var(n).ok();
         let opts = ApplyOptions {
             prune: self.opts.prune,
@@ -294,6 +299,36 @@ impl Reconciler {
             Some(d) => Action::Requeue(d),
             None => Action::AwaitChange,
         })
+    }
+
+    /// Whether the person deleted the team since this controller started (`ateam delete`,
+    /// under the lock it holds now): their last word wins, and is said once in the log and in
+    /// the record `status` reads, until an apply of the team takes the mark away. A
+    /// controller started after the delete applies the team: starting it is a word too.
+    fn left_deleted(&self, name: &str) -> bool {
+        let at = self
+            .app
+            .store
+            .deleted_at(name)
+            .filter(|at| *at >= self.started);
+        let mut st = self.state();
+        match at {
+            Some(at) => {
+                let at = rfc3339(at);
+                if st.record.left_deleted.insert(name.to_string(), at.clone()) != Some(at) {
+                    warn!(
+                        team = name,
+                        "the team was deleted (ateam delete): left deleted until it is applied again"
+                    );
+                    self.exits.forget(name);
+                }
+                true
+            }
+            None => {
+                st.record.left_deleted.remove(name);
+                false
+            }
+        }
     }
 
     /// Watches the first process of each of the team's running containers of this look: its
@@ -398,6 +433,9 @@ impl Reconciler {
             info!(holder, "waiting for the store's lock");
         })
         .await?;
+        // A prune of the controller's own is no person's word: the team comes back when its
+        // manifests name it again.
+        self.app.store.unmark_deleted(name)?;
         Ok(Action::AwaitChange)
     }
 
@@ -557,7 +595,9 @@ impl StatusSource for Reconciler {
                     | EventKind::AgentDone
                     | EventKind::TasksReturned
                     | EventKind::BoardTask
-                    | EventKind::AgentFailed => continue,
+                    | EventKind::AgentFailed
+                    | EventKind::Refused
+                    | EventKind::Deleted => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }
@@ -633,6 +673,7 @@ pub async fn run(
     let r = Arc::new(Reconciler {
         app,
         opts,
+        started: SystemTime::now(),
         state: Mutex::new(State {
             record,
             ..Default::default()

@@ -13,6 +13,8 @@
 //!                                                   why (`ateam events`); rotated to `.1`
 //! <state>/teams/<team>/deleted.json                 after a delete without --purge: the team
 //!                                                   as it was, so --purge finds its transcripts
+//! <state>/teams/<team>/deleted-at                  the person deleted it then: a controller
+//!                                                   running since before leaves it deleted
 //! <state>/teams/<team>/egress-ca/ca.pem, ca.key     the team's CA for intercepted egress
 //! <state>/teams/<team>/members/<m>/ctl/             the member's gate, secrets, release file
 //!                                                   (`go`), restart count (`restarts`), CA
@@ -268,6 +270,12 @@ pub fn teams_dir(state_dir: &Path) -> PathBuf {
 /// The model of a team last applied.
 pub fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("applied.json")
+}
+
+/// When the person deleted the team (its time is the file's): a controller that ran since
+/// before leaves the team deleted until an apply removes this.
+pub fn deleted_mark_path(state_dir: &Path, team: &str) -> PathBuf {
+    team_run_dir(state_dir, team).join("deleted-at")
 }
 
 /// A team deleted without `--purge`: its last applied model, which says where the transcripts

@@ -168,6 +168,7 @@ pub fn controller_status(state_dir: &Path) -> Option<ControllerStatus> {
         errors: r.errors,
         manifest_errors: r.manifest_errors,
         restarts_due: r.restarts_due,
+        left_deleted: r.left_deleted,
     })
 }
 

@@ -97,7 +97,14 @@ impl<'a> Pass<'a> {
             .observed
             .board_news
             .get(&(m.team.clone(), m.member.clone()));
-        plan_member(m, keep, &self.desired.store, limits, held, news, plan);
+        let c = Container {
+            keep,
+            limits,
+            held,
+            news,
+            asked: self.opts.asked(&m.team, &m.member),
+        };
+        plan_member(m, &c, &self.desired.store, plan);
     }
 
     /// No container of ours: make one, unless a container ateam (this store) did not make
@@ -154,17 +161,22 @@ fn finish_replacement(m: &DesiredMember, replacements: &[&ObservedContainer], pl
     }
 }
 
-/// The container for one wanted member: up to date and running as its policy says. `held`:
-/// until when the crash-loop policy holds a restart back.
-fn plan_member(
-    m: &DesiredMember,
-    c: &ObservedContainer,
-    store: &str,
+/// The member's container kept, and what bears on it.
+struct Container<'a> {
+    keep: &'a ObservedContainer,
+    /// Whether the engine enforces its limits.
     limits: policy::Limits,
+    /// Until when the crash-loop policy holds a restart back.
     held: Option<SystemTime>,
-    news: Option<&crate::board::store::News>,
-    plan: &mut Plan,
-) {
+    /// What its team's board has for its agent.
+    news: Option<&'a crate::board::store::News>,
+    /// The person asked for a new one.
+    asked: bool,
+}
+
+/// The container for one wanted member: up to date and running as its policy says.
+fn plan_member(m: &DesiredMember, kept: &Container, store: &str, plan: &mut Plan) {
+    let c = kept.keep;
     let recreate = |reason: Drift| Action::Recreate {
         member: Box::new(m.clone()),
         old: cref(c),
@@ -175,12 +187,16 @@ fn plan_member(
         return;
     }
     if let Some(eff) = &c.effective {
-        let mut violations = policy::verify(&m.spec, eff, limits);
+        let mut violations = policy::verify(&m.spec, eff, kept.limits);
         violations.extend(label_violation(m, c, store));
         if !violations.is_empty() {
             plan.actions.push(recreate(Drift::Policy { violations }));
             return;
         }
+    }
+    if kept.asked {
+        plan.actions.push(recreate(Drift::Asked));
+        return;
     }
     let (team, member) = (m.team.clone(), m.member.clone());
     if c.name != m.spec.name {
@@ -211,7 +227,7 @@ fn plan_member(
             container: cref(c),
             reason: StartReason::NeverStarted,
         }),
-        ContainerState::Exited { code } => plan_exit(m, c, code, held, news, plan),
+        ContainerState::Exited { code } => plan_exit(m, c, code, kept.held, kept.news, plan),
     }
 }
 

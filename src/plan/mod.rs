@@ -478,6 +478,8 @@ pub enum Drift {
     },
     /// The engine marks the container dead; it cannot be started again.
     Dead,
+    /// The person asked for a new container (`ateam restart`, `top`'s `r`).
+    Asked,
 }
 
 impl Drift {
@@ -488,6 +490,7 @@ impl Drift {
             Drift::SpecHash { .. } => "specHash",
             Drift::Policy { .. } => "policy",
             Drift::Dead => "dead",
+            Drift::Asked => "asked",
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct PlanOptions {
     /// others, and the controller heals a member that died with a look at it alone
     /// (`observe::observe_listed`, which reads nothing of the others).
     pub only: Option<String>,
+    /// `(team, member)` the person asked to restart: a new container through the gate
+    /// (`Drift::Asked`), judged as any apply's before the old one goes.
+    pub restart: Option<(String, String)>,
 }
 
 impl PlanOptions {
@@ -47,6 +50,13 @@ impl PlanOptions {
             .iter()
             .find(|d| d.team == team && d.member == member)
             .map(|d| format!("a helper no longer wanted: {}", d.why))
+    }
+
+    /// Whether the person asked for `(team, member)` to be restarted.
+    pub(super) fn asked(&self, team: &str, member: &str) -> bool {
+        self.restart
+            .as_ref()
+            .is_some_and(|(t, m)| t == team && m == member)
     }
 
     /// When the restart of `(team, member)` may happen, if the crash-loop policy holds it.

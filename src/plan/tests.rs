@@ -686,6 +686,41 @@ fn dead_is_recreated_paused_and_renamed_are_put_right() {
 }
 
 #[test]
+fn a_restart_asked_for_replaces_that_member_alone_whatever_its_state() {
+    let d = want(vec![member("a"), member("b")]);
+    let mut o = in_sync(&d, &["a", "b"]);
+    let asked = PlanOptions {
+        restart: Some(("t".into(), "a".into())),
+        ..PlanOptions::default()
+    };
+    assert_eq!(reason(&plan(&d, &o, asked.clone())), &Drift::Asked);
+    assert_eq!(plan(&d, &o, asked.clone()).actions.len(), 1);
+    // Finished, or held back by the crash-loop policy: the person's word wins.
+    o.containers[0].state = ContainerState::Exited { code: 0 };
+    assert_eq!(reason(&plan(&d, &o, asked.clone())), &Drift::Asked);
+    let held = PlanOptions {
+        deferred: [(
+            ("t".into(), "a".into()),
+            std::time::SystemTime::now() + std::time::Duration::from_secs(60),
+        )]
+        .into(),
+        ..asked.clone()
+    };
+    assert_eq!(reason(&plan(&d, &o, held)), &Drift::Asked);
+    // Another team's member of the same name is not asked for.
+    let other = PlanOptions {
+        restart: Some(("u".into(), "a".into())),
+        ..PlanOptions::default()
+    };
+    assert!(
+        plan(&d, &o, other)
+            .actions
+            .iter()
+            .all(|a| !matches!(a, Action::Recreate { .. }))
+    );
+}
+
+#[test]
 fn a_container_with_our_labels_that_we_did_not_make_is_a_stranger() {
     let d = want(vec![member("a")]);
     let mut stranger = running(&d, "a", ContainerState::Running);

@@ -256,6 +256,7 @@ pub fn drift_text(d: &Drift) -> String {
                 .join("; ")
         ),
         Drift::Dead => "the engine marks it dead".into(),
+        Drift::Asked => "a restart was asked for".into(),
     }
 }
 

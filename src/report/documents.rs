@@ -112,6 +112,9 @@ pub struct ControllerStatus {
     /// lists them all.
     #[serde(skip)]
     pub restarts_due: std::collections::BTreeMap<String, String>,
+    /// Team -> when the person deleted it (RFC 3339): the controller's manifests still name
+    /// it, and it leaves the team deleted until `ateam apply` of it.
+    pub left_deleted: std::collections::BTreeMap<String, String>,
 }
 
 /// The controller's last reconcile of a team.
@@ -362,7 +365,7 @@ fn field_changes(a: &Action) -> Vec<FieldChange> {
                 to: c.to.clone(),
             })
             .collect(),
-        Drift::SpecHash { .. } | Drift::Policy { .. } | Drift::Dead => vec![],
+        Drift::SpecHash { .. } | Drift::Policy { .. } | Drift::Dead | Drift::Asked => vec![],
     }
 }
 

@@ -269,6 +269,8 @@ impl<'a> Inputs<'a> {
                 let state = match reason {
                     Drift::Policy { .. } => "policy violation",
                     Drift::Spec { .. } | Drift::SpecHash { .. } | Drift::Dead => "drifted",
+                    // Status never asks for a restart.
+                    Drift::Asked => "restarting",
                 };
                 (state.into(), Some(drift_text(reason)))
             }

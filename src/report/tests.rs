@@ -519,6 +519,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
             ("t/b".to_string(), "1970-01-01T00:20:00Z".to_string()),
             ("u/x".to_string(), "1970-01-01T00:30:00Z".to_string()),
         ]),
+        left_deleted: BTreeMap::from([("v".to_string(), "1970-01-01T00:40:00Z".to_string())]),
     };
     facts.controller = Some(controller.clone());
     let s = team_status(&t, "docker", &o, &p, &facts);
@@ -542,7 +543,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
     );
     assert_eq!(
         render_controller(Some(&controller)),
-        "controller: running since 1970-01-01T00:01:00Z (pid 7)\n  t/b: crash-looping, next restart at 1970-01-01T00:20:00Z\n  u/x: crash-looping, next restart at 1970-01-01T00:30:00Z\n"
+        "controller: running since 1970-01-01T00:01:00Z (pid 7)\n  t/b: crash-looping, next restart at 1970-01-01T00:20:00Z\n  u/x: crash-looping, next restart at 1970-01-01T00:30:00Z\n  team v: deleted at 1970-01-01T00:40:00Z; left deleted until ateam apply of it\n"
     );
     let stopped = ControllerStatus {
         running: false,

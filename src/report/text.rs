@@ -437,6 +437,11 @@ pub fn render_controller(controller: Option<&ControllerStatus>) -> String {
     for (team, e) in &c.errors {
         out.push_str(&format!("  team {team}: {e}\n"));
     }
+    for (team, at) in &c.left_deleted {
+        out.push_str(&format!(
+            "  team {team}: deleted at {at}; left deleted until ateam apply of it\n"
+        ));
+    }
     if !c.manifest_errors.is_empty() {
         out.push_str("  the manifests were refused; the last good state stays:\n");
         for l in &c.manifest_errors {

@@ -31,6 +31,10 @@ pub struct ControllerRecord {
     pub errors: BTreeMap<String, String>,
     /// `team/member` -> when the next restart of a crash-looping member is due (RFC 3339).
     pub restarts_due: BTreeMap<String, String>,
+    /// Team -> when the person deleted it (RFC 3339): its manifests still name it, and this
+    /// controller leaves it deleted until it is applied again.
+    #[serde(default)]
+    pub left_deleted: BTreeMap<String, String>,
 }
 
 /// The controller's latest reconcile of a team.

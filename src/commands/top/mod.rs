@@ -388,69 +388,25 @@ fn decision_line(e: &ateam::egress::log::Event) -> String {
     l
 }
 
-/// Removes the member's container and converges its team: the new container starts through
-/// the gate, as any apply's does. Under the store's lock, as apply and the controller take it.
+/// The member's restart (`app::restart`, as `ateam restart`): judged whole and checked at
+/// its gate before its old container goes, so one that cannot happen changes nothing.
 async fn restart(ctx: Arc<App>, shared: Arc<Mutex<Shared>>, team: String, name: String) {
-    let said = match restart_one(&ctx, &team, &name).await {
+    let secret = |n: &str| std::env::var(n).ok();
+    let done = ateam::app::restart::restart(
+        &ctx,
+        &team,
+        &name,
+        false,
+        &secret,
+        &ateam::execute::Quiet,
+        |_| {},
+    )
+    .await;
+    let said = match done {
         Ok(()) => format!("{team}/{name} restarted"),
-        Err(e) => format!("{team}/{name} not restarted: {e:#}"),
+        Err(e) => format!("{team}/{name} not restarted: {e}"),
     };
     let mut s = lock(&shared);
     s.said = Some(said);
     s.nudge += 1;
-}
-
-async fn restart_one(ctx: &Arc<App>, team: &str, name: &str) -> anyhow::Result<()> {
-    let desired = ctx.applied(Some(team))?;
-    let c = ctx.clone();
-    let _lock = tokio::task::spawn_blocking(move || c.store.lock(false, |_| {}))
-        .await
-        .context("the store's lock")??;
-    let look = ctx
-        .look(&desired, ateam::plan::PlanOptions::default())
-        .await?;
-    let wanted = ateam::core::container::container_name(team, name);
-    let Some(c) = look
-        .observed
-        .containers
-        .iter()
-        .find(|c| c.name == wanted && look.observed.recorded.contains(&c.id))
-    else {
-        anyhow::bail!("it has no container of ateam's");
-    };
-    look.backend.remove(&c.id).await?;
-    let secret = |n: &str| std::env::var(n).ok();
-    let opts = ateam::app::apply::ApplyOptions {
-        prune: false,
-        concurrency: None,
-        no_wait: false,
-        only: None,
-    };
-    let report =
-        ateam::app::apply::converge(ctx, &desired, opts, &secret, &ateam::execute::Quiet).await?;
-    // Its own start is what was asked for; other members are status's to report.
-    use ateam::app::apply::Outcome;
-    let mine = |t: &str, m: &str| t == team && m == name;
-    match &report.outcome {
-        // A controller beside it made the new container first.
-        Outcome::NoChanges => Ok(()),
-        Outcome::Refused(f) => anyhow::bail!(
-            "refused before anything was made: {}",
-            f.iter()
-                .map(|x| x.error.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        ),
-        Outcome::Applied { failures, .. }
-            if let Some(x) = failures.iter().find(|x| mine(&x.team, &x.member)) =>
-        {
-            anyhow::bail!("{}", x.error)
-        }
-        Outcome::Applied { not_running, .. }
-            if let Some(n) = not_running.iter().find(|n| mine(&n.team, &n.member)) =>
-        {
-            anyhow::bail!("{}", n.why)
-        }
-        Outcome::Applied { .. } => Ok(()),
-    }
 }

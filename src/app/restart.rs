@@ -1,0 +1,116 @@
+//! Restart: a member gets a new container, the way a changed manifest gives it one
+//! (`Drift::Asked`): the replacement is judged whole (secrets, image, folders, agent) and
+//! verified at its gate before the old container goes, so a restart that cannot bring the
+//! member back removes nothing. `ateam restart` and `top`'s `r` both come here.
+
+use super::apply::{ApplyOptions, Outcome, carry_out, prepare};
+use super::{App, AppError};
+use crate::events::{Event, EventKind};
+use crate::execute::Progress;
+use crate::plan::PlanOptions;
+
+/// Why a restart did not happen, or did not bring the member up.
+#[derive(Debug, thiserror::Error)]
+pub enum RestartError {
+    /// The team or engine could not be read, or the store's lock taken.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// The applied team has no member of that name (a main session is not restarted here).
+    #[error("team `{team}` has no member `{member}`{hint}")]
+    NoSuchMember {
+        /// The team.
+        team: String,
+        /// The name asked for.
+        member: String,
+        /// What the name is, when it is something else.
+        hint: &'static str,
+    },
+    /// Refused before anything changed: the old container still runs as it did.
+    #[error("refused before anything changed (its container is as it was): {0}")]
+    Refused(String),
+    /// The new container failed at its gate or did not stay up.
+    #[error("the restart failed: {0}")]
+    NotUp(String),
+}
+
+/// Gives `member` of the applied team `team` a new container through the gate, under the
+/// store's lock (waited for unless `no_wait`; `waiting` is told who holds it). A failure is
+/// an event of the team; the new container's own events say the rest.
+pub async fn restart(
+    app: &App,
+    team: &str,
+    member: &str,
+    no_wait: bool,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    progress: &dyn Progress,
+    waiting: impl FnOnce(&str),
+) -> Result<(), RestartError> {
+    let desired = app.applied(Some(team))?;
+    let t = desired.teams.first().ok_or_else(|| AppError::NotApplied {
+        team: team.to_string(),
+        state_dir: app.host.state_dir.clone(),
+    })?;
+    if !t.members.iter().any(|m| m.name == member) {
+        let hint = if t.sessions.iter().any(|s| s.name == member) {
+            ": it is a main session (its terminal is the person's; `ateam attach` reaches it)"
+        } else {
+            ""
+        };
+        return Err(RestartError::NoSuchMember {
+            team: team.to_string(),
+            member: member.to_string(),
+            hint,
+        });
+    }
+    let _lock = app.store.lock(no_wait, waiting).map_err(AppError::from)?;
+    let opts = ApplyOptions {
+        only: Some(member.to_string()),
+        ..ApplyOptions::default()
+    };
+    let plan = PlanOptions {
+        restart: Some((team.to_string(), member.to_string())),
+        ..opts.plan_options()
+    };
+    let result = match prepare(app, &desired, plan, secret).await {
+        Ok(look) => carry_out(app, &desired, look, &opts, secret, progress)
+            .await
+            .map_err(RestartError::from)
+            .and_then(|r| judge(&r.outcome, team, member)),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = &result {
+        let said = format!("restart: {e}");
+        crate::events::record(
+            &app.host.state_dir,
+            app.owner,
+            &Event::new(team, member, EventKind::Refused, &said),
+        );
+    }
+    result
+}
+
+/// What the converge came to for the member restarted.
+fn judge(outcome: &Outcome, team: &str, member: &str) -> Result<(), RestartError> {
+    let mine = |t: &str, m: &str| t == team && m == member;
+    match outcome {
+        // Another apply (a controller) made the new container between the look and the lock.
+        Outcome::NoChanges => Ok(()),
+        Outcome::Refused(f) => Err(RestartError::Refused(
+            f.iter()
+                .map(|x| x.error.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )),
+        Outcome::Applied { failures, .. }
+            if let Some(x) = failures.iter().find(|x| mine(&x.team, &x.member)) =>
+        {
+            Err(RestartError::NotUp(x.error.to_string()))
+        }
+        Outcome::Applied { not_running, .. }
+            if let Some(n) = not_running.iter().find(|n| mine(&n.team, &n.member)) =>
+        {
+            Err(RestartError::NotUp(n.why.clone()))
+        }
+        Outcome::Applied { .. } => Ok(()),
+    }
+}
