@@ -692,7 +692,8 @@ impl Executor<'_> {
 
     /// The preflight checks that need no engine, member by member in the plan's order: its
     /// limits, folders and user; for a member created, its secrets too. Returns the members
-    /// created that passed them, by image, for the checks that need the engine.
+    /// created, by image, for the checks that need the engine (all of them are made: a
+    /// refusal here does not hide one there).
     fn check_members<'p>(
         &self,
         plan: &'p Plan,
@@ -705,18 +706,17 @@ impl Executor<'_> {
             let Some((m, creates)) = brought_up(a, desired) else {
                 continue;
             };
-            if no_agent.contains(&(m.team.clone(), m.member.clone())) {
-                continue;
-            }
-            if let Err(e) = self
-                .rt
-                .check_limits(m)
-                .and_then(|()| self.rt.check_read_only(m))
-                .and_then(|()| self.rt.member_owner(m).map(|_| ()))
-                .and_then(|()| self.rt.check_writable(m))
-            {
+            // Every check, each refusal said: one run tells the person all there is to fix.
+            // (Whether its folders are writable depends on its user being known.)
+            let checks = [
+                self.rt.check_limits(m),
+                self.rt.check_read_only(m),
+                self.rt
+                    .member_owner(m)
+                    .and_then(|_| self.rt.check_writable(m)),
+            ];
+            for e in checks.into_iter().filter_map(Result::err) {
                 refused.refuse(m, e);
-                continue;
             }
             if !creates {
                 continue;
@@ -736,7 +736,10 @@ impl Executor<'_> {
                     },
                 );
             }
-            created.entry(&m.spec.image).or_default().push(m);
+            // Its command is its agent's, which is not there to look for.
+            if !no_agent.contains(&(m.team.clone(), m.member.clone())) {
+                created.entry(&m.spec.image).or_default().push(m);
+            }
         }
         created
     }

@@ -106,6 +106,12 @@ pub struct Entry {
     pub len: u64,
     /// When it was last modified; `None` for a time before the epoch.
     pub modified: Option<SystemTime>,
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Its permission bits (`0o7777`).
+    pub mode: u32,
 }
 
 impl Entry {
@@ -118,6 +124,9 @@ impl Entry {
             kind: FileType::from_raw_mode(st.st_mode),
             len: st.st_size.max(0) as u64,
             modified,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mode: st.st_mode & 0o7777,
         }
     }
 }

@@ -536,6 +536,61 @@ fn apply_refuses_before_its_first_change(engine: &'static str) {
     assert!(w.probes().is_empty(), "{engine}: {:?}", w.probes());
 }
 
+/// Every refusal of every member in one run (secrets, command, a folder below a write grant),
+/// each with its fix; the fix the refusal names (`chown -R`) is the one that works.
+fn apply_says_every_refusal_at_once(engine: &'static str) {
+    let w = World::new(engine, "every");
+    // `chown` of the grant alone, as a person does: a folder below it stays root's.
+    std::fs::create_dir_all(w.root().join("repo/src/deep")).unwrap();
+    w.members(&[
+        member(
+            "needy",
+            ", secretEnv: [NO_SUCH_SECRET_VAR, ALSO_NOT_SET_VAR]",
+        ),
+        member(
+            "bare",
+            ", secretEnv: [THIRD_UNSET_VAR], command: [no-such-agent]",
+        ),
+    ]);
+    let out = w.apply(&[]);
+    assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
+    let err = text(&out.stderr);
+    for word in [
+        "member `needy`: secretEnv `NO_SUCH_SECRET_VAR` is not set",
+        "member `needy`: secretEnv `ALSO_NOT_SET_VAR` is not set",
+        "member `bare`: secretEnv `THIRD_UNSET_VAR` is not set",
+        "member `bare`: its command `no-such-agent` is not an executable file",
+        &format!(
+            "{}/repo/src (in the write grant {}/repo)",
+            w.root().display(),
+            w.root().display()
+        ),
+        "nor 1 more folder(s) of the grant",
+        &format!("`chown -R 65534:65534 {}/repo`", w.root().display()),
+        "2 member(s) refused; nothing was changed",
+    ] {
+        assert!(err.contains(word), "{engine}: no {word:?}: {}", both(&out));
+    }
+    assert!(w.containers().is_empty(), "{engine}: {:?}", w.containers());
+    // The fix as named: then only the secrets and the command are left to say.
+    let chown = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(w.root().join("repo"))
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let out = w.apply(&[]);
+    assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
+    assert!(
+        !text(&out.stderr).contains("write grant"),
+        "{engine}: {}",
+        both(&out)
+    );
+    w.members(&[member("needy", "")]);
+    let out = w.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
+}
+
 /// How a member ended stays in status: from the engine while it is exited, and from the
 /// store once apply has restarted it (the engine forgets it then).
 fn status_keeps_the_last_exit_across_a_restart(engine: &'static str) {
@@ -683,6 +738,7 @@ macro_rules! on_engines {
 }
 
 on_engines!(
+    apply_says_every_refusal_at_once,
     one_verdict_for_status_diff_and_dry_run,
     apply_refuses_before_its_first_change,
     status_keeps_the_last_exit_across_a_restart,

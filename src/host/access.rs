@@ -36,20 +36,121 @@ impl Owned {
     }
 }
 
-/// A folder a member would get read-write but could not write.
+/// A folder a member would get read-write but could not write: the grant itself, or a
+/// folder below it (`check_writable_tree`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{} is owned by {}:{} with mode {:04o}, so the member's uid {} (gid {}) cannot write it; fix: `chown {}:{} {}` (or `chmod` it so that this uid or gid may write it), or set `user` on the Member or Team to the folder's owner",
-    .path.display(), .owned.uid, .owned.gid, .owned.mode, .user.uid, .user.gid,
-    .user.uid, .user.gid, .path.display()
+    "{}{} is owned by {}:{} with mode {:04o}, so the member's uid {} (gid {}) cannot write it{}; fix: `chown -R {}:{} {}` (or `chmod` so that this uid or gid may write them), or set `user` on the Member or Team to the folder's owner",
+    .path.display(), below(.grant, .path), .owned.uid, .owned.gid, .owned.mode, .user.uid,
+    .user.gid, more_of(*.more), .user.uid, .user.gid, .grant.display()
 )]
 pub struct NotWritable {
-    /// The folder, as granted.
+    /// The folder that cannot be written.
     pub path: PathBuf,
+    /// The write grant it is in (the same path when it is the grant itself).
+    pub grant: PathBuf,
     /// Its owner and mode.
     pub owned: Owned,
     /// Who the member would run as.
     pub user: UserId,
+    /// Other folders of the grant that cannot be written either.
+    pub more: usize,
+}
+
+fn below(grant: &Path, path: &Path) -> String {
+    if grant == path {
+        String::new()
+    } else {
+        format!(" (in the write grant {})", grant.display())
+    }
+}
+
+fn more_of(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(", nor {n} more folder(s) of the grant"),
+    }
+}
+
+impl NotWritable {
+    /// The grant `path` itself cannot be written.
+    pub fn top(path: &Path, owned: Owned, user: UserId) -> NotWritable {
+        NotWritable {
+            path: path.to_path_buf(),
+            grant: path.to_path_buf(),
+            owned,
+            user,
+            more: 0,
+        }
+    }
+}
+
+/// How much of a write grant's tree `check_writable_tree` looks at: a repository with its
+/// dependencies may hold millions of files, and a member may make its tree deep or wide.
+pub const TREE_BOUNDS: crate::files::Bounds = crate::files::Bounds {
+    depth: 64,
+    entries: 100_000,
+};
+
+/// How a grant's tree was judged: how many folders were looked at, and whether that was all
+/// of them (a walk that stopped at `TREE_BOUNDS` did not judge the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeJudged {
+    /// Folders judged, the grant's own included.
+    pub folders: usize,
+    /// Every folder of the grant was judged.
+    pub complete: bool,
+}
+
+/// `check_writable` for the grant and every folder below it, within `bounds`, never
+/// following a link (a member's tree may hold any). The first folder `user` cannot write is
+/// named, with how many more. Files are not judged: git's objects are read-only by design,
+/// and a member that can write a folder can replace what is in it.
+pub fn check_writable_tree(
+    path: &Path,
+    user: UserId,
+    bounds: crate::files::Bounds,
+) -> Result<TreeJudged, NotWritable> {
+    check_writable(path, user)?;
+    let Ok(dir) = crate::files::Dir::open(path) else {
+        // Not judged here, as `check_writable` says.
+        return Ok(TreeJudged {
+            folders: 1,
+            complete: false,
+        });
+    };
+    let mut folders = 1;
+    let mut refused: Option<NotWritable> = None;
+    let complete = dir.walk(bounds, |e| {
+        if e.kind != rustix::fs::FileType::Directory {
+            return;
+        }
+        folders += 1;
+        let owned = Owned {
+            uid: e.uid,
+            gid: e.gid,
+            mode: e.mode,
+        };
+        if owned.writable_by(user) {
+            return;
+        }
+        match &mut refused {
+            Some(r) => r.more += 1,
+            None => {
+                refused = Some(NotWritable {
+                    path: path.join(&e.rel),
+                    grant: path.to_path_buf(),
+                    owned,
+                    user,
+                    more: 0,
+                })
+            }
+        }
+    });
+    match refused {
+        Some(r) => Err(r),
+        None => Ok(TreeJudged { folders, complete }),
+    }
 }
 
 /// The owner and mode of the folder at `path`, opened without following any symlink (as a
@@ -79,11 +180,7 @@ pub fn owned(path: &Path) -> std::io::Result<Owned> {
 /// A folder that cannot be looked at is not judged here (pinning it says why, later).
 pub fn check_writable(path: &Path, user: UserId) -> Result<(), NotWritable> {
     match owned(path) {
-        Ok(owned) if !owned.writable_by(user) => Err(NotWritable {
-            path: path.to_path_buf(),
-            owned,
-            user,
-        }),
+        Ok(owned) if !owned.writable_by(user) => Err(NotWritable::top(path, owned, user)),
         Ok(_) | Err(_) => Ok(()),
     }
 }
@@ -144,5 +241,73 @@ mod tests {
         assert!(text.contains("with mode 0700"), "{text}");
         assert!(text.contains(&format!("uid {}", other.uid)), "{text}");
         assert!(text.contains("chown"), "{text}");
+    }
+
+    /// As the issue found it: `chown DIR` of the grant only leaves its subfolders the
+    /// person's; the tree check names the first, counts the rest, says `chown -R`, follows no
+    /// link and stops at its bounds.
+    #[test]
+    fn a_grant_is_judged_through_its_tree() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let top = d.path().join("repo");
+        for sub in ["a/b", "c", "d"] {
+            std::fs::create_dir_all(top.join(sub)).unwrap();
+        }
+        let me = UserId {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        };
+        let member = UserId {
+            uid: me.uid + 7,
+            gid: me.gid + 7,
+        };
+        let open = std::fs::Permissions::from_mode(0o777);
+        let closed = std::fs::Permissions::from_mode(0o755);
+        for p in ["", "a", "a/b", "c", "d"] {
+            std::fs::set_permissions(top.join(p), open.clone()).unwrap();
+        }
+        let all = check_writable_tree(&top, member, TREE_BOUNDS).unwrap();
+        assert_eq!(
+            all,
+            TreeJudged {
+                folders: 5,
+                complete: true
+            }
+        );
+        // A link to a folder the member cannot write is not followed.
+        let outside = d.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::set_permissions(&outside, closed.clone()).unwrap();
+        std::os::unix::fs::symlink(&outside, top.join("link")).unwrap();
+        assert!(check_writable_tree(&top, member, TREE_BOUNDS).is_ok());
+        for p in ["a/b", "d"] {
+            std::fs::set_permissions(top.join(p), closed.clone()).unwrap();
+        }
+        let e = check_writable_tree(&top, member, TREE_BOUNDS).unwrap_err();
+        assert_eq!((e.path.clone(), e.more), (top.join("a/b"), 1), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("(in the write grant {})", top.display())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "`chown -R {}:{} {}`",
+                member.uid,
+                member.gid,
+                top.display()
+            )),
+            "{text}"
+        );
+        assert!(text.contains("nor 1 more folder(s)"), "{text}");
+        // Past its bounds the walk stops, and says it did not see everything.
+        std::fs::set_permissions(top.join("a/b"), open.clone()).unwrap();
+        std::fs::set_permissions(top.join("d"), open).unwrap();
+        let tight = crate::files::Bounds {
+            depth: 1,
+            entries: 100,
+        };
+        assert!(!check_writable_tree(&top, member, tight).unwrap().complete);
     }
 }

@@ -396,8 +396,8 @@ impl Runtime {
         }
     }
 
-    /// Refuses a member whose uid could not write one of its write grants (by owner, group
-    /// and mode bits). Its transcript folder ateam makes the member's, and HOME is a tmpfs of
+    /// Refuses a member whose uid could not write one of its write grants, or a folder in
+    /// one (by owner, group and mode bits; `check_writable_tree`). Its transcript folder ateam makes the member's, and HOME is a tmpfs of
     /// its own (`plan::spec`): only the grants can be wrong.
     pub fn check_writable(&self, m: &DesiredMember) -> Result<(), RunError> {
         let owner = self.member_owner(m)?;
@@ -411,12 +411,22 @@ impl Runtime {
             .iter()
             .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
         {
-            crate::host::access::check_writable(&mount.source, user).map_err(|source| {
-                RunError::NotWritable {
+            let bounds = crate::host::access::TREE_BOUNDS;
+            let judged = crate::host::access::check_writable_tree(&mount.source, user, bounds)
+                .map_err(|source| RunError::NotWritable {
                     member: m.member.clone(),
                     source,
-                }
-            })?;
+                })?;
+            if !judged.complete {
+                tracing::warn!(
+                    member = %m.member,
+                    grant = %mount.source.display(),
+                    folders = judged.folders,
+                    "only part of the write grant's tree was judged writable (it is larger than {} entries or {} levels); the rest was not looked at",
+                    bounds.entries,
+                    bounds.depth
+                );
+            }
         }
         Ok(())
     }
@@ -443,11 +453,11 @@ impl Runtime {
             {
                 return Err(RunError::NotWritable {
                     member: m.member.clone(),
-                    source: crate::host::access::NotWritable {
-                        path: mount.source.clone(),
-                        owned: pinned.owned,
+                    source: crate::host::access::NotWritable::top(
+                        &mount.source,
+                        pinned.owned,
                         user,
-                    },
+                    ),
                 });
             }
         }

@@ -73,6 +73,13 @@ fn parse_object<'a>(
         broken.insert((kind, shown_name));
         return None;
     };
+    // Read without the fields that did not fit (reported above): the later stages judge the
+    // rest of it, so that one run says every problem. It counts as broken still, so that
+    // what refers to it is not refused for its sake.
+    let shape_problems = problems.len();
+    if shape_problems > before {
+        broken.insert((kind, shown_name.clone()));
+    }
     if api_version != API_VERSION {
         problems.push(problem_at(
             src,
@@ -85,7 +92,8 @@ fn parse_object<'a>(
     if let Err(e) = check_dns_label(&metadata.name) {
         problems.push(problem_at(src, &doc, "metadata.name", object.clone(), e));
     }
-    if problems.len() > before {
+    // A wrong apiVersion or name: nothing more of it is judged (its name makes paths).
+    if problems.len() > shape_problems {
         broken.insert((kind, shown_name));
         return None;
     }
@@ -159,7 +167,8 @@ fn typed_object(
 }
 
 /// Deserializes `value` as `T`, reporting every shape error rather than the first: each bad
-/// field is recorded and taken out, and parsing runs again on what is left.
+/// field is recorded and taken out, and parsing runs again on what is left. What is left is
+/// returned when it fits (every error reported); `None` when nothing fits.
 fn typed<T: DeserializeOwned>(
     value: &Value,
     report: &mut dyn FnMut(Vec<(String, String)>),
@@ -175,10 +184,8 @@ fn typed<T: DeserializeOwned>(
     for _ in 0..rounds {
         match serde_path_to_error::deserialize::<_, T>(&v) {
             Ok(t) => {
-                if errs.is_empty() {
-                    return Some(t);
-                }
-                break;
+                report(errs);
+                return Some(t);
             }
             Err(e) => {
                 let segments: Vec<Segment> = e.path().iter().cloned().collect();
