@@ -488,11 +488,30 @@ fn a_member_reaches_exactly_its_allowed_hosts(engine: Engine) {
         refused.iter().any(|r| r["host"] == "example.com"),
         "{engine:?}: {row}"
     );
+    // The grant to paste is the manifest's own, the entry added, its spelling kept (`./work`),
+    // and it validates once pasted in place of the old one.
     let grant = row["egress"]["suggestedGrant"].as_str().unwrap_or("");
     assert!(
-        grant.contains("- \"example.com\"") && !grant.contains(&format!("- \"127.0.0.1:{other}\"")),
+        (grant.contains("example.com]") || grant.contains("\"example.com\"]"))
+            && grant.contains("read: [./work]")
+            && !grant.contains(&format!("127.0.0.1:{other}")),
         "{engine:?}: {grant}"
     );
+    let manifest = std::fs::read_to_string(w.manifest()).unwrap();
+    let old = manifest
+        .split("---\n")
+        .find(|d| d.contains("name: net-a}"))
+        .unwrap();
+    let pasted = w.root().join("pasted.yaml");
+    std::fs::write(&pasted, manifest.replace(old, grant)).unwrap();
+    let out = w.ateam(&["validate", "-f", pasted.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: {}{grant}",
+        text(&out.stderr)
+    );
+    std::fs::remove_file(&pasted).unwrap();
     // A loopback address is not offered to paste: it is named, with what it would open.
     let withheld = row["egress"]["notSuggested"].to_string();
     assert!(

@@ -498,8 +498,15 @@ fn ruled_host<'a>(
         .find(|i| Entry::parse(&i.host).is_ok_and(|e| e.matches(&host, r.port)))
 }
 
-/// The grant with the refused hosts added (`refused`: most frequent first).
-pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal]) -> Suggestion {
+/// The grant with the refused hosts added (`refused`: most frequent first): `source`, the
+/// grant's document as the person's manifest says it now, with the entries added and all
+/// else as they wrote it; without one, the grant written out from the applied model.
+pub fn suggest(
+    team: &str,
+    grant: &crate::model::AccessGrant,
+    refused: &[Refusal],
+    source: Option<&str>,
+) -> Suggestion {
     let crate::model::Network::Allow(list) = &grant.network else {
         return Suggestion::default();
     };
@@ -526,13 +533,38 @@ pub fn suggest(team: &str, grant: &crate::model::AccessGrant, refused: &[Refusal
         if allow.contains(&e) {
             continue;
         }
-        match withheld(r) {
+        // What no grant can name (a request that named no host) is never offered.
+        let why = withheld(r).or_else(|| {
+            crate::core::egress::Entry::parse(&e)
+                .err()
+                .map(|why| format!("`{e}` is no entry a grant can name ({why}): nothing to allow"))
+        });
+        match why {
             Some(why) if out.withheld.len() < SHOWN => out.withheld.push(why),
             None if allow.len() - list.len() < SHOWN => allow.push(e),
             Some(_) | None => out.more += 1,
         }
     }
     if allow.len() == list.len() {
+        return out;
+    }
+    let added = &allow[list.len()..];
+    if let Some(text) = source.and_then(|d| crate::manifest::edit::add_allow_entries(d, added)) {
+        out.grant = Some(text);
+        return out;
+    }
+    // Written out from the model, a host's `upstreamCA` would be its PEM, not the person's
+    // file: say the entries instead.
+    if grant.intercept.iter().any(|i| i.upstream_ca.is_some()) {
+        out.withheld.push(format!(
+            "add {} to spec.network.allow of AccessGrant `{}` (its manifest was not found to show it whole)",
+            added
+                .iter()
+                .map(|a| format!("`{a}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            grant.name
+        ));
         return out;
     }
     let mut s = format!(
@@ -864,6 +896,7 @@ mod tests {
                 host_listeners: vec![],
             },
             &host_service,
+            None,
         );
         assert_eq!(s.grant, None);
         assert_eq!(
@@ -890,7 +923,7 @@ mod tests {
             intercept: vec![],
             host_listeners: vec![],
         };
-        let s = suggest("t", &grant, &r);
+        let s = suggest("t", &grant, &r, None);
         let yaml = s.grant.unwrap();
         assert!(yaml.contains("metadata: {name: web}"), "{yaml}");
         assert!(yaml.contains("- \"ok.example.com\"\n      - \"api.example.com\"\n      - \"git.example.com:8443\""), "{yaml}");
@@ -938,7 +971,7 @@ mod tests {
         by_rule.method = "POST".into();
         by_rule.reason = Some("no http rule allows POST /repos/acme/shop/issues".into());
         let r = refusals(&[by_rule, ev(Verdict::Refused, "pypi.org", 443, 11.0)], 5.0);
-        let s = suggest("t", &grant, &r);
+        let s = suggest("t", &grant, &r, None);
         assert_eq!(
             s.withheld,
             [
@@ -962,6 +995,67 @@ mod tests {
                 crate::manifest::raw::AllowEntry::Rules(crate::manifest::rules::host_rules(&ruled)),
                 "pypi.org".into()
             ]
+        );
+    }
+
+    /// A refusal of a request that named no host is never offered (`:0` would not
+    /// validate); with its manifest's document, the grant offered is that document with the
+    /// entries added, the person's relative paths and `upstreamCA` file kept; without it, a
+    /// host's `upstreamCA` is never written out as its PEM.
+    #[test]
+    fn a_suggestion_validates_as_pasted_and_keeps_the_persons_spelling() {
+        use crate::core::intercept::Intercept;
+        let grant = crate::model::AccessGrant {
+            name: "g".into(),
+            read: vec![],
+            write: vec!["/home/p/repo".into()],
+            network: crate::model::Network::Allow(vec!["model.example".into()]),
+            intercept: vec![Intercept {
+                host: "model.example".into(),
+                credentials: None,
+                http: vec![],
+                git: None,
+                upstream_ca: Some(
+                    "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+                ),
+            }],
+            host_listeners: vec![],
+        };
+        let r = refusals(
+            &[
+                ev(Verdict::Refused, "", 0, 10.0),
+                ev(Verdict::Refused, "pypi.org", 443, 11.0),
+            ],
+            5.0,
+        );
+        let source = "# mine\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: g}\nspec:\n  write: [./repo]\n  network:\n    allow:\n      - {host: model.example, upstreamCA: ./model-ca.pem}\n";
+        let s = suggest("t", &grant, &r, Some(source));
+        assert_eq!(
+            s.grant.as_deref(),
+            Some(
+                "# mine\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: g}\nspec:\n  write: [./repo]\n  network:\n    allow:\n      - {host: model.example, upstreamCA: ./model-ca.pem}\n      - pypi.org\n"
+            )
+        );
+        assert!(
+            s.withheld
+                .iter()
+                .any(|w| w.contains("`:0` is no entry a grant can name")),
+            "{:?}",
+            s.withheld
+        );
+        let s = suggest("t", &grant, &r, None);
+        assert_eq!(s.grant, None);
+        assert!(
+            s.withheld
+                .iter()
+                .any(|w| w.contains("add `pypi.org` to spec.network.allow of AccessGrant `g`")),
+            "{:?}",
+            s.withheld
+        );
+        assert!(
+            s.withheld.iter().all(|w| !w.contains("BEGIN")),
+            "{:?}",
+            s.withheld
         );
     }
 }

@@ -4,6 +4,7 @@
 //! is the format, `validate` applies every rule and builds `crate::model::Desired`. All problems
 //! of a run are collected and reported together, each with its file, line, object and field.
 
+pub mod edit;
 pub mod export;
 pub mod load;
 pub mod paths;

@@ -190,8 +190,14 @@ fn member_facts(host: &Host, t: &Team, m: &Member, since: f64) -> MemberFacts {
         last_exit: Record::load(&record).last_exit,
         not_writable_by: (!not_writable.is_empty()).then_some(user.uid),
         not_writable,
-        egress: matches!(m.access.network, Network::Allow(_))
-            .then(|| egress_facts(state_dir, &t.name, &m.name, since)),
+        egress: matches!(m.access.network, Network::Allow(_)).then(|| {
+            let mut e = egress_facts(state_dir, &t.name, &m.name, since);
+            if !e.refused.is_empty() && !m.access.name.is_empty() {
+                e.grant_source =
+                    crate::manifest::edit::grant_document(&t.manifests, &t.name, &m.access.name);
+            }
+            e
+        }),
         agent: None,
     }
 }
@@ -235,6 +241,7 @@ fn egress_facts(state_dir: &Path, team: &str, member: &str, since: f64) -> Egres
     EgressFacts {
         refused: egress::log::refusals(&events, egress::since_last_apply(&paths)),
         last_minute: EgressCounts::of(&events, since),
+        grant_source: None,
     }
 }
 

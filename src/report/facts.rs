@@ -72,6 +72,9 @@ pub struct EgressFacts {
     pub refused: Vec<Refusal>,
     /// The decisions of the last minute.
     pub last_minute: EgressCounts,
+    /// The member's grant as its manifest says it now, when there are refusals to suggest a
+    /// grant for (`manifest::edit`).
+    pub grant_source: Option<String>,
 }
 
 /// What status shows of a main session beyond the plan.

@@ -105,9 +105,10 @@ impl EgressStatus {
         team: &str,
         grant: &AccessGrant,
         mut refused: Vec<crate::egress::log::Refusal>,
+        source: Option<&str>,
     ) {
         use crate::egress::log::{SHOWN, suggest};
-        let s = suggest(team, grant, &refused);
+        let s = suggest(team, grant, &refused, source);
         self.suggested_grant = s.grant;
         self.not_suggested = s.withheld;
         self.not_suggested_more = s.more;

@@ -200,7 +200,12 @@ impl<'a> Inputs<'a> {
         let (state, detail, drifted, mut egress) =
             egress_state(team, m, self.plan, state, detail, drifted);
         if let (Some(e), Some(logged)) = (egress.as_mut(), known.and_then(|k| k.egress.as_ref())) {
-            e.add_refusals(&team.name, &m.access, logged.refused.clone());
+            e.add_refusals(
+                &team.name,
+                &m.access,
+                logged.refused.clone(),
+                logged.grant_source.as_deref(),
+            );
             e.last_minute = logged.last_minute;
         }
         let state = if self.helpers_down(m) && state == "running" {

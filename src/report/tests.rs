@@ -326,7 +326,7 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
     let refused = refusals(&events, 0.0);
     let m = s.members.iter_mut().find(|m| m.name == "a").unwrap();
     let e = m.egress.as_mut().expect("an allowlist member has egress");
-    e.add_refusals("t", &t.members[0].access, refused);
+    e.add_refusals("t", &t.members[0].access, refused, None);
     assert_eq!(e.refused.len(), SHOWN);
     assert_eq!(e.refused_left_out.destinations, 30_004 - SHOWN);
     let grant = e.suggested_grant.clone().expect("a grant to paste");

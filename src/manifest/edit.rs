@@ -1,0 +1,156 @@
+//! Changes to the person's own manifests, made losslessly (`yaml-edit`): what ateam offers
+//! to paste keeps their spelling (relative paths, `upstreamCA` files, flow or block style,
+//! comments), and only the lines that change differ.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use yaml_edit::{Document, Mapping, YamlFile};
+
+use super::load::read_sources;
+
+/// The text of the AccessGrant `name` of team `team` as the manifests at `paths` say it now
+/// (the comments just before it included), if one of them defines it. `-` (standard input)
+/// is never read here.
+pub fn grant_document(paths: &[PathBuf], team: &str, name: &str) -> Option<String> {
+    let files: Vec<PathBuf> = paths
+        .iter()
+        .filter(|p| p.as_os_str() != "-")
+        .cloned()
+        .collect();
+    let (sources, _) = read_sources(&files, &mut std::io::empty());
+    let files: Vec<YamlFile> = sources
+        .iter()
+        .filter_map(|s| YamlFile::from_str(&s.text).ok())
+        .collect();
+    let objects: Vec<Object> = files.iter().flat_map(objects).collect();
+    // A grant that names no team is of the only Team of its manifests.
+    let teams: Vec<String> = objects
+        .iter()
+        .filter(|o| o.kind == "Team")
+        .map(|o| o.name.clone())
+        .collect();
+    objects
+        .into_iter()
+        .find(|o| {
+            o.kind == "AccessGrant"
+                && o.name == name
+                && match &o.team {
+                    Some(t) => t == team,
+                    None => teams == [team],
+                }
+        })
+        .map(|o| o.text)
+}
+
+/// One document of a manifest: its kind, name, `spec.team` and text.
+struct Object {
+    kind: String,
+    name: String,
+    team: Option<String>,
+    text: String,
+}
+
+fn objects(file: &YamlFile) -> Vec<Object> {
+    let text = |m: &Mapping, key: &str| m.get(key).map(|v| v.to_string().trim().to_string());
+    file.documents()
+        .filter_map(|d| {
+            let m = d.as_mapping()?;
+            let doc = d.to_string();
+            Some(Object {
+                kind: text(&m, "kind")?,
+                name: m.get_mapping("metadata").and_then(|md| text(&md, "name"))?,
+                team: m.get_mapping("spec").and_then(|s| text(&s, "team")),
+                text: doc.strip_prefix("---\n").unwrap_or(&doc).to_string(),
+            })
+        })
+        .collect()
+}
+
+/// `document` (one AccessGrant's) with `entries` added at the end of its
+/// `spec.network.allow`, each quoted where YAML needs it; `None` when it has no such list.
+pub fn add_allow_entries(document: &str, entries: &[String]) -> Option<String> {
+    let doc = Document::from_str(document).ok()?;
+    let allow = doc
+        .as_mapping()?
+        .get_mapping("spec")?
+        .get_mapping("network")?
+        .get_sequence("allow")?;
+    for e in entries {
+        allow.push(e.as_str());
+    }
+    let text = doc.to_string();
+    // One document, ready to paste in place of the old one: no document marker.
+    Some(text.strip_prefix("---\n").unwrap_or(&text).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = "apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {name: t}
+spec: {image: x}
+---
+# the coder's grant: keep it narrow
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  write: [./repo]   # its checkout
+  network:
+    allow:
+      - example.com  # docs
+      - {host: model.example, upstreamCA: ./model-ca.pem}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: flow}
+spec: {read: [../docs], network: {allow: [a.example]}}
+";
+
+    #[test]
+    fn a_grant_is_found_and_widened_as_the_person_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("team.yaml");
+        std::fs::write(&file, MANIFEST).unwrap();
+        let paths = [dir.path().to_path_buf()];
+        assert_eq!(grant_document(&paths, "other", "g"), None, "another team's");
+        assert_eq!(grant_document(&paths, "t", "nosuch"), None);
+        let g = grant_document(&paths, "t", "g").expect("found in its folder");
+        let new = [
+            "pypi.org".to_string(),
+            "[::1]:8080".into(),
+            "*.npmjs.org".into(),
+        ];
+        let widened = add_allow_entries(&g, &new).unwrap();
+        assert_eq!(
+            widened,
+            "# the coder's grant: keep it narrow
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  write: [./repo]   # its checkout
+  network:
+    allow:
+      - example.com  # docs
+      - {host: model.example, upstreamCA: ./model-ca.pem}
+      - pypi.org
+      - '[::1]:8080'
+      - '*.npmjs.org'
+"
+        );
+        let flow = grant_document(&paths, "t", "flow").unwrap();
+        assert_eq!(
+            add_allow_entries(&flow, &new[..1]).unwrap().trim_end(),
+            "apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: flow}
+spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}"
+        );
+        let none = "kind: AccessGrant\nmetadata: {name: n}\nspec: {network: none}\n";
+        assert_eq!(add_allow_entries(none, &new), None);
+    }
+}
