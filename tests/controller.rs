@@ -137,6 +137,19 @@ impl World {
         std::fs::read_to_string(self.root().join("controller.log")).unwrap_or_default()
     }
 
+    /// The controller never waits for the store's lock on itself: its reconciles take turns
+    /// before the lock, so a wait it logs names another process.
+    fn never_waited_on_itself(&self) {
+        let own = format!("pid {}", self.controller.as_ref().unwrap().id());
+        let log = self.log();
+        assert!(
+            !log.lines()
+                .any(|l| l.contains("waiting for the store's lock") && l.contains(&own)),
+            "{}: waited on itself:\n{log}",
+            self.engine
+        );
+    }
+
     fn cli(&self, args: &[&str]) -> String {
         let (bin, flag) = match self.engine {
             "docker" => ("docker", "-H"),
@@ -280,6 +293,7 @@ fn an_edit_replaces_only_that_member(engine: &'static str) {
         w.id("a").is_some_and(|id| id != a) && w.running("a")
     });
     assert_eq!(w.id("b").unwrap(), b, "{engine}: b was touched");
+    w.never_waited_on_itself();
 }
 
 /// A broken edit tears nothing down: the last good state stays, status says why.

@@ -586,9 +586,24 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
         "{engine}: {}",
         both(&out)
     );
-    w.members(&[member("needy", "")]);
+    // A one-shot member done by the next apply is counted as finished, not as running.
+    let once = member("once", ", restart: Never, command: [\"true\"]");
+    w.members(&[member("needy", ""), once.clone()]);
     let out = w.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !text(&w.ateam(&["status", &w.team]).stdout).contains("exited 0") {
+        assert!(Instant::now() < deadline, "{engine}: once never ended");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    w.members(&[member("needy", "").replace("64Mi", "80Mi"), once]);
+    let out = w.apply(&[]);
+    assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
+    assert!(
+        text(&out.stdout).contains("applied: 1 member(s) running, 1 finished"),
+        "{engine}: {}",
+        both(&out)
+    );
 }
 
 /// How a member ended stays in status: from the engine while it is exited, and from the

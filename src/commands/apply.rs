@@ -81,7 +81,16 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
             }
             let failed = failures.len() + not_running.len();
             if failed == 0 {
-                outln!("applied: {members} member(s) running ({})", report.engine);
+                // Members done as their policy allows are not running: counted apart.
+                let done = match finished.len() {
+                    0 => String::new(),
+                    n => format!(", {n} finished"),
+                };
+                let running = members.saturating_sub(finished.len());
+                outln!(
+                    "applied: {running} member(s) running{done} ({})",
+                    report.engine
+                );
             } else {
                 eprintln!("{failed} of {members} member(s) not running");
             }

@@ -127,6 +127,8 @@ pub struct Reconciler {
     exits: Exits,
     /// When it started: a team the person deleted since is left deleted.
     started: SystemTime,
+    /// Its reconciles' turns at the store's lock (`lock_store`).
+    turn: tokio::sync::Mutex<()>,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -353,7 +355,12 @@ impl Reconciler {
     }
 
     /// The store's lock, as apply takes it: the two never interleave.
-    async fn lock_store(&self) -> Result<crate::store::Lock, AppError> {
+    async fn lock_store(
+        &self,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, crate::store::Lock), AppError> {
+        // This controller's reconciles take turns here, so that the lock is only ever waited
+        // for while another process holds it (and the log names that one, never itself).
+        let turn = self.turn.lock().await;
         let state_dir = self.app.host.state_dir.clone();
         let owner = self.app.owner;
         tokio::task::spawn_blocking(move || {
@@ -367,6 +374,7 @@ impl Reconciler {
             source: std::io::Error::other(e),
         })?
         .map_err(AppError::from)
+        .map(|lock| (turn, lock))
     }
 
     /// What did not converge, in the record (and the log); a team that did is cleared when
@@ -429,6 +437,8 @@ impl Reconciler {
         let desired = Desired {
             teams: vec![stored],
         };
+        // Its turn first: `delete` takes the store's lock itself.
+        let _turn = self.turn.lock().await;
         delete(&self.app, &desired, false, false, &Quiet, |holder| {
             info!(holder, "waiting for the store's lock");
         })
@@ -674,6 +684,7 @@ pub async fn run(
         app,
         opts,
         started: SystemTime::now(),
+        turn: tokio::sync::Mutex::new(()),
         state: Mutex::new(State {
             record,
             ..Default::default()
