@@ -1193,6 +1193,22 @@ fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
             && l.ends_with("missing (ateam never pulls)")),
         "{stdout}"
     );
+    // In a new shell, without the engine's variables: the engine the teams were applied on
+    // is found through the state folder, and the socket tried is named.
+    w.edit(|t| t.replace("image: ateam-not-here:0", "image: ateam-demo:latest"));
+    w.apply();
+    let uri = match engine {
+        "docker" => var("ATEAM_TEST_DOCKER"),
+        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
+    };
+    let stdout = text(&w.bare(&["doctor"]).stdout);
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!(
+            "ok    engine    {engine} at {uri} (where this state folder's teams were applied)"
+        ))),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("no container engine answers"), "{stdout}");
 }
 
 macro_rules! e2e {

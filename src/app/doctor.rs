@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::{App, Manifests};
 use crate::backend::BackendError;
-use crate::backend::connect::{Candidate, Env, candidates, connect_to, start_hint};
+use crate::backend::connect::{Candidate, Engine, Env, candidates, connect_to, start_hint};
 use crate::backend::host_cgroup_version;
 use crate::host::{memory_available, which};
 use crate::manifest::quantity::human_bytes;
@@ -80,7 +80,8 @@ pub async fn doctor(app: &App, manifests: Option<&Manifests>) -> Vec<Check> {
     let env = Env::from_process(app.host.uid);
     let podman = which("podman").is_some();
     let rootless = app.host.uid != 0 && podman;
-    let mut checks = engines(app.backend.unwrap_or(BackendChoice::Auto), &env).await;
+    let choice = app.backend.unwrap_or(BackendChoice::Auto);
+    let mut checks = engines(choice, &env, recorded(app, choice)).await;
     checks.extend(rootless_setup(app.host.uid, podman));
     checks.extend(cgroups(app.host.uid, rootless));
 
@@ -158,14 +159,43 @@ async fn workspaces(app: &App) -> Vec<Check> {
     checks
 }
 
-/// Each place an engine may answer, as `connect` would try them; a place the user named
-/// (`DOCKER_HOST`, `CONTAINER_HOST`) that does not answer fails, a default socket that is not
-/// there is skipped, and no engine at all fails.
-async fn engines(choice: BackendChoice, env: &Env) -> Vec<Check> {
+/// The engines the store's teams were applied on (`App::connect` uses them first), each
+/// once, that `choice` allows.
+fn recorded(app: &App, choice: BackendChoice) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    for team in app.store.team_names().unwrap_or_default() {
+        let Ok(Some(r)) = app.store.engine(&team) else {
+            continue;
+        };
+        let allowed = match choice {
+            BackendChoice::Auto => true,
+            BackendChoice::Docker => r.engine == Engine::Docker,
+            BackendChoice::Podman => r.engine == Engine::Podman,
+        };
+        if allowed && !out.iter().any(|c| c.uri == r.uri) {
+            out.push(Candidate {
+                engine: r.engine,
+                uri: r.uri,
+                origin: "where this state folder's teams were applied",
+            });
+        }
+    }
+    out
+}
+
+/// Each place an engine may answer, as `connect` would try them: first where the store's
+/// teams were applied (`recorded`), then the environment's and the default sockets. A place
+/// the teams use or the user named (`DOCKER_HOST`, `CONTAINER_HOST`) that does not answer
+/// fails, a default socket that is not there is skipped, and no engine at all fails.
+async fn engines(choice: BackendChoice, env: &Env, recorded: Vec<Candidate>) -> Vec<Check> {
     let mut checks = Vec::new();
     let mut first = true;
-    for c in candidates(choice, env) {
-        let explicit = matches!(c.origin, "DOCKER_HOST" | "CONTAINER_HOST");
+    let teams: Vec<String> = recorded.iter().map(|c| c.uri.clone()).collect();
+    let from_env = candidates(choice, env)
+        .into_iter()
+        .filter(|c| !teams.contains(&c.uri));
+    for c in recorded.into_iter().chain(from_env) {
+        let explicit = matches!(c.origin, "DOCKER_HOST" | "CONTAINER_HOST") || teams.contains(&c.uri);
         let place = format!("{} at {} ({})", c.engine.name(), c.uri, c.origin);
         if let Some(path) = c.uri.strip_prefix("unix://")
             && !explicit
