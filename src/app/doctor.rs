@@ -195,7 +195,8 @@ async fn engines(choice: BackendChoice, env: &Env, recorded: Vec<Candidate>) -> 
         .into_iter()
         .filter(|c| !teams.contains(&c.uri));
     for c in recorded.into_iter().chain(from_env) {
-        let explicit = matches!(c.origin, "DOCKER_HOST" | "CONTAINER_HOST") || teams.contains(&c.uri);
+        let explicit =
+            matches!(c.origin, "DOCKER_HOST" | "CONTAINER_HOST") || teams.contains(&c.uri);
         let place = format!("{} at {} ({})", c.engine.name(), c.uri, c.origin);
         if let Some(path) = c.uri.strip_prefix("unix://")
             && !explicit

@@ -243,7 +243,7 @@ pub fn drift_text(d: &Drift) -> String {
     match d {
         Drift::Spec { changes } => changes
             .iter()
-            .map(|c| format!("{} changed from {} to {}", c.field, c.from, c.to))
+            .map(change_text)
             .collect::<Vec<_>>()
             .join("; "),
         Drift::SpecHash { from, to } => format!("spec hash changed from {from} to {to}"),
@@ -258,6 +258,63 @@ pub fn drift_text(d: &Drift) -> String {
         Drift::Dead => "the engine marks it dead".into(),
         Drift::Asked => "a restart was asked for".into(),
     }
+}
+
+/// One field's change, short: a list says what it gained and lost (a mount by its target),
+/// a long value is cut, so that a replacement's reason stays a line a person reads.
+fn change_text(c: &crate::plan::FieldChange) -> String {
+    use serde_json::Value;
+    match (&c.from, &c.to) {
+        (Value::Array(old), Value::Array(new)) => {
+            let added: Vec<String> = new
+                .iter()
+                .filter(|x| !old.contains(x))
+                .map(compact)
+                .collect();
+            let removed: Vec<String> = old
+                .iter()
+                .filter(|x| !new.contains(x))
+                .map(compact)
+                .collect();
+            let mut parts = Vec::new();
+            if !added.is_empty() {
+                parts.push(format!("added {}", added.join(", ")));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("removed {}", removed.join(", ")));
+            }
+            if parts.is_empty() {
+                parts.push("reordered".into());
+            }
+            format!("{}: {}", c.field, parts.join(", "))
+        }
+        (from, to) => format!(
+            "{} changed from {} to {}",
+            c.field,
+            compact(from),
+            compact(to)
+        ),
+    }
+}
+
+/// Longest value a change shows whole.
+const SHOWN_VALUE: usize = 60;
+
+/// `v` in a few words: a mount (or anything with a target, name or host) by that, any other
+/// value as JSON cut at `SHOWN_VALUE` characters.
+fn compact(v: &serde_json::Value) -> String {
+    if let Some(key) = ["target", "name", "host"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(serde_json::Value::as_str))
+    {
+        return key.to_string();
+    }
+    let text = v.to_string();
+    if text.chars().count() <= SHOWN_VALUE {
+        return text;
+    }
+    let cut: String = text.chars().take(SHOWN_VALUE - 3).collect();
+    format!("{cut}...")
 }
 
 /// Why a container is started, in words.

@@ -697,3 +697,40 @@ fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
     let s = seen(bytes.len(), &in_sync(&t));
     assert_eq!(row(&s, "a").agent.as_ref().unwrap().outcome, Verdict::Done);
 }
+
+/// A replacement's reason is a short diff: a list by what it gained and lost (a mount by
+/// its target), a long value cut; a short scalar is said whole.
+#[test]
+fn a_replacement_reason_is_a_short_diff_of_what_changed() {
+    use crate::plan::{Drift, FieldChange};
+    use serde_json::json;
+    let mount = |t: &str| json!({"source": format!("/home/person/projects/shop/{t}"), "target": format!("/work/{t}"), "readOnly": false, "propagation": "rprivate"});
+    let d = Drift::Spec {
+        changes: vec![
+            FieldChange {
+                field: "memoryBytes".into(),
+                from: json!(1073741824),
+                to: json!(805306368),
+            },
+            FieldChange {
+                field: "mounts".into(),
+                from: json!([mount("repo"), mount("docs"), mount("cache")]),
+                to: json!([mount("repo"), mount("cache"), mount("notes")]),
+            },
+            FieldChange {
+                field: "env.NOTE".into(),
+                from: json!("x".repeat(300)),
+                to: json!("y"),
+            },
+        ],
+    };
+    let text = drift_text(&d);
+    assert_eq!(
+        text,
+        format!(
+            "memoryBytes changed from 1073741824 to 805306368; mounts: added /work/notes, removed /work/docs; env.NOTE changed from \"{}... to \"y\"",
+            "x".repeat(56)
+        )
+    );
+    assert!(text.len() < 200, "{}", text.len());
+}
