@@ -163,9 +163,14 @@ fn draw_table(f: &mut Frame, d: &Dashboard, area: Rect, theme: Theme) {
         }
         TableRow::new(c.map(Cell::from)).style(style)
     });
+    // NAME and STATE as wide as their widest cell (within bounds), not the screen's rest.
+    let widest = |i: usize, min: usize, max: usize| {
+        let w = d.rows.iter().map(|r| cells(r)[i].chars().count()).max();
+        w.unwrap_or(0).clamp(min, max) as u16
+    };
     let widths = [
-        Constraint::Min(14),
-        Constraint::Length(17),
+        Constraint::Length(widest(0, 14, 48)),
+        Constraint::Length(widest(1, 8, 28)),
         Constraint::Length(3),
         Constraint::Length(5),
         Constraint::Length(11),
@@ -222,21 +227,32 @@ fn draw_detail(f: &mut Frame, d: &Dashboard, detail: &Detail, area: Rect) {
     f.render_widget(Paragraph::new(lines), area);
 }
 
+/// The keys in a box as wide as its longest line, or the screen: a line too long for it
+/// wraps (never cut), and the box is as tall as that takes.
 fn draw_help(f: &mut Frame, area: Rect) {
-    let h = (KEYS.len() as u16 + 2).min(area.height);
-    let w = area.width.min(78);
-    let r = Rect::new(area.x + (area.width - w) / 2, area.y + 1, w, h);
-    let lines: Vec<Line> = KEYS
+    let texts: Vec<String> = KEYS
         .iter()
-        .map(|(k, what)| Line::from(format!("{k:<12} {what}")))
+        .map(|(k, what)| format!("{k:<12} {what}"))
         .collect();
+    let longest = texts.iter().map(|t| t.chars().count()).max().unwrap_or(0) as u16;
+    let w = (longest + 2).min(area.width);
+    let inner = w.saturating_sub(2).max(1) as usize;
+    let rows: usize = texts
+        .iter()
+        .map(|t| t.chars().count().div_ceil(inner).max(1))
+        .sum();
+    let h = (rows as u16 + 2).min(area.height.saturating_sub(1));
+    let r = Rect::new(area.x + (area.width - w) / 2, area.y + 1, w, h);
+    let lines: Vec<Line> = texts.into_iter().map(Line::from).collect();
     f.render_widget(Clear, r);
     f.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" keys (any key closes) "),
-        ),
+        Paragraph::new(lines)
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" keys (any key closes) "),
+            ),
         r,
     );
 }
@@ -271,12 +287,37 @@ mod tests {
     }
 
     fn screen(d: &Dashboard, detail: &Detail, color: bool) -> String {
-        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        screen_of(d, detail, color, 80, 24)
+    }
+
+    fn screen_of(d: &Dashboard, detail: &Detail, color: bool, w: u16, h: u16) -> String {
+        let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
         t.draw(|f| draw(f, d, detail, Theme { color })).unwrap();
         let buf = t.backend().buffer().clone();
-        (0..24)
-            .map(|y| (0..80).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
             .collect()
+    }
+
+    /// On a wide screen the NAME column is as wide as its names, not the screen's rest; the
+    /// keys' box fits a narrow screen by wrapping, never cutting.
+    #[test]
+    fn columns_fit_their_content_and_the_keys_fit_the_screen() {
+        let mut d = Dashboard::new();
+        d.rows = vec![row("writer", "running", false)];
+        let s = screen_of(&d, &Detail::default(), false, 200, 24);
+        let line = s.lines().find(|l| l.contains("t/writer")).unwrap();
+        let state = line.find("running").unwrap();
+        assert!(state < 20, "NAME takes {state} columns: {line}");
+        d.mode = Mode::Help;
+        for width in [60, 80, 100] {
+            let s = screen_of(&d, &Detail::default(), false, width, 24);
+            let all: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+            for (_, what) in KEYS {
+                let last = what.split_whitespace().last().unwrap();
+                assert!(all.contains(last), "{width}: {what:?} cut:\n{s}");
+            }
+        }
     }
 
     #[test]
