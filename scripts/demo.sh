@@ -8,10 +8,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/engines.sh
+# What builds and installs says a lot, and nothing about ateam: it goes to a log, and each
+# step says one line (the log's end is shown if a step fails).
+log=${ATEAM_DEMO_LOG:-/tmp/ateam-demo.log}
+: >"$log"
+quietly() {
+    local what=$1 start=$SECONDS
+    shift
+    echo "== $what (its output: $log)"
+    if ! "$@" >>"$log" 2>&1; then
+        tail -n 40 "$log"
+        echo "failed: $what"
+        exit 1
+    fi
+    echo "   done in $((SECONDS - start)) s"
+}
+quietly "installing and starting Docker and Podman, building the demo image" bash scripts/engines.sh
 # shellcheck disable=SC1091
 source /run/ateam-ci/env   # DOCKER_HOST and the test sockets
-cargo build --release --locked
+quietly "building ateam (cargo build --release)" cargo build --release --locked
 # The example members ask for this secret; a placeholder will do for the demo agent.
 export ANTHROPIC_API_KEY=${ANTHROPIC_API_KEY:-placeholder-for-the-demo}
 # The reviewer's grant allows one port of this machine's loopback, host.ateam.internal:8765 (the way to
@@ -38,10 +53,15 @@ echo "== egress: the reviewer reaches its allowed endpoint through its proxy, an
 ./target/release/ateam logs reviewer --egress --tail 5
 echo
 ./target/release/ateam status
+echo "(The refusals above are the point: the demo image's agent, images/demo/agent.sh, probes"
+echo " http://deb.debian.org/ at start to show whether it has a network; no grant of the demo"
+echo " team allows that host, so the proxy of each member with an allow list refused it (a member"
+echo " with network: none has no route at all), and status says so with the grant that would"
+echo " allow it. The reviewer's example.com above was refused the same way.)"
 
 echo
 echo "== a real agent: Claude Code as a member, one task, its model a stand-in on this machine"
-bash scripts/agent-images.sh claude
+quietly "building the agent's image (Claude Code from the npm registry)" bash scripts/agent-images.sh claude
 # HTTPS, as a real API: the coder's proxy ends its TLS and puts the key in (the member holds
 # a placeholder); the stand-in's certificate comes from tests/support/model-tls.
 probe() { curl -s --max-time 1 --cacert tests/support/model-tls/ca.pem \
