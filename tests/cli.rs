@@ -176,6 +176,42 @@ fn every_problem_of_a_run_is_reported_across_files_and_within_one_object() {
     assert_eq!(lines[4], "4 problems found; nothing was changed");
 }
 
+/// Four mistakes in three files, of both kinds (a field that does not fit, and a rule its
+/// value breaks), in one run: none hides another.
+#[test]
+fn four_errors_in_three_files_are_four_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "team.yaml",
+            "apiVersion: ateam.dev/v1alpha1\nkind: Team\nmetadata: {name: t}\nspec: {image: x, imagee: y}\n---\napiVersion: ateam.dev/v1alpha1\nkind: MainSession\nmetadata: {name: lead}\nspec: {command: [sh]}\n",
+        ),
+        (
+            "a.yaml",
+            "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {name: a}\nspec:\n  parent: nolead\n  restrat: Always\n",
+        ),
+        (
+            "b.yaml",
+            "apiVersion: ateam.dev/v1alpha1\nkind: Member\nmetadata: {name: b}\nspec:\n  parent: lead\n  env: {\"1BAD\": x}\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out = ateam(&["validate", "-f", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    for says in [
+        "team.yaml:4:18: Team/t: spec.imagee: unknown field `imagee`",
+        "a.yaml:5:11: Member/a: spec.parent: parent `nolead` is not a MainSession or Member of this team",
+        "a.yaml:6:3: Member/a: spec.restrat: unknown field `restrat`",
+        "b.yaml:6:9: Member/b: spec.env.1BAD: `1BAD` is not a valid environment variable name",
+        "4 problems found; nothing was changed",
+    ] {
+        assert!(err.contains(says), "{says:?} not in:\n{err}");
+    }
+}
+
 #[test]
 fn validate_reads_stdin() {
     let yaml = std::fs::read_to_string(root().join("tests/broken/16-parent-missing.yaml")).unwrap();
