@@ -454,6 +454,7 @@ fn failure_kind(err: &ActionError) -> crate::events::EventKind {
             | RunError::Io { .. }
             | RunError::WritableBelowReadOnly { .. }
             | RunError::NotWritable { .. }
+            | RunError::TranscriptFolder { .. }
             | RunError::Agent { .. } => false,
         }
     }
@@ -714,6 +715,7 @@ impl Executor<'_> {
                 self.rt
                     .member_owner(m)
                     .and_then(|_| self.rt.check_writable(m)),
+                self.rt.check_transcript_dir(m),
             ];
             for e in checks.into_iter().filter_map(Result::err) {
                 refused.refuse(m, e);

@@ -532,6 +532,55 @@ fn resume_quotes_the_names_a_member_chose(engine: Engine) {
     );
 }
 
+/// A transcripts folder the person cannot write (a checkout of another user's, here root's)
+/// is refused before any change, with exit 4 and a fix the person can carry out: no
+/// container, no folder, no record, where it used to fail half way through the apply.
+fn a_transcripts_folder_the_person_cannot_write_is_refused_first(engine: Engine) {
+    let w = World::new(engine, "tr", &["a"]);
+    let sessions = w.root().join("sessions");
+    std::os::unix::fs::chown(&sessions, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&sessions, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{engine:?}: {err}");
+    for says in [
+        "member `a`: its transcript folder",
+        &format!(
+            "cannot make it in {}, owned by 0:0 with mode 0755",
+            sessions.display()
+        ),
+        "fix: set the Team's sessionDir to a folder you own",
+        "nothing was changed",
+    ] {
+        assert!(err.contains(says), "{engine:?}: {says:?} not in:\n{err}");
+    }
+    assert!(!sessions.join("members").exists(), "{engine:?}");
+    assert!(
+        !w.root()
+            .join("state/teams")
+            .join(&w.team)
+            .join("applied.json")
+            .exists()
+    );
+    let ours = common::engine_command(engine, true)
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=ateam.dev/team={}", w.team),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&ours.stdout).trim(),
+        "",
+        "{engine:?}: a container was made"
+    );
+    // The person's own folder again: applied.
+    w.give(&sessions);
+    w.apply();
+}
+
 macro_rules! cases {
     ($($engine:ident),*) => {
         $(
@@ -550,3 +599,5 @@ macro_rules! cases {
 }
 
 cases!(docker, podman, rootless_podman);
+// Root may write anywhere: the case is the unprivileged person's.
+on_every_engine!(rootless_podman_person: a_transcripts_folder_the_person_cannot_write_is_refused_first);

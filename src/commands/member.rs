@@ -383,8 +383,12 @@ async fn attach_terminal(global: &Global, team: Option<&str>, name: &str) -> any
         .arg(&found.id)
         .spawn()
         .with_context(|| format!("cannot run `{cli}` (attach needs the engine's CLI)"))?;
-    redraw(found.backend.as_ref(), &found.id).await;
-    let status = child.wait().context("waiting for the engine's CLI")?;
+    let nudges = tokio::spawn(redraw(found.backend.clone(), found.id.clone()));
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .context("waiting for the engine's CLI")?
+        .context("waiting for the engine's CLI")?;
+    nudges.abort();
     // Detaching is how a person leaves: the engines say so with a non-zero code.
     if !status.success()
         && let Ok(s) = found.backend.inspect(&found.id).await
@@ -400,21 +404,32 @@ async fn attach_terminal(global: &Global, team: Option<&str>, name: &str) -> any
 
 /// Makes the agent draw its screen again once the engine's CLI is attached (a UI draws only
 /// what changed, so a person joining sees nothing until then): its terminal one column
-/// narrower, then as wide as the person's again.
-async fn redraw(backend: &dyn ateam::backend::Backend, id: &str) {
+/// narrower, then as wide as the person's again. Again a little later, and later still: an
+/// agent still starting when the person joined (a loaded machine) can be resized in the
+/// middle of its first frames and leave half a screen until the next one.
+async fn redraw(backend: std::sync::Arc<dyn ateam::backend::Backend>, id: String) {
     let Ok(size) = rustix::termios::tcgetwinsize(std::io::stdin()) else {
         return;
     };
     if size.ws_row == 0 || size.ws_col < 2 {
         return;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-    let _ = backend
-        .resize_terminal(id, size.ws_row, size.ws_col - 1)
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-    let _ = backend.resize_terminal(id, size.ws_row, size.ws_col).await;
+    for wait in REDRAW_AFTER {
+        tokio::time::sleep(wait).await;
+        let _ = backend
+            .resize_terminal(&id, size.ws_row, size.ws_col - 1)
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let _ = backend.resize_terminal(&id, size.ws_row, size.ws_col).await;
+    }
 }
+
+/// When `redraw` nudges the agent's terminal, each after the one before.
+const REDRAW_AFTER: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(400),
+    std::time::Duration::from_secs(2),
+    std::time::Duration::from_secs(5),
+];
 
 /// The output of every member (of `team`, else of every applied team) whose labels match,
 /// one member after another, each line prefixed with `[member]` (`[team/member]` across

@@ -210,6 +210,19 @@ pub enum RunError {
         /// The engine, by name.
         engine: String,
     },
+    /// Its transcript folder cannot be made or given to it by the person running ateam: found
+    /// before any change, not half way through an apply.
+    #[error("member `{member}`: its transcript folder {}: {why}; fix: {fix}", .path.display())]
+    TranscriptFolder {
+        /// The member.
+        member: String,
+        /// The folder.
+        path: PathBuf,
+        /// What stands in the way.
+        why: String,
+        /// What the person can do.
+        fix: String,
+    },
     /// A folder it would get read-write that its uid cannot write: the agent would fail on
     /// its first write while status said all is well.
     #[error("member `{member}`: its write grant {source}")]
@@ -429,6 +442,89 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// Refuses a member whose transcript folder the person running ateam could not make (the
+    /// nearest folder that exists is not theirs to write) or give to the member's uid (it
+    /// exists with another owner, and only root may change that).
+    pub fn check_transcript_dir(&self, m: &DesiredMember) -> Result<(), RunError> {
+        use std::os::unix::fs::MetadataExt;
+        // A user this engine refuses is said by `member_owner`'s own check.
+        let Ok(owner) = self.member_owner(m) else {
+            return Ok(());
+        };
+        let path = &m.transcript_dir;
+        let refuse = |why: String, fix: String| RunError::TranscriptFolder {
+            member: m.member.clone(),
+            path: path.clone(),
+            why,
+            fix,
+        };
+        let me = format!("{}:{}", self.owner.uid, self.owner.gid);
+        match std::fs::symlink_metadata(path) {
+            Ok(md) if !md.is_dir() => Err(refuse(
+                "it exists and is not a folder (a link is never followed)".into(),
+                "move it away, or set the Team's sessionDir to another folder".into(),
+            )),
+            Ok(md) if (md.uid(), md.gid()) != (owner.uid, owner.gid) && self.owner.uid != 0 => {
+                Err(refuse(
+                    format!(
+                        "it is owned by {}:{}, and ateam (running as {me}) may not give it to the member's {}:{}",
+                        md.uid(),
+                        md.gid(),
+                        owner.uid,
+                        owner.gid
+                    ),
+                    format!(
+                        "remove it (its transcripts go with it) or move it away, or `sudo chown -R {}:{} {}`",
+                        owner.uid,
+                        owner.gid,
+                        path.display()
+                    ),
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let Some(up) = path
+                    .ancestors()
+                    .skip(1)
+                    .find(|p| p.symlink_metadata().is_ok())
+                else {
+                    return Ok(());
+                };
+                let access = rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK;
+                match rustix::fs::access(up, access) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let owned = std::fs::metadata(up)
+                            .map(|md| {
+                                format!(
+                                    ", owned by {}:{} with mode {:04o}",
+                                    md.uid(),
+                                    md.gid(),
+                                    md.mode() & 0o7777
+                                )
+                            })
+                            .unwrap_or_default();
+                        Err(refuse(
+                            format!(
+                                "ateam (running as {me}) cannot make it in {}{owned} ({e})",
+                                up.display()
+                            ),
+                            format!(
+                                "set the Team's sessionDir to a folder you own, or give {} to {me} (`sudo chown {me} {}`)",
+                                up.display(),
+                                up.display()
+                            ),
+                        ))
+                    }
+                }
+            }
+            Err(e) => Err(refuse(
+                e.to_string(),
+                "check the folder and its parents".into(),
+            )),
+        }
     }
 
     /// `check_writable` again, on the folders as pinned: the very ones the engine mounts.
