@@ -463,6 +463,9 @@ pub struct Usage {
     pub memory: Option<u64>,
     /// Processes and threads in it.
     pub pids: Option<u64>,
+    /// Its processes are in a cgroup that is not its own (rootless Podman on cgroup v1 leaves
+    /// them in the user's): what that cgroup counts is not the container's, so nothing is.
+    pub shared: bool,
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ impl EarlyFacts {
             }
             let cache = Cache::load(&layout::team_run_dir(&host.state_dir, &t.name));
             for (id, pid, cgroup) in cache.kept_starts() {
-                let u = crate::runtime::cgroup::usage_on(cgroup);
+                let u = crate::runtime::cgroup::container_usage_on(id, cgroup);
                 early.usage.insert((id.to_string(), pid), u);
             }
         }
@@ -133,7 +133,7 @@ pub fn status_facts(
             let pid = c.pid?;
             let u = usage
                 .remove(&(c.id.clone(), pid))
-                .unwrap_or_else(|| crate::runtime::cgroup::usage(pid));
+                .unwrap_or_else(|| crate::runtime::cgroup::container_usage(&c.id, pid));
             Some((c.id.clone(), u))
         })
         .collect();

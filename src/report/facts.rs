@@ -130,6 +130,7 @@ impl StatusFacts {
             pids_limit: limits
                 .and_then(|e| u64::try_from(e.pids_limit).ok())
                 .filter(|&p| p > 0),
+            shared: u.shared,
         })
     }
 

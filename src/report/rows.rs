@@ -85,6 +85,10 @@ pub struct Usage {
     pub pids: Option<u64>,
     /// None: no pids limit.
     pub pids_limit: Option<u64>,
+    /// The container's processes share a cgroup with others (rootless Podman on cgroup v1):
+    /// no figure is its own, so none is given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// Refusals beyond those listed: `status` stays short however much a member knocks.

@@ -506,6 +506,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
         cpu_ns: Some(2_500_000_000),
         memory: Some(1 << 20),
         pids: Some(3),
+        shared: false,
     };
     facts.usage.insert("id-a".into(), counted);
     let controller = ControllerStatus {

@@ -98,6 +98,28 @@ pub fn usage(pid: u32) -> Usage {
         .unwrap_or_default()
 }
 
+/// `usage` of container `id` whose first process is `pid`: its figures only when its cgroup
+/// is its own (`container_usage_on`).
+pub fn container_usage(id: &str, pid: u32) -> Usage {
+    membership(pid)
+        .map(|text| container_usage_on(id, &text))
+        .unwrap_or_default()
+}
+
+/// `usage_on` for container `id`. The engines name a container's cgroup after its id
+/// (`/docker/<id>`, `libpod-<id>`); a cgroup without it is someone else's too (rootless
+/// Podman on cgroup v1 leaves members in the user's, here `/`: the whole machine's figures),
+/// and is said to be shared, without figures.
+pub fn container_usage_on(id: &str, membership: &str) -> Usage {
+    if id.is_empty() || !membership.contains(id) {
+        return Usage {
+            shared: true,
+            ..Usage::default()
+        };
+    }
+    usage_on(membership)
+}
+
 /// `usage`, of the process whose `/proc/<pid>/cgroup` read `membership`.
 pub fn usage_on(membership: &str) -> Usage {
     usage_in(Path::new("/sys/fs/cgroup"), membership)
@@ -133,6 +155,7 @@ fn usage_in(root: &Path, proc_cgroup: &str) -> Usage {
         cpu_ns,
         memory,
         pids,
+        shared: false,
     }
 }
 
@@ -329,7 +352,8 @@ mod tests {
             Usage {
                 cpu_ns: Some(2_500_000_000),
                 memory: Some(1 << 20),
-                pids: Some(3)
+                pids: Some(3),
+                shared: false,
             }
         );
         let t = tree(&[
@@ -351,5 +375,24 @@ mod tests {
         if let Some(m) = e.memory.filter(|m| *m > 0) {
             assert!(m > 1 << 20, "{m}");
         }
+    }
+
+    /// A member whose cgroup is not its own (rootless Podman on cgroup v1 leaves it at `/`)
+    /// gets no figure, and is said to share; one named after its id gets its own.
+    #[test]
+    fn a_cgroup_not_named_after_the_container_is_shared() {
+        let root = "9:name=systemd:/\n8:pids:/\n4:memory:/\n1:cpu:/\n0::/\n";
+        let u = container_usage_on("7a2149e5e11a", root);
+        assert_eq!(
+            u,
+            Usage {
+                shared: true,
+                ..Usage::default()
+            }
+        );
+        let own =
+            "4:memory:/libpod_parent/libpod-7a2149e5e11a\n0::/libpod_parent/libpod-7a2149e5e11a\n";
+        assert!(!container_usage_on("7a2149e5e11a", own).shared);
+        assert!(container_usage_on("", own).shared);
     }
 }

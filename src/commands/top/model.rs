@@ -19,6 +19,8 @@ pub struct Row {
     /// Percent of one core since the last look; None on the first look or when not running.
     pub cpu_pct: Option<f64>,
     pub memory: Option<u64>,
+    /// Its cgroup is not its own (rootless Podman on cgroup v1): no figure is its own.
+    pub shared: bool,
     pub memory_limit: Option<u64>,
     pub pids: Option<u64>,
     /// Egress in the last minute: (allowed, refused), for proxied members.
@@ -199,6 +201,7 @@ impl Dashboard {
             restarts: m.restarts,
             cpu_pct,
             memory: usage.memory_bytes,
+            shared: usage.shared,
             memory_limit: usage.memory_limit_bytes,
             pids: usage.pids,
             egress: m
@@ -209,7 +212,15 @@ impl Dashboard {
             last_activity_secs: m.last_activity_secs,
             container_id: m.container_id.clone(),
             terminal: m.terminal.as_ref().map(|p| p.display().to_string()),
-            detail: m.detail.clone(),
+            // As status says it: the caps it was given are not applied.
+            detail: match (m.limits_unenforced, &m.detail) {
+                (true, Some(d)) => Some(format!("limits not enforced; {d}")),
+                (true, None) => Some(
+                    "limits not enforced (this engine cannot apply its memory and pids caps)"
+                        .into(),
+                ),
+                (false, d) => d.clone(),
+            },
             workspace: m.workspace.as_ref().map(ateam::report::workspace_summary),
             agent: m.agent.as_ref().map(|a| {
                 let line = format!("{} {}: {}", a.name, a.outcome.as_str(), a.reason);
@@ -381,6 +392,7 @@ mod tests {
             memory_limit_bytes: Some(64 << 20),
             pids: Some(4),
             pids_limit: Some(64),
+            shared: false,
         });
         let mut lead = row.clone();
         lead.name = "lead".into();

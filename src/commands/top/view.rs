@@ -121,6 +121,7 @@ fn cells(r: &Row) -> [String; 9] {
         (RowKind::Member | RowKind::Transcript, _) => r.state.clone(),
     };
     let mem = match (r.memory, r.memory_limit) {
+        _ if r.shared => "shared".into(),
         (Some(m), Some(l)) => format!("{}/{}", bytes(m), bytes(l)),
         (Some(m), None) => bytes(m),
         (None, _) => "-".into(),
@@ -273,6 +274,7 @@ mod tests {
             restarts: 1,
             cpu_pct: Some(12.5),
             memory: Some(3 << 20),
+            shared: false,
             memory_limit: Some(64 << 20),
             pids: Some(4),
             egress: Some((7, 2)),

@@ -115,6 +115,7 @@ fn document() -> StatusDocument {
         memory_limit_bytes: Some(1 << 20),
         pids: Some(3),
         pids_limit: None,
+        shared: false,
     });
     web.egress = Some(egress(4, 1, 0));
     web.workspace = Some(crate::report::WorkspaceStatus {
