@@ -653,6 +653,15 @@ impl Executor<'_> {
         refused.0
     }
 
+    /// What `preflight` would refuse that needs no engine and changes nothing (no agent
+    /// fetched, no image pulled, no probe made): limits, folders, user, transcripts folder,
+    /// secrets. `diff` and `doctor -f` say it before an apply would.
+    pub fn preflight_offline(&self, plan: &Plan, desired: &[DesiredMember]) -> Vec<Failure> {
+        let mut refused = Refusals::default();
+        self.check_members(plan, desired, &BTreeSet::new(), &mut refused);
+        refused.0
+    }
+
     /// The agents' native builds of the members brought up, fetched when missing (once per
     /// build) and checked (`runtime::agents`). Returns the members refused for theirs.
     async fn check_agents(

@@ -552,6 +552,29 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
             ", secretEnv: [THIRD_UNSET_VAR], command: [no-such-agent]",
         ),
     ]);
+    // diff and doctor -f say it all before an apply, as apply will.
+    let diff = w.ateam(&["diff", "-f", "team.yaml"]);
+    let doctor = w.ateam(&["doctor", "-f", "team.yaml"]);
+    assert_eq!(doctor.status.code(), Some(1), "{engine}: {}", both(&doctor));
+    for says in [
+        "member `needy`: secretEnv `NO_SUCH_SECRET_VAR` is not set",
+        "member `bare`: secretEnv `THIRD_UNSET_VAR` is not set",
+        "(in the write grant",
+    ] {
+        assert!(
+            text(&diff.stderr).contains(&format!("apply would refuse: {says}"))
+                || text(&diff.stderr).contains(says),
+            "{engine}: diff: {}",
+            both(&diff)
+        );
+        assert!(
+            text(&doctor.stdout)
+                .lines()
+                .any(|l| l.starts_with("FAIL  apply") && l.contains(says)),
+            "{engine}: doctor: {}",
+            both(&doctor)
+        );
+    }
     let out = w.apply(&[]);
     assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
     let err = text(&out.stderr);

@@ -115,10 +115,40 @@ pub async fn doctor(app: &App, manifests: Option<&Manifests>) -> Vec<Check> {
         for t in &d.teams {
             checks.extend(images(app, t).await);
         }
+        checks.extend(would_refuse(app, d).await);
     }
     checks.push(memory(app, desired.as_ref().map(|d| d.teams.as_slice())));
     checks.extend(workspaces(app).await);
     checks
+}
+
+/// What apply would refuse before its first change (limits this engine cannot enforce,
+/// secrets not set, folders the members or the person cannot write), all of it, as apply
+/// says it: `valid on this host` is not all an apply needs.
+async fn would_refuse(app: &App, desired: &crate::model::Desired) -> Vec<Check> {
+    let Ok(look) = app.look(desired, crate::plan::PlanOptions::default()).await else {
+        // No engine answers: the engine's own check says so.
+        return Vec::new();
+    };
+    let secret = |name: &str| std::env::var(name).ok();
+    let refused = app.would_refuse(&look, &secret);
+    if refused.is_empty() {
+        return vec![Check::new(
+            "apply",
+            Status::Ok,
+            "nothing apply checks first would be refused (limits, secrets, folders)",
+        )];
+    }
+    refused
+        .iter()
+        .map(|f| {
+            Check::new(
+                "apply",
+                Status::Fail,
+                format!("apply would refuse: {}", f.error),
+            )
+        })
+        .collect()
 }
 
 /// The applied teams' writers whose work is not yet yours: files not committed, commits

@@ -471,6 +471,24 @@ impl App {
         }
     }
 
+    /// What an apply of `look`'s plan would refuse before any change, as far as it can be
+    /// told without changing anything (`Executor::preflight_offline`): each refusal of each
+    /// member, with its fix.
+    pub fn would_refuse(
+        &self,
+        look: &Look,
+        secret: &(dyn Fn(&str) -> Option<String> + Sync),
+    ) -> Vec<crate::execute::Failure> {
+        let rt = self.runtime(look);
+        let exec = crate::execute::Executor {
+            rt: &rt,
+            concurrency: 1,
+            secret,
+            progress: &crate::execute::Quiet,
+        };
+        exec.preflight_offline(&look.plan, &look.desired.members)
+    }
+
     /// A runtime on the engine of `look`.
     pub fn runtime(&self, look: &Look) -> Runtime {
         Runtime {

@@ -19,10 +19,19 @@ pub async fn run(
 ) -> anyhow::Result<Exit> {
     let app = app(global);
     let desired = app.load(&files.files)?;
-    let p = app.look(&desired, PlanOptions::pruning(prune)).await?.plan;
+    let look = app.look(&desired, PlanOptions::pruning(prune)).await?;
+    let secret = |name: &str| std::env::var(name).ok();
+    let refused = app.would_refuse(&look, &secret);
+    let p = look.plan;
     match output {
-        Output::Text => out!("{}", render_diff(&p)),
+        Output::Text => {
+            out!("{}", render_diff(&p));
+            // What apply would refuse before its first change, all of it, as apply says it.
+            for f in &refused {
+                eprintln!("apply would refuse: {}", f.error);
+            }
+        }
         Output::Json | Output::Yaml => print_document(&diff_document(&p), output == Output::Yaml)?,
     }
-    Ok(Exit::verdict(p.drifted()))
+    Ok(Exit::verdict(p.drifted() || !refused.is_empty()))
 }
