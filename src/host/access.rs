@@ -40,9 +40,9 @@ impl Owned {
 /// folder below it (`check_writable_tree`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{}{} is owned by {}:{} with mode {:04o}, so the member's uid {} (gid {}) cannot write it{}; fix: `chown -R {}:{} {}` (or `chmod` so that this uid or gid may write them), or set `user` on the Member or Team to the folder's owner",
+    "{}{} is owned by {}:{} with mode {:04o}, so the member's uid {} (gid {}) cannot write it{}; fix: {}",
     .path.display(), below(.grant, .path), .owned.uid, .owned.gid, .owned.mode, .user.uid,
-    .user.gid, more_of(*.more), .user.uid, .user.gid, .grant.display()
+    .user.gid, more_of(*.more), fix(self)
 )]
 pub struct NotWritable {
     /// The folder that cannot be written.
@@ -62,6 +62,22 @@ fn below(grant: &Path, path: &Path) -> String {
         String::new()
     } else {
         format!(" (in the write grant {})", grant.display())
+    }
+}
+
+/// The command that works: the member's own folder lacks only its write bit (a `chown` to
+/// whom it already belongs would change nothing); another's is given to the member.
+fn fix(e: &NotWritable) -> String {
+    let grant = e.grant.display();
+    if e.owned.uid == e.user.uid {
+        format!(
+            "`chmod -R u+w {grant}` (it is the member's uid's already; its owner may not write it)"
+        )
+    } else {
+        format!(
+            "`chown -R {}:{} {grant}` (or `chmod` so that this uid or gid may write them), or set `user` on the Member or Team to the folder's owner (with rootless Podman, members run as you: give the folders to yourself)",
+            e.user.uid, e.user.gid
+        )
     }
 }
 
@@ -241,6 +257,16 @@ mod tests {
         assert!(text.contains("with mode 0700"), "{text}");
         assert!(text.contains(&format!("uid {}", other.uid)), "{text}");
         assert!(text.contains("chown"), "{text}");
+        // The member's own folder, without its write bit: chown would change nothing.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
+        let e = check_writable(d.path(), me).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("`chmod -R u+w {}`", d.path().display())),
+            "{text}"
+        );
+        assert!(!text.contains("chown"), "{text}");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     /// As the issue found it: `chown DIR` of the grant only leaves its subfolders the
