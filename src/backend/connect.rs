@@ -254,7 +254,21 @@ pub fn start_hint(env: &Env) -> String {
                 .display()
         )
     };
+    // Without a login session (su, ssh without logind) there is no runtime folder: the
+    // socket the hint names could not be made there (docs/rootless.md).
+    let runtime_missing = env.uid != 0
+        && !env
+            .xdg_runtime_dir
+            .clone()
+            .unwrap_or_else(|| format!("/run/user/{}", env.uid).into())
+            .is_dir();
     match (podman_installed, docker_installed) {
+        (true, _) if runtime_missing => format!(
+            "Podman is installed but its API socket is not running, and this session has no runtime folder ({}): `sudo loginctl enable-linger $USER` gives you one that lasts (and a user service manager: then systemctl --user start podman.socket), or make one of your own: export XDG_RUNTIME_DIR=$HOME/.run; mkdir -p -m 0700 $XDG_RUNTIME_DIR/podman; podman system service --time=0 unix://$XDG_RUNTIME_DIR/podman/podman.sock & (docs/rootless.md)",
+            env.xdg_runtime_dir
+                .as_ref()
+                .map_or_else(|| "XDG_RUNTIME_DIR is not set".to_string(), |d| format!("{} is not there", d.display()))
+        ),
         (true, _) => format!(
             "Podman is installed but its API socket is not running. Start it with\n  systemctl {}start podman.socket\nor, without systemd,\n  podman system service --time=0 unix://{sock} &",
             if env.uid == 0 { "" } else { "--user " }
@@ -384,5 +398,35 @@ mod tests {
             .to_string();
         assert!(err.contains("nothing.sock"), "{err}");
         assert!(err.contains("is not running"), "{err}");
+    }
+
+    /// Without a runtime folder (no login session) the hint says how to get one, not a
+    /// socket path that cannot be made; with one, where the socket goes.
+    #[test]
+    fn the_start_hint_of_a_session_without_a_runtime_folder_says_how_to_get_one() {
+        if crate::host::which("podman").is_none() {
+            eprintln!("podman is not installed: nothing to hint");
+            return;
+        }
+        let env = |dir: Option<&str>| Env {
+            uid: 1001,
+            xdg_runtime_dir: dir.map(PathBuf::from),
+            ..Env::default()
+        };
+        let none = start_hint(&env(Some("/nonexistent/run/user/1001")));
+        assert!(
+            none.contains("enable-linger") && none.contains("is not there"),
+            "{none}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let some = start_hint(&env(dir.path().to_str()));
+        assert!(
+            !some.contains("enable-linger")
+                && some.contains(&format!(
+                    "unix://{}/podman/podman.sock",
+                    dir.path().display()
+                )),
+            "{some}"
+        );
     }
 }
