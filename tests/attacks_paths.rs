@@ -581,6 +581,37 @@ fn a_transcripts_folder_the_person_cannot_write_is_refused_first(engine: Engine)
     w.apply();
 }
 
+/// What apply would refuse, all of it in one `doctor -f`: on cgroup v1 the limits rootless
+/// Podman cannot enforce, beside a secret not set.
+fn doctor_says_the_unenforced_limits_and_a_missing_secret_together(engine: Engine) {
+    let w = World::new(engine, "dr", &[]);
+    let yaml = team_yaml(&w.team, &session("lead", ""), &["a"])
+        .replace(", allowUnenforcedLimits: true", "")
+        .replace(
+            "resources: {memory: 64Mi, pids: 64}}",
+            "resources: {memory: 64Mi, pids: 64}, secretEnv: [DR_NOT_SET_VAR]}",
+        );
+    w.write_manifest(&yaml);
+    let out = w.ateam(&["doctor", "-f", w.manifest().to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{engine:?}: {said}");
+    let fails = |words: &str| {
+        said.lines()
+            .any(|l| l.starts_with("FAIL  apply") && l.contains(words))
+    };
+    assert!(
+        fails("secretEnv `DR_NOT_SET_VAR` is not set"),
+        "{engine:?}: {said}"
+    );
+    if std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert!(
+            fails("does not enforce memory and pids limits"),
+            "{engine:?}: {said}"
+        );
+        assert!(fails("allowUnenforcedLimits: true"), "{engine:?}: {said}");
+    }
+}
+
 macro_rules! cases {
     ($($engine:ident),*) => {
         $(
@@ -600,4 +631,7 @@ macro_rules! cases {
 
 cases!(docker, podman, rootless_podman);
 // Root may write anywhere: the case is the unprivileged person's.
-on_every_engine!(rootless_podman_person: a_transcripts_folder_the_person_cannot_write_is_refused_first);
+on_every_engine!(rootless_podman_person:
+    a_transcripts_folder_the_person_cannot_write_is_refused_first,
+    doctor_says_the_unenforced_limits_and_a_missing_secret_together,
+);

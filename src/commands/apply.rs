@@ -79,7 +79,17 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
             for n in not_running {
                 eprintln!("error: {}/{} {}", n.team, n.member, n.why);
             }
-            let failed = failures.len() + not_running.len();
+            // Members, not errors: one member may fail more than one action.
+            let failed = failures
+                .iter()
+                .map(|f| (f.team.as_str(), f.member.as_str()))
+                .chain(
+                    not_running
+                        .iter()
+                        .map(|n| (n.team.as_str(), n.member.as_str())),
+                )
+                .collect::<BTreeSet<_>>()
+                .len();
             if failed == 0 {
                 // Members done as their policy allows are not running: counted apart.
                 let done = match finished.len() {
