@@ -357,7 +357,7 @@ impl Reconciler {
     /// The store's lock, as apply takes it: the two never interleave.
     async fn lock_store(
         &self,
-    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, crate::store::Lock), AppError> {
+    ) -> Result<(crate::store::Lock, tokio::sync::MutexGuard<'_, ()>), AppError> {
         // This controller's reconciles take turns here, so that the lock is only ever waited
         // for while another process holds it (and the log names that one, never itself).
         let turn = self.turn.lock().await;
@@ -374,7 +374,9 @@ impl Reconciler {
             source: std::io::Error::other(e),
         })?
         .map_err(AppError::from)
-        .map(|lock| (turn, lock))
+        // The lock first: a tuple drops in order, and the next reconcile's turn must find
+        // the lock free.
+        .map(|lock| (lock, turn))
     }
 
     /// What did not converge, in the record (and the log); a team that did is cleared when
