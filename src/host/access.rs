@@ -137,10 +137,7 @@ pub fn check_writable_tree(
     };
     let mut folders = 1;
     let mut refused: Option<NotWritable> = None;
-    let complete = dir.walk(bounds, |e| {
-        if e.kind != rustix::fs::FileType::Directory {
-            return;
-        }
+    let complete = dir.walk_dirs(bounds, |e| {
         folders += 1;
         let owned = Owned {
             uid: e.uid,
