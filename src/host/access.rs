@@ -41,7 +41,7 @@ impl Owned {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "{}{} is owned by {}:{} with mode {:04o}, so the member's uid {} (gid {}) cannot write it{}; fix: {}",
-    .path.display(), below(.grant, .path), .owned.uid, .owned.gid, .owned.mode, .user.uid,
+    crate::core::untrusted::shown(&.path.to_string_lossy()), below(.grant, .path), .owned.uid, .owned.gid, .owned.mode, .user.uid,
     .user.gid, more_of(*.more), fix(self)
 )]
 pub struct NotWritable {
@@ -324,6 +324,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("nor 1 more folder(s)"), "{text}");
+        // A folder the member named is shown escaped: its name may steer a terminal.
+        let hostile = top.join("d/\u{1b}]2;pwned\u{7}");
+        std::fs::create_dir(&hostile).unwrap();
+        std::fs::set_permissions(top.join("a/b"), open.clone()).unwrap();
+        std::fs::set_permissions(top.join("d"), open.clone()).unwrap();
+        std::fs::set_permissions(&hostile, closed.clone()).unwrap();
+        let e = check_writable_tree(&top, member, TREE_BOUNDS).unwrap_err();
+        assert!(!e.to_string().contains('\u{1b}'), "{e}");
+        std::fs::set_permissions(&hostile, open.clone()).unwrap();
         // Past its bounds the walk stops, and says it did not see everything.
         std::fs::set_permissions(top.join("a/b"), open.clone()).unwrap();
         std::fs::set_permissions(top.join("d"), open).unwrap();
