@@ -481,6 +481,15 @@ fn a_deleted_team_stays_deleted_and_keeps_its_record(engine: Engine) {
         !w.id("worker").is_empty(),
         "{engine:?}: the worker runs again"
     );
+    // The container apply made is the one kept: the controller's look right after the
+    // apply judges it as apply did (it once read its limits as unlimited and replaced it).
+    std::thread::sleep(Duration::from_secs(2));
+    let replaced: Vec<serde_json::Value> = w
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "replaced")
+        .collect();
+    assert_eq!(replaced, Vec::<serde_json::Value>::new(), "{engine:?}");
 
     // --purge: the record goes too; the controller still leaves the team deleted.
     let out = w.ateam(&["delete", "--team", &w.team, "--purge"]);

@@ -529,6 +529,47 @@ fn assemble(
     containers
 }
 
+/// Memory, memory+swap and pids limits, as `Effective` holds them.
+fn limits_of(e: &crate::policy::Effective) -> (u64, i64, i64) {
+    (e.memory_bytes, e.memory_swap_bytes, e.pids_limit)
+}
+
+/// The kernel's limits differ from the engine's word (an update out of band, or the look
+/// read them through cgroups kept from an earlier read): read again, from the process's
+/// cgroups as they are now, and say both reads. A difference that holds is the verdict's;
+/// one that does not is what a controller once replaced a member for, right after an apply
+/// had checked it (memory found unlimited).
+fn reread_limits(i: &mut Inspected, engine: (u64, i64, i64), start: Option<&cache::Start>) {
+    let first = limits_of(&i.effective);
+    let now = i.pid.and_then(cgroup::membership);
+    let mut fresh = i.effective.clone();
+    (
+        fresh.memory_bytes,
+        fresh.memory_swap_bytes,
+        fresh.pids_limit,
+    ) = engine;
+    cgroup::overlay_with(&mut fresh, now.as_deref());
+    let again = limits_of(&fresh);
+    let memory_line = |m: Option<&str>| {
+        m.and_then(|t| {
+            t.lines()
+                .find(|l| l.contains(":memory:"))
+                .map(str::to_string)
+        })
+    };
+    let kept = memory_line(start.and_then(|s| s.cgroup.as_deref()));
+    let now = memory_line(now.as_deref());
+    let id = &i.summary.id;
+    // A steady difference (an out-of-band update; rootless members on cgroup v1, in the
+    // user's cgroup) is the verdict's to say; a read that changed is worth a line.
+    if again == first {
+        debug!(%id, pid = ?i.pid, ?engine, kernel = ?first, "the kernel's limits differ from the engine's");
+    } else {
+        warn!(%id, pid = ?i.pid, ?engine, ?first, ?again, ?kept, ?now, "the kernel's limits read twice differ");
+    }
+    i.effective = fresh;
+}
+
 /// How often, and how long apart, a container the engine calls running whose first process
 /// is gone is asked about again (`inspect_start`).
 const DYING_TRIES: u32 = 100;
@@ -793,10 +834,14 @@ fn observed_one(
     start: Option<&cache::Start>,
     early: &Early,
 ) -> ObservedContainer {
+    let engine = limits_of(&i.effective);
     match start {
         Some(s) => early.overlay(&mut i.effective, s.cgroup.as_deref()),
         // Not running (paused, say) or gone: read now, if it has a process at all.
         None => cgroup::overlay(&mut i.effective, i.pid),
+    }
+    if limits_of(&i.effective) != engine {
+        reread_limits(&mut i, engine, start);
     }
     let released = match wanted {
         Some(m) if i.summary.state == ContainerState::Running => {
