@@ -49,6 +49,18 @@ fn files_holding(dir: &std::path::Path, needles: &[&str], found: &mut Vec<PathBu
     }
 }
 
+/// The counts `grep -c PATTERN A B` printed (`A:n` then `B:m`).
+fn cert_counts(out: &str) -> (usize, usize) {
+    let counts: Vec<usize> = out
+        .lines()
+        .filter_map(|l| l.rsplit_once(':')?.1.trim().parse().ok())
+        .collect();
+    match counts[..] {
+        [a, b] => (a, b),
+        _ => panic!("not two counts: {out}"),
+    }
+}
+
 /// Node 20's fetch ignores the proxy variables: a CONNECT, then TLS over it, as agents' own
 /// proxy support does; its trust is Node's own roots plus NODE_EXTRA_CA_CERTS.
 fn node_get(port: u16, path: &str, key: &str) -> String {
@@ -90,6 +102,14 @@ fn clients_use_injected_credentials_under_rules(engine: Engine) {
         "{engine:?}: {env}"
     );
     w.clean(&env, "the member's environment");
+    // The one bundle holds the image's roots and the team's CA.
+    let roots =
+        "grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt /.ateam/ca-bundle.pem";
+    let (image, bundle) = cert_counts(&w.inside(roots));
+    assert!(
+        image > 50 && bundle == image + 1,
+        "{engine:?}: image roots {image}, bundle {bundle}"
+    );
 
     // curl, no flag: the proxy's variables and CURL_CA_BUNDLE; the key put in by the proxy.
     let got = w.inside(&format!(
@@ -312,6 +332,14 @@ fn clients_use_injected_credentials_under_rules(engine: Engine) {
         "{engine:?}: the helper: {got}"
     );
     w.clean(&got, "the helper's output");
+    // Its roots were kept by the image's id at the member's start: the same bundle.
+    let out = w.ateam(&["exec", "h", "--team", &w.team, "--", "sh", "-c", roots]);
+    assert_eq!(
+        cert_counts(&text(&out.stdout)),
+        (image, bundle),
+        "{engine:?}: the helper's bundle: {}",
+        text(&out.stderr)
+    );
     assert_eq!(
         api.values_of("x-api-key").last(),
         Some(&new_key),

@@ -996,6 +996,7 @@ fn inspected(mut c: ContainerInspectResponse) -> Inspected {
             .filter(|p| running && *p > 0)
             .and_then(|p| u32::try_from(p).ok()),
         image: config.image.unwrap_or_default(),
+        image_id: c.image.take().unwrap_or_default(),
         restart_count: u64::try_from(c.restart_count.unwrap_or(0)).unwrap_or(0),
         started_at: state.started_at.filter(|s| !s.is_empty() && s != ZERO_TIME),
         last_exit,

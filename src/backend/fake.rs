@@ -222,6 +222,7 @@ impl FakeBackend {
             pid: None,
             pid_files: None,
             image: image.to_string(),
+            image_id: String::new(),
             restart_count: 0,
             started_at: None,
             last_exit: None,

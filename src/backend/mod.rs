@@ -120,6 +120,10 @@ pub struct Inspected {
     pub pid: Option<u32>,
     /// The image as the engine names it.
     pub image: String,
+    /// The engine's id of the image it was made from (a digest of its content), when the
+    /// engine says it: what is read once from an image is kept under it.
+    #[serde(default)]
+    pub image_id: String,
     /// How often the engine restarted it (ateam asks it never to).
     pub restart_count: u64,
     /// When it last started (RFC 3339), if ever.

@@ -573,6 +573,7 @@ fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
         effective: effective_from(d),
         pid,
         image,
+        image_id: d.image.clone().unwrap_or_default(),
         restart_count: d.restart_count.unwrap_or(0).max(0) as u64,
         // Never started: Go's zero time, year 1.
         started_at: state

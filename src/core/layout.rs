@@ -57,6 +57,12 @@ pub fn image_probe_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
         .then(|| state_dir.join("images").join(format!("{id}.json")))
 }
 
+/// Where the roots read from an image are kept (`runtime::roots`), beside its probe's
+/// findings: `<state>/images/<id>.roots.pem`.
+pub fn image_roots_cache_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
+    image_probe_path(state_dir, image_id).map(|p| p.with_extension("roots.pem"))
+}
+
 /// A member's private folder under the state folder.
 pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     team_run_dir(state_dir, team)

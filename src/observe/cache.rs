@@ -271,6 +271,7 @@ mod tests {
             pid: Some(pid),
             pid_files: None,
             image: "img".into(),
+            image_id: String::new(),
             restart_count: 0,
             started_at: None,
             last_exit: None,

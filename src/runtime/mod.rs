@@ -792,13 +792,12 @@ impl Runtime {
         // container: the gate holds its command until the release, which waits for all three.
         let checked = async {
             let limits = self.limits(m)?;
+            // First (an inspect, a few ms): its image's id says where the roots are kept.
+            let created = self.check_policy(m, &id, limits, "after create").await?;
+            let looked = Looked::from(&created);
             let (ca, pid, up) = tokio::join!(
-                self.give_ca(m, &id),
-                async {
-                    let created = self.check_policy(m, &id, limits, "after create").await?;
-                    self.start_found(m, &id, Some(&Looked::from(&created)))
-                        .await
-                },
+                self.give_ca(m, &id, &created.image_id),
+                self.start_found(m, &id, Some(&looked)),
                 async {
                     match proxy {
                         Some(starting) => starting.await,
@@ -820,19 +819,30 @@ impl Runtime {
         }
     }
 
-    /// For a member with intercepted hosts: its image's roots, from the container just made,
-    /// kept beside its proxy's files, and its CA files (`ca.pem`, `ca-bundle.pem`) written
-    /// anew from them and the team's CA.
-    async fn give_ca(&self, m: &DesiredMember, id: &str) -> Result<(), RunError> {
+    /// For a member with intercepted hosts: its image's roots (`image_id`'s, kept since an
+    /// earlier start, else read from the container just made), kept beside its proxy's
+    /// files, and its CA files (`ca.pem`, `ca-bundle.pem`) written anew from them and the
+    /// team's CA.
+    async fn give_ca(&self, m: &DesiredMember, id: &str, image_id: &str) -> Result<(), RunError> {
         if m.egress
             .as_ref()
             .is_none_or(|e| e.policy.intercept.is_empty())
         {
             return Ok(());
         }
-        let roots = roots::image_roots(self.backend.as_ref(), id)
-            .await
-            .map_err(|e| self.backend_err(m, e))?;
+        let kept = roots::Kept::new(&self.state_dir, image_id, self.owner);
+        let roots = match kept.get() {
+            Some(roots) => roots,
+            None => {
+                let read = roots::image_roots(self.backend.as_ref(), id)
+                    .await
+                    .map_err(|e| self.backend_err(m, e))?;
+                if roots::from_image_alone(&m.spec.mounts, &m.spec.tmpfs, &read.paths) {
+                    kept.put(&read.pem);
+                }
+                read.pem
+            }
+        };
         let paths = crate::egress::Paths::new(&self.state_dir, &m.team, &m.member);
         let member_owner = self.member_owner(m)?;
         let fail = |source| RunError::Ca {

@@ -148,6 +148,7 @@ impl Rig {
             pid,
             pid_files: None,
             image: self.member.spec.image.clone(),
+            image_id: String::new(),
             restart_count: 0,
             started_at: None,
             last_exit: None,
