@@ -246,8 +246,10 @@ def member_output(ateam, env):
             f"{tail(egress.stdout)}{tail(egress.stderr)}")
 
 
-def run_ateam(agent, port, log, ateam, n):
-    """Apply the example (pointed at the stand-in like tests/agents.rs does) and time it."""
+def run_ateam(agent, port, log, ateam, n, state):
+    """Apply the example (pointed at the stand-in like tests/agents.rs does) and time it.
+    `state` is ateam's state folder, the same for every run of the bench, as a person's is
+    from one apply to the next (what ateam keeps by image id is read once)."""
     d = tempfile.mkdtemp(prefix="bench-agents-")
     shutil.copytree(example(agent), d, dirs_exist_ok=True)
     path = os.path.join(d, "team.yaml")
@@ -260,7 +262,7 @@ def run_ateam(agent, port, log, ateam, n):
     for root, dirs, files in os.walk(d):
         for x in [root] + [os.path.join(root, f) for f in files]:
             os.lchown(x, OWNER, OWNER)
-    env = ateam_env(os.path.join(d, "state"))
+    env = ateam_env(state)
     env[KEYS[agent]] = "test-key"
     t0 = time.time()
     try:
@@ -304,14 +306,18 @@ def ratio(a, b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--ateam", default=os.path.join(REPO, "target", "debug", "ateam"))
+    # The build users run (cargo install), as the other benches; the dev build without one.
+    release = os.path.join(REPO, "target", "release", "ateam")
+    ap.add_argument("--ateam", default=release if os.path.exists(release)
+                    else os.path.join(REPO, "target", "debug", "ateam"))
     ap.add_argument("--agents", default="claude,codex")
     a = ap.parse_args()
     log = tempfile.mktemp(suffix=".jsonl")
     srv, port = start_model(log)
     cadir = tempfile.mkdtemp(prefix="bench-agents-ca-")
-    print(f"{a.runs} runs each, median; stand-in model at https://{MODEL_HOST}:{port} "
-          f"(127.0.0.1)\n")
+    state = tempfile.mkdtemp(prefix="bench-agents-state-")
+    print(f"{a.runs} runs each (after one not counted), alternating, median; {a.ateam}; "
+          f"stand-in model at https://{MODEL_HOST}:{port} (127.0.0.1)\n")
     rows = []
     try:
         for agent in a.agents.split(","):
@@ -322,15 +328,24 @@ def main():
                 if pulled.returncode != 0:
                     raise RunFailed(f"ateam agents pull {agent}:\n{output(pulled.stdout, pulled.stderr)}")
                 ca_files(agent, cadir)
-                dr = [run_docker(agent, port, log, cadir, i, a.ateam) for i in range(a.runs)]
-                how = "ateam member"
-                ar = [run_ateam(agent, port, log, a.ateam, i) for i in range(a.runs)]
+                # Alternating, so that a change in the machine's load falls on both sides; the
+                # first of each warms what a person's machine has warm (page cache, images).
+                dr, ar = [], []
+                for i in range(a.runs + 1):
+                    how = "docker run"
+                    d = run_docker(agent, port, log, cadir, i, a.ateam)
+                    how = "ateam member"
+                    m = run_ateam(agent, port, log, a.ateam, i, state)
+                    if i > 0:
+                        dr.append(d)
+                        ar.append(m)
             except RunFailed as e:
                 raise SystemExit(f"bench-agents: {agent} as {how} failed: {e}") from None
             rows.append((agent, dr, ar))
     finally:
         srv.shutdown()
         shutil.rmtree(cadir, ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
         if os.path.exists(log):
             os.unlink(log)
     print("| agent | how | apply returns | first model request | whole turn (file written, exited) |")

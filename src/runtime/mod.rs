@@ -772,11 +772,14 @@ impl Runtime {
             req.name = n.to_string();
         }
         let m = &p.member;
+        let began = std::time::Instant::now();
+        let ms = move || began.elapsed().as_secs_f64() * 1000.0;
         let id = self
             .backend
             .create(&req)
             .await
             .map_err(|e| self.backend_err(m, e))?;
+        tracing::debug!(at_ms = ms(), "created");
         // Recorded before it ever starts: only what is in the record is ever adopted.
         if let Err(source) = Record::update(&m.record, &id, true, self.owner) {
             let cause = RunError::Io {
@@ -794,6 +797,7 @@ impl Runtime {
             let limits = self.limits(m)?;
             // First (an inspect, a few ms): its image's id says where the roots are kept.
             let created = self.check_policy(m, &id, limits, "after create").await?;
+            tracing::debug!(at_ms = ms(), "inspected after create");
             let looked = Looked::from(&created);
             let (ca, pid, up) = tokio::join!(
                 self.give_ca(m, &id, &created.image_id),
@@ -805,6 +809,7 @@ impl Runtime {
                     }
                 }
             );
+            tracing::debug!(at_ms = ms(), "started, CA files written, proxy up");
             let pid = pid?;
             ca?;
             up.map_err(|source| RunError::Egress {
@@ -814,7 +819,10 @@ impl Runtime {
             self.release_checked(m, &id, pid, &p.pins, command).await
         };
         match checked.await {
-            Ok(()) => Ok(id),
+            Ok(()) => {
+                tracing::debug!(at_ms = ms(), "released");
+                Ok(id)
+            }
             Err(cause) => Err(self.rollback(m, cause, &id).await),
         }
     }
@@ -967,10 +975,15 @@ impl Runtime {
         before: Option<&Looked>,
     ) -> Result<u32, RunError> {
         let limits = self.limits(m)?;
+        let began = std::time::Instant::now();
         self.backend
             .start(id)
             .await
             .map_err(|e| self.backend_err(m, e))?;
+        tracing::debug!(
+            elapsed_ms = began.elapsed().as_secs_f64() * 1000.0,
+            "the engine's start"
+        );
         let pid = match self.started_init(m, id, before, limits)? {
             Some(pid) => Some(pid),
             None => self.check_policy(m, id, limits, "after start").await?.pid,
