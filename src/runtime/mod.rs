@@ -23,7 +23,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, EngineInfo, Inspected, PidFiles};
-use crate::core::container::{ContainerState, CreateRequest, EngineKind, LastExit, labels};
+use crate::core::container::{
+    ContainerState, CreateRequest, EngineKind, LastExit, SpecNetwork, labels,
+};
 use crate::core::layout::{gate_dir, member_record_path, secrets_path, team_run_dir};
 use crate::files::{self, Owner};
 use crate::host::mounts::Mounts;
@@ -1038,6 +1040,14 @@ impl Runtime {
                 "its process has capabilities {:x}/{:x}, no-new-privileges {}, user {user} (expected none, on, {})",
                 st.cap_eff, st.cap_bnd, st.no_new_privs, m.spec.user
             )));
+        }
+        let alone = match &m.spec.network {
+            SpecNetwork::None | SpecNetwork::Proxy => true,
+            SpecNetwork::Open(_) => false,
+        };
+        if alone && let Some(why) = procfs::loopback_only(pid) {
+            let err = process(format!("its network is not loopback alone: {why}"));
+            return Err(self.unless_stopped(m, id, err).await);
         }
         for (target, pinned) in pins {
             match pin::check(pid, target, pinned) {

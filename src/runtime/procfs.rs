@@ -27,6 +27,39 @@ pub fn status(pid: u32) -> std::io::Result<ProcStatus> {
     Ok(parse(&text))
 }
 
+/// Why the network namespace of process `pid` is not one with loopback alone, apart from
+/// the host's: none when it is. What a member without a network (or behind its proxy) must
+/// have, read from the kernel rather than taken from the engine's word (Docker makes such a
+/// namespace for `NetworkDisabled`, without its network plumbing).
+pub fn loopback_only(pid: u32) -> Option<String> {
+    let proc = Path::new("/proc").join(pid.to_string());
+    let ns = |p: &Path| std::fs::read_link(p).map(|l| l.to_string_lossy().into_owned());
+    match (ns(&proc.join("ns/net")), ns(Path::new("/proc/self/ns/net"))) {
+        (Ok(theirs), Ok(ours)) if theirs == ours => {
+            return Some(format!("it shares ateam's network namespace ({theirs})"));
+        }
+        (Err(e), _) => return Some(format!("cannot read its network namespace: {e}")),
+        _ => {}
+    }
+    match crate::files::read_kernel_text(&proc.join("net/dev")) {
+        Ok(text) => {
+            let others = interfaces_besides_lo(&text);
+            (!others.is_empty()).then(|| format!("it has network interfaces {others:?}"))
+        }
+        Err(e) => Some(format!("cannot read its network interfaces: {e}")),
+    }
+}
+
+/// The interfaces `/proc/<pid>/net/dev` lists, but `lo`.
+fn interfaces_besides_lo(net_dev: &str) -> Vec<String> {
+    net_dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim().to_string()))
+        .filter(|name| name != "lo")
+        .collect()
+}
+
 fn parse(text: &str) -> ProcStatus {
     let field = |name: &str| {
         text.lines()
@@ -193,6 +226,22 @@ pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interfaces_besides_loopback() {
+        let lo = "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n    lo:       0       0    0\n";
+        assert_eq!(interfaces_besides_lo(lo), Vec::<String>::new());
+        let eth = format!("{lo}  eth0: 1 2 3\nveth1a2b: 0 0\n");
+        assert_eq!(interfaces_besides_lo(&eth), ["eth0", "veth1a2b"]);
+    }
+
+    #[test]
+    fn this_process_shares_its_own_network_namespace() {
+        let me = std::process::id();
+        let why = loopback_only(me).unwrap();
+        assert!(why.contains("shares ateam's network namespace"), "{why}");
+        assert!(loopback_only(u32::MAX).unwrap().contains("cannot read"));
+    }
 
     #[test]
     fn parses_status() {
