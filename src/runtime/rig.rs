@@ -189,9 +189,9 @@ pub(crate) fn me() -> Owner {
 }
 
 /// A process as a container's first one looks to the kernel: `sleep`, with no capabilities
-/// (bounding set empty), no-new-privileges, as the test's user. Root drops its capabilities
-/// with `setpriv`; anyone else does it in a user namespace of its own (`unshare`). Killed when
-/// dropped.
+/// (bounding set empty), no-new-privileges, as the test's user, in a network namespace of its
+/// own. Root drops its capabilities with `setpriv`; anyone else does it in a user namespace
+/// of its own (`unshare`). Killed when dropped.
 pub(crate) struct Init(std::process::Child);
 
 impl Init {
@@ -205,14 +205,13 @@ impl Init {
             "sleep",
             "600",
         ];
-        let args: Vec<&str> = if rustix::process::getuid().is_root() {
-            setpriv.to_vec()
+        // A network namespace of its own, loopback alone, as a member's (the release checks).
+        let unshare: &[&str] = if rustix::process::getuid().is_root() {
+            &["unshare", "--net", "--"]
         } else {
-            ["unshare", "--user", "--map-root-user"]
-                .into_iter()
-                .chain(setpriv)
-                .collect()
+            &["unshare", "--user", "--map-root-user", "--net", "--"]
         };
+        let args: Vec<&str> = unshare.iter().copied().chain(setpriv).collect();
         let child = std::process::Command::new(args[0])
             .args(&args[1..])
             .stdin(std::process::Stdio::null())
