@@ -184,6 +184,39 @@ pub enum SchemaOf {
     Diff,
 }
 
+/// `ateam approvals allow|deny ID`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalAnswer {
+    /// Let it through: `--once` for the member's present start, `--always` written into the
+    /// grant's manifest file and applied (no new container).
+    Allow {
+        /// The approval's id, as `ateam approvals` lists it.
+        id: String,
+        #[command(flatten)]
+        how: OnceOrAlways,
+    },
+    /// Keep it refused: `--once` dismisses it (a later refusal asks again), `--always` is
+    /// written into the grant's `deny` list and never asked again.
+    Deny {
+        /// The approval's id, as `ateam approvals` lists it.
+        id: String,
+        #[command(flatten)]
+        how: OnceOrAlways,
+    },
+}
+
+/// `--once` or `--always`: one of the two, said each time.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct OnceOrAlways {
+    /// For this time only.
+    #[arg(long)]
+    pub once: bool,
+    /// Written into the manifest.
+    #[arg(long)]
+    pub always: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check manifests against every rule without touching anything.
@@ -259,6 +292,18 @@ pub enum Command {
         /// `json`: one array; with -w, one object per line per event.
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: Output,
+    },
+    /// What members were refused that you could grant (pending approvals), and your
+    /// answers: allow or deny, once or always (docs/approvals.md).
+    Approvals {
+        /// Only this team's.
+        #[arg(long)]
+        team: Option<String>,
+        /// `json`: one array of every pending approval.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+        #[command(subcommand)]
+        answer: Option<ApprovalAnswer>,
     },
     /// Stop and remove a team's containers; transcripts stay unless --purge.
     Delete {

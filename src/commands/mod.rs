@@ -18,6 +18,7 @@ macro_rules! outln {
 mod agent;
 mod agents;
 mod apply;
+mod approvals;
 mod board;
 mod common;
 mod completion;
@@ -96,6 +97,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             watch,
             output,
         } => events::run(g, team.as_deref(), watch, output),
+        Command::Approvals {
+            team,
+            output,
+            answer,
+        } => block_on(approvals::run(g, team.as_deref(), output, answer))?,
         Command::Delete {
             files,
             team,

@@ -20,10 +20,12 @@
 //!                                                   (`go`), restart count (`restarts`), CA
 //!                                                   files (`ca.pem`, `ca-bundle.pem`)
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
+//! <state>/teams/<team>/members/<m>/approvals.json   the person's answers to its approvals
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
 //! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file, log,
 //!                                                   refusal log (`log-refused.jsonl`),
-//!                                                   stderr, intercept.json, image-roots.pem
+//!                                                   stderr, intercept.json, image-roots.pem,
+//!                                                   once.json (allowed for this start only)
 //! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
 //! <state>/teams/<team>/members/<m>/ctl/mcp.sock     the team's tools (MCP), served by the
 //!                                                   helper server (`board: true`)
@@ -93,6 +95,18 @@ pub fn restarts_path(ctl_dir: &Path) -> PathBuf {
 pub fn member_record_path(run_dir: &Path, member: &str) -> PathBuf {
     members_dir(run_dir).join(member).join("containers.json")
 }
+
+/// The person's answers to a member's pending approvals (`approvals::record`): ateam's
+/// user's, 0600, beside the control folder and never mounted into the member.
+pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("approvals.json")
+}
+
+/// What a member's proxy lets through besides its policy for the member's present start
+/// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
+pub const EGRESS_ONCE_NAME: &str = "once.json";
 
 /// Where a team's sockets live: under the state folder, private to the user.
 pub fn team_run_dir(state_dir: &Path, team: &str) -> PathBuf {

@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::untrusted::shown;
 
+/// The end of the proxy's reason for a host its member's allow list does not name.
+pub const NOT_LISTED: &str = "is not in this member's allow list";
+
 /// Size at which the log is rotated: two files of this size at most.
 pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 

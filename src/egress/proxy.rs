@@ -894,7 +894,7 @@ async fn decide(
             None,
             refuse(
                 403,
-                format!("{host}:{} is not in this member's allow list", req.port),
+                format!("{host}:{} {}", req.port, super::log::NOT_LISTED),
             ),
         ));
     }
@@ -964,7 +964,7 @@ async fn host_service(
             None,
             refuse(
                 403,
-                format!("{HOST_SERVICE}:{port} is not in this member's allow list"),
+                format!("{HOST_SERVICE}:{port} {}", super::log::NOT_LISTED),
             ),
         ));
     }

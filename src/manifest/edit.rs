@@ -13,26 +13,47 @@ use super::load::read_sources;
 /// (the comments just before it included), if one of them defines it. `-` (standard input)
 /// is never read here.
 pub fn grant_document(paths: &[PathBuf], team: &str, name: &str) -> Option<String> {
+    grant_file(paths, team, name).map(|g| g.document)
+}
+
+/// Where the AccessGrant `name` of team `team` is defined among the manifests at `paths`: the
+/// file (as read: no link left its folder), the whole file's text, and the grant's document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantFile {
+    /// The file, as the walk of the `-f` paths named it.
+    pub path: PathBuf,
+    /// Its whole text, as read.
+    pub text: String,
+    /// The grant's document in it (the comments just before it included).
+    pub document: String,
+}
+
+/// `grant_document`, with the file it is in.
+pub fn grant_file(paths: &[PathBuf], team: &str, name: &str) -> Option<GrantFile> {
     let files: Vec<PathBuf> = paths
         .iter()
         .filter(|p| p.as_os_str() != "-")
         .cloned()
         .collect();
     let (sources, _) = read_sources(&files, &mut std::io::empty());
-    let files: Vec<YamlFile> = sources
+    let parsed: Vec<(usize, YamlFile)> = sources
         .iter()
-        .filter_map(|s| YamlFile::from_str(&s.text).ok())
+        .enumerate()
+        .filter_map(|(n, s)| YamlFile::from_str(&s.text).ok().map(|f| (n, f)))
         .collect();
-    let objects: Vec<Object> = files.iter().flat_map(objects).collect();
+    let objects: Vec<(usize, Object)> = parsed
+        .iter()
+        .flat_map(|(n, f)| objects(f).into_iter().map(move |o| (*n, o)))
+        .collect();
     // A grant that names no team is of the only Team of its manifests.
     let teams: Vec<String> = objects
         .iter()
-        .filter(|o| o.kind == "Team")
-        .map(|o| o.name.clone())
+        .filter(|(_, o)| o.kind == "Team")
+        .map(|(_, o)| o.name.clone())
         .collect();
     objects
         .into_iter()
-        .find(|o| {
+        .find(|(_, o)| {
             o.kind == "AccessGrant"
                 && o.name == name
                 && match &o.team {
@@ -40,7 +61,41 @@ pub fn grant_document(paths: &[PathBuf], team: &str, name: &str) -> Option<Strin
                     None => teams == [team],
                 }
         })
-        .map(|o| o.text)
+        .map(|(n, o)| GrantFile {
+            path: sources[n].path.clone(),
+            text: sources[n].text.clone(),
+            document: o.text,
+        })
+}
+
+/// The whole file `text` with `entries` added at the end of the allow list of its
+/// AccessGrant `name` (the one `grant_file` found in it), every other byte as it was; `None`
+/// when the file defines no such grant with an allow list, or defines it twice.
+pub fn add_allow_entries_in_file(text: &str, name: &str, entries: &[String]) -> Option<String> {
+    let file = YamlFile::from_str(text).ok()?;
+    let mut found = file.documents().filter(|d| {
+        d.as_mapping().is_some_and(|m| {
+            let field = |m: &Mapping, k: &str| m.get(k).map(|v| v.to_string().trim().to_string());
+            field(&m, "kind").as_deref() == Some("AccessGrant")
+                && m.get_mapping("metadata")
+                    .and_then(|md| field(&md, "name"))
+                    .as_deref()
+                    == Some(name)
+        })
+    });
+    let doc = found.next()?;
+    if found.next().is_some() {
+        return None;
+    }
+    let allow = doc
+        .as_mapping()?
+        .get_mapping("spec")?
+        .get_mapping("network")?
+        .get_sequence("allow")?;
+    for e in entries {
+        allow.push(e.as_str());
+    }
+    Some(file.to_string())
 }
 
 /// One document of a manifest: its kind, name, `spec.team` and text.
@@ -150,6 +205,20 @@ kind: AccessGrant
 metadata: {name: flow}
 spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}"
         );
+        let found = grant_file(&paths, "t", "g").unwrap();
+        assert_eq!(found.path, file);
+        let whole = add_allow_entries_in_file(&found.text, "g", &new[..1]).unwrap();
+        // Only the lines of the allow list change: the rest of the file is byte for byte.
+        let at = MANIFEST.find("      - {host: model.example").unwrap();
+        let end = at + MANIFEST[at..].find('\n').unwrap() + 1;
+        assert_eq!(&whole[..end], &MANIFEST[..end]);
+        assert_eq!(&whole[end..end + 17], "      - pypi.org\n");
+        assert_eq!(&whole[end + 17..], &MANIFEST[end..]);
+        let flow = add_allow_entries_in_file(&found.text, "flow", &new[..1]).unwrap();
+        assert!(
+            flow.ends_with("spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}\n")
+        );
+        assert_eq!(add_allow_entries_in_file(&found.text, "nosuch", &new), None);
         let none = "kind: AccessGrant\nmetadata: {name: n}\nspec: {network: none}\n";
         assert_eq!(add_allow_entries(none, &new), None);
     }

@@ -98,6 +98,7 @@ fn egress(allowed: u64, refused: u64, failed: u64) -> crate::report::EgressStatu
         suggested_grant: None,
         not_suggested: vec![],
         not_suggested_more: 0,
+        approvals: vec![],
         last_minute: EgressCounts {
             allowed,
             refused,

@@ -1,0 +1,114 @@
+//! `ateam approvals`: the pending approvals of the applied teams, and the person's answers
+//! (`app::approvals` decides and writes; this renders and picks the exit code).
+
+use crate::cli::{ApprovalAnswer, Global, OnceOrAlways, Output};
+use ateam::app::approvals::{self, ApprovalError};
+
+use super::common::{app, waiting};
+use super::exit::Exit;
+use super::progress::Display;
+
+/// 0: listed, or answered as asked; 4: the answer was refused (nothing written); other
+/// errors as `exit::classify`.
+pub async fn run(
+    global: &Global,
+    team: Option<&str>,
+    output: Output,
+    answer: Option<ApprovalAnswer>,
+) -> anyhow::Result<Exit> {
+    let app = app(global);
+    let Some(answer) = answer else {
+        return list(&app, team, output);
+    };
+    let done = match answer {
+        ApprovalAnswer::Allow { id, how } => allow(&app, team, &id, &how).await,
+        ApprovalAnswer::Deny { id, how } => deny(&app, team, &id, &how),
+    };
+    match done {
+        Ok(exit) => Ok(exit),
+        Err(ApprovalError::App(e)) => Err(e.into()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(Exit::Refused)
+        }
+    }
+}
+
+fn list(app: &ateam::app::App, team: Option<&str>, output: Output) -> anyhow::Result<Exit> {
+    let found = approvals::list(app, team)?;
+    match output {
+        Output::Text => {
+            if found.is_empty() {
+                outln!("no pending approvals");
+            }
+            let now = ateam::egress::log::Event::now();
+            for f in &found {
+                outln!("{}", ateam::approvals::line(&f.pending, now));
+            }
+        }
+        Output::Json | Output::Yaml => {
+            let all: Vec<&ateam::approvals::Pending> = found.iter().map(|f| &f.pending).collect();
+            super::output::print_document(&all, output == Output::Yaml)?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+async fn allow(
+    app: &ateam::app::App,
+    team: Option<&str>,
+    id: &str,
+    how: &OnceOrAlways,
+) -> Result<Exit, ApprovalError> {
+    let f = approvals::find(app, team, id, true)?;
+    if how.once {
+        return Err(ApprovalError::NotApprovable {
+            id: id.to_string(),
+            why: "allow once is not built yet".into(),
+        });
+    }
+    let secret = |name: &str| std::env::var(name).ok();
+    let display = Display::new();
+    let w = approvals::allow_always(app, &f, &secret, &display, &waiting).await?;
+    outln!(
+        "{}: added {} to AccessGrant `{}` (commit it when you are ready)",
+        w.file.display(),
+        f.pending.want.describe(),
+        f.pending.grant
+    );
+    Ok(if w.report.converged() {
+        outln!(
+            "applied: {}/{} may reach it now",
+            f.team.name,
+            f.member.name
+        );
+        Exit::Ok
+    } else {
+        eprintln!("the apply after it did not converge: see `ateam status`");
+        Exit::Differs
+    })
+}
+
+fn deny(
+    app: &ateam::app::App,
+    team: Option<&str>,
+    id: &str,
+    how: &OnceOrAlways,
+) -> Result<Exit, ApprovalError> {
+    let f = approvals::find(app, team, id, false)?;
+    if how.always {
+        return Err(ApprovalError::NotApprovable {
+            id: id.to_string(),
+            why: "deny always is not built yet".into(),
+        });
+    }
+    approvals::deny_once(app, &f, &waiting)?;
+    outln!(
+        "dismissed {}: {} stays refused for {}/{}",
+        f.pending.id,
+        f.pending.want.describe(),
+        f.team.name,
+        f.member.name
+    );
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,337 @@
+//! Pending approvals from inside members, on Docker and rootful Podman: a refused request
+//! becomes a pending approval (`ateam approvals`, `status`); what status never offers is
+//! shown and cannot be approved; deny once dismisses; allow always writes the manifest file
+//! the grant came from (the rest of it byte for byte, comments kept), applies it without a new
+//! container and leaves `diff` clean; and nothing is written while a member (here one of
+//! another state folder) can write the manifests' folder. The proxy never connects anywhere:
+//! the names asked for are refused by the list, then (allowed) by their loopback address.
+//! Ignored by a plain `cargo test`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::wildcard_enum_match_arm,
+    reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+mod common;
+use common::{Engine, text};
+
+/// A name the host resolves to 127.0.0.1 (scripts/engines.sh puts it into /etc/hosts): once
+/// allowed, the proxy still refuses it for its address, so no test traffic leaves.
+const NAME: &str = "loopback.ateam.test";
+const PORT: u16 = 18093;
+
+struct World {
+    engine: Engine,
+    dir: tempfile::TempDir,
+    team: String,
+}
+
+fn manifest_text(team: &str) -> String {
+    format!(
+        r#"# The team's manifests: ateam may add to an allow list, and to nothing else.
+apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}}}
+spec: {{image: ateam-demo:latest, sessionDir: ../sessions, allowUnenforcedLimits: true}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ../work}}
+---
+# a's grant: keep it narrow
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: net-a}}
+spec:
+  read: [../work]     # what it reads
+  network:
+    allow:
+      - example.com   # the docs
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: a}}
+spec: {{parent: lead, access: net-a, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#
+    )
+}
+
+impl World {
+    fn new(engine: Engine) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("ateam-approvals-")
+            .tempdir()
+            .unwrap();
+        let team = format!(
+            "appr-{}{}",
+            &format!("{engine:?}").to_lowercase()[..1],
+            std::process::id() % 100000
+        );
+        let w = World { engine, dir, team };
+        for d in [
+            "work",
+            "state",
+            "state2",
+            "sessions",
+            "sessions2",
+            "m",
+            "other",
+        ] {
+            std::fs::create_dir(w.root().join(d)).unwrap();
+        }
+        std::fs::write(w.manifest(), manifest_text(&w.team)).unwrap();
+        w
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn manifest(&self) -> PathBuf {
+        self.root().join("m/team.yaml")
+    }
+
+    fn ateam_in(&self, state: &str, args: &[&str]) -> Output {
+        common::ateam_command(self.engine, &self.root().join(state))
+            .args(args)
+            .current_dir(self.root())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.ateam_in("state", args)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.ateam(args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{:?}: {args:?}:\n{}\n{}",
+            self.engine,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    fn inside(&self, member: &str, script: &str) -> String {
+        let out = self.ateam(&[
+            "exec", member, "--team", &self.team, "--", "sh", "-c", script,
+        ]);
+        format!("{}{}", text(&out.stdout), text(&out.stderr))
+    }
+
+    fn pending(&self) -> Vec<serde_json::Value> {
+        let out = self.ok(&["approvals", "--team", &self.team, "-o", "json"]);
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn container(&self) -> String {
+        let out = self.ok(&["status", &self.team, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["teams"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "a")
+            .unwrap()["containerId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        let _ = self.ateam_in(
+            "state2",
+            &["delete", "--team", &format!("{}-w", self.team), "--purge"],
+        );
+    }
+}
+
+/// A team of a second state folder whose member writes the first team's manifests folder:
+/// its own validation cannot know that folder, so only the write's own check stands.
+fn other_store_writing(w: &World, folder: &Path) -> PathBuf {
+    let file = w.root().join("other/team.yaml");
+    let yaml = format!(
+        r#"apiVersion: ateam.dev/v1alpha1
+kind: Team
+metadata: {{name: {team}-w}}
+spec: {{image: ateam-demo:latest, sessionDir: ../sessions2, allowUnenforcedLimits: true}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: MainSession
+metadata: {{name: lead}}
+spec: {{command: [sleep, "100000"], cwd: ../work}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: writes}}
+spec: {{write: ["{folder}"]}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: writer}}
+spec: {{parent: lead, access: writes, command: [sleep, "100000"], resources: {{memory: 64Mi, pids: 64}}}}
+"#,
+        team = w.team,
+        folder = folder.display()
+    );
+    std::fs::write(&file, yaml).unwrap();
+    file
+}
+
+fn approvals_from_inside_a_member(engine: Engine) {
+    let w = World::new(engine);
+    let manifest = w.manifest();
+    let m = manifest.to_str().unwrap();
+    w.ok(&["apply", "-f", m]);
+    let before = w.container();
+    let original = std::fs::read_to_string(&manifest).unwrap();
+
+    // Refused: a name its list does not have, and the Docker API of the host's loopback.
+    let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    assert!(got.contains("403"), "{engine:?}: {got}");
+    let got = w.inside(
+        "a",
+        "printf 'CONNECT 127.0.0.1:2375 HTTP/1.1\\r\\n\\r\\n' | nc 127.0.0.1 3128 2>&1",
+    );
+    assert!(got.contains("403"), "{engine:?}: {got}");
+
+    let pending = w.pending();
+    assert_eq!(pending.len(), 2, "{engine:?}: {pending:#?}");
+    let find = |entry: &str| {
+        pending
+            .iter()
+            .find(|p| p["want"]["entry"] == entry)
+            .unwrap_or_else(|| panic!("{engine:?}: no approval for {entry}: {pending:#?}"))
+            .clone()
+    };
+    let name = find(&format!("{NAME}:{PORT}"));
+    let docker = find("127.0.0.1:2375");
+    assert_eq!(name["member"], "a");
+    assert_eq!(name["grant"], "net-a");
+    assert_eq!(name["notApprovable"], serde_json::Value::Null);
+    assert!(
+        docker["notApprovable"]
+            .as_str()
+            .unwrap()
+            .contains("Docker API"),
+        "{docker:#?}"
+    );
+    let (id, docker_id) = (
+        name["id"].as_str().unwrap().to_string(),
+        docker["id"].as_str().unwrap().to_string(),
+    );
+    // `status` shows them, by id.
+    let status = w.ok(&["status", &w.team]);
+    assert!(
+        status.contains(&id) && status.contains(&docker_id),
+        "{status}"
+    );
+
+    // What status never offers is not approved from here, and nothing is written.
+    let out = w.ateam(&["approvals", "allow", &docker_id, "--always"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("Docker API"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    // Deny once dismisses it.
+    w.ok(&["approvals", "deny", &docker_id, "--once"]);
+    let left: Vec<String> = w
+        .pending()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, std::slice::from_ref(&id), "{engine:?}");
+
+    // A member (of another state folder) can write the manifests' folder: nothing written.
+    let other = other_store_writing(&w, &w.root().join("m"));
+    // The writer's uid (nobody, members' default) may write the folder, as its grant says.
+    std::os::unix::fs::chown(w.root().join("m"), Some(65534), Some(65534)).unwrap();
+    let out = w.ateam_in("state2", &["apply", "-f", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = w.ateam(&["approvals", "allow", &id, "--always"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("writable"),
+        "{engine:?}: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    let out = w.ateam_in(
+        "state2",
+        &["delete", "--team", &format!("{}-w", w.team), "--purge"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::os::unix::fs::chown(w.root().join("m"), Some(0), Some(0)).unwrap();
+
+    // Allow always: one line more in the allow list, the rest of the file as it was.
+    let said = w.ok(&["approvals", "allow", &id, "--always"]);
+    assert!(said.contains("added"), "{said}");
+    let now = std::fs::read_to_string(&manifest).unwrap();
+    let expected = original.replace(
+        "      - example.com   # the docs\n",
+        &format!("      - example.com   # the docs\n      - {NAME}:{PORT}\n"),
+    );
+    assert_eq!(now, expected, "{engine:?}");
+    // Applied hot: the same container, and nothing left to do.
+    assert_eq!(w.container(), before, "{engine:?}: a new container");
+    let out = w.ateam(&["diff", "-f", m]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: diff after allow always:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
+    // The next try passes the list: refused now for its address alone (nothing connects).
+    let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    assert!(got.contains("403"), "{engine:?}: {got}");
+    let logs = text(
+        &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
+            .stdout,
+    );
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("loopback address") && !last.contains("not in this member's allow list"),
+        "{engine:?}: {logs}"
+    );
+}
+
+macro_rules! on_every_engine {
+    ($($engine:ident => $e:expr),* $(,)?) => {
+        $(
+            mod $engine {
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn approvals_from_inside_a_member() {
+                    super::approvals_from_inside_a_member($e);
+                }
+            }
+        )*
+    };
+}
+
+on_every_engine!(
+    docker => super::Engine::Docker,
+    podman => super::Engine::Podman,
+);
