@@ -2,8 +2,9 @@
 //! becomes a pending approval (`ateam approvals`, `status`); what status never offers is
 //! shown and cannot be approved; deny once dismisses; allow always writes the manifest file
 //! the grant came from (the rest of it byte for byte, comments kept), applies it without a new
-//! container and leaves `diff` clean; and nothing is written while a member (here one of
-//! another state folder) can write the manifests' folder. The proxy never connects anywhere:
+//! container and leaves `diff` clean; deny always writes the grant's `deny` list the same way
+//! and is never asked again; a destination both allowed and denied is refused; and nothing is
+//! written while a member (here one of another state folder) can write the manifests' folder. The proxy never connects anywhere:
 //! the names asked for are refused by the list, then (allowed) by their loopback address.
 //! Ignored by a plain `cargo test`.
 
@@ -315,6 +316,73 @@ fn approvals_from_inside_a_member(engine: Engine) {
         last.contains("loopback address") && !last.contains("not in this member's allow list"),
         "{engine:?}: {logs}"
     );
+
+    // Deny always: written into the grant's deny list (made, as the spec's own style), the
+    // same container, nothing left to do, and never asked again.
+    let other = "nope.ateam.test:18094";
+    w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
+    // Beside it, the name allowed above and refused for its address: shown, not approvable.
+    let pending = w.pending();
+    assert_eq!(pending.len(), 2, "{engine:?}: {pending:#?}");
+    let asked = pending
+        .iter()
+        .find(|p| p["want"]["entry"] == other)
+        .unwrap();
+    let deny_id = asked["id"].as_str().unwrap().to_string();
+    let approvable = |w: &World| {
+        w.pending()
+            .into_iter()
+            .filter(|p| p["notApprovable"].is_null())
+            .collect::<Vec<_>>()
+    };
+    let said = w.ok(&["approvals", "deny", &deny_id, "--always"]);
+    assert!(said.contains("deny list"), "{said}");
+    let line = format!("      - {NAME}:{PORT}\n");
+    let denied = expected.replace(&line, &format!("{line}  deny:\n    - {other}\n"));
+    assert_eq!(
+        std::fs::read_to_string(&manifest).unwrap(),
+        denied,
+        "{engine:?}"
+    );
+    assert_eq!(w.container(), before, "{engine:?}: a new container");
+    assert_eq!(
+        w.ateam(&["diff", "-f", m]).status.code(),
+        Some(0),
+        "{engine:?}"
+    );
+    w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
+    assert!(approvable(&w).is_empty(), "{engine:?}: {:#?}", w.pending());
+    assert_eq!(w.pending().len(), 1, "{engine:?}: {:#?}", w.pending());
+    let last_line = |w: &World| {
+        let logs = text(
+            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
+                .stdout,
+        );
+        logs.lines().last().unwrap_or_default().to_string()
+    };
+    assert!(
+        last_line(&w).contains("deny list"),
+        "{engine:?}: {}",
+        last_line(&w)
+    );
+
+    // Denied and allowed at once: refused, by the proxy, with no new container.
+    let both = denied.replace(
+        &format!("    - {other}\n"),
+        &format!("    - {other}\n    - {NAME}:{PORT}\n"),
+    );
+    std::fs::write(&manifest, both).unwrap();
+    w.ok(&["apply", "-f", m]);
+    assert_eq!(w.container(), before, "{engine:?}: a new container");
+    let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    assert!(got.contains("403"), "{engine:?}: {got}");
+    assert!(
+        last_line(&w).contains(&format!("{NAME}:{PORT} is in this member's deny list")),
+        "{engine:?}: {}",
+        last_line(&w)
+    );
+    // Denied, so not even shown as refused for its address any more.
+    assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
 }
 
 macro_rules! on_every_engine {

@@ -1,7 +1,8 @@
 //! Answering a member's pending approvals (`approvals`), as the person's own `ateam` does on
 //! the host: listing them, dismissing one (deny once), and allowing one always, which writes
 //! the grant into the manifest file it was read from and applies it (a new allow list is a
-//! new `policy.json` for the running proxy: no new container).
+//! new `policy.json` for the running proxy: no new container), and denying one always, which
+//! writes it into the grant's `deny` list the same way.
 //!
 //! Allowing always writes a file the person checks in, and a member must never steer that
 //! write: the file must be the one the grant was read from, reached through no symlink, in a
@@ -79,9 +80,9 @@ pub enum ApprovalError {
         #[source]
         source: AppError,
     },
-    /// A rule on a host with rules, always: written by hand for now.
+    /// A rule on a host with rules (or what names no entry), always: written by hand.
     #[error(
-        "approval `{id}` asks for a rule on a host with rules: allow it once, or add the rule {want} by hand"
+        "approval `{id}` asks for {want}, which is no entry of an allow or deny list: answer it once, or change the grant's rules by hand"
     )]
     RuleByHand {
         /// Its id.
@@ -183,22 +184,36 @@ pub struct Written {
     pub report: ApplyReport,
 }
 
-/// Allow always: the entry is written into the manifest file the grant was read from (only
-/// the lines of its allow list change), then the team's manifests are applied.
-pub async fn allow_always(
+/// An answer written into the manifests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Always {
+    /// Added to the grant's `network.allow`.
+    Allow,
+    /// Added to the grant's `deny`: refused, never suggested nor asked again.
+    Deny,
+}
+
+/// Allow or deny always: the entry is written into the manifest file the grant was read
+/// from (only the lines of its allow or deny list change), then the team's manifests are
+/// applied. A deny needs no approvable ask (it narrows), but an entry a grant can name.
+pub async fn always(
     app: &App,
     f: &Found,
+    how: Always,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
     waiting: &dyn Fn(&str),
 ) -> Result<Written, ApprovalError> {
     let (t, p) = (&f.team, &f.pending);
     let want = p.want.describe();
-    let Want::Host { entry } = &p.want else {
-        return Err(ApprovalError::RuleByHand {
-            id: p.id.clone(),
-            want,
-        });
+    let entry = match &p.want {
+        Want::Host { entry } if crate::core::egress::Entry::parse(entry).is_ok() => entry,
+        Want::Host { .. } | Want::Request { .. } => {
+            return Err(ApprovalError::RuleByHand {
+                id: p.id.clone(),
+                want,
+            });
+        }
     };
     let no_manifest = || ApprovalError::NoManifest {
         team: t.name.clone(),
@@ -210,11 +225,15 @@ pub async fn allow_always(
         .ok_or_else(no_manifest)?;
     let file = gf.path.clone();
     writable_by_ateam_alone(app, &file).await?;
-    let text = crate::manifest::edit::add_allow_entries_in_file(
-        &gf.text,
-        &p.grant,
-        std::slice::from_ref(entry),
-    )
+    let entries = std::slice::from_ref(entry);
+    let text = match how {
+        Always::Allow => {
+            crate::manifest::edit::add_allow_entries_in_file(&gf.text, &p.grant, entries)
+        }
+        Always::Deny => {
+            crate::manifest::edit::add_deny_entries_in_file(&gf.text, &p.grant, entries)
+        }
+    }
     .ok_or_else(no_manifest)?;
     // The same judge as apply's: every rule, the parent's grant included, before a byte is
     // written.

@@ -145,8 +145,13 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
     let Ok(allow) = Allowlist::parse(list) else {
         return Vec::new();
     };
+    // What the grant denies is never asked again (a bad entry is validate's to refuse).
+    let deny = Allowlist::parse(&s.grant.deny).unwrap_or_default();
     let mut by: BTreeMap<Want, Pending> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.verdict == Verdict::Refused) {
+    for e in events.iter().filter(|e| {
+        e.verdict == Verdict::Refused
+            && !Host::parse(&e.host).is_some_and(|h| deny.allows(&h, e.port))
+    }) {
         let Some((want, blocked)) = classify(s, &allow, e) else {
             continue;
         };
@@ -242,6 +247,7 @@ static CLOSED: AccessGrant = AccessGrant {
     network: Network::None,
     intercept: Vec::new(),
     host_listeners: Vec::new(),
+    deny: Vec::new(),
 };
 
 /// The pending approvals of `member` of `t`: its egress log read, with the person's answers

@@ -241,3 +241,39 @@ fn a_request_its_rules_refused_asks_for_one_rule() {
     let p = pending(&subject(&g2), &events[..2], &Record::default());
     assert!(p.is_empty(), "{p:#?}");
 }
+
+#[test]
+fn what_the_grant_denies_is_never_asked_nor_suggested() {
+    let g = AccessGrant {
+        deny: vec!["*.ads.example".into(), "pypi.org".into()],
+        ..grant(&["example.com"])
+    };
+    let events = [
+        not_listed("pypi.org", 443, 1.0),
+        not_listed("x.ads.example", 443, 2.0),
+        not_listed("b.example", 443, 3.0),
+        // Allowed by a wildcard and denied: refused by the deny list, still no ask.
+        refused(
+            "pypi.org",
+            443,
+            4.0,
+            "pypi.org:443 is in this member's deny list",
+        ),
+    ];
+    let p = pending(&subject(&g), &events, &Record::default());
+    assert_eq!(p.len(), 1, "{p:#?}");
+    assert_eq!(
+        p[0].want,
+        Want::Host {
+            entry: "b.example".into()
+        }
+    );
+    let refusals = crate::egress::log::refusals(&events, 0.0);
+    let s = crate::egress::log::suggest("t", &g, &refusals, None);
+    let grant = s.grant.unwrap();
+    assert!(grant.contains("b.example"), "{grant}");
+    assert!(
+        !grant.contains("pypi.org") && !grant.contains("ads.example"),
+        "{grant}"
+    );
+}

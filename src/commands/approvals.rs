@@ -2,7 +2,7 @@
 //! (`app::approvals` decides and writes; this renders and picks the exit code).
 
 use crate::cli::{ApprovalAnswer, Global, OnceOrAlways, Output};
-use ateam::app::approvals::{self, ApprovalError};
+use ateam::app::approvals::{self, Always, ApprovalError};
 
 use super::common::{app, waiting};
 use super::exit::Exit;
@@ -22,7 +22,7 @@ pub async fn run(
     };
     let done = match answer {
         ApprovalAnswer::Allow { id, how } => allow(&app, team, &id, &how).await,
-        ApprovalAnswer::Deny { id, how } => deny(&app, team, &id, &how),
+        ApprovalAnswer::Deny { id, how } => deny(&app, team, &id, &how).await,
     };
     match done {
         Ok(exit) => Ok(exit),
@@ -69,7 +69,7 @@ async fn allow(
     }
     let secret = |name: &str| std::env::var(name).ok();
     let display = Display::new();
-    let w = approvals::allow_always(app, &f, &secret, &display, &waiting).await?;
+    let w = approvals::always(app, &f, Always::Allow, &secret, &display, &waiting).await?;
     outln!(
         "{}: added {} to AccessGrant `{}` (commit it when you are ready)",
         w.file.display(),
@@ -89,7 +89,7 @@ async fn allow(
     })
 }
 
-fn deny(
+async fn deny(
     app: &ateam::app::App,
     team: Option<&str>,
     id: &str,
@@ -97,9 +97,20 @@ fn deny(
 ) -> Result<Exit, ApprovalError> {
     let f = approvals::find(app, team, id, false)?;
     if how.always {
-        return Err(ApprovalError::NotApprovable {
-            id: id.to_string(),
-            why: "deny always is not built yet".into(),
+        let secret = |name: &str| std::env::var(name).ok();
+        let display = Display::new();
+        let w = approvals::always(app, &f, Always::Deny, &secret, &display, &waiting).await?;
+        outln!(
+            "{}: {} added to the deny list of AccessGrant `{}` (commit it when you are ready); never asked again",
+            w.file.display(),
+            f.pending.want.describe(),
+            f.pending.grant
+        );
+        return Ok(if w.report.converged() {
+            Exit::Ok
+        } else {
+            eprintln!("the apply after it did not converge: see `ateam status`");
+            Exit::Differs
         });
     }
     approvals::deny_once(app, &f, &waiting)?;

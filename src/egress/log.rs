@@ -26,6 +26,9 @@ use crate::core::untrusted::shown;
 /// The end of the proxy's reason for a host its member's allow list does not name.
 pub const NOT_LISTED: &str = "is not in this member's allow list";
 
+/// The end of the proxy's reason for a destination its member's grant denies.
+pub const DENIED: &str = "is in this member's deny list";
+
 /// Size at which the log is rotated: two files of this size at most.
 pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
@@ -518,7 +521,12 @@ pub fn suggest(
         return out;
     }
     let mut allow = list.clone();
+    let deny = crate::core::egress::Allowlist::parse(&grant.deny).unwrap_or_default();
     for r in refused {
+        // What the grant denies is the person's no: never suggested.
+        if crate::core::egress::Host::parse(&r.host).is_some_and(|h| deny.allows(&h, r.port)) {
+            continue;
+        }
         // A host with rules refused a request: its rules said no, not the list. Which rule
         // to widen is a person's call; say which refused, suggest nothing.
         if let Some(i) = ruled_host(grant, r) {
@@ -897,6 +905,7 @@ mod tests {
                 network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
                 intercept: vec![],
                 host_listeners: vec![],
+                deny: vec![],
             },
             &host_service,
             None,
@@ -925,6 +934,7 @@ mod tests {
             network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
             intercept: vec![],
             host_listeners: vec![],
+            deny: vec![],
         };
         let s = suggest("t", &grant, &r, None);
         let yaml = s.grant.unwrap();
@@ -969,6 +979,7 @@ mod tests {
             network: crate::model::Network::Allow(vec!["api.github.com".into()]),
             intercept: vec![ruled.clone()],
             host_listeners: vec![],
+            deny: vec![],
         };
         let mut by_rule = ev(Verdict::Refused, "api.github.com", 443, 10.0);
         by_rule.method = "POST".into();
@@ -1023,6 +1034,7 @@ mod tests {
                 ),
             }],
             host_listeners: vec![],
+            deny: vec![],
         };
         let r = refusals(
             &[

@@ -124,6 +124,9 @@ pub struct PolicyFile {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub host_listeners: Vec<u32>,
+    /// Refused even where `allow` reaches them (the grant's `deny`). Absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 impl PolicyFile {
@@ -136,6 +139,7 @@ impl PolicyFile {
             intercept: policy.intercept.clone(),
             applied_by: policy.applied_by.clone(),
             host_listeners: policy.host_listeners.clone(),
+            deny: policy.deny.clone(),
         }
     }
 
@@ -146,6 +150,7 @@ impl PolicyFile {
             intercept: self.intercept.clone(),
             applied_by: self.applied_by.clone(),
             host_listeners: self.host_listeners.clone(),
+            deny: self.deny.clone(),
         }
     }
 }

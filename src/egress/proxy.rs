@@ -68,6 +68,8 @@ struct Policy {
     list: Result<Arc<(Allowlist, Vec<Intercept>)>, String>,
     /// `appliedBy` and `hostListeners`: whose listeners on the host are reached.
     owners: (Vec<u32>, Vec<u32>),
+    /// What is refused even where the list reaches it (the grant's `deny`).
+    deny: Allowlist,
     stamp: Option<(i64, u64, u64, u64)>,
 }
 
@@ -149,6 +151,7 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
     let stamp = dir.stamp(name);
     let shown = dir.path.join(name);
     let mut owners = (Vec::new(), Vec::new());
+    let mut deny = Allowlist::default();
     let list = dir
         .read(name)
         .map_err(|e| format!("cannot read the allowlist {}: {e}", shown.display()))
@@ -163,11 +166,16 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
                 icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
             }
             owners = (p.applied_by, p.host_listeners);
+            // A deny entry that does not parse would let through what it names: the whole
+            // policy is refused instead.
+            deny = Allowlist::parse(&p.deny)
+                .map_err(|e| format!("the allowlist {}: deny: {e}", shown.display()))?;
             Ok(Arc::new((Allowlist::parse(&p.allow)?, p.intercept)))
         });
     Policy {
         list,
         owners,
+        deny,
         stamp,
     }
 }
@@ -220,6 +228,16 @@ impl State {
             self.generation.send_modify(|g| *g += 1);
         }
         p.list.clone()
+    }
+
+    /// Why `host:port` is refused whatever the list says, if the grant's `deny` names it.
+    fn denied(&self, host: &str, port: u16) -> Option<String> {
+        let _ = self.rules();
+        let p = self.policy.lock().expect("policy lock");
+        let h = Host::parse(host)?;
+        p.deny
+            .allows(&h, port)
+            .then(|| format!("{h}:{port} {}", super::log::DENIED))
     }
 
     /// Whose listeners on the host the member may reach, by the policy in force.
@@ -292,6 +310,9 @@ impl State {
         let Ok(rules) = self.rules() else {
             return false;
         };
+        if self.denied(host, port).is_some() {
+            return false;
+        }
         let (list, intercepts) = &*rules;
         match icpt::route(intercepts, host, port, true) {
             Route::Intercept(_) => intercepted,
@@ -565,10 +586,12 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
     let route = match state.rules() {
         // A member that uses a login never reaches where logins are refreshed, whatever its
         // list allows: refused before a name is resolved or anything connected.
-        Ok(rules) => match login_refusal(&rules.1, &req.host) {
-            Some(reason) => Route::Refuse(reason),
-            None => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
-        },
+        Ok(rules) => {
+            match login_refusal(&rules.1, &req.host).or_else(|| state.denied(&req.host, req.port)) {
+                Some(reason) => Route::Refuse(reason),
+                None => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
+            }
+        }
         // `decide` refuses it, with the reason.
         Err(_) => Route::Tunnel,
     };

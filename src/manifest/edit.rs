@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use yaml_edit::{Document, Mapping, YamlFile};
+use yaml_edit::{Document, Mapping, Sequence, YamlFile};
 
 use super::load::read_sources;
 
@@ -72,6 +72,46 @@ pub fn grant_file(paths: &[PathBuf], team: &str, name: &str) -> Option<GrantFile
 /// AccessGrant `name` (the one `grant_file` found in it), every other byte as it was; `None`
 /// when the file defines no such grant with an allow list, or defines it twice.
 pub fn add_allow_entries_in_file(text: &str, name: &str, entries: &[String]) -> Option<String> {
+    edit_grant_in_file(text, name, |spec| {
+        let allow = spec.get_mapping("network")?.get_sequence("allow")?;
+        for e in entries {
+            allow.push(e.as_str());
+        }
+        Some(())
+    })
+}
+
+/// The whole file `text` with `entries` added at the end of the `spec.deny` list of its
+/// AccessGrant `name` (the list made, in the spec's own style, if it has none), every other
+/// byte as it was; `None` as for `add_allow_entries_in_file`.
+pub fn add_deny_entries_in_file(text: &str, name: &str, entries: &[String]) -> Option<String> {
+    edit_grant_in_file(text, name, |spec| {
+        spec.get_mapping("network")?.get_sequence("allow")?;
+        if let Some(deny) = spec.get_sequence("deny") {
+            for e in entries {
+                deny.push(e.as_str());
+            }
+            return Some(());
+        }
+        let deny = if spec.is_flow_style() {
+            Sequence::new_flow()
+        } else {
+            Sequence::new()
+        };
+        for e in entries {
+            deny.push(e.as_str());
+        }
+        spec.set("deny", &deny);
+        Some(())
+    })
+}
+
+/// The whole file `text` with `edit` done to the `spec` of its one AccessGrant `name`.
+fn edit_grant_in_file(
+    text: &str,
+    name: &str,
+    edit: impl FnOnce(&Mapping) -> Option<()>,
+) -> Option<String> {
     let file = YamlFile::from_str(text).ok()?;
     let mut found = file.documents().filter(|d| {
         d.as_mapping().is_some_and(|m| {
@@ -87,14 +127,7 @@ pub fn add_allow_entries_in_file(text: &str, name: &str, entries: &[String]) -> 
     if found.next().is_some() {
         return None;
     }
-    let allow = doc
-        .as_mapping()?
-        .get_mapping("spec")?
-        .get_mapping("network")?
-        .get_sequence("allow")?;
-    for e in entries {
-        allow.push(e.as_str());
-    }
+    edit(&doc.as_mapping()?.get_mapping("spec")?)?;
     Some(file.to_string())
 }
 
@@ -219,6 +252,29 @@ spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}"
             flow.ends_with("spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}\n")
         );
         assert_eq!(add_allow_entries_in_file(&found.text, "nosuch", &new), None);
+        // A deny list, made where there is none, then added to; in flow style in a flow spec.
+        let denied = add_deny_entries_in_file(&found.text, "g", &new[..1]).unwrap();
+        let at = MANIFEST
+            .find("---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant\nmetadata: {name: flow}")
+            .unwrap();
+        assert_eq!(
+            denied,
+            format!(
+                "{}  deny:\n    - pypi.org\n{}",
+                &MANIFEST[..at],
+                &MANIFEST[at..]
+            )
+        );
+        let again = add_deny_entries_in_file(&denied, "g", &new[1..2]).unwrap();
+        assert!(
+            again.contains("  deny:\n    - pypi.org\n    - '[::1]:8080'\n"),
+            "{again}"
+        );
+        let flow = add_deny_entries_in_file(&found.text, "flow", &new[..1]).unwrap();
+        assert!(
+            flow.ends_with("network: {allow: [a.example]}, deny: [pypi.org]}\n"),
+            "{flow}"
+        );
         let none = "kind: AccessGrant\nmetadata: {name: n}\nspec: {network: none}\n";
         assert_eq!(add_allow_entries(none, &new), None);
     }

@@ -286,6 +286,7 @@ mod tests {
                 network: Network::Allow(vec!["example.com".into()]),
                 intercept: vec![],
                 host_listeners: vec![],
+                deny: vec![],
             },
             image: "ateam-demo:latest".into(),
             image_build: None,
