@@ -385,6 +385,75 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
 }
 
+/// Allow once lets the member's next try through, for its present start only; it changes no
+/// manifest and leaves `diff` clean; a restart (a new start) ends it. And the member sees no
+/// file of the answers, nor can it make one where its proxy reads them.
+fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
+    let w = World::new(engine);
+    let manifest = w.manifest();
+    let m = manifest.to_str().unwrap();
+    w.ok(&["apply", "-f", m]);
+    let original = std::fs::read_to_string(&manifest).unwrap();
+    let last_line = |w: &World| {
+        let logs = text(
+            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
+                .stdout,
+        );
+        logs.lines().last().unwrap_or_default().to_string()
+    };
+    let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    knock(&w);
+    assert!(
+        last_line(&w).contains("not in this member's allow list"),
+        "{}",
+        last_line(&w)
+    );
+    let pending = w.pending();
+    assert_eq!(pending.len(), 1, "{engine:?}: {pending:#?}");
+    let id = pending[0]["id"].as_str().unwrap().to_string();
+
+    let said = w.ok(&["approvals", "allow", &id, "--once"]);
+    assert!(said.contains("until its next start"), "{said}");
+    assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
+    // The next try passes the list (refused for its loopback address alone).
+    knock(&w);
+    let last = last_line(&w);
+    assert!(
+        last.contains("loopback address") && !last.contains("allow list"),
+        "{engine:?}: {last}"
+    );
+    // No manifest changed, nothing to apply.
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    let out = w.ateam(&["diff", "-f", m]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{engine:?}: {}",
+        text(&out.stdout)
+    );
+    // The member has no answer of its own to give: nothing of them where it can look or write.
+    let inside = w.inside(
+        "a",
+        "ls -a /.ateam; touch /.ateam/once.json 2>&1; touch /.ateam/approvals.json 2>&1",
+    );
+    assert!(
+        !inside.contains("approvals.json\n") && inside.matches("Read-only").count() == 2,
+        "{engine:?}: {inside}"
+    );
+
+    // A new start: the allow once is gone, and the ask is pending again.
+    w.ok(&["restart", "a", "--team", &w.team]);
+    knock(&w);
+    assert!(
+        last_line(&w).contains("not in this member's allow list"),
+        "{engine:?}: {}",
+        last_line(&w)
+    );
+    let again = w.pending();
+    assert_eq!(again.len(), 1, "{engine:?}: {again:#?}");
+    assert_eq!(again[0]["id"], id.as_str());
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -393,6 +462,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn approvals_from_inside_a_member() {
                     super::approvals_from_inside_a_member($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn allowed_once_is_gone_at_the_next_start() {
+                    super::allowed_once_is_gone_at_the_next_start($e);
                 }
             }
         )*

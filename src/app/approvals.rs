@@ -90,6 +90,16 @@ pub enum ApprovalError {
         /// What it asks, in words.
         want: String,
     },
+    /// Allow once holds for the member's present start, and it has none.
+    #[error(
+        "{team}/{member} is not running (its start gate holds): there is no start to allow it for"
+    )]
+    NotRunning {
+        /// The team.
+        team: String,
+        /// The member.
+        member: String,
+    },
     /// The manifest file could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -173,6 +183,55 @@ pub fn deny_once(app: &App, f: &Found, waiting: &dyn Fn(&str)) -> Result<(), App
         .insert(f.pending.id.clone(), crate::egress::log::Event::now());
     record::save(&path, &r, app.owner)?;
     Ok(())
+}
+
+/// Allow once: recorded in the state folder for the member's present start (its gate's
+/// release), and given to its proxy (`egress::OnceFile`), which lets it through from its
+/// next connection; gone at the member's next start, whose release is another.
+pub fn allow_once(app: &App, f: &Found, waiting: &dyn Fn(&str)) -> Result<(), ApprovalError> {
+    let (team, member) = (&f.team.name, &f.member.name);
+    let state = &app.host.state_dir;
+    let start = crate::approvals::release(state, team, member).ok_or_else(|| {
+        ApprovalError::NotRunning {
+            team: team.clone(),
+            member: member.clone(),
+        }
+    })?;
+    let _lock = app.store.lock(false, waiting).map_err(AppError::from)?;
+    let path = layout::member_approvals_path(state, team, member);
+    let mut r = record::load(&path)?;
+    // What was allowed for an earlier start is gone.
+    r.once.retain(|o| o.start == start);
+    if !r.once.iter().any(|o| o.id == f.pending.id) {
+        r.once.push(record::Once {
+            id: f.pending.id.clone(),
+            want: f.pending.want.clone(),
+            start: start.clone(),
+            at: crate::egress::log::Event::now(),
+        });
+    }
+    record::save(&path, &r, app.owner)?;
+    let mut once = crate::egress::OnceFile {
+        start,
+        ..Default::default()
+    };
+    for o in &r.once {
+        match &o.want {
+            Want::Host { entry } => once.allow.push(entry.clone()),
+            Want::Request { host, .. } => {
+                once.rules
+                    .extend(o.want.rule().map(|rule| crate::egress::OnceRule {
+                        host: host.clone(),
+                        rule,
+                    }))
+            }
+        }
+    }
+    let paths = crate::egress::Paths::new(state, team, member);
+    crate::egress::write_once(&paths, &once).map_err(|source| ApprovalError::Io {
+        path: paths.dir.clone(),
+        source,
+    })
 }
 
 /// What allow always did.

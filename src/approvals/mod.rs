@@ -134,6 +134,9 @@ pub struct Subject<'a> {
     pub grant: &'a AccessGrant,
     /// Its parent's.
     pub parent: ParentGrant<'a>,
+    /// The start of it running now (its gate's release text), if it runs: what the person
+    /// allowed once for this start is not asked again.
+    pub start: Option<&'a str>,
 }
 
 /// The pending approvals among `events` (a member's egress log), oldest ask first, without
@@ -147,6 +150,13 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
     };
     // What the grant denies is never asked again (a bad entry is validate's to refuse).
     let deny = Allowlist::parse(&s.grant.deny).unwrap_or_default();
+    let allowed_once: Vec<&str> = s
+        .start
+        .map(|start| answered.once_for(start))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| o.id.as_str())
+        .collect();
     let mut by: BTreeMap<Want, Pending> = BTreeMap::new();
     for e in events.iter().filter(|e| {
         e.verdict == Verdict::Refused
@@ -156,7 +166,9 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
             continue;
         };
         let id = id(s.team, s.member, &want);
-        if answered.dismissed.get(&id).is_some_and(|&at| e.ts <= at) {
+        if answered.dismissed.get(&id).is_some_and(|&at| e.ts <= at)
+            || allowed_once.contains(&id.as_str())
+        {
             continue;
         }
         let p = by.entry(want.clone()).or_insert_with(|| Pending {
@@ -215,8 +227,8 @@ pub fn line(p: &Pending, now: f64) -> String {
     )
 }
 
-/// `member` of `t` as `pending` judges it: its grant, and its parent's.
-pub fn subject<'a>(t: &'a Team, member: &'a Member) -> Subject<'a> {
+/// `member` of `t` as `pending` judges it: its grant, its parent's, and its start now.
+pub fn subject<'a>(t: &'a Team, member: &'a Member, start: Option<&'a str>) -> Subject<'a> {
     let parent = match &member.parent {
         Parent::MainSession(_) => ParentGrant::Session,
         Parent::Member(p) => match t.members.iter().find(|m| m.name == *p) {
@@ -236,6 +248,7 @@ pub fn subject<'a>(t: &'a Team, member: &'a Member) -> Subject<'a> {
         member: &member.name,
         grant: &member.access,
         parent,
+        start,
     }
 }
 
@@ -259,7 +272,17 @@ pub fn of_member(state_dir: &Path, t: &Team, member: &Member, events: &[Event]) 
         tracing::warn!(error = %e, "the answers to approvals are not readable");
         record::Record::default()
     });
-    pending(&subject(t, member), events, &answered)
+    let start = release(state_dir, &t.name, &member.name);
+    pending(&subject(t, member, start.as_deref()), events, &answered)
+}
+
+/// The gate's release of the member's start running now (`container-id start-token`), if
+/// it was released: what an allow once holds for.
+pub fn release(state_dir: &Path, team: &str, member: &str) -> Option<String> {
+    let ctl = layout::member_ctl_dir(state_dir, team, member);
+    crate::files::read_small(&layout::gate_release_path(&ctl), 4096)
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
 }
 
 /// What a refusal asks for, and why it cannot be approved (if so); `None` for what no answer

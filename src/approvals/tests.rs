@@ -35,6 +35,7 @@ fn subject(g: &AccessGrant) -> Subject<'_> {
         member: "a",
         grant: g,
         parent: ParentGrant::Session,
+        start: Some("c1 s1"),
     }
 }
 
@@ -276,4 +277,33 @@ fn what_the_grant_denies_is_never_asked_nor_suggested() {
         !grant.contains("pypi.org") && !grant.contains("ads.example"),
         "{grant}"
     );
+}
+
+#[test]
+fn an_ask_allowed_once_is_not_pending_in_that_start_only() {
+    let g = grant(&["example.com"]);
+    let events = [not_listed("pypi.org", 443, 1.0)];
+    let p = pending(&subject(&g), &events, &Record::default());
+    let once = super::record::Once {
+        id: p[0].id.clone(),
+        want: p[0].want.clone(),
+        start: "c1 s1".into(),
+        at: 2.0,
+    };
+    let r = Record {
+        once: vec![once],
+        ..Record::default()
+    };
+    assert!(pending(&subject(&g), &events, &r).is_empty());
+    // Another start (a restart): asked again.
+    let restarted = Subject {
+        start: Some("c1 s2"),
+        ..subject(&g)
+    };
+    assert_eq!(pending(&restarted, &events, &r).len(), 1);
+    let stopped = Subject {
+        start: None,
+        ..subject(&g)
+    };
+    assert_eq!(pending(&stopped, &events, &r).len(), 1);
 }

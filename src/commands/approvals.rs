@@ -62,10 +62,14 @@ async fn allow(
 ) -> Result<Exit, ApprovalError> {
     let f = approvals::find(app, team, id, true)?;
     if how.once {
-        return Err(ApprovalError::NotApprovable {
-            id: id.to_string(),
-            why: "allow once is not built yet".into(),
-        });
+        approvals::allow_once(app, &f, &waiting)?;
+        outln!(
+            "allowed {} for {}/{} until its next start (its next try goes through)",
+            f.pending.want.describe(),
+            f.team.name,
+            f.member.name
+        );
+        return Ok(Exit::Ok);
     }
     let secret = |name: &str| std::env::var(name).ok();
     let display = Display::new();

@@ -70,8 +70,11 @@ pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
 /// The start gate's release file in a member's control folder (inside: `/.ateam/go`, which
 /// `gate/main.rs` reads): the container id and start it lets run (`runtime::gate`).
 pub fn gate_release_path(ctl_dir: &Path) -> PathBuf {
-    ctl_dir.join("go")
+    ctl_dir.join(GATE_RELEASE_NAME)
 }
+
+/// `gate_release_path`'s name in the control folder (the egress proxy reads it there).
+pub const GATE_RELEASE_NAME: &str = "go";
 
 /// The member's secrets (`name=value`, NUL-separated) in its control folder, which the gate
 /// gives the member's command.
@@ -107,6 +110,11 @@ pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> Path
 /// What a member's proxy lets through besides its policy for the member's present start
 /// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
 pub const EGRESS_ONCE_NAME: &str = "once.json";
+
+/// `EGRESS_ONCE_NAME` in the proxy's folder.
+pub fn egress_dir_once_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join(EGRESS_ONCE_NAME)
+}
 
 /// Where a team's sockets live: under the state folder, private to the user.
 pub fn team_run_dir(state_dir: &Path, team: &str) -> PathBuf {

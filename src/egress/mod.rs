@@ -155,6 +155,33 @@ impl PolicyFile {
     }
 }
 
+/// What the person allowed once (`ateam approvals allow ID --once`) for one start of the
+/// member (`core::layout::EGRESS_ONCE_NAME`, 0600, the member's uid, beside the policy): the
+/// proxy adds it to its policy while the gate's release names that start, and never past the
+/// grant's `deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnceFile {
+    /// The gate's release text of the start it holds for (`container-id start-token`).
+    pub start: String,
+    /// Entries added to the allow list.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules added to hosts with rules.
+    #[serde(default)]
+    pub rules: Vec<OnceRule>,
+}
+
+/// One http rule added to a host with rules, for one start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnceRule {
+    /// The host with rules (`Intercept::host`).
+    pub host: String,
+    /// The rule.
+    pub rule: crate::core::intercept::HttpRule,
+}
+
 /// What an intercepting proxy holds besides its policy, in a file of its own (0600, the
 /// member's uid, in the egress folder no member mounts): a certificate and key per
 /// intercepted host, from the team's CA, and the values of the secrets it injects. Never
@@ -215,6 +242,24 @@ impl Paths {
 /// The allowlist a proxy reads now (its `policy.json`), if the file is there and readable.
 pub fn read_policy(path: &Path) -> Option<PolicyFile> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Writes what is allowed once, atomically, with the policy file's owner (the proxy's uid);
+/// the proxy sees it at its next connection.
+pub fn write_once(paths: &Paths, once: &OnceFile) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(&paths.policy)?;
+    let owner = Owner {
+        uid: meta.uid(),
+        gid: meta.gid(),
+    };
+    let json = serde_json::to_vec_pretty(once).map_err(std::io::Error::other)?;
+    files::write_atomic(
+        &layout::egress_dir_once_path(&paths.dir),
+        &json,
+        0o600,
+        owner,
+    )
 }
 
 /// Writes the allowlist atomically; the proxy sees the new file at its next connection.

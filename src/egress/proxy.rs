@@ -70,8 +70,11 @@ struct Policy {
     owners: (Vec<u32>, Vec<u32>),
     /// What is refused even where the list reaches it (the grant's `deny`).
     deny: Allowlist,
-    stamp: Option<(i64, u64, u64, u64)>,
+    stamp: Stamps,
 }
+
+/// How to tell that the policy, the allowed-once file or the member's start changed.
+type Stamps = [Option<(i64, u64, u64, u64)>; 3];
 
 /// A folder held open: the proxy reaches its files through it after it gave up root, when
 /// the private folders above it are closed to it.
@@ -130,6 +133,8 @@ fn file_name(path: &Path) -> String {
 }
 
 pub(super) struct State {
+    /// The member's control folder: its gate's release file names the start running now.
+    ctl_dir: Dir,
     /// The policy file's folder and name.
     policy_dir: Dir,
     policy_name: String,
@@ -147,8 +152,17 @@ pub(super) struct State {
     handshakes: Mutex<Handshakes>,
 }
 
-fn read_policy(dir: &Dir, name: &str) -> Policy {
-    let stamp = dir.stamp(name);
+/// The stamps of what the list in force is read from.
+fn stamps(dir: &Dir, name: &str, ctl: &Dir) -> Stamps {
+    [
+        dir.stamp(name),
+        dir.stamp(layout::EGRESS_ONCE_NAME),
+        ctl.stamp(layout::GATE_RELEASE_NAME),
+    ]
+}
+
+fn read_policy(dir: &Dir, name: &str, ctl: &Dir) -> Policy {
+    let stamp = stamps(dir, name, ctl);
     let shown = dir.path.join(name);
     let mut owners = (Vec::new(), Vec::new());
     let mut deny = Allowlist::default();
@@ -159,7 +173,8 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             serde_json::from_slice::<PolicyFile>(&b)
                 .map_err(|e| format!("the allowlist {} is not valid: {e}", shown.display()))
         })
-        .and_then(|p| {
+        .and_then(|mut p| {
+            once(dir, ctl, &mut p);
             // An intercept that names no host would fail open (its host tunnelled): the whole
             // policy is refused instead, like a bad entry.
             for i in &p.intercept {
@@ -177,6 +192,39 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
         owners,
         deny,
         stamp,
+    }
+}
+
+/// Adds to `p` what the person allowed once for the member's start running now: the
+/// allowed-once file counts only while the gate's release file names the very start it was
+/// written for (a restart releases another: it is gone). An entry of it that does not parse,
+/// or a rule for a host without rules, makes it count for nothing.
+fn once(dir: &Dir, ctl: &Dir, p: &mut PolicyFile) {
+    let Ok(bytes) = dir.read(layout::EGRESS_ONCE_NAME) else {
+        return;
+    };
+    let Ok(o) = serde_json::from_slice::<super::OnceFile>(&bytes) else {
+        return;
+    };
+    let now = ctl
+        .read(layout::GATE_RELEASE_NAME)
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    if now.ok().as_deref() != Some(o.start.trim()) || o.start.trim().is_empty() {
+        return;
+    }
+    if Allowlist::parse(&o.allow).is_err()
+        || !o
+            .rules
+            .iter()
+            .all(|r| p.intercept.iter().any(|i| i.host == r.host))
+    {
+        return;
+    }
+    p.allow.extend(o.allow);
+    for r in o.rules {
+        if let Some(i) = p.intercept.iter_mut().find(|i| i.host == r.host) {
+            i.http.push(r.rule);
+        }
     }
 }
 
@@ -215,6 +263,11 @@ fn own_addresses() -> Vec<IpAddr> {
 }
 
 impl State {
+    /// The stamps of the policy's files now.
+    fn stamps(&self) -> Stamps {
+        stamps(&self.policy_dir, &self.policy_name, &self.ctl_dir)
+    }
+
     /// The list in force: re-read when its file changed (apply rewrites it atomically).
     fn list(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
         self.rules()
@@ -223,8 +276,8 @@ impl State {
     /// The list and the intercepts in force.
     fn rules(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
         let mut p = self.policy.lock().expect("policy lock");
-        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
-            *p = read_policy(&self.policy_dir, &self.policy_name);
+        if self.stamps() != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
             self.generation.send_modify(|g| *g += 1);
         }
         p.list.clone()
@@ -243,8 +296,8 @@ impl State {
     /// Whose listeners on the host the member may reach, by the policy in force.
     fn owners(&self) -> Owners {
         let mut p = self.policy.lock().expect("policy lock");
-        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
-            *p = read_policy(&self.policy_dir, &self.policy_name);
+        if self.stamps() != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
             self.generation.send_modify(|g| *g += 1);
         }
         Owners {
@@ -266,7 +319,7 @@ impl State {
 
     fn reload(&self) {
         *self.policy.lock().expect("policy lock") =
-            read_policy(&self.policy_dir, &self.policy_name);
+            read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
         *self.intercept.lock().expect("intercept lock") = read_intercepts(&self.policy_dir);
         self.generation.send_modify(|g| *g += 1);
     }
@@ -355,6 +408,7 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     let _ = rustix::process::setsid();
     let user = user.map(super::parse_user).transpose()?;
     let socket_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
+    let ctl_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
     let policy_dir = Dir::open(cfg.policy.parent().unwrap_or(Path::new("/")))?;
     let log_dir = Dir::open(cfg.log.parent().unwrap_or(Path::new("/")))?;
     let owner = user.map(|u| crate::files::Owner {
@@ -380,7 +434,8 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     }
     listener.set_nonblocking(true).map_err(io(&cfg.socket))?;
     let state = Arc::new(State {
-        policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy))),
+        policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy), &ctl_dir)),
+        ctl_dir,
         policy_name: file_name(&cfg.policy),
         intercept: Mutex::new(read_intercepts(&policy_dir)),
         policy_dir,
@@ -1094,6 +1149,76 @@ async fn answer(conn: &mut UnixStream, r: &Refused) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_allowed_once_counts_for_the_start_it_names_alone() {
+        let egress = tempfile::tempdir().unwrap();
+        let ctl = tempfile::tempdir().unwrap();
+        let policy = PolicyFile {
+            team: "t".into(),
+            member: "a".into(),
+            allow: vec!["example.com".into()],
+            intercept: vec![],
+            applied_by: vec![],
+            host_listeners: vec![],
+            deny: vec!["denied.example".into()],
+        };
+        std::fs::write(
+            egress.path().join("policy.json"),
+            serde_json::to_vec(&policy).unwrap(),
+        )
+        .unwrap();
+        let once = super::super::OnceFile {
+            start: "c1 s1".into(),
+            allow: vec!["pypi.org".into(), "denied.example".into()],
+            rules: vec![],
+        };
+        std::fs::write(
+            egress.path().join(layout::EGRESS_ONCE_NAME),
+            serde_json::to_vec(&once).unwrap(),
+        )
+        .unwrap();
+        let (dir, ctl_dir) = (
+            Dir::open(egress.path()).unwrap(),
+            Dir::open(ctl.path()).unwrap(),
+        );
+        let pypi = Host::parse("pypi.org").unwrap();
+        let allows = |host: &Host| {
+            read_policy(&dir, "policy.json", &ctl_dir)
+                .list
+                .unwrap()
+                .0
+                .allows(host, 443)
+        };
+        // Not released: nothing allowed once.
+        assert!(!allows(&pypi));
+        std::fs::write(ctl.path().join("go"), "c1 s1\n").unwrap();
+        assert!(allows(&pypi));
+        // Denied stays denied: the deny list is judged first, whatever the list allows.
+        let p = read_policy(&dir, "policy.json", &ctl_dir);
+        assert!(p.deny.allows(&Host::parse("denied.example").unwrap(), 443));
+        // Another start (a restart): gone.
+        std::fs::write(ctl.path().join("go"), "c1 s2").unwrap();
+        assert!(!allows(&pypi));
+        // A rule for a host without rules: the file counts for nothing.
+        std::fs::write(ctl.path().join("go"), "c1 s1").unwrap();
+        let bad = super::super::OnceFile {
+            rules: vec![super::super::OnceRule {
+                host: "nohost.example".into(),
+                rule: crate::core::intercept::HttpRule {
+                    methods: vec![],
+                    paths: vec![],
+                },
+            }],
+            ..once
+        };
+        std::fs::write(
+            egress.path().join(layout::EGRESS_ONCE_NAME),
+            serde_json::to_vec(&bad).unwrap(),
+        )
+        .unwrap();
+        assert!(!allows(&pypi));
+    }
 
     #[test]
     fn the_connection_bound_fits_the_descriptor_limit() {
