@@ -454,6 +454,63 @@ fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
     assert_eq!(again[0]["id"], id.as_str());
 }
 
+/// `ateam top` in a real terminal (tmux): the selected member's pending approval is in its
+/// detail, `p` asks how to answer it, and `o` allows it once, as `approvals allow --once`.
+fn top_answers_an_approval(engine: Engine) {
+    let w = World::new(engine);
+    let m = w.manifest();
+    w.ok(&["apply", "-f", m.to_str().unwrap()]);
+    w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    let pending = w.pending();
+    assert_eq!(pending.len(), 1, "{engine:?}: {pending:#?}");
+    let id = pending[0]["id"].as_str().unwrap().to_string();
+    let backend = match engine {
+        Engine::Docker => "docker",
+        Engine::Podman | Engine::Rootless => "podman",
+    };
+    let command = format!(
+        "env ATEAM_STATE_DIR={} DOCKER_HOST={} CONTAINER_HOST={} {} --backend {backend} top; sleep 100000",
+        w.root().join("state").display(),
+        common::var("ATEAM_TEST_DOCKER"),
+        common::var("ATEAM_TEST_PODMAN_ROOTFUL"),
+        common::ateam_bin(),
+    );
+    let t = common::terminal::Terminal::new(&w.root(), 120, 30, &command);
+    let row = format!("{}/a ", w.team);
+    let s = t.wait_until("member a's row", |s| s.lines().any(|l| l.starts_with(&row)));
+    // Rows come by name: a is above lead; select it.
+    let lines: Vec<&str> = s.lines().collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("{}/", w.team)))
+        .unwrap();
+    let at = lines.iter().position(|l| l.starts_with(&row)).unwrap();
+    for _ in first..at {
+        t.keys(&["Down"]);
+    }
+    t.wait_for(&format!("pending approval (p answers): {id}"));
+    t.keys(&["p"]);
+    t.wait_for("o allow once");
+    t.keys(&["o"]);
+    t.wait_for(&format!("{id} of {}/a: allowed once", w.team));
+    t.keys(&["q"]);
+    assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
+    let out = w.ateam(&["logs", "a", "--team", &w.team, "--egress"]);
+    assert_eq!(out.status.code(), Some(0));
+    w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    let logs = text(
+        &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
+            .stdout,
+    );
+    assert!(
+        logs.lines()
+            .last()
+            .unwrap_or_default()
+            .contains("loopback address"),
+        "{engine:?}: {logs}"
+    );
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -468,6 +525,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn allowed_once_is_gone_at_the_next_start() {
                     super::allowed_once_is_gone_at_the_next_start($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn top_answers_an_approval() {
+                    super::top_answers_an_approval($e);
                 }
             }
         )*

@@ -175,7 +175,11 @@ pub fn find(
 
 /// Deny once: the ask is dismissed; the member's request stays refused, and a refusal after
 /// now asks again.
-pub fn deny_once(app: &App, f: &Found, waiting: &dyn Fn(&str)) -> Result<(), ApprovalError> {
+pub fn deny_once(
+    app: &App,
+    f: &Found,
+    waiting: &(dyn Fn(&str) + Sync),
+) -> Result<(), ApprovalError> {
     let path = layout::member_approvals_path(&app.host.state_dir, &f.team.name, &f.member.name);
     let _lock = app.store.lock(false, waiting).map_err(AppError::from)?;
     let mut r = record::load(&path)?;
@@ -188,7 +192,11 @@ pub fn deny_once(app: &App, f: &Found, waiting: &dyn Fn(&str)) -> Result<(), App
 /// Allow once: recorded in the state folder for the member's present start (its gate's
 /// release), and given to its proxy (`egress::OnceFile`), which lets it through from its
 /// next connection; gone at the member's next start, whose release is another.
-pub fn allow_once(app: &App, f: &Found, waiting: &dyn Fn(&str)) -> Result<(), ApprovalError> {
+pub fn allow_once(
+    app: &App,
+    f: &Found,
+    waiting: &(dyn Fn(&str) + Sync),
+) -> Result<(), ApprovalError> {
     let (team, member) = (&f.team.name, &f.member.name);
     let state = &app.host.state_dir;
     let start = crate::approvals::release(state, team, member).ok_or_else(|| {
@@ -261,7 +269,7 @@ pub async fn always(
     how: Always,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
-    waiting: &dyn Fn(&str),
+    waiting: &(dyn Fn(&str) + Sync),
 ) -> Result<Written, ApprovalError> {
     let (t, p) = (&f.team, &f.pending);
     let want = p.want.describe();
