@@ -511,6 +511,65 @@ fn top_answers_an_approval(engine: Engine) {
     );
 }
 
+/// A member under another member is never offered more than its parent has: the ask is
+/// shown, and neither allow once nor allow always grants it; its parent may be.
+fn an_approval_never_exceeds_the_parents_grant(engine: Engine) {
+    let w = World::new(engine);
+    let nested = format!(
+        "{}---
+apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {{name: net-b}}
+spec: {{read: [../work], network: {{allow: [example.com]}}}}
+---
+apiVersion: ateam.dev/v1alpha1
+kind: Member
+metadata: {{name: b}}
+spec: {{parent: a, access: net-b, command: [sleep, \"100000\"], resources: {{memory: 64Mi, pids: 64}}}}
+",
+        manifest_text(&w.team)
+    );
+    let manifest = w.manifest();
+    std::fs::write(&manifest, &nested).unwrap();
+    w.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    for m in ["a", "b"] {
+        w.inside(m, &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    }
+    let pending = w.pending();
+    assert_eq!(pending.len(), 2, "{engine:?}: {pending:#?}");
+    let of = |m: &str| pending.iter().find(|p| p["member"] == m).unwrap().clone();
+    let why = of("b")["notApprovable"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains("parent `a`") && why.contains("net-a"),
+        "{engine:?}: {why}"
+    );
+    assert!(of("a")["notApprovable"].is_null(), "{:#?}", of("a"));
+    let b = of("b")["id"].as_str().unwrap().to_string();
+    for how in ["--once", "--always"] {
+        let out = w.ateam(&["approvals", "allow", &b, how]);
+        assert_eq!(
+            out.status.code(),
+            Some(4),
+            "{engine:?}: {how}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("parent `a`"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), nested);
+    assert!(
+        !w.root()
+            .join(format!("state/teams/{}/members/b/egress/once.json", w.team))
+            .exists()
+    );
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -531,6 +590,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn top_answers_an_approval() {
                     super::top_answers_an_approval($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn an_approval_never_exceeds_the_parents_grant() {
+                    super::an_approval_never_exceeds_the_parents_grant($e);
                 }
             }
         )*

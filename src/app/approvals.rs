@@ -80,11 +80,11 @@ pub enum ApprovalError {
         #[source]
         source: AppError,
     },
-    /// A rule on a host with rules (or what names no entry), always: written by hand.
+    /// What names no entry, or a request denied always: answered by hand.
     #[error(
-        "approval `{id}` asks for {want}, which is no entry of an allow or deny list: answer it once, or change the grant's rules by hand"
+        "approval `{id}` asks for {want}: deny it once (its host's rules refuse it already), or change the grant by hand"
     )]
-    RuleByHand {
+    ByHand {
         /// Its id.
         id: String,
         /// What it asks, in words.
@@ -273,15 +273,21 @@ pub async fn always(
 ) -> Result<Written, ApprovalError> {
     let (t, p) = (&f.team, &f.pending);
     let want = p.want.describe();
-    let entry = match &p.want {
-        Want::Host { entry } if crate::core::egress::Entry::parse(entry).is_ok() => entry,
-        Want::Host { .. } | Want::Request { .. } => {
-            return Err(ApprovalError::RuleByHand {
-                id: p.id.clone(),
-                want,
-            });
-        }
+    let by_hand = || ApprovalError::ByHand {
+        id: p.id.clone(),
+        want: want.clone(),
     };
+    match (&p.want, how) {
+        (Want::Host { entry }, Always::Allow | Always::Deny)
+            if crate::core::egress::Entry::parse(entry).is_err() =>
+        {
+            return Err(by_hand());
+        }
+        // A rule refused it already: a deny of its whole host would be more than was asked.
+        (Want::Request { .. }, Always::Deny) => return Err(by_hand()),
+        (Want::Host { .. }, Always::Allow | Always::Deny)
+        | (Want::Request { .. }, Always::Allow) => {}
+    }
     let no_manifest = || ApprovalError::NoManifest {
         team: t.name.clone(),
         grant: p.grant.clone(),
@@ -292,16 +298,7 @@ pub async fn always(
         .ok_or_else(no_manifest)?;
     let file = gf.path.clone();
     writable_by_ateam_alone(app, &file).await?;
-    let entries = std::slice::from_ref(entry);
-    let text = match how {
-        Always::Allow => {
-            crate::manifest::edit::add_allow_entries_in_file(&gf.text, &p.grant, entries)
-        }
-        Always::Deny => {
-            crate::manifest::edit::add_deny_entries_in_file(&gf.text, &p.grant, entries)
-        }
-    }
-    .ok_or_else(no_manifest)?;
+    let text = edited_text(&gf.text, &p.grant, &p.want, how).ok_or_else(no_manifest)?;
     // The same judge as apply's: every rule, the parent's grant included, before a byte is
     // written.
     let edited = Manifests::read(&t.manifests)
@@ -325,6 +322,23 @@ pub async fn always(
     )
     .await?;
     Ok(Written { file, report })
+}
+
+/// The manifest file's text with the answer written into the grant `grant`.
+fn edited_text(text: &str, grant: &str, want: &Want, how: Always) -> Option<String> {
+    use crate::manifest::edit;
+    match (want, how) {
+        (Want::Host { entry }, Always::Allow) => {
+            edit::add_allow_entries_in_file(text, grant, std::slice::from_ref(entry))
+        }
+        (Want::Host { entry }, Always::Deny) => {
+            edit::add_deny_entries_in_file(text, grant, std::slice::from_ref(entry))
+        }
+        (Want::Request { host, method, path }, Always::Allow) => {
+            edit::add_http_rule_in_file(text, grant, host, method, path)
+        }
+        (Want::Request { .. }, Always::Deny) => None,
+    }
 }
 
 /// Refuses a manifest file that a member could write, or that is reached through a link.

@@ -106,6 +106,52 @@ pub fn add_deny_entries_in_file(text: &str, name: &str, entries: &[String]) -> O
     })
 }
 
+/// The whole file `text` with the rule `{methods: [method], paths: [path]}` added at the end
+/// of the `http` rules of the host with rules `host` in the allow list of its AccessGrant
+/// `name` (the list made, in the entry's own style, if it has none); `None` when there is no
+/// such host with rules in that grant, or it is written twice.
+pub fn add_http_rule_in_file(
+    text: &str,
+    name: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+) -> Option<String> {
+    edit_grant_in_file(text, name, |spec| {
+        let allow = spec.get_mapping("network")?.get_sequence("allow")?;
+        let mut ruled = allow.values().filter_map(|v| {
+            let m = v.as_mapping()?.clone();
+            let h = m.get("host")?.as_scalar()?.as_string();
+            (h == host).then_some(m)
+        });
+        let entry = ruled.next()?;
+        if ruled.next().is_some() {
+            return None;
+        }
+        let rule = Mapping::new_flow();
+        let one = |v: &str| {
+            let s = Sequence::new_flow();
+            s.push(v);
+            s
+        };
+        rule.set("methods", one(method));
+        rule.set("paths", one(path));
+        match entry.get_sequence("http") {
+            Some(http) => http.push(&rule),
+            None => {
+                let http = if entry.is_flow_style() {
+                    Sequence::new_flow()
+                } else {
+                    Sequence::new()
+                };
+                http.push(&rule);
+                entry.set("http", &http);
+            }
+        }
+        Some(())
+    })
+}
+
 /// The whole file `text` with `edit` done to the `spec` of its one AccessGrant `name`.
 fn edit_grant_in_file(
     text: &str,
@@ -276,6 +322,44 @@ spec: {read: [../docs], network: {allow: [a.example, pypi.org]}}"
             "{flow}"
         );
         let none = "kind: AccessGrant\nmetadata: {name: n}\nspec: {network: none}\n";
+        assert_eq!(add_http_rule_in_file(none, "n", "x", "GET", "/"), None);
         assert_eq!(add_allow_entries(none, &new), None);
+    }
+
+    #[test]
+    fn a_rule_is_added_to_a_host_with_rules_and_nothing_else_changes() {
+        let text = "apiVersion: ateam.dev/v1alpha1
+kind: AccessGrant
+metadata: {name: g}
+spec:
+  network:
+    allow:
+      - example.com  # a tunnel
+      - host: api.example   # the API
+        http:
+          - {methods: [GET], paths: [/v1/**]}
+      - {host: flow.example, upstreamCA: ./ca.pem}
+";
+        let new = add_http_rule_in_file(text, "g", "api.example", "POST", "/v1/x").unwrap();
+        assert_eq!(
+            new,
+            text.replace(
+                "          - {methods: [GET], paths: [/v1/**]}\n",
+                "          - {methods: [GET], paths: [/v1/**]}\n          - {methods: [POST], paths: [/v1/x]}\n"
+            )
+        );
+        let flow = add_http_rule_in_file(text, "g", "flow.example", "GET", "/a").unwrap();
+        assert_eq!(
+            flow,
+            text.replace(
+                "{host: flow.example, upstreamCA: ./ca.pem}",
+                "{host: flow.example, upstreamCA: ./ca.pem, http: [{methods: [GET], paths: [/a]}]}"
+            )
+        );
+        assert_eq!(
+            add_http_rule_in_file(text, "g", "example.com", "GET", "/"),
+            None
+        );
+        assert_eq!(add_http_rule_in_file(text, "g", "nosuch", "GET", "/"), None);
     }
 }
