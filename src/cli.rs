@@ -250,6 +250,12 @@ pub enum Command {
         /// Fail at once if another apply holds the store, instead of waiting.
         #[arg(long)]
         no_wait: bool,
+        /// A learning run for this long (at most 1h: `10m`): members get past their allow
+        /// lists for what you could approve (never a local, private or metadata address, an
+        /// ssh or database port, nor past a parent's list or a deny), each logged as an ask;
+        /// then `ateam approvals --proposal` shows the grants that cover what was used.
+        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "dry_run")]
+        learn: Option<std::time::Duration>,
     },
     /// Show what apply would change. Exit 0: no change, 1: changes or drift, 2+: error.
     Diff {
@@ -302,6 +308,10 @@ pub enum Command {
         /// `json`: one array of every pending approval.
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: Output,
+        /// Print, as a diff of the manifests, the grants that would allow every approvable
+        /// ask (after `apply --learn`: what the members used); nothing is written.
+        #[arg(long)]
+        proposal: bool,
         #[command(subcommand)]
         answer: Option<ApprovalAnswer>,
     },

@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
+use std::time::Duration;
 
 mod common;
 use common::{Engine, text};
@@ -570,6 +571,73 @@ spec: {{parent: a, access: net-b, command: [sleep, \"100000\"], resources: {{mem
     );
 }
 
+/// A learning run: for its bounded time the member gets past its list for what the person
+/// could approve (never a local address's Docker port), each pass an ask; the proposal is a
+/// diff of the manifests, nothing written; after it, the list holds again.
+fn a_learning_run_proposes_what_was_used(engine: Engine) {
+    let w = World::new(engine);
+    let manifest = w.manifest();
+    let m = manifest.to_str().unwrap();
+    let original = std::fs::read_to_string(&manifest).unwrap();
+    let started = std::time::Instant::now();
+    let said = w.ok(&["apply", "-f", m, "--learn", "10s"]);
+    assert!(said.contains("learning until"), "{said}");
+    let last_line = |w: &World| {
+        let logs = text(
+            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
+                .stdout,
+        );
+        logs.lines().last().unwrap_or_default().to_string()
+    };
+    let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
+    // Past the list (refused for its loopback address alone: nothing leaves this machine).
+    knock(&w);
+    let last = last_line(&w);
+    assert!(
+        last.contains("loopback address") && !last.contains("allow list"),
+        "{engine:?}: {last}"
+    );
+    // What could never be approved is never learned.
+    w.inside(
+        "a",
+        "printf 'CONNECT 127.0.0.1:2375 HTTP/1.1\\r\\n\\r\\n' | nc 127.0.0.1 3128 2>&1",
+    );
+    assert!(
+        last_line(&w).contains("not in this member's allow list"),
+        "{engine:?}: {}",
+        last_line(&w)
+    );
+    let pending = w.pending();
+    let learned = pending
+        .iter()
+        .find(|p| p["want"]["entry"] == format!("{NAME}:{PORT}"))
+        .unwrap_or_else(|| panic!("{engine:?}: {pending:#?}"));
+    assert!(learned["notApprovable"].is_null(), "{learned:#?}");
+    // The proposal: a diff of the manifest, one line added; nothing written.
+    let out = w.ateam(&["approvals", "--team", &w.team, "--proposal"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let diff = text(&out.stdout);
+    assert!(
+        diff.contains(&format!("--- {m}\n"))
+            && diff.contains(&format!("+      - {NAME}:{PORT}\n"))
+            && diff.lines().filter(|l| l.starts_with('+')).count() == 2,
+        "{engine:?}: {diff}"
+    );
+    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    // Over: the list holds again.
+    let left = Duration::from_secs(11).saturating_sub(started.elapsed());
+    std::thread::sleep(left);
+    knock(&w);
+    assert!(
+        last_line(&w).contains("not in this member's allow list"),
+        "{engine:?}: {}",
+        last_line(&w)
+    );
+    // A run longer than an hour is refused before anything is applied.
+    let out = w.ateam(&["apply", "-f", m, "--learn", "2h"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
 macro_rules! on_every_engine {
     ($($engine:ident => $e:expr),* $(,)?) => {
         $(
@@ -596,6 +664,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn an_approval_never_exceeds_the_parents_grant() {
                     super::an_approval_never_exceeds_the_parents_grant($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_learning_run_proposes_what_was_used() {
+                    super::a_learning_run_proposes_what_was_used($e);
                 }
             }
         )*

@@ -448,3 +448,89 @@ fn write_if_unchanged(file: &Path, old: &str, new: &str) -> Result<(), ApprovalE
     };
     crate::files::write_atomic(file, new.as_bytes(), meta.mode() & 0o7777, owner).map_err(io)
 }
+
+/// The longest learning run: members get past their lists for no longer than this.
+pub const MAX_LEARN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Starts a learning run for every member with an allow list of `desired`, until `until`
+/// (seconds since the epoch): its proxy lets through what the person could approve
+/// (`egress::LearnFile`) and logs it as an ask. Returns how many members learn.
+pub fn learn(
+    app: &App,
+    desired: &crate::model::Desired,
+    until: f64,
+) -> Result<usize, ApprovalError> {
+    let mut n = 0;
+    for t in &desired.teams {
+        for m in t
+            .members
+            .iter()
+            .filter(|m| matches!(m.access.network, Network::Allow(_)))
+        {
+            let s = crate::approvals::subject(t, m, None);
+            let (parent, parent_ruled) = match s.parent {
+                crate::approvals::ParentGrant::Session => (None, Vec::new()),
+                crate::approvals::ParentGrant::Member { grant, .. } => match &grant.network {
+                    Network::Open => (None, Vec::new()),
+                    Network::None => (Some(Vec::new()), Vec::new()),
+                    Network::Allow(l) => (
+                        Some(l.clone()),
+                        grant.intercept.iter().map(|i| i.host.clone()).collect(),
+                    ),
+                },
+            };
+            let paths = crate::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
+            let file = crate::egress::LearnFile {
+                until,
+                parent,
+                parent_ruled,
+            };
+            crate::egress::write_learn(&paths, &file).map_err(|source| ApprovalError::Io {
+                path: paths.dir.clone(),
+                source,
+            })?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// What a learning run (or any refusals) proposes: for every manifest file holding a grant
+/// with approvable asks for new entries, the file as it is and as it would be with them all
+/// added (allow lists only: the smallest grant that covers what was asked is its entries).
+pub fn proposal(app: &App, team: Option<&str>) -> Result<Vec<(PathBuf, String, String)>, AppError> {
+    let found = list(app, team)?;
+    let mut by_grant: std::collections::BTreeMap<(String, String), (Team, Vec<String>)> =
+        std::collections::BTreeMap::new();
+    for f in found.iter().filter(|f| f.pending.not_approvable.is_none()) {
+        let Want::Host { entry } = &f.pending.want else {
+            continue;
+        };
+        let e = by_grant
+            .entry((f.team.name.clone(), f.pending.grant.clone()))
+            .or_insert_with(|| (f.team.clone(), Vec::new()));
+        if !e.1.contains(entry) {
+            e.1.push(entry.clone());
+        }
+    }
+    let mut files: Vec<(PathBuf, String, String)> = Vec::new();
+    for ((team, grant), (t, entries)) in by_grant {
+        let Some(gf) = crate::manifest::edit::grant_file(&t.manifests, &team, &grant) else {
+            continue;
+        };
+        let at = match files.iter().position(|(p, _, _)| *p == gf.path) {
+            Some(i) => i,
+            None => {
+                files.push((gf.path.clone(), gf.text.clone(), gf.text.clone()));
+                files.len() - 1
+            }
+        };
+        if let Some(new) =
+            crate::manifest::edit::add_allow_entries_in_file(&files[at].2, &grant, &entries)
+        {
+            files[at].2 = new;
+        }
+    }
+    files.retain(|(_, old, new)| old != new);
+    Ok(files)
+}

@@ -158,8 +158,9 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
         .map(|o| o.id.as_str())
         .collect();
     let mut by: BTreeMap<Want, Pending> = BTreeMap::new();
+    // A learning run's passes are asks as refusals are.
     for e in events.iter().filter(|e| {
-        e.verdict == Verdict::Refused
+        (e.verdict == Verdict::Refused || e.learned)
             && !Host::parse(&e.host).is_some_and(|h| deny.allows(&h, e.port))
     }) {
         let Some((want, blocked)) = classify(s, &allow, e) else {

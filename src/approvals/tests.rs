@@ -14,6 +14,7 @@ fn refused(host: &str, port: u16, ts: f64, reason: &str) -> Event {
         status: 403,
         reason: Some(reason.into()),
         count: None,
+        learned: false,
     }
 }
 

@@ -18,6 +18,8 @@ pub struct Opts {
     pub dry_run: bool,
     pub concurrency: Option<usize>,
     pub no_wait: bool,
+    /// A learning run of this length after the apply.
+    pub learn: Option<std::time::Duration>,
 }
 
 /// 0: the machine matches the manifests; 1: it does not (a member is not running, or what
@@ -26,6 +28,15 @@ pub struct Opts {
 pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit> {
     if o.dry_run {
         return super::diff::run(global, files, o.prune, Output::Text).await;
+    }
+    if let Some(d) = o.learn
+        && d > ateam::app::approvals::MAX_LEARN
+    {
+        anyhow::bail!(
+            "--learn {}: a learning run lasts at most {}",
+            humantime::format_duration(d),
+            humantime::format_duration(ateam::app::approvals::MAX_LEARN)
+        );
     }
     let app = app(global);
     let manifests = Manifests::read(&files.files)?;
@@ -109,6 +120,21 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     };
     if drift_left > 0 && !matches!(report.outcome, Outcome::Refused(_)) {
         eprintln!("{drift_left} left as they are differ from the manifests (see above)");
+    }
+    if let Some(d) = o.learn
+        && !matches!(report.outcome, Outcome::Refused(_))
+    {
+        let desired = app.judge(&manifests)?;
+        let until = std::time::SystemTime::now() + d;
+        let secs = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let n = ateam::app::approvals::learn(&app, &desired, secs)?;
+        outln!(
+            "learning until {}: {n} member(s) get past their allow lists for what you could approve; then `ateam approvals --proposal`",
+            humantime::format_rfc3339_seconds(until)
+        );
     }
     Ok(exit)
 }

@@ -14,10 +14,14 @@ pub async fn run(
     global: &Global,
     team: Option<&str>,
     output: Output,
+    proposal: bool,
     answer: Option<ApprovalAnswer>,
 ) -> anyhow::Result<Exit> {
     let app = app(global);
     let Some(answer) = answer else {
+        if proposal {
+            return propose(&app, team);
+        }
         return list(&app, team, output);
     };
     let done = match answer {
@@ -32,6 +36,23 @@ pub async fn run(
             Ok(Exit::Refused)
         }
     }
+}
+
+/// The grants that would allow every approvable ask, as a diff of the manifests. 0: nothing
+/// to propose; 1: a change is proposed (as `diff`).
+fn propose(app: &ateam::app::App, team: Option<&str>) -> anyhow::Result<Exit> {
+    let files = approvals::proposal(app, team)?;
+    if files.is_empty() {
+        outln!("nothing to propose: no approvable ask of a host");
+        return Ok(Exit::Ok);
+    }
+    for (path, old, new) in &files {
+        out!(
+            "{}",
+            ateam::manifest::edit::diff(&path.display().to_string(), old, new)
+        );
+    }
+    Ok(Exit::Differs)
 }
 
 fn list(app: &ateam::app::App, team: Option<&str>, output: Output) -> anyhow::Result<Exit> {

@@ -59,6 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             dry_run,
             concurrency,
             no_wait,
+            learn,
         } => block_on(apply::run(
             g,
             &files,
@@ -67,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 dry_run,
                 concurrency,
                 no_wait,
+                learn,
             },
         ))?,
         Command::Diff {
@@ -100,8 +102,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Approvals {
             team,
             output,
+            proposal,
             answer,
-        } => block_on(approvals::run(g, team.as_deref(), output, answer))?,
+        } => block_on(approvals::run(g, team.as_deref(), output, proposal, answer))?,
         Command::Delete {
             files,
             team,

@@ -111,6 +111,10 @@ pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> Path
 /// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
 pub const EGRESS_ONCE_NAME: &str = "once.json";
 
+/// A learning run's bounds (`ateam apply --learn`): until when, and within what, the proxy
+/// lets through what the list does not name but the person could approve.
+pub const EGRESS_LEARN_NAME: &str = "learn.json";
+
 /// `EGRESS_ONCE_NAME` in the proxy's folder.
 pub fn egress_dir_once_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join(EGRESS_ONCE_NAME)

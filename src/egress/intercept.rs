@@ -384,6 +384,7 @@ fn event(
         status,
         reason,
         count: None,
+        learned: false,
     }
 }
 

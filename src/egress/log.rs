@@ -81,6 +81,10 @@ pub struct Event {
     /// written one by one (`quota`); `None` for one decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// Let through by a learning run (`ateam apply --learn`) though the allow list does not
+    /// name it: an ask for the person, as a refusal is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learned: bool,
 }
 
 impl Event {
@@ -625,6 +629,7 @@ mod tests {
             status: 403,
             reason: Some("not in the allow list".into()),
             count: None,
+            learned: false,
         }
     }
 

@@ -70,11 +70,14 @@ struct Policy {
     owners: (Vec<u32>, Vec<u32>),
     /// What is refused even where the list reaches it (the grant's `deny`).
     deny: Allowlist,
+    /// A learning run's bounds, if one was asked for.
+    learn: Option<super::LearnFile>,
     stamp: Stamps,
 }
 
-/// How to tell that the policy, the allowed-once file or the member's start changed.
-type Stamps = [Option<(i64, u64, u64, u64)>; 3];
+/// How to tell that the policy, the allowed-once file, the member's start or the learning
+/// run changed.
+type Stamps = [Option<(i64, u64, u64, u64)>; 4];
 
 /// A folder held open: the proxy reaches its files through it after it gave up root, when
 /// the private folders above it are closed to it.
@@ -158,6 +161,7 @@ fn stamps(dir: &Dir, name: &str, ctl: &Dir) -> Stamps {
         dir.stamp(name),
         dir.stamp(layout::EGRESS_ONCE_NAME),
         ctl.stamp(layout::GATE_RELEASE_NAME),
+        dir.stamp(layout::EGRESS_LEARN_NAME),
     ]
 }
 
@@ -187,10 +191,15 @@ fn read_policy(dir: &Dir, name: &str, ctl: &Dir) -> Policy {
                 .map_err(|e| format!("the allowlist {}: deny: {e}", shown.display()))?;
             Ok(Arc::new((Allowlist::parse(&p.allow)?, p.intercept)))
         });
+    let learn = dir
+        .read(layout::EGRESS_LEARN_NAME)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
     Policy {
         list,
         owners,
         deny,
+        learn,
         stamp,
     }
 }
@@ -293,6 +302,20 @@ impl State {
             .then(|| format!("{h}:{port} {}", super::log::DENIED))
     }
 
+    /// Whether a learning run lets `host:port` past the list now (`LearnFile::learns`), the
+    /// list not naming it.
+    fn learns(&self, host: &str, port: u16) -> bool {
+        let Ok(rules) = self.rules() else {
+            return false;
+        };
+        let p = self.policy.lock().expect("policy lock");
+        let listed = Host::parse(host).is_some_and(|h| rules.0.allows(&h, port));
+        !listed
+            && p.learn
+                .as_ref()
+                .is_some_and(|l| l.learns(host, port, Event::now()))
+    }
+
     /// Whose listeners on the host the member may reach, by the policy in force.
     fn owners(&self) -> Owners {
         let mut p = self.policy.lock().expect("policy lock");
@@ -371,7 +394,9 @@ impl State {
             Route::Intercept(_) => intercepted,
             Route::Refuse(_) => false,
             Route::Tunnel => {
-                !intercepted && Host::parse(host).is_some_and(|h| list.allows(&h, port))
+                !intercepted
+                    && (Host::parse(host).is_some_and(|h| list.allows(&h, port))
+                        || self.learns(host, port))
             }
         }
     }
@@ -587,6 +612,7 @@ impl Overload {
             status: 503,
             reason: Some(format!("{reason}: {} refused so far", self.refused)),
             count: None,
+            learned: false,
         });
         self.logged = Some(Instant::now());
     }
@@ -637,6 +663,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         status: 0,
         reason: None,
         count: None,
+        learned: false,
     };
     let route = match state.rules() {
         // A member that uses a login never reaches where logins are refreshed, whatever its
@@ -684,7 +711,9 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
             }
         }
     };
-    let (addr, upstream) = match decide(&req, &state).await {
+    let learning = intercept.is_none() && state.learns(&req.host, req.port);
+    event.learned = learning;
+    let (addr, upstream) = match decide(&req, &state, learning).await {
         Ok((addr, stream)) => {
             event.addr = Some(addr.to_string());
             (addr, stream)
@@ -704,6 +733,14 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
     if let Some((i, permit)) = intercept {
         let rest = buf[head_len..].to_vec();
         return intercepted(conn, rest, (*i, permit), event, (addr, upstream), state).await;
+    }
+    if learning {
+        event.reason = Some(format!(
+            "learned: {}:{} {}",
+            req.host,
+            req.port,
+            super::log::NOT_LISTED
+        ));
     }
     event.verdict = Verdict::Allowed;
     event.status = 200;
@@ -726,6 +763,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
                 status: 403,
                 reason: Some(format!("{}:{} is no longer in this member's allow list: its open connection is closed", req.host, req.port)),
                 count: None,
+                learned: false,
             });
         }
     }
@@ -775,6 +813,7 @@ async fn read_request(
                 status: r.status,
                 reason: Some(r.reason),
                 count: None,
+                learned: false,
             });
             None
         }
@@ -954,10 +993,12 @@ fn parse(head: &[u8]) -> Result<Request, Refused> {
 }
 
 /// Judges a request by name, resolves it, judges each address, and connects to the first
-/// address that passes. The error carries the address judged, if any.
+/// address that passes. The error carries the address judged, if any. `learning`: a
+/// learning run lets it past the list (its address is judged all the same).
 async fn decide(
     req: &Request,
     state: &State,
+    learning: bool,
 ) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
     let rules = state.list().map_err(|e| (None, refuse(503, e)))?;
     let list = &rules.0;
@@ -967,7 +1008,7 @@ async fn decide(
             refuse(400, format!("`{}` is not a host name", req.host)),
         )
     })?;
-    if !list.allows(&host, req.port) {
+    if !list.allows(&host, req.port) && !learning {
         return Err((
             None,
             refuse(

@@ -177,6 +177,68 @@ fn edit_grant_in_file(
     Some(file.to_string())
 }
 
+/// A unified diff of `old` to `new` (lines), as `diff -u` prints it with 2 lines of context,
+/// for a change that inserts lines or rewrites some: what `approvals --proposal` shows.
+pub fn diff(path: &str, old: &str, new: &str) -> String {
+    let (a, b): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
+    // Each line: ' ', '-' or '+', with its line numbers in a and b.
+    let mut ops: Vec<(char, &str)> = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            ops.push((' ', a[i]));
+            (i, j) = (i + 1, j + 1);
+        } else if let Some(k) = (j..b.len()).find(|&k| i < a.len() && b[k] == a[i]) {
+            ops.extend(b[j..k].iter().map(|l| ('+', *l)));
+            j = k;
+        } else {
+            if i < a.len() {
+                ops.push(('-', a[i]));
+                i += 1;
+            }
+            if j < b.len() {
+                ops.push(('+', b[j]));
+                j += 1;
+            }
+        }
+    }
+    let mut out = format!("--- {path}\n+++ {path} (proposed)\n");
+    let changed: Vec<usize> = (0..ops.len()).filter(|&n| ops[n].0 != ' ').collect();
+    let mut n = 0;
+    while n < changed.len() {
+        let start = changed[n].saturating_sub(2);
+        let mut end = changed[n];
+        while n < changed.len() && changed[n] <= end + 4 {
+            end = changed[n];
+            n += 1;
+        }
+        let end = (end + 3).min(ops.len());
+        let before = |c: char| {
+            ops[..start]
+                .iter()
+                .filter(|o| o.0 == ' ' || o.0 == c)
+                .count()
+        };
+        let count = |c: char| {
+            ops[start..end]
+                .iter()
+                .filter(|o| o.0 == ' ' || o.0 == c)
+                .count()
+        };
+        out.push_str(&format!(
+            "@@ -{},{} +{},{} @@\n",
+            before('-') + 1,
+            count('-'),
+            before('+') + 1,
+            count('+')
+        ));
+        for (c, l) in &ops[start..end] {
+            out.push_str(&format!("{c}{l}\n"));
+        }
+    }
+    out
+}
+
 /// One document of a manifest: its kind, name, `spec.team` and text.
 struct Object {
     kind: String,
@@ -361,5 +423,15 @@ spec:
             None
         );
         assert_eq!(add_http_rule_in_file(text, "g", "nosuch", "GET", "/"), None);
+    }
+
+    #[test]
+    fn a_diff_shows_inserted_and_rewritten_lines_with_their_context() {
+        let old = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n";
+        let new = "a\nb\nc\nX\nd\ne\nf\ng\nh\nI\nj\n";
+        assert_eq!(
+            diff("t.yaml", old, new),
+            "--- t.yaml\n+++ t.yaml (proposed)\n@@ -2,4 +2,5 @@\n b\n c\n+X\n d\n e\n@@ -7,4 +8,4 @@\n g\n h\n-i\n+I\n j\n"
+        );
     }
 }

@@ -312,6 +312,7 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
         addr: None,
         status: 403,
         count: None,
+        learned: false,
         reason: Some("not in the allow list".into()),
     };
     let mut events: Vec<Event> = (0..30_000)
