@@ -71,6 +71,9 @@ pub enum EventKind {
     HelperGranted,
     /// A member's helper request was refused (the reason names the rule).
     HelperRefused,
+    /// A member was refused something the person could answer (`approvals`), read with
+    /// the team's model at read time; one per pending approval, at its first refusal.
+    ApprovalPending,
     /// A member's egress proxy refused a connection (from the proxy's log).
     EgressRefused,
     /// A main session's terminal started.
@@ -123,6 +126,7 @@ impl EventKind {
             | EventKind::CrashLoop
             | EventKind::HelperRefused
             | EventKind::EgressRefused
+            | EventKind::ApprovalPending
             | EventKind::AgentFailed
             | EventKind::Refused => "Warning",
         }
@@ -145,6 +149,7 @@ impl EventKind {
             EventKind::HelperGranted => "helper-granted",
             EventKind::HelperRefused => "helper-refused",
             EventKind::EgressRefused => "egress-refused",
+            EventKind::ApprovalPending => "approval-pending",
             EventKind::SessionStarted => "session-started",
             EventKind::TasksReturned => "tasks-returned",
             EventKind::BoardTask => "board-task",
@@ -387,6 +392,50 @@ pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> V
         e.count = r.times();
         open.insert((r.host.as_str(), r.port), out.len());
         out.push(e);
+    }
+    out
+}
+
+/// The pending approvals of `t`'s members (`approvals::of_member`) as events: one each, at
+/// its first refusal, saying its id and how to answer it (or why it cannot be approved).
+pub fn approval_events(state_dir: &Path, t: &crate::model::Team) -> Vec<Event> {
+    let mut out = Vec::new();
+    for m in t
+        .members
+        .iter()
+        .filter(|m| matches!(m.access.network, crate::model::Network::Allow(_)))
+    {
+        let log = egress_log::read(&layout::egress_log_path(&layout::egress_dir(
+            state_dir, &t.name, &m.name,
+        )));
+        for p in crate::approvals::of_member(state_dir, t, m, &log) {
+            let reason = match &p.not_approvable {
+                None => format!(
+                    "approval {} asks for {} in grant `{}`: ateam approvals allow|deny {} --once|--always",
+                    p.id,
+                    p.want.describe(),
+                    p.grant,
+                    p.id
+                ),
+                Some(why) => format!(
+                    "approval {} asks for {} in grant `{}`, not approvable: {why}",
+                    p.id,
+                    p.want.describe(),
+                    p.grant
+                ),
+            };
+            let at =
+                UNIX_EPOCH + Duration::from_secs_f64(p.first_seen.clamp(0.0, 253_402_300_799.0));
+            let mut e = Event::at(
+                at,
+                &t.name,
+                &shown(&m.name),
+                EventKind::ApprovalPending,
+                &reason,
+            );
+            e.ts = p.first_seen;
+            out.push(e.shown());
+        }
     }
     out
 }

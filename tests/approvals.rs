@@ -239,11 +239,26 @@ fn approvals_from_inside_a_member(engine: Engine) {
         name["id"].as_str().unwrap().to_string(),
         docker["id"].as_str().unwrap().to_string(),
     );
-    // `status` shows them, by id.
+    // `status` shows them, by id, and `events` has an event of each.
     let status = w.ok(&["status", &w.team]);
     assert!(
         status.contains(&id) && status.contains(&docker_id),
         "{status}"
+    );
+    let events = w.ok(&["events", &w.team]);
+    let pending_events: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("approval-pending"))
+        .collect();
+    assert_eq!(pending_events.len(), 2, "{engine:?}: {events}");
+    assert!(
+        pending_events
+            .iter()
+            .any(|l| l.contains(&id) && l.contains("--once|--always"))
+            && pending_events
+                .iter()
+                .any(|l| l.contains(&docker_id) && l.contains("not approvable")),
+        "{engine:?}: {events}"
     );
 
     // What status never offers is not approved from here, and nothing is written.

@@ -122,6 +122,14 @@ fn collect(ctx: &App, teams: &[String], cache: &SessionCache) -> Vec<Event> {
         .iter()
         .flat_map(|t| team_events(state_dir, t, &agents(ctx, t), cache))
         .collect();
+    // Pending approvals need the team's model to be judged: the applied teams only.
+    for t in teams {
+        if let Ok(d) = ctx.applied_with_requests(Some(t)) {
+            for team in &d.teams {
+                all.extend(ateam::events::approval_events(state_dir, team));
+            }
+        }
+    }
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all
 }
@@ -153,6 +161,7 @@ fn identity(e: &Event) -> String {
         | EventKind::BoardTask
         | EventKind::AgentFailed
         | EventKind::Refused
+        | EventKind::ApprovalPending
         | EventKind::Deleted => e.ts.to_bits().to_string(),
     };
     format!(
