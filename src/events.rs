@@ -230,6 +230,11 @@ impl Event {
         self
     }
 
+    /// `shown`, for an event made outside this module (a pending approval, read at the edge).
+    pub fn escaped(self) -> Event {
+        self.shown()
+    }
+
     /// This event with every text escaped that could steer a terminal: a reason may quote
     /// what a member chose (a helper's name, a host it asked for).
     fn shown(self) -> Event {
@@ -392,50 +397,6 @@ pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> V
         e.count = r.times();
         open.insert((r.host.as_str(), r.port), out.len());
         out.push(e);
-    }
-    out
-}
-
-/// The pending approvals of `t`'s members (`approvals::of_member`) as events: one each, at
-/// its first refusal, saying its id and how to answer it (or why it cannot be approved).
-pub fn approval_events(state_dir: &Path, t: &crate::model::Team) -> Vec<Event> {
-    let mut out = Vec::new();
-    for m in t
-        .members
-        .iter()
-        .filter(|m| matches!(m.access.network, crate::model::Network::Allow(_)))
-    {
-        let log = egress_log::read(&layout::egress_log_path(&layout::egress_dir(
-            state_dir, &t.name, &m.name,
-        )));
-        for p in crate::approvals::of_member(state_dir, t, m, &log) {
-            let reason = match &p.not_approvable {
-                None => format!(
-                    "approval {} asks for {} in grant `{}`: ateam approvals allow|deny {} --once|--always",
-                    p.id,
-                    p.want.describe(),
-                    p.grant,
-                    p.id
-                ),
-                Some(why) => format!(
-                    "approval {} asks for {} in grant `{}`, not approvable: {why}",
-                    p.id,
-                    p.want.describe(),
-                    p.grant
-                ),
-            };
-            let at =
-                UNIX_EPOCH + Duration::from_secs_f64(p.first_seen.clamp(0.0, 253_402_300_799.0));
-            let mut e = Event::at(
-                at,
-                &t.name,
-                &shown(&m.name),
-                EventKind::ApprovalPending,
-                &reason,
-            );
-            e.ts = p.first_seen;
-            out.push(e.shown());
-        }
     }
     out
 }

@@ -508,6 +508,12 @@ fn ruled_host<'a>(
         .find(|i| Entry::parse(&i.host).is_ok_and(|e| e.matches(&host, r.port)))
 }
 
+/// Whether `grant`'s `deny` names what `r` asked for.
+fn denied(grant: &crate::model::AccessGrant, r: &Refusal) -> bool {
+    let deny = crate::core::egress::Allowlist::parse(&grant.deny).unwrap_or_default();
+    crate::core::egress::Host::parse(&r.host).is_some_and(|h| deny.allows(&h, r.port))
+}
+
 /// The grant with the refused hosts added (`refused`: most frequent first): `source`, the
 /// grant's document as the person's manifest says it now, with the entries added and all
 /// else as they wrote it; without one, the grant written out from the applied model.
@@ -525,12 +531,8 @@ pub fn suggest(
         return out;
     }
     let mut allow = list.clone();
-    let deny = crate::core::egress::Allowlist::parse(&grant.deny).unwrap_or_default();
-    for r in refused {
-        // What the grant denies is the person's no: never suggested.
-        if crate::core::egress::Host::parse(&r.host).is_some_and(|h| deny.allows(&h, r.port)) {
-            continue;
-        }
+    // What the grant denies is the person's no: never suggested.
+    for r in refused.iter().filter(|r| !denied(grant, r)) {
         // A host with rules refused a request: its rules said no, not the list. Which rule
         // to widen is a person's call; say which refused, suggest nothing.
         if let Some(i) = ruled_host(grant, r) {

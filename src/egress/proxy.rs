@@ -749,8 +749,20 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         "connected"
     );
     state.record(event);
+    tunnel(conn, &buf[head_len..], &req, (addr, upstream), &state).await;
+}
+
+/// Carries an allowed tunnel (or forwarded request) until it ends, or until what it reaches
+/// is no longer allowed (then it is closed, and the log says so).
+async fn tunnel(
+    conn: UnixStream,
+    rest: &[u8],
+    req: &Request,
+    (addr, upstream): (SocketAddr, TcpStream),
+    state: &State,
+) {
     tokio::select! {
-        () = connected(conn, &buf[head_len..], &req, upstream) => {}
+        () = connected(conn, rest, req, upstream) => {}
         () = state.revoked(&req.host, req.port, false) => {
             state.record(Event {
                 ts: Event::now(),
