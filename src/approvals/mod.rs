@@ -363,6 +363,14 @@ fn request_blocked(i: &Intercept, method: &str, path: &str) -> Option<String> {
             "`{path}` would be a path pattern, not this one path: widen the rules by hand if you mean it"
         ));
     }
+    // What a URL's path may hold (RFC 3986), no more: the member chose it, and it is written
+    // into the person's manifest (a path shown escaped is no path it sent).
+    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()+,;=:@/%".contains(&b);
+    if !path.bytes().all(plain) {
+        return Some(format!(
+            "`{path}` holds characters a URL's path does not: change the rules by hand if you mean it"
+        ));
+    }
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Some(format!("`{method}` is not a method a rule names"));
     }
