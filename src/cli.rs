@@ -184,6 +184,39 @@ pub enum SchemaOf {
     Diff,
 }
 
+/// `ateam approvals allow|deny ID`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalAnswer {
+    /// Let it through: `--once` for the member's present start, `--always` written into the
+    /// grant's manifest file and applied (no new container).
+    Allow {
+        /// The approval's id, as `ateam approvals` lists it.
+        id: String,
+        #[command(flatten)]
+        how: OnceOrAlways,
+    },
+    /// Keep it refused: `--once` dismisses it (a later refusal asks again), `--always` is
+    /// written into the grant's `deny` list and never asked again.
+    Deny {
+        /// The approval's id, as `ateam approvals` lists it.
+        id: String,
+        #[command(flatten)]
+        how: OnceOrAlways,
+    },
+}
+
+/// `--once` or `--always`: one of the two, said each time.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct OnceOrAlways {
+    /// For this time only.
+    #[arg(long)]
+    pub once: bool,
+    /// Written into the manifest.
+    #[arg(long)]
+    pub always: bool,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check manifests against every rule without touching anything.
@@ -217,6 +250,12 @@ pub enum Command {
         /// Fail at once if another apply holds the store, instead of waiting.
         #[arg(long)]
         no_wait: bool,
+        /// A learning run for this long (at most 1h: `10m`): members get past their allow
+        /// lists for what you could approve (never a local, private or metadata address, an
+        /// ssh or database port, nor past a parent's list or a deny), each logged as an ask;
+        /// then `ateam approvals --proposal` shows the grants that cover what was used.
+        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "dry_run")]
+        learn: Option<std::time::Duration>,
     },
     /// Show what apply would change. Exit 0: no change, 1: changes or drift, 2+: error.
     Diff {
@@ -259,6 +298,22 @@ pub enum Command {
         /// `json`: one array; with -w, one object per line per event.
         #[arg(short = 'o', long, value_enum, default_value = "text")]
         output: Output,
+    },
+    /// What members were refused that you could grant (pending approvals), and your
+    /// answers: allow or deny, once or always (docs/approvals.md).
+    Approvals {
+        /// Only this team's.
+        #[arg(long)]
+        team: Option<String>,
+        /// `json`: one array of every pending approval.
+        #[arg(short = 'o', long, value_enum, default_value = "text")]
+        output: Output,
+        /// Print, as a diff of the manifests, the grants that would allow every approvable
+        /// ask (after `apply --learn`: what the members used); nothing is written.
+        #[arg(long)]
+        proposal: bool,
+        #[command(subcommand)]
+        answer: Option<ApprovalAnswer>,
     },
     /// Stop and remove a team's containers; transcripts stay unless --purge.
     Delete {

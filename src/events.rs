@@ -71,6 +71,9 @@ pub enum EventKind {
     HelperGranted,
     /// A member's helper request was refused (the reason names the rule).
     HelperRefused,
+    /// A member was refused something the person could answer (`approvals`), read with
+    /// the team's model at read time; one per pending approval, at its first refusal.
+    ApprovalPending,
     /// A member's egress proxy refused a connection (from the proxy's log).
     EgressRefused,
     /// A main session's terminal started.
@@ -123,6 +126,7 @@ impl EventKind {
             | EventKind::CrashLoop
             | EventKind::HelperRefused
             | EventKind::EgressRefused
+            | EventKind::ApprovalPending
             | EventKind::AgentFailed
             | EventKind::Refused => "Warning",
         }
@@ -145,6 +149,7 @@ impl EventKind {
             EventKind::HelperGranted => "helper-granted",
             EventKind::HelperRefused => "helper-refused",
             EventKind::EgressRefused => "egress-refused",
+            EventKind::ApprovalPending => "approval-pending",
             EventKind::SessionStarted => "session-started",
             EventKind::TasksReturned => "tasks-returned",
             EventKind::BoardTask => "board-task",
@@ -223,6 +228,11 @@ impl Event {
     pub fn container(mut self, id: &str) -> Event {
         self.container = Some(id.chars().take(12).collect());
         self
+    }
+
+    /// `shown`, for an event made outside this module (a pending approval, read at the edge).
+    pub fn escaped(self) -> Event {
+        self.shown()
     }
 
     /// This event with every text escaped that could steer a terminal: a reason may quote

@@ -21,6 +21,8 @@
 //!   manifests, recorded, merged into what is desired; and starting and stopping the helper
 //!   servers (`requests::servers`), as execute carries out the plan;
 //! - `report`: diff and status as text and data;
+//! - `approvals`: what a member was refused that the person could grant (pending
+//!   approvals, with stable ids), and the person's answers kept in the state folder;
 //! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
 //!   interception with the team's CA, its log) and starting, refreshing and stopping it;
 //! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
@@ -57,6 +59,7 @@
 )]
 
 pub mod app;
+pub mod approvals;
 pub mod backend;
 pub mod board;
 pub mod build_context;

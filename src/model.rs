@@ -116,6 +116,10 @@ pub struct AccessGrant {
     /// (`hostListeners`). Default: records before it have none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_listeners: Vec<u32>,
+    /// Destinations refused even where `network`'s list reaches them (`spec.deny`).
+    /// Default: records before it have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 impl AccessGrant {
@@ -128,6 +132,7 @@ impl AccessGrant {
             network: Network::None,
             intercept: vec![],
             host_listeners: vec![],
+            deny: vec![],
         }
     }
 }

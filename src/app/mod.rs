@@ -5,6 +5,7 @@
 //! long-running controller calls the very same functions.
 
 pub mod apply;
+pub mod approvals;
 pub mod delete;
 pub mod doctor;
 pub mod helper_server;
@@ -13,7 +14,7 @@ pub mod restart;
 pub mod status;
 pub mod team_tools;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -120,6 +121,15 @@ impl Manifests {
             unreadable,
             given,
         })
+    }
+
+    /// These manifests with the file `path` reading `text` instead (`approvals`: judged
+    /// before the edit is written).
+    pub fn replaced(mut self, path: &Path, text: &str) -> Manifests {
+        for s in self.sources.iter_mut().filter(|s| s.path == path) {
+            s.text = text.to_string();
+        }
+        self
     }
 
     /// Every rule, judged on this host and against the teams `applied` before.

@@ -18,6 +18,8 @@ pub struct Opts {
     pub dry_run: bool,
     pub concurrency: Option<usize>,
     pub no_wait: bool,
+    /// A learning run of this length after the apply.
+    pub learn: Option<std::time::Duration>,
 }
 
 /// 0: the machine matches the manifests; 1: it does not (a member is not running, or what
@@ -27,6 +29,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     if o.dry_run {
         return super::diff::run(global, files, o.prune, Output::Text).await;
     }
+    learn_bounded(o.learn)?;
     let app = app(global);
     let manifests = Manifests::read(&files.files)?;
     let secret = |name: &str| std::env::var(name).ok();
@@ -110,7 +113,44 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
     if drift_left > 0 && !matches!(report.outcome, Outcome::Refused(_)) {
         eprintln!("{drift_left} left as they are differ from the manifests (see above)");
     }
+    if let Some(d) = o.learn
+        && !matches!(report.outcome, Outcome::Refused(_))
+    {
+        start_learning(&app, &manifests, d)?;
+    }
     Ok(exit)
+}
+
+/// A learning run lasts at most `app::approvals::MAX_LEARN`: refused before any change.
+fn learn_bounded(learn: Option<std::time::Duration>) -> anyhow::Result<()> {
+    match learn {
+        Some(d) if d > ateam::app::approvals::MAX_LEARN => anyhow::bail!(
+            "--learn {}: a learning run lasts at most {}",
+            humantime::format_duration(d),
+            humantime::format_duration(ateam::app::approvals::MAX_LEARN)
+        ),
+        Some(_) | None => Ok(()),
+    }
+}
+
+/// `--learn`: a learning run of `d` for the members of `manifests` (`app::approvals::learn`).
+fn start_learning(
+    app: &ateam::app::App,
+    manifests: &Manifests,
+    d: std::time::Duration,
+) -> anyhow::Result<()> {
+    let desired = app.judge(manifests)?;
+    let until = std::time::SystemTime::now() + d;
+    let secs = until
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let n = ateam::app::approvals::learn(app, &desired, secs)?;
+    outln!(
+        "learning until {}: {n} member(s) get past their allow lists for what you could approve; then `ateam approvals --proposal`",
+        humantime::format_rfc3339_seconds(until)
+    );
+    Ok(())
 }
 
 /// Warns of a host service a grant names that another uid's listener holds now (the proxy

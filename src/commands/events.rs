@@ -122,8 +122,54 @@ fn collect(ctx: &App, teams: &[String], cache: &SessionCache) -> Vec<Event> {
         .iter()
         .flat_map(|t| team_events(state_dir, t, &agents(ctx, t), cache))
         .collect();
+    // Pending approvals need the team's model to be judged: the applied teams only.
+    for t in teams {
+        if let Ok(d) = ctx.applied_with_requests(Some(t)) {
+            for team in &d.teams {
+                all.extend(approval_events(state_dir, team));
+            }
+        }
+    }
     all.sort_by(|a, b| a.ts.total_cmp(&b.ts));
     all
+}
+
+/// The pending approvals of `t`'s members (`approvals::of_member`) as events: one each, at
+/// its first refusal, saying its id and how to answer it (or why it cannot be approved).
+fn approval_events(state_dir: &std::path::Path, t: &ateam::model::Team) -> Vec<Event> {
+    let mut out = Vec::new();
+    for m in t
+        .members
+        .iter()
+        .filter(|m| matches!(m.access.network, ateam::model::Network::Allow(_)))
+    {
+        let log = ateam::egress::log::read(&layout::egress_log_path(&layout::egress_dir(
+            state_dir, &t.name, &m.name,
+        )));
+        for p in ateam::approvals::of_member(state_dir, t, m, &log) {
+            let reason = match &p.not_approvable {
+                None => format!(
+                    "approval {} asks for {} in grant `{}`: ateam approvals allow|deny {} --once|--always",
+                    p.id,
+                    p.want.describe(),
+                    p.grant,
+                    p.id
+                ),
+                Some(why) => format!(
+                    "approval {} asks for {} in grant `{}`, not approvable: {why}",
+                    p.id,
+                    p.want.describe(),
+                    p.grant
+                ),
+            };
+            let at =
+                UNIX_EPOCH + Duration::from_secs_f64(p.first_seen.clamp(0.0, 253_402_300_799.0));
+            let mut e = Event::at(at, &t.name, &m.name, EventKind::ApprovalPending, &reason);
+            e.ts = p.first_seen;
+            out.push(e.escaped());
+        }
+    }
+    out
 }
 
 /// The same event read again: an event of ateam's by its exact time; a run of egress
@@ -153,6 +199,7 @@ fn identity(e: &Event) -> String {
         | EventKind::BoardTask
         | EventKind::AgentFailed
         | EventKind::Refused
+        | EventKind::ApprovalPending
         | EventKind::Deleted => e.ts.to_bits().to_string(),
     };
     format!(

@@ -18,6 +18,7 @@ macro_rules! outln {
 mod agent;
 mod agents;
 mod apply;
+mod approvals;
 mod board;
 mod common;
 mod completion;
@@ -58,6 +59,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             dry_run,
             concurrency,
             no_wait,
+            learn,
         } => block_on(apply::run(
             g,
             &files,
@@ -66,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 dry_run,
                 concurrency,
                 no_wait,
+                learn,
             },
         ))?,
         Command::Diff {
@@ -96,6 +99,12 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             watch,
             output,
         } => events::run(g, team.as_deref(), watch, output),
+        Command::Approvals {
+            team,
+            output,
+            proposal,
+            answer,
+        } => block_on(approvals::run(g, team.as_deref(), output, proposal, answer))?,
         Command::Delete {
             files,
             team,

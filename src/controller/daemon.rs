@@ -600,6 +600,7 @@ impl StatusSource for Reconciler {
                     | EventKind::StrangerSeen
                     | EventKind::CrashLoop
                     | EventKind::EgressRefused
+                    | EventKind::ApprovalPending
                     | EventKind::SessionStarted
                     | EventKind::SessionStopped
                     | EventKind::Promoted

@@ -20,10 +20,12 @@
 //!                                                   (`go`), restart count (`restarts`), CA
 //!                                                   files (`ca.pem`, `ca-bundle.pem`)
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
+//! <state>/teams/<team>/members/<m>/approvals.json   the person's answers to its approvals
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
 //! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file, log,
 //!                                                   refusal log (`log-refused.jsonl`),
-//!                                                   stderr, intercept.json, image-roots.pem
+//!                                                   stderr, intercept.json, image-roots.pem,
+//!                                                   once.json (allowed for this start only)
 //! <state>/teams/<team>/members/<m>/ctl/helpers.sock its helper server's socket (helperRequests)
 //! <state>/teams/<team>/members/<m>/ctl/mcp.sock     the team's tools (MCP), served by the
 //!                                                   helper server (`board: true`)
@@ -74,8 +76,11 @@ pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
 /// The start gate's release file in a member's control folder (inside: `/.ateam/go`, which
 /// `gate/main.rs` reads): the container id and start it lets run (`runtime::gate`).
 pub fn gate_release_path(ctl_dir: &Path) -> PathBuf {
-    ctl_dir.join("go")
+    ctl_dir.join(GATE_RELEASE_NAME)
 }
+
+/// `gate_release_path`'s name in the control folder (the egress proxy reads it there).
+pub const GATE_RELEASE_NAME: &str = "go";
 
 /// The member's secrets (`name=value`, NUL-separated) in its control folder, which the gate
 /// gives the member's command.
@@ -98,6 +103,27 @@ pub fn restarts_path(ctl_dir: &Path) -> PathBuf {
 /// folder and never mounted into it.
 pub fn member_record_path(run_dir: &Path, member: &str) -> PathBuf {
     members_dir(run_dir).join(member).join("containers.json")
+}
+
+/// The person's answers to a member's pending approvals (`approvals::record`): ateam's
+/// user's, 0600, beside the control folder and never mounted into the member.
+pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("approvals.json")
+}
+
+/// What a member's proxy lets through besides its policy for the member's present start
+/// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
+pub const EGRESS_ONCE_NAME: &str = "once.json";
+
+/// A learning run's bounds (`ateam apply --learn`): until when, and within what, the proxy
+/// lets through what the list does not name but the person could approve.
+pub const EGRESS_LEARN_NAME: &str = "learn.json";
+
+/// `EGRESS_ONCE_NAME` in the proxy's folder.
+pub fn egress_dir_once_path(egress_dir: &Path) -> PathBuf {
+    egress_dir.join(EGRESS_ONCE_NAME)
 }
 
 /// Where a team's sockets live: under the state folder, private to the user.

@@ -401,6 +401,7 @@ fn event(
         status,
         reason,
         count: None,
+        learned: false,
     }
 }
 

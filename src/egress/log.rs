@@ -23,6 +23,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::untrusted::shown;
 
+/// The end of the proxy's reason for a host its member's allow list does not name.
+pub const NOT_LISTED: &str = "is not in this member's allow list";
+
+/// The end of the proxy's reason for a destination its member's grant denies.
+pub const DENIED: &str = "is in this member's deny list";
+
 /// Size at which the log is rotated: two files of this size at most.
 pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
@@ -75,6 +81,10 @@ pub struct Event {
     /// written one by one (`quota`); `None` for one decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// Let through by a learning run (`ateam apply --learn`) though the allow list does not
+    /// name it: an ask for the person, as a refusal is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub learned: bool,
 }
 
 impl Event {
@@ -498,6 +508,12 @@ fn ruled_host<'a>(
         .find(|i| Entry::parse(&i.host).is_ok_and(|e| e.matches(&host, r.port)))
 }
 
+/// Whether `grant`'s `deny` names what `r` asked for.
+fn denied(grant: &crate::model::AccessGrant, r: &Refusal) -> bool {
+    let deny = crate::core::egress::Allowlist::parse(&grant.deny).unwrap_or_default();
+    crate::core::egress::Host::parse(&r.host).is_some_and(|h| deny.allows(&h, r.port))
+}
+
 /// The grant with the refused hosts added (`refused`: most frequent first): `source`, the
 /// grant's document as the person's manifest says it now, with the entries added and all
 /// else as they wrote it; without one, the grant written out from the applied model.
@@ -515,7 +531,8 @@ pub fn suggest(
         return out;
     }
     let mut allow = list.clone();
-    for r in refused {
+    // What the grant denies is the person's no: never suggested.
+    for r in refused.iter().filter(|r| !denied(grant, r)) {
         // A host with rules refused a request: its rules said no, not the list. Which rule
         // to widen is a person's call; say which refused, suggest nothing.
         if let Some(i) = ruled_host(grant, r) {
@@ -614,6 +631,7 @@ mod tests {
             status: 403,
             reason: Some("not in the allow list".into()),
             count: None,
+            learned: false,
         }
     }
 
@@ -894,6 +912,7 @@ mod tests {
                 network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
                 intercept: vec![],
                 host_listeners: vec![],
+                deny: vec![],
             },
             &host_service,
             None,
@@ -922,6 +941,7 @@ mod tests {
             network: crate::model::Network::Allow(vec!["ok.example.com".into()]),
             intercept: vec![],
             host_listeners: vec![],
+            deny: vec![],
         };
         let s = suggest("t", &grant, &r, None);
         let yaml = s.grant.unwrap();
@@ -966,6 +986,7 @@ mod tests {
             network: crate::model::Network::Allow(vec!["api.github.com".into()]),
             intercept: vec![ruled.clone()],
             host_listeners: vec![],
+            deny: vec![],
         };
         let mut by_rule = ev(Verdict::Refused, "api.github.com", 443, 10.0);
         by_rule.method = "POST".into();
@@ -1020,6 +1041,7 @@ mod tests {
                 ),
             }],
             host_listeners: vec![],
+            deny: vec![],
         };
         let r = refusals(
             &[

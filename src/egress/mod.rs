@@ -124,6 +124,9 @@ pub struct PolicyFile {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub host_listeners: Vec<u32>,
+    /// Refused even where `allow` reaches them (the grant's `deny`). Absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 impl PolicyFile {
@@ -136,6 +139,7 @@ impl PolicyFile {
             intercept: policy.intercept.clone(),
             applied_by: policy.applied_by.clone(),
             host_listeners: policy.host_listeners.clone(),
+            deny: policy.deny.clone(),
         }
     }
 
@@ -146,8 +150,81 @@ impl PolicyFile {
             intercept: self.intercept.clone(),
             applied_by: self.applied_by.clone(),
             host_listeners: self.host_listeners.clone(),
+            deny: self.deny.clone(),
         }
     }
+}
+
+/// What the person allowed once (`ateam approvals allow ID --once`) for one start of the
+/// member (`core::layout::EGRESS_ONCE_NAME`, 0600, the member's uid, beside the policy): the
+/// proxy adds it to its policy while the gate's release names that start, and never past the
+/// grant's `deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnceFile {
+    /// The gate's release text of the start it holds for (`container-id start-token`).
+    pub start: String,
+    /// Entries added to the allow list.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules added to hosts with rules.
+    #[serde(default)]
+    pub rules: Vec<OnceRule>,
+}
+
+/// A learning run (`ateam apply --learn`; `core::layout::EGRESS_LEARN_NAME`, 0600, the
+/// proxy's uid, beside the policy): until `until`, a tunnel the list does not name is let
+/// past the list (and still judged by its address) when the person could approve it: never
+/// what `status` would not offer (`log::withheld`), never past the parent's list, never what
+/// the grant denies. Each is logged `learned`, an ask for the person.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnFile {
+    /// Seconds since the epoch.
+    pub until: f64,
+    /// The parent member's allow list; `None`: its parent is a main session (the person).
+    pub parent: Option<Vec<String>>,
+    /// The parent's hosts with rules: a tunnel to them would skip the rules, never learned.
+    #[serde(default)]
+    pub parent_ruled: Vec<String>,
+}
+
+impl LearnFile {
+    /// Whether a learning run lets `host:port` past the list at `now`.
+    pub fn learns(&self, host: &str, port: u16, now: f64) -> bool {
+        use crate::core::egress::{Allowlist, Entry, Host};
+        let Some(h) = Host::parse(host) else {
+            return false;
+        };
+        let r = log::Refusal {
+            host: host.to_string(),
+            port,
+            count: 1,
+            reason: String::new(),
+        };
+        let within_parent = match &self.parent {
+            None => true,
+            Some(list) => Allowlist::parse(list).is_ok_and(|l| l.allows(&h, port)),
+        };
+        now < self.until
+            && log::withheld(&r).is_none()
+            && Entry::parse(&log::entry_for(&r)).is_ok()
+            && within_parent
+            && !self
+                .parent_ruled
+                .iter()
+                .any(|p| Entry::parse(p).is_ok_and(|e| e.matches(&h, port)))
+    }
+}
+
+/// One http rule added to a host with rules, for one start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnceRule {
+    /// The host with rules (`Intercept::host`).
+    pub host: String,
+    /// The rule.
+    pub rule: crate::core::intercept::HttpRule,
 }
 
 /// What an intercepting proxy holds besides its policy, in a file of its own (0600, the
@@ -210,6 +287,41 @@ impl Paths {
 /// The allowlist a proxy reads now (its `policy.json`), if the file is there and readable.
 pub fn read_policy(path: &Path) -> Option<PolicyFile> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// Writes what is allowed once, atomically, with the policy file's owner (the proxy's uid);
+/// the proxy sees it at its next connection.
+pub fn write_once(paths: &Paths, once: &OnceFile) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(&paths.policy)?;
+    let owner = Owner {
+        uid: meta.uid(),
+        gid: meta.gid(),
+    };
+    let json = serde_json::to_vec_pretty(once).map_err(std::io::Error::other)?;
+    files::write_atomic(
+        &layout::egress_dir_once_path(&paths.dir),
+        &json,
+        0o600,
+        owner,
+    )
+}
+
+/// Writes a learning run's bounds, atomically, with the policy file's owner.
+pub fn write_learn(paths: &Paths, learn: &LearnFile) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(&paths.policy)?;
+    let owner = Owner {
+        uid: meta.uid(),
+        gid: meta.gid(),
+    };
+    let json = serde_json::to_vec_pretty(learn).map_err(std::io::Error::other)?;
+    files::write_atomic(
+        &paths.dir.join(layout::EGRESS_LEARN_NAME),
+        &json,
+        0o600,
+        owner,
+    )
 }
 
 /// Writes the allowlist atomically; the proxy sees the new file at its next connection.
@@ -658,5 +770,48 @@ pub fn mark_applied(paths: &Paths, at: std::time::SystemTime) -> std::io::Result
         Ok(f) => f.set_modified(at),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod learn_tests {
+    use super::LearnFile;
+
+    #[test]
+    fn a_learning_run_passes_only_what_the_person_could_approve_until_its_end() {
+        let l = LearnFile {
+            until: 100.0,
+            parent: None,
+            parent_ruled: vec![],
+        };
+        assert!(l.learns("pypi.org", 443, 50.0));
+        assert!(l.learns("files.example", 8080, 50.0));
+        assert!(!l.learns("pypi.org", 443, 100.0), "over");
+        for (host, port) in [
+            ("127.0.0.1", 8080),
+            ("169.254.169.254", 80),
+            ("10.1.2.3", 443),
+            ("host.ateam.internal", 11434),
+            ("git.example", 22),
+            ("db.example", 5432),
+            ("*", 0),
+            ("not a host", 443),
+        ] {
+            assert!(!l.learns(host, port, 50.0), "{host}:{port}");
+        }
+        // Never past the parent's list, nor through a tunnel to a host it has rules on.
+        let under = LearnFile {
+            parent: Some(vec!["*.example.com".into(), "api.example.com".into()]),
+            parent_ruled: vec!["api.example.com".into()],
+            ..l.clone()
+        };
+        assert!(under.learns("docs.example.com", 443, 50.0));
+        assert!(!under.learns("pypi.org", 443, 50.0));
+        assert!(!under.learns("api.example.com", 443, 50.0));
+        let closed = LearnFile {
+            parent: Some(vec![]),
+            ..l
+        };
+        assert!(!closed.learns("pypi.org", 443, 50.0));
     }
 }

@@ -68,8 +68,16 @@ struct Policy {
     list: Result<Arc<(Allowlist, Vec<Intercept>)>, String>,
     /// `appliedBy` and `hostListeners`: whose listeners on the host are reached.
     owners: (Vec<u32>, Vec<u32>),
-    stamp: Option<(i64, u64, u64, u64)>,
+    /// What is refused even where the list reaches it (the grant's `deny`).
+    deny: Allowlist,
+    /// A learning run's bounds, if one was asked for.
+    learn: Option<super::LearnFile>,
+    stamp: Stamps,
 }
+
+/// How to tell that the policy, the allowed-once file, the member's start or the learning
+/// run changed.
+type Stamps = [Option<(i64, u64, u64, u64)>; 4];
 
 /// A folder held open: the proxy reaches its files through it after it gave up root, when
 /// the private folders above it are closed to it.
@@ -128,6 +136,8 @@ fn file_name(path: &Path) -> String {
 }
 
 pub(super) struct State {
+    /// The member's control folder: its gate's release file names the start running now.
+    ctl_dir: Dir,
     /// The policy file's folder and name.
     policy_dir: Dir,
     policy_name: String,
@@ -145,10 +155,21 @@ pub(super) struct State {
     handshakes: Mutex<Handshakes>,
 }
 
-fn read_policy(dir: &Dir, name: &str) -> Policy {
-    let stamp = dir.stamp(name);
+/// The stamps of what the list in force is read from.
+fn stamps(dir: &Dir, name: &str, ctl: &Dir) -> Stamps {
+    [
+        dir.stamp(name),
+        dir.stamp(layout::EGRESS_ONCE_NAME),
+        ctl.stamp(layout::GATE_RELEASE_NAME),
+        dir.stamp(layout::EGRESS_LEARN_NAME),
+    ]
+}
+
+fn read_policy(dir: &Dir, name: &str, ctl: &Dir) -> Policy {
+    let stamp = stamps(dir, name, ctl);
     let shown = dir.path.join(name);
     let mut owners = (Vec::new(), Vec::new());
+    let mut deny = Allowlist::default();
     let list = dir
         .read(name)
         .map_err(|e| format!("cannot read the allowlist {}: {e}", shown.display()))
@@ -156,19 +177,63 @@ fn read_policy(dir: &Dir, name: &str) -> Policy {
             serde_json::from_slice::<PolicyFile>(&b)
                 .map_err(|e| format!("the allowlist {} is not valid: {e}", shown.display()))
         })
-        .and_then(|p| {
+        .and_then(|mut p| {
+            once(dir, ctl, &mut p);
             // An intercept that names no host would fail open (its host tunnelled): the whole
             // policy is refused instead, like a bad entry.
             for i in &p.intercept {
                 icpt::check(i).map_err(|e| format!("the allowlist {}: {e}", shown.display()))?;
             }
             owners = (p.applied_by, p.host_listeners);
+            // A deny entry that does not parse would let through what it names: the whole
+            // policy is refused instead.
+            deny = Allowlist::parse(&p.deny)
+                .map_err(|e| format!("the allowlist {}: deny: {e}", shown.display()))?;
             Ok(Arc::new((Allowlist::parse(&p.allow)?, p.intercept)))
         });
+    let learn = dir
+        .read(layout::EGRESS_LEARN_NAME)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
     Policy {
         list,
         owners,
+        deny,
+        learn,
         stamp,
+    }
+}
+
+/// Adds to `p` what the person allowed once for the member's start running now: the
+/// allowed-once file counts only while the gate's release file names the very start it was
+/// written for (a restart releases another: it is gone). An entry of it that does not parse,
+/// or a rule for a host without rules, makes it count for nothing.
+fn once(dir: &Dir, ctl: &Dir, p: &mut PolicyFile) {
+    let Ok(bytes) = dir.read(layout::EGRESS_ONCE_NAME) else {
+        return;
+    };
+    let Ok(o) = serde_json::from_slice::<super::OnceFile>(&bytes) else {
+        return;
+    };
+    let now = ctl
+        .read(layout::GATE_RELEASE_NAME)
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    if now.ok().as_deref() != Some(o.start.trim()) || o.start.trim().is_empty() {
+        return;
+    }
+    if Allowlist::parse(&o.allow).is_err()
+        || !o
+            .rules
+            .iter()
+            .all(|r| p.intercept.iter().any(|i| i.host == r.host))
+    {
+        return;
+    }
+    p.allow.extend(o.allow);
+    for r in o.rules {
+        if let Some(i) = p.intercept.iter_mut().find(|i| i.host == r.host) {
+            i.http.push(r.rule);
+        }
     }
 }
 
@@ -207,6 +272,11 @@ fn own_addresses() -> Vec<IpAddr> {
 }
 
 impl State {
+    /// The stamps of the policy's files now.
+    fn stamps(&self) -> Stamps {
+        stamps(&self.policy_dir, &self.policy_name, &self.ctl_dir)
+    }
+
     /// The list in force: re-read when its file changed (apply rewrites it atomically).
     fn list(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
         self.rules()
@@ -215,18 +285,42 @@ impl State {
     /// The list and the intercepts in force.
     fn rules(&self) -> Result<Arc<(Allowlist, Vec<Intercept>)>, String> {
         let mut p = self.policy.lock().expect("policy lock");
-        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
-            *p = read_policy(&self.policy_dir, &self.policy_name);
+        if self.stamps() != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
             self.generation.send_modify(|g| *g += 1);
         }
         p.list.clone()
     }
 
+    /// Why `host:port` is refused whatever the list says, if the grant's `deny` names it.
+    fn denied(&self, host: &str, port: u16) -> Option<String> {
+        let _ = self.rules();
+        let p = self.policy.lock().expect("policy lock");
+        let h = Host::parse(host)?;
+        p.deny
+            .allows(&h, port)
+            .then(|| format!("{h}:{port} {}", super::log::DENIED))
+    }
+
+    /// Whether a learning run lets `host:port` past the list now (`LearnFile::learns`), the
+    /// list not naming it.
+    fn learns(&self, host: &str, port: u16) -> bool {
+        let Ok(rules) = self.rules() else {
+            return false;
+        };
+        let p = self.policy.lock().expect("policy lock");
+        let listed = Host::parse(host).is_some_and(|h| rules.0.allows(&h, port));
+        !listed
+            && p.learn
+                .as_ref()
+                .is_some_and(|l| l.learns(host, port, Event::now()))
+    }
+
     /// Whose listeners on the host the member may reach, by the policy in force.
     fn owners(&self) -> Owners {
         let mut p = self.policy.lock().expect("policy lock");
-        if self.policy_dir.stamp(&self.policy_name) != p.stamp {
-            *p = read_policy(&self.policy_dir, &self.policy_name);
+        if self.stamps() != p.stamp {
+            *p = read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
             self.generation.send_modify(|g| *g += 1);
         }
         Owners {
@@ -248,7 +342,7 @@ impl State {
 
     fn reload(&self) {
         *self.policy.lock().expect("policy lock") =
-            read_policy(&self.policy_dir, &self.policy_name);
+            read_policy(&self.policy_dir, &self.policy_name, &self.ctl_dir);
         *self.intercept.lock().expect("intercept lock") = read_intercepts(&self.policy_dir);
         self.generation.send_modify(|g| *g += 1);
     }
@@ -292,12 +386,17 @@ impl State {
         let Ok(rules) = self.rules() else {
             return false;
         };
+        if self.denied(host, port).is_some() {
+            return false;
+        }
         let (list, intercepts) = &*rules;
         match icpt::route(intercepts, host, port, true) {
             Route::Intercept(_) => intercepted,
             Route::Refuse(_) => false,
             Route::Tunnel => {
-                !intercepted && Host::parse(host).is_some_and(|h| list.allows(&h, port))
+                !intercepted
+                    && (Host::parse(host).is_some_and(|h| list.allows(&h, port))
+                        || self.learns(host, port))
             }
         }
     }
@@ -334,6 +433,7 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     let _ = rustix::process::setsid();
     let user = user.map(super::parse_user).transpose()?;
     let socket_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
+    let ctl_dir = Dir::open(cfg.socket.parent().unwrap_or(Path::new("/")))?;
     let policy_dir = Dir::open(cfg.policy.parent().unwrap_or(Path::new("/")))?;
     let log_dir = Dir::open(cfg.log.parent().unwrap_or(Path::new("/")))?;
     let owner = user.map(|u| crate::files::Owner {
@@ -359,7 +459,8 @@ pub fn run(cfg: Config, user: Option<&str>) -> Result<(), ProxyError> {
     }
     listener.set_nonblocking(true).map_err(io(&cfg.socket))?;
     let state = Arc::new(State {
-        policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy))),
+        policy: Mutex::new(read_policy(&policy_dir, &file_name(&cfg.policy), &ctl_dir)),
+        ctl_dir,
         policy_name: file_name(&cfg.policy),
         intercept: Mutex::new(read_intercepts(&policy_dir)),
         policy_dir,
@@ -511,6 +612,7 @@ impl Overload {
             status: 503,
             reason: Some(format!("{reason}: {} refused so far", self.refused)),
             count: None,
+            learned: false,
         });
         self.logged = Some(Instant::now());
     }
@@ -561,14 +663,17 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         status: 0,
         reason: None,
         count: None,
+        learned: false,
     };
     let route = match state.rules() {
         // A member that uses a login never reaches where logins are refreshed, whatever its
         // list allows: refused before a name is resolved or anything connected.
-        Ok(rules) => match login_refusal(&rules.1, &req.host) {
-            Some(reason) => Route::Refuse(reason),
-            None => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
-        },
+        Ok(rules) => {
+            match login_refusal(&rules.1, &req.host).or_else(|| state.denied(&req.host, req.port)) {
+                Some(reason) => Route::Refuse(reason),
+                None => icpt::route(&rules.1, &req.host, req.port, req.forward.is_none()),
+            }
+        }
         // `decide` refuses it, with the reason.
         Err(_) => Route::Tunnel,
     };
@@ -606,7 +711,9 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
             }
         }
     };
-    let (addr, upstream) = match decide(&req, &state).await {
+    let learning = intercept.is_none() && state.learns(&req.host, req.port);
+    event.learned = learning;
+    let (addr, upstream) = match decide(&req, &state, learning).await {
         Ok((addr, stream)) => {
             event.addr = Some(addr.to_string());
             (addr, stream)
@@ -627,6 +734,14 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         let rest = buf[head_len..].to_vec();
         return intercepted(conn, rest, (*i, permit), event, (addr, upstream), state).await;
     }
+    if learning {
+        event.reason = Some(format!(
+            "learned: {}:{} {}",
+            req.host,
+            req.port,
+            super::log::NOT_LISTED
+        ));
+    }
     event.verdict = Verdict::Allowed;
     event.status = 200;
     tracing::debug!(
@@ -634,8 +749,20 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
         "connected"
     );
     state.record(event);
+    tunnel(conn, &buf[head_len..], &req, (addr, upstream), &state).await;
+}
+
+/// Carries an allowed tunnel (or forwarded request) until it ends, or until what it reaches
+/// is no longer allowed (then it is closed, and the log says so).
+async fn tunnel(
+    conn: UnixStream,
+    rest: &[u8],
+    req: &Request,
+    (addr, upstream): (SocketAddr, TcpStream),
+    state: &State,
+) {
     tokio::select! {
-        () = connected(conn, &buf[head_len..], &req, upstream) => {}
+        () = connected(conn, rest, req, upstream) => {}
         () = state.revoked(&req.host, req.port, false) => {
             state.record(Event {
                 ts: Event::now(),
@@ -648,6 +775,7 @@ async fn handle(mut conn: UnixStream, state: Arc<State>) {
                 status: 403,
                 reason: Some(format!("{}:{} is no longer in this member's allow list: its open connection is closed", req.host, req.port)),
                 count: None,
+                learned: false,
             });
         }
     }
@@ -697,6 +825,7 @@ async fn read_request(
                 status: r.status,
                 reason: Some(r.reason),
                 count: None,
+                learned: false,
             });
             None
         }
@@ -876,10 +1005,12 @@ fn parse(head: &[u8]) -> Result<Request, Refused> {
 }
 
 /// Judges a request by name, resolves it, judges each address, and connects to the first
-/// address that passes. The error carries the address judged, if any.
+/// address that passes. The error carries the address judged, if any. `learning`: a
+/// learning run lets it past the list (its address is judged all the same).
 async fn decide(
     req: &Request,
     state: &State,
+    learning: bool,
 ) -> Result<(SocketAddr, TcpStream), (Option<SocketAddr>, Refused)> {
     let rules = state.list().map_err(|e| (None, refuse(503, e)))?;
     let list = &rules.0;
@@ -889,12 +1020,12 @@ async fn decide(
             refuse(400, format!("`{}` is not a host name", req.host)),
         )
     })?;
-    if !list.allows(&host, req.port) {
+    if !list.allows(&host, req.port) && !learning {
         return Err((
             None,
             refuse(
                 403,
-                format!("{host}:{} is not in this member's allow list", req.port),
+                format!("{host}:{} {}", req.port, super::log::NOT_LISTED),
             ),
         ));
     }
@@ -964,7 +1095,7 @@ async fn host_service(
             None,
             refuse(
                 403,
-                format!("{HOST_SERVICE}:{port} is not in this member's allow list"),
+                format!("{HOST_SERVICE}:{port} {}", super::log::NOT_LISTED),
             ),
         ));
     }
@@ -1071,6 +1202,76 @@ async fn answer(conn: &mut UnixStream, r: &Refused) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_allowed_once_counts_for_the_start_it_names_alone() {
+        let egress = tempfile::tempdir().unwrap();
+        let ctl = tempfile::tempdir().unwrap();
+        let policy = PolicyFile {
+            team: "t".into(),
+            member: "a".into(),
+            allow: vec!["example.com".into()],
+            intercept: vec![],
+            applied_by: vec![],
+            host_listeners: vec![],
+            deny: vec!["denied.example".into()],
+        };
+        std::fs::write(
+            egress.path().join("policy.json"),
+            serde_json::to_vec(&policy).unwrap(),
+        )
+        .unwrap();
+        let once = super::super::OnceFile {
+            start: "c1 s1".into(),
+            allow: vec!["pypi.org".into(), "denied.example".into()],
+            rules: vec![],
+        };
+        std::fs::write(
+            egress.path().join(layout::EGRESS_ONCE_NAME),
+            serde_json::to_vec(&once).unwrap(),
+        )
+        .unwrap();
+        let (dir, ctl_dir) = (
+            Dir::open(egress.path()).unwrap(),
+            Dir::open(ctl.path()).unwrap(),
+        );
+        let pypi = Host::parse("pypi.org").unwrap();
+        let allows = |host: &Host| {
+            read_policy(&dir, "policy.json", &ctl_dir)
+                .list
+                .unwrap()
+                .0
+                .allows(host, 443)
+        };
+        // Not released: nothing allowed once.
+        assert!(!allows(&pypi));
+        std::fs::write(ctl.path().join("go"), "c1 s1\n").unwrap();
+        assert!(allows(&pypi));
+        // Denied stays denied: the deny list is judged first, whatever the list allows.
+        let p = read_policy(&dir, "policy.json", &ctl_dir);
+        assert!(p.deny.allows(&Host::parse("denied.example").unwrap(), 443));
+        // Another start (a restart): gone.
+        std::fs::write(ctl.path().join("go"), "c1 s2").unwrap();
+        assert!(!allows(&pypi));
+        // A rule for a host without rules: the file counts for nothing.
+        std::fs::write(ctl.path().join("go"), "c1 s1").unwrap();
+        let bad = super::super::OnceFile {
+            rules: vec![super::super::OnceRule {
+                host: "nohost.example".into(),
+                rule: crate::core::intercept::HttpRule {
+                    methods: vec![],
+                    paths: vec![],
+                },
+            }],
+            ..once
+        };
+        std::fs::write(
+            egress.path().join(layout::EGRESS_ONCE_NAME),
+            serde_json::to_vec(&bad).unwrap(),
+        )
+        .unwrap();
+        assert!(!allows(&pypi));
+    }
 
     #[test]
     fn the_connection_bound_fits_the_descriptor_limit() {

@@ -19,6 +19,7 @@ fn refusal(host: &str, port: u16, ts: f64) -> egress_log::Event {
         status: 403,
         reason: Some("not in the allow list".into()),
         count: None,
+        learned: false,
     }
 }
 

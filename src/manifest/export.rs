@@ -77,6 +77,7 @@ pub fn grant_object(team: &str, g: &AccessGrant) -> Object<AccessGrantSpec> {
                 Network::Open => NetworkSpec::Open,
             },
             host_listeners: g.host_listeners.clone(),
+            deny: g.deny.clone(),
         },
     )
 }

@@ -283,6 +283,12 @@ pub struct AccessGrantSpec {
     /// `network: {allow: [...]}`; a member's grant may only name uids its parent's names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_listeners: Vec<u32>,
+    /// Destinations never allowed, even where an entry of `network.allow` (a wildcard)
+    /// reaches them: `host`, `host:port`, `*.domain`, an address, as allow entries are
+    /// written. The proxy refuses them, and they are never suggested nor asked again as
+    /// approvals (`ateam approvals deny ID --always` adds to it). Only with an allow list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 fn network_none() -> NetworkSpec {

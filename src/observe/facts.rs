@@ -191,7 +191,7 @@ fn member_facts(host: &Host, t: &Team, m: &Member, since: f64) -> MemberFacts {
         not_writable_by: (!not_writable.is_empty()).then_some(user.uid),
         not_writable,
         egress: matches!(m.access.network, Network::Allow(_)).then(|| {
-            let mut e = egress_facts(state_dir, &t.name, &m.name, since);
+            let mut e = egress_facts(state_dir, t, m, since);
             if !e.refused.is_empty() && !m.access.name.is_empty() {
                 e.grant_source =
                     crate::manifest::edit::grant_document(&t.manifests, &t.name, &m.access.name);
@@ -235,13 +235,14 @@ fn exited<'a>(observed: &'a Observed, team: &str, member: &str) -> Option<&'a st
 }
 
 /// What a member's proxy refused since the last apply, and decided in the last minute.
-fn egress_facts(state_dir: &Path, team: &str, member: &str, since: f64) -> EgressFacts {
-    let paths = Paths::new(state_dir, team, member);
+fn egress_facts(state_dir: &Path, t: &Team, m: &Member, since: f64) -> EgressFacts {
+    let paths = Paths::new(state_dir, &t.name, &m.name);
     let events = egress::log::read(&paths.log);
     EgressFacts {
         refused: egress::log::refusals(&events, egress::since_last_apply(&paths)),
         last_minute: EgressCounts::of(&events, since),
         grant_source: None,
+        approvals: crate::approvals::of_member(state_dir, t, m, &events),
     }
 }
 
@@ -285,6 +286,7 @@ mod tests {
                 network: Network::Allow(vec!["example.com".into()]),
                 intercept: vec![],
                 host_listeners: vec![],
+                deny: vec![],
             },
             image: "ateam-demo:latest".into(),
             image_build: None,

@@ -381,6 +381,7 @@ pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> D
                             intercept: m.access.intercept.clone(),
                             applied_by: host.appliers(team_folder(team).as_deref()),
                             host_listeners: m.access.host_listeners.clone(),
+                            deny: m.access.deny.clone(),
                         },
                     }),
                     Network::None | Network::Open => None,

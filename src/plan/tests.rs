@@ -39,6 +39,7 @@ pub(crate) fn member(name: &str) -> Member {
             network: Network::None,
             intercept: vec![],
             host_listeners: vec![],
+            deny: vec![],
         },
         image: "ateam-demo:latest".into(),
         image_build: None,
@@ -921,6 +922,7 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
             intercept: vec![],
             applied_by: vec![1000],
             host_listeners: vec![],
+            deny: vec![],
         },
     );
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());

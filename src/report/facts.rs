@@ -75,6 +75,8 @@ pub struct EgressFacts {
     /// The member's grant as its manifest says it now, when there are refusals to suggest a
     /// grant for (`manifest::edit`).
     pub grant_source: Option<String>,
+    /// Its pending approvals (`approvals::pending`).
+    pub approvals: Vec<crate::approvals::Pending>,
 }
 
 /// What status shows of a main session beyond the plan.

@@ -40,6 +40,9 @@ pub struct EgressStatus {
     pub not_suggested_more: usize,
     /// What its proxy decided in the last minute.
     pub last_minute: EgressCounts,
+    /// Refusals the person could answer (`ateam approvals`), collapsed by what they would
+    /// grant, oldest first; those that cannot be approved say why.
+    pub approvals: Vec<crate::approvals::Pending>,
 }
 
 /// How many requests a proxy let through and refused in a span of time.

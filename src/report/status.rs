@@ -207,6 +207,7 @@ impl<'a> Inputs<'a> {
                 logged.grant_source.as_deref(),
             );
             e.last_minute = logged.last_minute;
+            e.approvals = logged.approvals.clone();
         }
         let state = if self.helpers_down(m) && state == "running" {
             "helpers down".to_string()
@@ -648,6 +649,7 @@ fn egress_state(
         not_suggested: vec![],
         not_suggested_more: 0,
         last_minute: EgressCounts::default(),
+        approvals: vec![],
     });
     let Some(note) = note else {
         return (state, detail, drifted, egress);

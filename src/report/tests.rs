@@ -35,6 +35,7 @@ fn team(members: &[&str]) -> Team {
             network: Network::Allow(vec!["example.com".into()]),
             intercept: vec![],
             host_listeners: vec![],
+            deny: vec![],
         },
         image: "ateam-demo:latest".into(),
         image_build: None,
@@ -311,6 +312,7 @@ fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
         addr: None,
         status: 403,
         count: None,
+        learned: false,
         reason: Some("not in the allow list".into()),
     };
     let mut events: Vec<Event> = (0..30_000)
@@ -375,6 +377,7 @@ fn grant_folders_are_shown_escaped() {
         network: Network::None,
         intercept: vec![],
         host_listeners: vec![],
+        deny: vec![],
     };
     let s = Grants::of(&g).summary();
     assert_eq!(s, "ro:r\\u{202e}txt rw:x\\u{1b}]0;PWNED\\u{7} net:none");
@@ -416,6 +419,7 @@ fn hosts_with_rules_and_injected_secrets_are_shown_by_name() {
             upstream_ca: None,
         }],
         host_listeners: vec![],
+        deny: vec![],
     };
     let grants = Grants::of(&g);
     assert_eq!(grants.network.tunnelled, ["pypi.org"]);

@@ -166,6 +166,37 @@ pub fn render_refusals(teams: &[TeamStatus]) -> String {
             out.push('\n');
         }
     }
+    out.push_str(&render_approvals(teams));
+    out
+}
+
+/// The pending approvals, below the refusals: at most `approvals::SHOWN` per member.
+fn render_approvals(teams: &[TeamStatus]) -> String {
+    use crate::approvals::{SHOWN, line};
+    let now = crate::egress::log::Event::now();
+    let mut out = String::new();
+    for t in teams {
+        for m in &t.members {
+            let Some(e) = m.egress.as_ref().filter(|e| !e.approvals.is_empty()) else {
+                continue;
+            };
+            out.push_str(&format!(
+                "pending approvals of {}/{} (answer with `ateam approvals allow|deny ID`):\n",
+                t.team, m.name
+            ));
+            for p in e.approvals.iter().take(SHOWN) {
+                out.push_str(&format!("  {}\n", line(p, now)));
+            }
+            if e.approvals.len() > SHOWN {
+                out.push_str(&format!(
+                    "  and {} more: see `ateam approvals --team {}`\n",
+                    e.approvals.len() - SHOWN,
+                    t.team
+                ));
+            }
+            out.push('\n');
+        }
+    }
     out
 }
 

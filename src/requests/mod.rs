@@ -680,6 +680,7 @@ fn as_manifests(
         intercept: vec![],
         // A helper's own: a requested grant names no other user's listeners.
         host_listeners: vec![],
+        deny: vec![],
     };
     let mut grant_obj = export::grant_object(&team.name, &grant);
     grant_obj.spec.read = req.read.clone();

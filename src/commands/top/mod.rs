@@ -113,6 +113,9 @@ fn ui_loop(
             Effect::Restart(team, name) => {
                 rt.spawn(restart(ctx.clone(), shared.clone(), team, name));
             }
+            Effect::Answer(team, name, id, how) => {
+                rt.spawn(answer(ctx.clone(), shared.clone(), team, name, id, how));
+            }
         }
         let mut s = lock(shared);
         let want = d.selected_row().map(|r| {
@@ -386,6 +389,47 @@ fn decision_line(e: &ateam::egress::log::Event) -> String {
         l.push_str(&format!(" ({r})"));
     }
     l
+}
+
+/// An answer to a member's pending approval, as `ateam approvals allow|deny ID --once|
+/// --always` gives it (`app::approvals`): the person's own, from their terminal.
+async fn answer(
+    ctx: Arc<App>,
+    shared: Arc<Mutex<Shared>>,
+    team: String,
+    name: String,
+    id: String,
+    how: model::Answer,
+) {
+    use ateam::app::approvals::{self, Always};
+    use model::Answer;
+    let secret = |n: &str| std::env::var(n).ok();
+    let quiet = &ateam::execute::Quiet;
+    let approvable = matches!(how, Answer::AllowOnce | Answer::AllowAlways);
+    let done = match approvals::find(&ctx, Some(&team), &id, approvable) {
+        Err(e) => Err(e),
+        Ok(f) => match how {
+            Answer::AllowOnce => approvals::allow_once(&ctx, &f, &|_| {}),
+            Answer::DenyOnce => approvals::deny_once(&ctx, &f, &|_| {}),
+            Answer::AllowAlways => {
+                approvals::always(&ctx, &f, Always::Allow, &secret, quiet, &|_| {})
+                    .await
+                    .map(|_| ())
+            }
+            Answer::DenyAlways => {
+                approvals::always(&ctx, &f, Always::Deny, &secret, quiet, &|_| {})
+                    .await
+                    .map(|_| ())
+            }
+        },
+    };
+    let said = match done {
+        Ok(()) => format!("{id} of {team}/{name}: {}", how.words()),
+        Err(e) => format!("{id} of {team}/{name} not answered: {e}"),
+    };
+    let mut s = lock(&shared);
+    s.said = Some(said);
+    s.nudge += 1;
 }
 
 /// The member's restart (`app::restart`, as `ateam restart`): judged whole and checked at

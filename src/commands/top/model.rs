@@ -35,6 +35,9 @@ pub struct Row {
     pub workspace: Option<String>,
     /// An agent member's outcome (`report::AgentStatus`), and the line that says why.
     pub agent: Option<(ateam::core::transcript::Verdict, String)>,
+    /// Its oldest pending approval that can be approved (else its oldest), and how many
+    /// it has: what `p` answers.
+    pub approval: Option<(ateam::approvals::Pending, usize)>,
 }
 
 /// Which part of the selected row's detail is shown.
@@ -72,6 +75,45 @@ pub enum Mode {
     Filter(String),
     /// Asked whether to restart this member (team, name).
     ConfirmRestart(String, String),
+    /// Asked how to answer this member's pending approval (team, name, id).
+    Answer(String, String, String),
+}
+
+/// An answer to a pending approval, as `ateam approvals allow|deny ID --once|--always`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    AllowOnce,
+    AllowAlways,
+    DenyOnce,
+    DenyAlways,
+}
+
+impl Answer {
+    /// The key that gives it in `Mode::Answer`.
+    fn of(key: Key) -> Option<Answer> {
+        match key {
+            Key::Char('o') => Some(Answer::AllowOnce),
+            Key::Char('A') => Some(Answer::AllowAlways),
+            Key::Char('n') => Some(Answer::DenyOnce),
+            Key::Char('D') => Some(Answer::DenyAlways),
+            Key::Up
+            | Key::Down
+            | Key::Tab
+            | Key::Enter
+            | Key::Esc
+            | Key::Backspace
+            | Key::Char(_) => None,
+        }
+    }
+
+    pub fn words(self) -> &'static str {
+        match self {
+            Answer::AllowOnce => "allowed once",
+            Answer::AllowAlways => "allowed always",
+            Answer::DenyOnce => "dismissed",
+            Answer::DenyAlways => "denied always",
+        }
+    }
 }
 
 /// A key, as the dashboard reads it (the terminal's events are mapped to these).
@@ -99,6 +141,8 @@ pub enum Effect {
     Restart(String, String),
     /// Look again with this label selector (empty: none).
     Filter(String),
+    /// Answer this member's pending approval (team, name, id, how).
+    Answer(String, String, String, Answer),
 }
 
 pub struct Dashboard {
@@ -226,6 +270,14 @@ impl Dashboard {
                 let line = format!("{} {}: {}", a.name, a.outcome.as_str(), a.reason);
                 (a.outcome, line)
             }),
+            approval: m.egress.as_ref().and_then(|e| {
+                let first = e
+                    .approvals
+                    .iter()
+                    .find(|p| p.not_approvable.is_none())
+                    .or(e.approvals.first())?;
+                Some((first.clone(), e.approvals.len()))
+            }),
         }
     }
 
@@ -239,6 +291,16 @@ impl Dashboard {
             Mode::Normal => self.normal_key(key),
             Mode::Help => Effect::None,
             Mode::Filter(text) => self.filter_key(text, key),
+            Mode::Answer(team, name, id) => match Answer::of(key) {
+                Some(a) => {
+                    self.message = Some(format!("answering {id} of {team}/{name}..."));
+                    Effect::Answer(team, name, id, a)
+                }
+                None => {
+                    self.message = Some("not answered".into());
+                    Effect::None
+                }
+            },
             Mode::ConfirmRestart(team, name) => match key {
                 Key::Char('y') | Key::Char('Y') => {
                     self.message = Some(format!("restarting {team}/{name}..."));
@@ -302,6 +364,18 @@ impl Dashboard {
                 }
                 _ => self.refuse("only a member's row can be restarted"),
             },
+            Key::Char('p') => {
+                let pending = self
+                    .selected_row()
+                    .and_then(|r| r.approval.as_ref().map(|(p, _)| p.id.clone()));
+                match (subject, pending) {
+                    (Some((t, n)), Some(id)) => {
+                        self.mode = Mode::Answer(t, n, id);
+                        Effect::None
+                    }
+                    _ => self.refuse("no pending approval on this row"),
+                }
+            }
             Key::Backspace | Key::Char(_) => Effect::None,
         }
     }
@@ -480,5 +554,92 @@ mod tests {
         assert_eq!(bytes(800), "800B");
         assert_eq!(bytes(3 << 20), "3.0M");
         assert_eq!(bytes(512 << 20), "512M");
+    }
+}
+
+#[cfg(test)]
+mod approval_keys {
+    use super::*;
+
+    fn pending(id: &str, approvable: bool) -> ateam::approvals::Pending {
+        ateam::approvals::Pending {
+            id: id.into(),
+            team: "t".into(),
+            member: "writer".into(),
+            grant: "g".into(),
+            want: ateam::approvals::Want::Host {
+                entry: "pypi.org".into(),
+            },
+            count: 1,
+            first_seen: 1.0,
+            last_seen: 1.0,
+            reason: "not listed".into(),
+            not_approvable: (!approvable).then(|| "a loopback address".to_string()),
+        }
+    }
+
+    fn dashboard(approvals: Vec<ateam::approvals::Pending>) -> Dashboard {
+        let mut d = Dashboard::new();
+        d.rows = vec![Row {
+            team: "t".into(),
+            name: "writer".into(),
+            kind: RowKind::Member,
+            state: "running".into(),
+            drifted: false,
+            restarts: 0,
+            cpu_pct: None,
+            memory: None,
+            shared: false,
+            memory_limit: None,
+            pids: None,
+            egress: None,
+            transcript_bytes: 0,
+            last_activity_secs: None,
+            container_id: None,
+            terminal: None,
+            detail: None,
+            workspace: None,
+            agent: None,
+            approval: approvals.first().cloned().map(|p| (p, approvals.len())),
+        }];
+        d
+    }
+
+    #[test]
+    fn p_asks_how_to_answer_the_selected_members_approval() {
+        let mut d = dashboard(vec![]);
+        assert_eq!(d.key(Key::Char('p')), Effect::None);
+        assert_eq!(d.mode, Mode::Normal, "nothing pending: nothing asked");
+        assert!(
+            d.message
+                .as_deref()
+                .unwrap()
+                .contains("no pending approval")
+        );
+        let mut d = dashboard(vec![pending("ab12cd34", true)]);
+        for (key, answer) in [
+            ('o', Answer::AllowOnce),
+            ('A', Answer::AllowAlways),
+            ('n', Answer::DenyOnce),
+            ('D', Answer::DenyAlways),
+        ] {
+            assert_eq!(d.key(Key::Char('p')), Effect::None);
+            assert_eq!(
+                d.mode,
+                Mode::Answer("t".into(), "writer".into(), "ab12cd34".into())
+            );
+            assert_eq!(
+                d.key(Key::Char(key)),
+                Effect::Answer("t".into(), "writer".into(), "ab12cd34".into(), answer)
+            );
+            assert_eq!(d.mode, Mode::Normal);
+        }
+        d.key(Key::Char('p'));
+        assert_eq!(
+            d.key(Key::Char('y')),
+            Effect::None,
+            "any other key: not now"
+        );
+        assert_eq!(d.message.as_deref(), Some("not answered"));
     }
 }

@@ -51,6 +51,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "restart the member (asks first; a new container through the gate)",
     ),
     (
+        "p",
+        "answer the member's pending approval: o allow once, A allow always, n deny once, D deny always",
+    ),
+    (
         "/ l",
         "filter by label selector (role=review,tier!=x); empty: all",
     ),
@@ -102,9 +106,13 @@ fn footer(d: &Dashboard) -> String {
         Mode::ConfirmRestart(t, n) => {
             format!("restart {t}/{n}? a new container, its transcript stays. y/n")
         }
+        Mode::Answer(t, n, id) => format!(
+            "approval {id} of {t}/{n}: o allow once  A allow always  n deny once  D deny always  (any other key: not now)"
+        ),
         Mode::Normal | Mode::Help => match &d.message {
             Some(m) => m.clone(),
-            None => "q quit  ? keys  tab detail  a attach  s shell  r restart  / filter".into(),
+            None => "q quit  ? keys  tab detail  a attach  s shell  r restart  p approve  / filter"
+                .into(),
         },
     }
 }
@@ -217,6 +225,17 @@ fn draw_detail(f: &mut Frame, d: &Dashboard, detail: &Detail, area: Rect) {
     {
         lines.push(Line::from(why.clone()));
     }
+    if let Some((p, n)) = &r.approval {
+        let more = match n {
+            1 => String::new(),
+            n => format!(" (and {} more: ateam approvals)", n - 1),
+        };
+        let now = ateam::egress::log::Event::now();
+        lines.push(Line::from(format!(
+            "pending approval (p answers): {}{more}",
+            ateam::approvals::line(p, now)
+        )));
+    }
     let fresh = detail.of.as_ref() == Some(&(r.team.clone(), r.name.clone()));
     let room = area.height.saturating_sub(lines.len() as u16) as usize;
     if fresh {
@@ -285,6 +304,7 @@ mod tests {
             detail: None,
             workspace: None,
             agent: None,
+            approval: None,
         }
     }
 

@@ -235,6 +235,8 @@ pub struct MemberFigures {
     pub pids_limit: Option<u64>,
     /// Allowed, refused, failed in the last minute (proxied members only).
     pub egress: Option<[u64; 3]>,
+    /// Pending approvals a person could answer (`approvals`; proxied members only).
+    pub approvals: Option<u64>,
     /// A writer's commits ahead of its base, files not committed, commits not collected.
     pub workspace: Option<[u64; 3]>,
 }
@@ -312,6 +314,12 @@ impl Snapshot {
                     egress: row.egress.as_ref().map(|e| {
                         let c = e.last_minute;
                         [c.allowed, c.refused, c.failed]
+                    }),
+                    approvals: row.egress.as_ref().map(|e| {
+                        e.approvals
+                            .iter()
+                            .filter(|p| p.not_approvable.is_none())
+                            .count() as u64
                     }),
                     workspace: row
                         .workspace
@@ -514,6 +522,13 @@ fn encode_members(e: &mut DescriptorEncoder, ms: &[MemberFigures]) -> Result<(),
         "ateam_egress_decisions_last_minute",
         "What the member's egress proxy decided in the last minute, by verdict.",
         egress,
+    )?;
+    gauges(
+        e,
+        "ateam_member_pending_approvals",
+        "Refusals of the member a person could approve (ateam approvals), by what they ask.",
+        ms.iter()
+            .filter_map(|m| m.approvals.map(|n| (m.labels(), n))),
     )?;
     let ws = |i: usize| {
         ms.iter()

@@ -98,6 +98,7 @@ fn egress(allowed: u64, refused: u64, failed: u64) -> crate::report::EgressStatu
         suggested_grant: None,
         not_suggested: vec![],
         not_suggested_more: 0,
+        approvals: vec![],
         last_minute: EgressCounts {
             allowed,
             refused,
@@ -117,7 +118,22 @@ fn document() -> StatusDocument {
         pids_limit: None,
         shared: false,
     });
-    web.egress = Some(egress(4, 1, 0));
+    let mut e = egress(4, 1, 0);
+    let pending = |id: &str, why: Option<&str>| crate::approvals::Pending {
+        id: id.into(),
+        team: "alpha".into(),
+        member: "web".into(),
+        grant: "g".into(),
+        want: crate::approvals::Want::Host { entry: id.into() },
+        count: 1,
+        first_seen: 1.0,
+        last_seen: 1.0,
+        reason: String::new(),
+        not_approvable: why.map(str::to_string),
+    };
+    // Two asks, one of them never approvable: one pending approval.
+    e.approvals = vec![pending("a", None), pending("b", Some("loopback"))];
+    web.egress = Some(e);
     web.workspace = Some(crate::report::WorkspaceStatus {
         path: "/w/web".into(),
         branch: "ateam/alpha/web".into(),
@@ -264,6 +280,10 @@ fn a_fixed_document_renders_every_family() {
         (
             "ateam_egress_decisions_last_minute",
             r#"ateam_egress_decisions_last_minute{team="alpha",member="web",verdict="failed"} 0"#,
+        ),
+        (
+            "ateam_member_pending_approvals",
+            r#"ateam_member_pending_approvals{team="alpha",member="web"} 1"#,
         ),
     ];
     for (family, line) in expect {

@@ -384,14 +384,34 @@ fn rules(i: &Intercept, method: &str, path: &str, query: Option<&str>) -> Result
         };
     }
     let what = if i.git.is_some() && i.http.is_empty() {
-        "is not git smart HTTP, the only thing allowed".to_string()
+        NOT_GIT.to_string()
     } else {
         format!(
-            "is outside the http rules ({})",
+            "{OUTSIDE_RULES} ({})",
             i.http.iter().map(show_rule).collect::<Vec<_>>().join("; ")
         )
     };
     Err(refused(403, format!("{method} {path} on {host} {what}")))
+}
+
+/// The words of a refusal by a host's http rules.
+const OUTSIDE_RULES: &str = "is outside the http rules";
+/// The words of a refusal by a host whose only rule is `git`.
+const NOT_GIT: &str = "is not git smart HTTP, the only thing allowed";
+
+/// Whether the proxy's `reason` is a refusal by a host's rules (no rule matched), not by a
+/// header, an override or the git rule's repositories.
+pub fn refused_by_rules(reason: &str) -> bool {
+    reason.contains(OUTSIDE_RULES) || reason.contains(NOT_GIT)
+}
+
+/// Whether `i`'s rules let `method path` through (the path as logged, without its query),
+/// judged as the proxy judges a request without headers: what an approval of one request
+/// asks of the rules, and whether a rule added for it would be enough.
+pub fn rules_allow(i: &Intercept, method: &str, path: &str) -> bool {
+    safe_path(path).is_ok()
+        && rules(i, method, path, None).is_ok()
+        && rules(i, method, &without_params(path), None).is_ok()
 }
 
 fn show_rule(r: &HttpRule) -> String {

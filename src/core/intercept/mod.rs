@@ -178,4 +178,7 @@ pub struct EgressPolicy {
     /// And the uids the grant names (`hostListeners`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_listeners: Vec<u32>,
+    /// Destinations refused even where `allow` reaches them (the grant's `deny`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }

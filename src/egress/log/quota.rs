@@ -90,6 +90,7 @@ impl Quota {
             status: e.status,
             reason: None,
             count: Some(0),
+            learned: false,
         });
         s.ts = s.ts.max(e.ts);
         s.status = e.status;

@@ -42,6 +42,7 @@ impl Build<'_> {
                 .collect();
             let (network, intercept) = self.network(o, &g.network);
             let host_listeners = self.host_listeners(o, g, &network);
+            let deny = self.deny(o, g, &network);
             grants.insert(
                 o.name.as_str(),
                 AccessGrant {
@@ -51,6 +52,7 @@ impl Build<'_> {
                     network,
                     intercept,
                     host_listeners,
+                    deny,
                 },
             );
         }
@@ -119,6 +121,26 @@ impl Build<'_> {
 }
 
 impl Build<'_> {
+    /// `spec.deny`: entries as an allow list's, meaningful only where the proxy judges.
+    fn deny(&mut self, o: &Parsed, g: &raw::AccessGrantSpec, network: &Network) -> Vec<String> {
+        if g.deny.is_empty() {
+            return Vec::new();
+        }
+        if !matches!(network, Network::Allow(_)) {
+            self.problems.push(o.value_problem(
+                "spec.deny",
+                "only an allow list (`network: {allow: [...]}`) has a proxy that refuses what `deny` names; remove deny or write an allow list".to_string(),
+            ));
+        }
+        for (i, d) in g.deny.iter().enumerate() {
+            if let Err(e) = egress::Entry::parse(d) {
+                self.problems
+                    .push(o.value_problem(&format!("spec.deny[{i}]"), e));
+            }
+        }
+        g.deny.clone()
+    }
+
     /// `spec.hostListeners`: meaningful only where the proxy judges (an allow list), each
     /// uid once.
     fn host_listeners(
