@@ -1288,11 +1288,29 @@ fn image_probe_findings_are_kept_by_image_id(engine: &'static str) {
     let w = World::new(engine, "ip");
     w.apply();
     let dir = w.state().join("images");
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+    let all: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(files.len(), 1, "one image, one file: {files:?}");
+    // Beside the probe's findings, the image's roots, kept by the same id (the team's
+    // members have intercepted hosts or not: the file is there only if one had).
+    let files: Vec<PathBuf> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .cloned()
+        .collect();
+    assert_eq!(files.len(), 1, "one image, one file of findings: {all:?}");
+    for other in all.iter().filter(|p| !files.contains(p)) {
+        assert_eq!(
+            other.file_name().unwrap().to_string_lossy(),
+            files[0]
+                .with_extension("roots.pem")
+                .file_name()
+                .unwrap()
+                .to_string_lossy(),
+            "{all:?}"
+        );
+    }
     let kept: BTreeMap<String, bool> =
         serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
     assert_eq!(kept.get("/bin/agent.sh"), Some(&true), "{kept:?}");
