@@ -166,13 +166,35 @@ impl World {
     fn ateam_spawn(&self, args: &[&str]) -> Running {
         let state = self.root().join("state");
         let keys: Vec<(&str, &str)> = self.key_vars.iter().map(|k| (*k, "test-key")).collect();
-        let child = common::ateam_command_env(self.engine, &state, &keys)
+        let mut child = common::ateam_command_env(self.engine, &state, &keys)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        Running(Some(child))
+        // Read as it comes, so that a test can wait for a line before it stops the command.
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = {
+            let out = out.clone();
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stdout.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    out.lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            })
+        };
+        Running {
+            child: Some(child),
+            out,
+            reader: Some(reader),
+        }
     }
 
     fn manifest(&self) -> String {
@@ -750,14 +772,31 @@ fn a_failed_write_shows_as_failed(w: &World, agent: &Agent, coder: &serde_json::
 
 /// A command left running (`ateam transcript -f`), told to stop (SIGTERM) when done with or
 /// dropped.
-struct Running(Option<Child>);
+struct Running {
+    child: Option<Child>,
+    /// What it printed so far.
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Running {
+    /// Waits (up to `within`) until it printed each of `want`.
+    fn wait_for(&self, want: &[String], within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let out = self.out.lock().unwrap().clone();
+            if want.iter().all(|w| out.contains(w)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Stops it; what it printed. Under runuser (rootless Podman) ateam is runuser's child:
     /// it is told itself, so runuser returns as soon as it ends (told, runuser would wait two
     /// seconds before it ends its child).
     fn stop(&mut self) -> String {
-        let Some(child) = self.0.take() else {
+        let Some(mut child) = self.child.take() else {
             return String::new();
         };
         let pid = child.id();
@@ -775,7 +814,11 @@ impl Running {
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
             }
         }
-        text(&child.wait_with_output().unwrap().stdout)
+        let _ = child.wait();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.out.lock().unwrap().clone()
     }
 }
 
@@ -788,15 +831,18 @@ impl Drop for Running {
 /// `ateam transcript coder -f`, started before the agent wrote anything, printed its task and
 /// the task's end as the agent wrote them; it runs until told to stop.
 fn followed_to_its_end(mut follow: Running, agent: &Agent) {
-    let shown = follow.stop();
-    for want in [
+    let wanted = [
         format!(
             "  > create the file hello.txt containing exactly: hello from {}",
             agent.name
         ),
         format!("  {}: Done: the file is written.", agent.name),
         "  = task 1 done".to_string(),
-    ] {
+    ];
+    // It reads the file every 250 ms: the agent's last lines may be a moment old.
+    follow.wait_for(&wanted, Duration::from_secs(20));
+    let shown = follow.stop();
+    for want in wanted {
         assert!(
             shown.contains(&want),
             "{want:?} not in what -f printed:\n{shown}"
