@@ -214,14 +214,6 @@ impl Cache {
     }
 }
 
-type Early = Result<
-    (
-        hyper::client::conn::http1::SendRequest<Body>,
-        Arc<rustls::ClientConfig>,
-    ),
-    String,
->;
-
 /// One member connection, after its CONNECT was answered 200. Its rules and secret are not
 /// kept: each request is judged by the intercept in force when it arrives.
 struct Conn {
@@ -233,10 +225,8 @@ struct Conn {
 }
 
 struct Upstream {
-    /// The TLS and HTTP handshakes on the connection `decide` made, begun while the member's
-    /// own TLS handshake runs (not after its first request: a handshake with a remote API is
-    /// tens of milliseconds), with the configuration they were made with.
-    early: Option<tokio::task::JoinHandle<Early>>,
+    /// The connection `decide` made, used for the first request.
+    first: Option<TcpStream>,
     sender: Option<hyper::client::conn::http1::SendRequest<Body>>,
     /// The configuration `sender`'s TLS was made with: another one (a new upstream CA) makes
     /// a new connection.
@@ -270,13 +260,6 @@ where
         permit,
     } = a;
     let name = server_name(&i);
-    let early = {
-        let (name, client) = (name.clone(), prepared.client.clone());
-        tokio::spawn(async move {
-            let sender = handshake(tcp, &name, addr, &client).await?;
-            Ok((sender, client))
-        })
-    };
     let refuse = |status: u16, reason: String| {
         state.record(event(
             &name,
@@ -316,7 +299,7 @@ where
         port,
         addr,
         upstream: tokio::sync::Mutex::new(Upstream {
-            early: Some(early),
+            first: Some(tcp),
             sender: None,
             client: None,
         }),
@@ -574,28 +557,24 @@ async fn send(
         && up.client.as_ref().is_some_and(|k| Arc::ptr_eq(k, client));
     if !usable {
         up.sender = None;
-        // The early handshakes, when they are of the configuration in force and held; a new
-        // connection otherwise (whose failure is the one reported).
-        let early = match up.early.take() {
-            Some(h) => match h.await {
-                // Closed meanwhile (an upstream that ends idle connections): made again.
-                Ok(Ok((sender, k))) if Arc::ptr_eq(&k, client) && !sender.is_closed() => {
-                    Some(sender)
-                }
-                Ok(_) | Err(_) => None,
-            },
-            None => None,
+        let tcp = match up.first.take() {
+            Some(t) => t,
+            None => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(c.addr))
+                .await
+                .map_err(|_| format!("connecting to {} timed out", c.addr))?
+                .map_err(|e| format!("cannot connect to {}: {e}", c.addr))?,
         };
-        let sender = match early {
-            Some(s) => s,
-            None => {
-                let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(c.addr))
-                    .await
-                    .map_err(|_| format!("connecting to {} timed out", c.addr))?
-                    .map_err(|e| format!("cannot connect to {}: {e}", c.addr))?;
-                handshake(tcp, name, c.addr, client).await?
-            }
-        };
+        let _ = tcp.set_nodelay(true);
+        let sn = ServerName::try_from(name.to_string())
+            .map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
+        let tls = tokio_rustls::TlsConnector::from(client.clone())
+            .connect(sn, tcp)
+            .await
+            .map_err(|e| format!("TLS with {name} ({}) failed: {e}", c.addr))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP with {name} failed: {e}"))?;
+        tokio::spawn(conn);
         up.sender = Some(sender);
         up.client = Some(client.clone());
     }
@@ -608,27 +587,6 @@ async fn send(
         .send_request(req)
         .await
         .map_err(|e| format!("{name} did not answer: {e}"))
-}
-
-/// TLS with the upstream `name` at `addr` over `tcp`, then HTTP/1.1 on it.
-async fn handshake(
-    tcp: TcpStream,
-    name: &str,
-    addr: SocketAddr,
-    client: &Arc<rustls::ClientConfig>,
-) -> Result<hyper::client::conn::http1::SendRequest<Body>, String> {
-    let _ = tcp.set_nodelay(true);
-    let sn = ServerName::try_from(name.to_string())
-        .map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(client.clone())
-        .connect(sn, tcp)
-        .await
-        .map_err(|e| format!("TLS with {name} ({addr}) failed: {e}"))?;
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .map_err(|e| format!("HTTP with {name} failed: {e}"))?;
-    tokio::spawn(conn);
-    Ok(sender)
 }
 
 /// The proxy's own answer to a request: for git's advertisement, one git prints (`fatal:
