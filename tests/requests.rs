@@ -1071,6 +1071,62 @@ fn the_helper_server_withstands_hostile_clients() {
     assert!(got.starts_with("HTTP/1.1 404"), "{got}");
 }
 
+/// The container id of member `name`, as status shows it.
+fn container_id(w: &World, name: &str) -> String {
+    w.row(name).unwrap()["containerId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A request wider than its requester by a host is an approval of the requester's grant:
+/// the member is told its id; the person allows it always (the manifest edited, the
+/// requester's container the same), and the member's next request passes.
+fn a_wider_helper_request_is_an_approval(engine: Engine) {
+    let w = World::new(engine, "rqa");
+    let team = w.write("team.yaml", &w.manifests(true));
+    w.ok(&["apply", "-f", team.to_str().unwrap()]);
+    let before = container_id(&w, "a");
+    let req = r#"{"name": "h", "command": ["sleep", "100000"], "network": {"allow": ["loopback.ateam.test"]}}"#;
+    let got = w.ask("a", req);
+    assert!(
+        got.contains("narrower-than-requester") && got.contains("asked the person"),
+        "{engine:?}: {got}"
+    );
+    let listed = w.ok(&["approvals", "--team", &w.team, "-o", "json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let p = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["want"]["entry"] == "loopback.ateam.test")
+        .unwrap_or_else(|| panic!("{engine:?}: {listed:#}"))
+        .clone();
+    assert_eq!(
+        (p["member"].as_str(), p["helper"].as_str()),
+        (Some("a"), Some("h"))
+    );
+    assert!(p["notApprovable"].is_null(), "{engine:?}: {p:#}");
+    let id = p["id"].as_str().unwrap();
+    assert!(
+        got.contains(id),
+        "{engine:?}: the member is told {id}: {got}"
+    );
+    assert!(w.row("h").is_none());
+
+    let said = w.ok(&["approvals", "allow", id, "--always"]);
+    assert!(said.contains("loopback.ateam.test"), "{engine:?}: {said}");
+    let text = std::fs::read_to_string(&team).unwrap();
+    assert!(text.contains("loopback.ateam.test"), "{engine:?}: {text}");
+    assert_eq!(container_id(&w, "a"), before, "{engine:?}: a was replaced");
+
+    let got = w.ask("a", req);
+    assert!(got.contains("\"created\""), "{engine:?}: {got}");
+    assert!(w.row("h").is_some(), "{engine:?}: no helper h");
+    let listed = w.ok(&["approvals", "--team", &w.team, "-o", "json"]);
+    assert!(!listed.contains(id), "{engine:?}: still pending: {listed}");
+}
+
 fn rustix_ids() -> (u32, u32) {
     let out = Command::new("id").arg("-u").output().unwrap();
     let uid = text(&out.stdout).trim().parse().unwrap();
@@ -1134,6 +1190,12 @@ macro_rules! on_every_engine {
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn servers_of_a_replaced_binary_are_started_again() {
                     super::servers_of_a_replaced_binary_are_started_again($e);
+                }
+
+                #[test]
+                #[ignore = "needs the engines: scripts/engines.sh"]
+                fn a_wider_helper_request_is_an_approval() {
+                    super::a_wider_helper_request_is_an_approval($e);
                 }
 
                 #[test]

@@ -12,6 +12,7 @@
 //! The answers are the person's alone: `ateam approvals` on the host writes them into the
 //! state folder and the manifests; no member has a socket or a file that reaches them.
 
+pub mod asks;
 pub mod record;
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::core::egress::{Allowlist, Entry, Host};
+use crate::core::egress::{Allowlist, Entry, Host, Target};
 use crate::core::intercept::{EgressPolicy, HttpRule, Intercept, covers, judge};
 use crate::core::layout;
 use crate::egress::log::{Event, NOT_LISTED, OTHERS, Refusal, Verdict, entry_for, withheld};
@@ -107,6 +108,10 @@ pub struct Pending {
     pub reason: String,
     /// Why it cannot be approved here, if it cannot (it is shown all the same).
     pub not_approvable: Option<String>,
+    /// The helper whose request asked for it (the last, if many), when a helper request
+    /// did: a helper is never wider than its requester, so the requester's grant is asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper: Option<String>,
 }
 
 /// Whose grant a member's approvals may not exceed.
@@ -142,6 +147,16 @@ pub struct Subject<'a> {
 /// The pending approvals among `events` (a member's egress log), oldest ask first, without
 /// those the person answered (`answered`) or the grant allows by now.
 pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<Pending> {
+    pending_with(s, events, &[], answered)
+}
+
+/// `pending`, with the hosts its helper requests asked for (`asks`) as asks of its grant.
+pub fn pending_with(
+    s: &Subject,
+    events: &[Event],
+    asks: &[asks::Ask],
+    answered: &record::Record,
+) -> Vec<Pending> {
     let Network::Allow(list) = &s.grant.network else {
         return Vec::new();
     };
@@ -183,12 +198,50 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
             last_seen: e.ts,
             reason: String::new(),
             not_approvable: None,
+            helper: None,
         });
         p.count += e.times();
         p.last_seen = p.last_seen.max(e.ts);
         p.first_seen = p.first_seen.min(e.ts);
         p.reason = e.reason.clone().unwrap_or_default();
         p.not_approvable = blocked;
+    }
+    for a in asks {
+        let Some((want, blocked)) = classify_ask(s, &allow, &deny, a) else {
+            continue;
+        };
+        let id = id(s.team, s.member, &want);
+        if answered
+            .dismissed
+            .get(&id)
+            .is_some_and(|&at| a.last_seen <= at)
+            || allowed_once.contains(&id.as_str())
+        {
+            continue;
+        }
+        let p = by.entry(want.clone()).or_insert_with(|| Pending {
+            id,
+            team: s.team.to_string(),
+            member: s.member.to_string(),
+            grant: s.grant.name.clone(),
+            want,
+            count: 0,
+            first_seen: a.first_seen,
+            last_seen: a.last_seen,
+            reason: String::new(),
+            not_approvable: blocked.clone(),
+            helper: None,
+        });
+        p.count += a.count;
+        p.first_seen = p.first_seen.min(a.first_seen);
+        if a.last_seen >= p.last_seen {
+            p.reason = format!(
+                "a request for helper `{}` asks for it: a helper is never wider than its requester",
+                a.helper
+            );
+        }
+        p.last_seen = p.last_seen.max(a.last_seen);
+        p.helper = Some(a.helper.clone());
     }
     let mut v: Vec<Pending> = by.into_values().collect();
     v.sort_by(|a, b| a.first_seen.total_cmp(&b.first_seen).then(a.id.cmp(&b.id)));
@@ -219,8 +272,12 @@ pub fn line(p: &Pending, now: f64) -> String {
         None => format!("grant `{}`", p.grant),
         Some(why) => format!("not approvable here: {why}"),
     };
+    let by = match &p.helper {
+        Some(h) => format!(", asked by a request for helper `{h}`"),
+        None => String::new(),
+    };
     format!(
-        "{} {}/{} {} ({seen}); {answer}",
+        "{} {}/{} {} ({seen}{by}); {answer}",
         p.id,
         p.team,
         p.member,
@@ -274,7 +331,17 @@ pub fn of_member(state_dir: &Path, t: &Team, member: &Member, events: &[Event]) 
         record::Record::default()
     });
     let start = release(state_dir, &t.name, &member.name);
-    pending(&subject(t, member, start.as_deref()), events, &answered)
+    let asks = asks::load(&layout::member_helper_asks_path(
+        state_dir,
+        &t.name,
+        &member.name,
+    ));
+    pending_with(
+        &subject(t, member, start.as_deref()),
+        events,
+        &asks.asks,
+        &answered,
+    )
 }
 
 /// The gate's release of the member's start running now (`container-id start-token`), if
@@ -352,6 +419,39 @@ fn classify(s: &Subject, allow: &Allowlist, e: &Event) -> Option<(Want, Option<S
             Some((want, blocked))
         }
     }
+}
+
+/// What a helper request's ask of a host would grant, and why it cannot be approved (if
+/// so); `None` when the grant allows it by now or denies it.
+fn classify_ask(
+    s: &Subject,
+    allow: &Allowlist,
+    deny: &Allowlist,
+    a: &asks::Ask,
+) -> Option<(Want, Option<String>)> {
+    let entry = Entry::parse(&a.entry).ok()?;
+    if allow.entries.iter().any(|e| e.covers(&entry))
+        || deny.entries.iter().any(|d| d.covers(&entry))
+    {
+        return None;
+    }
+    let want = Want::Host {
+        entry: entry.to_string(),
+    };
+    // What `status` never offers, judged as a refusal of the entry's host and port would be.
+    let (host, port) = match (&entry.target, entry.port) {
+        (Target::Name(n), p) => (n.clone(), p.unwrap_or(443)),
+        (Target::Below(d), p) => (format!("*.{d}"), p.unwrap_or(443)),
+        (Target::Ip(ip), p) => (ip.to_string(), p.unwrap_or(443)),
+    };
+    let r = Refusal {
+        host,
+        port,
+        count: a.count,
+        reason: String::new(),
+    };
+    let blocked = withheld(&r).or_else(|| within_parent(s, &want).err());
+    Some((want, blocked))
 }
 
 /// Why one more rule for `method path` on `i` would not be approved: a path that would be a

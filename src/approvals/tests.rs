@@ -322,3 +322,121 @@ fn an_ask_allowed_once_is_not_pending_in_that_start_only() {
     };
     assert_eq!(pending(&stopped, &events, &r).len(), 1);
 }
+
+fn ask(entry: &str, helper: &str, at: f64) -> asks::Ask {
+    let mut a = asks::Asks::default();
+    a.add(&[entry.to_string()], helper, at);
+    a.asks.remove(0)
+}
+
+#[test]
+fn a_helper_requests_hosts_are_asks_of_its_requesters_grant() {
+    let g = AccessGrant {
+        deny: vec!["evil.example".into()],
+        ..grant(&["example.com", "*.docs.example"])
+    };
+    let asks = [
+        ask("PyPI.org", "tester", 5.0),
+        ask("example.com", "tester", 6.0),
+        ask("api.docs.example", "tester", 6.0),
+        ask("evil.example", "tester", 7.0),
+        ask("127.0.0.1:2375", "tester", 8.0),
+    ];
+    // The member's own refusal of the same host is the same ask: one approval, both counted.
+    let events = [not_listed("pypi.org", 443, 3.0)];
+    let p = pending_with(&subject(&g), &events, &asks, &Record::default());
+    assert_eq!(p.len(), 2, "{p:#?}");
+    assert_eq!(
+        p[0].want,
+        Want::Host {
+            entry: "pypi.org".into()
+        }
+    );
+    assert_eq!((p[0].count, p[0].first_seen, p[0].last_seen), (2, 3.0, 5.0));
+    assert_eq!(p[0].helper.as_deref(), Some("tester"));
+    assert_eq!(p[0].not_approvable, None);
+    assert!(p[0].reason.contains("helper `tester`"), "{}", p[0].reason);
+    assert_eq!(p[0].id, id("t", "a", &p[0].want));
+    assert!(line(&p[0], 10.0).contains("helper `tester`"));
+    // What status never offers stays not approvable, from a helper request too.
+    assert!(
+        p[1].not_approvable
+            .as_deref()
+            .unwrap()
+            .contains("Docker API"),
+        "{p:#?}"
+    );
+    // Dismissed after its last ask: gone; asked again after: back.
+    let mut r = Record::default();
+    r.dismissed.insert(p[0].id.clone(), 5.0);
+    assert_eq!(pending_with(&subject(&g), &events, &asks, &r).len(), 1);
+    let later = [ask("pypi.org", "tester", 9.0)];
+    assert_eq!(pending_with(&subject(&g), &events, &later, &r).len(), 1);
+}
+
+#[test]
+fn a_helper_ask_never_goes_past_the_requesters_parent() {
+    let parent = grant(&["docs.example.com"]);
+    let g = grant(&[]);
+    let s = Subject {
+        parent: ParentGrant::Member {
+            name: "lead",
+            grant: &parent,
+        },
+        ..subject(&g)
+    };
+    let asks = [
+        ask("docs.example.com", "h", 1.0),
+        ask("npmjs.org", "h", 2.0),
+    ];
+    let p = pending_with(&s, &[], &asks, &Record::default());
+    assert_eq!(p[0].not_approvable, None, "{p:#?}");
+    assert!(
+        p[1].not_approvable
+            .as_deref()
+            .unwrap()
+            .contains("parent `lead`")
+    );
+}
+
+#[test]
+fn helper_asks_are_kept_bounded_and_as_entries() {
+    let mut a = asks::Asks::default();
+    a.add(&["PYPI.org".into(), "not a host".into()], "h", 1.0);
+    a.add(&["pypi.org".into()], "h2", 2.0);
+    assert_eq!(a.asks.len(), 1);
+    assert_eq!(
+        (
+            a.asks[0].entry.as_str(),
+            a.asks[0].helper.as_str(),
+            a.asks[0].count
+        ),
+        ("pypi.org", "h2", 2)
+    );
+    for i in 0..(asks::KEPT + 10) {
+        a.add(&[format!("h{i}.example")], "h", 10.0 + i as f64);
+    }
+    assert_eq!(a.asks.len(), asks::KEPT);
+    assert_eq!(
+        a.asks.last().unwrap().entry,
+        format!("h{}.example", asks::KEPT + 9)
+    );
+    assert!(!a.asks.iter().any(|x| x.entry == "pypi.org"));
+}
+
+#[test]
+fn helper_asks_are_read_from_a_regular_file_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("helper-asks.json");
+    let me = crate::files::Owner {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+    };
+    asks::record(&path, &["pypi.org".into()], "h", 1.0, me).unwrap();
+    assert_eq!(asks::load(&path).asks.len(), 1);
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    assert!(asks::load(&link).asks.is_empty());
+    std::fs::write(&path, "{not json").unwrap();
+    assert!(asks::load(&path).asks.is_empty());
+}

@@ -90,6 +90,11 @@ async fn allow(
             f.team.name,
             f.member.name
         );
+        if let Some(h) = &f.pending.helper {
+            outln!(
+                "note: a request for helper `{h}` asked for it; a helper is judged by its requester's grant in the manifests, so that request passes only once it is allowed always"
+            );
+        }
         return Ok(Exit::Ok);
     }
     let secret = |name: &str| std::env::var(name).ok();

@@ -113,6 +113,14 @@ pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> Path
         .join("approvals.json")
 }
 
+/// The hosts a member's helper requests asked for that its grant does not allow
+/// (`approvals::asks`): ateam's user's, 0600, beside the answers, never mounted.
+pub fn member_helper_asks_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("helper-asks.json")
+}
+
 /// What a member's proxy lets through besides its policy for the member's present start
 /// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
 pub const EGRESS_ONCE_NAME: &str = "once.json";

@@ -388,6 +388,42 @@ fn request_rules(req: &Request, parent: &Member) -> (Vec<String>, Option<Refusal
     (secrets, None)
 }
 
+/// The hosts `req` asks for that its requester's grant does not let through at all (as
+/// entries, each once): what the person could grant the requester, so that the request
+/// would pass (`approvals::asks`). A host the requester reaches with rules is not one: its
+/// rules are the person's, and an entry would not change them.
+pub fn hosts_wanted(req: &Request, requester: &Member) -> Vec<String> {
+    use crate::core::egress::{Allowlist, Entry};
+    use crate::model::Network;
+    let Some(NetworkSpec::Allow(asked)) = &req.network else {
+        return Vec::new();
+    };
+    let has = match &requester.access.network {
+        Network::Open => return Vec::new(),
+        Network::None => Allowlist::default(),
+        Network::Allow(list) => Allowlist::parse(list).unwrap_or_default(),
+    };
+    let ruled: Vec<Entry> = requester
+        .access
+        .intercept
+        .iter()
+        .filter_map(|i| Entry::parse(&i.host).ok())
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for e in asked {
+        let Ok(entry) = Entry::parse(e.host()) else {
+            continue;
+        };
+        let reached = has.entries.iter().any(|h| h.covers(&entry))
+            || ruled.iter().any(|r| r.covers(&entry) || entry.covers(r));
+        let text = entry.to_string();
+        if !reached && !out.contains(&text) {
+            out.push(text);
+        }
+    }
+    out
+}
+
 /// A requested member is kept only while it is no wider than its requester now (a manifest
 /// may have narrowed the requester since).
 fn still_within(m: &Member, parent: &Member) -> Result<(), String> {

@@ -725,3 +725,24 @@ fn a_request_carries_hosts_with_rules_within_its_requesters() {
         );
     }
 }
+
+#[test]
+fn the_hosts_a_wider_request_wants_are_those_its_requester_lacks() {
+    let f = Fixture::new();
+    let team = ruled_team(&f);
+    let a = team.members.iter().find(|m| m.name == "a").unwrap();
+    // pypi.org it has; files.example and *.npm.example it lacks (each once, as entries);
+    // api.example.com it reaches with rules, which an entry would not change.
+    let r = rules_request(
+        r#"{"allow": ["pypi.org", "Files.Example", "files.example", "*.npm.example:8443",
+            "api.example.com", {"host": "other.example", "http": [{"methods": ["GET"]}]}]}"#,
+    );
+    assert_eq!(
+        hosts_wanted(&r, a),
+        ["files.example", "*.npm.example:8443", "other.example"]
+    );
+    let e = f.judge(&team, &r).unwrap_err();
+    assert_eq!(e.rule, "narrower-than-requester");
+    assert!(hosts_wanted(&request("h"), a).is_empty());
+    assert!(hosts_wanted(&rules_request(r#""open""#), a).is_empty());
+}

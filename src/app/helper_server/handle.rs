@@ -152,12 +152,61 @@ fn judged(
     let at = rfc3339(std::time::SystemTime::now());
     let member = requests::judge(req, &cfg.member, this, &merged, &app.host, &at)
         .and_then(|m| requests::remembered(&cfg.state_dir, this, &m.name).map(|()| m))
-        .map_err(|r| (r.status, refused(&r)))?;
+        .map_err(|r| (r.status, asked(cfg, this, req, &r)))?;
     if engine {
         rt.block_on(on_engine(app, &team, &member.name))
             .map_err(|r| (r.status, refused(&r)))?;
     }
     Ok((team, member))
+}
+
+/// The refusal, as the member reads it; when the request was wider than its requester by
+/// hosts the person could grant it, each is an ask of the requester's grant
+/// (`approvals::asks`), and the answer names them with their approval ids.
+fn asked(cfg: &Config, team: &Team, req: &Request, r: &Refusal) -> serde_json::Value {
+    let mut body = refused(r);
+    let by_folder = r
+        .field
+        .as_deref()
+        .is_some_and(|f| f.starts_with("read") || f.starts_with("write"));
+    if r.rule != "narrower-than-requester" || by_folder {
+        return body;
+    }
+    let Some(requester) = team.members.iter().find(|m| m.name == cfg.member) else {
+        return body;
+    };
+    let wanted = requests::hosts_wanted(req, requester);
+    let (false, Some(owner)) = (wanted.is_empty(), super::store_owner(cfg)) else {
+        return body;
+    };
+    let path = crate::core::layout::member_helper_asks_path(&cfg.state_dir, &cfg.team, &cfg.member);
+    let name: String = req.name.chars().take(64).collect();
+    let now = crate::egress::log::Event::now();
+    if let Err(e) = crate::approvals::asks::record(&path, &wanted, &name, now, owner) {
+        tracing::warn!(error = %e, "a helper request's asks were not recorded");
+        return body;
+    }
+    let ids: Vec<serde_json::Value> = wanted
+        .iter()
+        .map(|entry| {
+            let want = crate::approvals::Want::Host {
+                entry: entry.clone(),
+            };
+            json!({"id": crate::approvals::id(&cfg.team, &cfg.member, &want), "entry": entry})
+        })
+        .collect();
+    // First, so that a reason phrase cut at its length (busybox shows no body) still has it.
+    let named: Vec<&str> = ids.iter().filter_map(|v| v["id"].as_str()).collect();
+    body["refused"] = json!(format!(
+        "[asked the person: approval {}] {}",
+        named.join(", "),
+        r.message
+    ));
+    body["asked"] = serde_json::Value::Array(ids);
+    body["hint"] = json!(
+        "the person is asked to let your own grant reach these (ateam approvals on the host); ask again once they have"
+    );
+    body
 }
 
 /// Refuses a name that a container on the engine holds already: `ateam_<team>_<name>` (or

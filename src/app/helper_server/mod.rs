@@ -279,15 +279,19 @@ fn record(cfg: &Config, req: &Request, answer: &Answer, quiet: &mut crate::event
             ..Event::new(&cfg.team, &cfg.member, EventKind::HelperRefused, &why)
         }
     };
-    // The store's owner is the state folder's.
-    let owner = match std::fs::metadata(&cfg.state_dir) {
-        Ok(m) => Owner {
-            uid: std::os::unix::fs::MetadataExt::uid(&m),
-            gid: std::os::unix::fs::MetadataExt::gid(&m),
-        },
-        Err(_) => return,
+    let Some(owner) = store_owner(cfg) else {
+        return;
     };
     crate::events::record(&cfg.state_dir, owner, &e);
+}
+
+/// The store's owner: the state folder's.
+fn store_owner(cfg: &Config) -> Option<Owner> {
+    let m = std::fs::metadata(&cfg.state_dir).ok()?;
+    Some(Owner {
+        uid: std::os::unix::fs::MetadataExt::uid(&m),
+        gid: std::os::unix::fs::MetadataExt::gid(&m),
+    })
 }
 
 /// The helpers this member asked for that are recorded.

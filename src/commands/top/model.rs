@@ -575,6 +575,7 @@ mod approval_keys {
             last_seen: 1.0,
             reason: "not listed".into(),
             not_approvable: (!approvable).then(|| "a loopback address".to_string()),
+            helper: None,
         }
     }
 

@@ -130,6 +130,7 @@ fn document() -> StatusDocument {
         last_seen: 1.0,
         reason: String::new(),
         not_approvable: why.map(str::to_string),
+        helper: None,
     };
     // Two asks, one of them never approvable: one pending approval.
     e.approvals = vec![pending("a", None), pending("b", Some("loopback"))];
