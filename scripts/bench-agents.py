@@ -246,7 +246,7 @@ def member_output(ateam, env):
             f"{tail(egress.stdout)}{tail(egress.stderr)}")
 
 
-def run_ateam(agent, port, log, ateam, n, state):
+def run_ateam(agent, port, log, ateam, n, state, trace=None):
     """Apply the example (pointed at the stand-in like tests/agents.rs does) and time it.
     `state` is ateam's state folder, the same for every run of the bench, as a person's is
     from one apply to the next (what ateam keeps by image id is read once)."""
@@ -264,10 +264,16 @@ def run_ateam(agent, port, log, ateam, n, state):
             os.lchown(x, OWNER, OWNER)
     env = ateam_env(state)
     env[KEYS[agent]] = "test-key"
+    if trace:
+        env["RUST_LOG"] = "ateam=debug"
     t0 = time.time()
     try:
         p = ateam_run(ateam, env, "apply", "-f", path)
         applied = time.time() - t0
+        if trace:
+            with open(os.path.join(trace, f"{agent}-{n}.log"), "wb") as f:
+                f.write(f"t0 {t0:.6f} (apply began); applied at +{applied * 1000:.1f} ms\n".encode())
+                f.write(p.stderr)
         if p.returncode != 0:
             raise RunFailed(f"apply: exit {p.returncode}\n{output(p.stdout, p.stderr)}")
         # `status` is asked only once the agent's first request arrived: each is an ateam
@@ -292,6 +298,9 @@ def run_ateam(agent, port, log, ateam, n, state):
     finally:
         ateam_run(ateam, env, "delete", "-f", path, "--purge")
         shutil.rmtree(d, ignore_errors=True)
+    if trace:
+        with open(os.path.join(trace, f"{agent}-{n}.log"), "a") as f:
+            f.write(f"first model request at +{first_request(log, t0) * 1000:.1f} ms\n")
     return applied, first_request(log, t0), whole
 
 
@@ -311,7 +320,12 @@ def main():
     ap.add_argument("--ateam", default=release if os.path.exists(release)
                     else os.path.join(REPO, "target", "debug", "ateam"))
     ap.add_argument("--agents", default="claude,codex")
+    ap.add_argument("--trace", metavar="DIR",
+                    help="write each member run's apply log (RUST_LOG=ateam=debug, which costs "
+                         "some time itself) and its first request's time into DIR")
     a = ap.parse_args()
+    if a.trace:
+        os.makedirs(a.trace, exist_ok=True)
     log = tempfile.mktemp(suffix=".jsonl")
     srv, port = start_model(log)
     cadir = tempfile.mkdtemp(prefix="bench-agents-ca-")
@@ -335,7 +349,7 @@ def main():
                     how = "docker run"
                     d = run_docker(agent, port, log, cadir, i, a.ateam)
                     how = "ateam member"
-                    m = run_ateam(agent, port, log, a.ateam, i, state)
+                    m = run_ateam(agent, port, log, a.ateam, i, state, a.trace)
                     if i > 0:
                         dr.append(d)
                         ar.append(m)

@@ -845,6 +845,44 @@ async fn unprivileged_user_gets_a_clear_error_on_the_docker_socket(e: &Eng) {
     );
 }
 
+/// Docker's first process is found from the kernel (`procfs::docker_init`), as the launch
+/// does instead of an inspect after the start: the inspect's own pid while the container has
+/// one process; none with two, for an id that is no container, and on Podman (its cgroups
+/// are named otherwise, and its pid files serve).
+async fn the_first_process_is_found_from_the_kernel(e: &Eng) {
+    use ateam::runtime::procfs::docker_init;
+    let t = Team::new(e, "kernelpid", true, "ateam-demo:latest");
+    let name = format!("{}-probe", t.desired.teams[0].name);
+    let run = t.cli(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "ateam-demo:latest",
+        "sleep",
+        "60",
+    ]);
+    assert!(run.status.success(), "{}: {run:?}", e.name);
+    let id = String::from_utf8_lossy(&run.stdout).trim().to_string();
+    let inspected = e.backend.inspect(&id).await.unwrap();
+    let found = docker_init(&id);
+    let exec = t.cli(&["exec", "-d", &id, "sleep", "60"]);
+    assert!(exec.status.success(), "{}: {exec:?}", e.name);
+    // `exec -d` returns once the process is made.
+    let two = docker_init(&id);
+    let _ = t.cli(&["rm", "-f", &name]);
+    match e.name {
+        "docker" => {
+            assert_eq!(found, inspected.pid, "{}", e.name);
+            assert!(found.is_some());
+            assert_eq!(two, None, "two processes: not the gate alone");
+        }
+        _ => assert_eq!((found, two), (None, None), "{}", e.name),
+    }
+    assert_eq!(docker_init(&"0".repeat(64)), None);
+    assert_eq!(docker_init("../../../../proc/self"), None);
+}
+
 macro_rules! engine_cases {
     ($engine:ident: $($case:ident),* $(,)?) => {
         mod $engine {
@@ -879,6 +917,7 @@ every_engine!(
     a_foreign_container_with_the_name_is_never_touched,
     limits_are_enforced_or_refused,
     a_restart_checks_again_before_the_member_runs,
-    a_restart_judges_what_its_look_read;
+    a_restart_judges_what_its_look_read,
+    the_first_process_is_found_from_the_kernel;
     rootless only: unprivileged_user_gets_a_clear_error_on_the_docker_socket
 );

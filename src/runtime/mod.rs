@@ -803,7 +803,7 @@ impl Runtime {
             let looked = Looked::from(&created);
             let (ca, pid, up) = tokio::join!(
                 self.give_ca(m, &id, &created.image_id),
-                self.start_found(m, &id, Some(&looked)),
+                self.start_found(m, &id, Some(&looked), true),
                 async {
                     match proxy {
                         Some(starting) => starting.await,
@@ -920,7 +920,7 @@ impl Runtime {
         // command was found when the container was created; the image cannot change.
         let checked = async {
             let (pid, read_only) =
-                tokio::join!(self.start_found(m, id, self.looked.get(id)), async {
+                tokio::join!(self.start_found(m, id, self.looked.get(id), false), async {
                     self.check_read_only(m)
                 });
             read_only?;
@@ -970,11 +970,16 @@ impl Runtime {
 
     /// Starts the container and finds the host pid of the start's first process, its
     /// configuration judged (`started_init`, or an inspect).
+    ///
+    /// `fresh`: `before` is the inspect ateam made of the container it just created, before
+    /// this first start: nothing but the engine's own start came between (a look's kept
+    /// inspect, for a restart, is trusted only where it holds while running).
     async fn start_found(
         &self,
         m: &DesiredMember,
         id: &str,
         before: Option<&Looked>,
+        fresh: bool,
     ) -> Result<u32, RunError> {
         let limits = self.limits(m)?;
         let began = std::time::Instant::now();
@@ -986,8 +991,11 @@ impl Runtime {
             elapsed_ms = began.elapsed().as_secs_f64() * 1000.0,
             "the engine's start"
         );
-        let pid = match self.started_init(m, id, before, limits)? {
-            Some(pid) => Some(pid),
+        let pid = match self.started_init(m, id, before, limits, fresh)? {
+            Some(pid) => {
+                tracing::debug!(pid, "its first process found from the kernel");
+                Some(pid)
+            }
             None => self.check_policy(m, id, limits, "after start").await?.pid,
         };
         match pid {
@@ -1144,11 +1152,13 @@ impl Runtime {
     }
 
     /// The first process of the start just made, found without asking the engine where its
-    /// pid files allow (`procfs::init_from_files`), with the configuration inspected just
-    /// before the start (`before`) judged again beside the limits the kernel now enforces
-    /// on that process. That judgment is of this start only where the engine can change
-    /// nothing but the limits in place (`EngineInfo::inspect_holds_while_running`, Podman
-    /// before 5), and what the start made is checked from the kernel next, as after an
+    /// pid files allow (`procfs::init_from_files`) or, on Docker, its cgroup
+    /// (`procfs::docker_init`), with the configuration inspected just before the start
+    /// (`before`) judged again beside the limits the kernel now enforces on that process.
+    /// That judgment is of this start where `before` is the inspect of the container just
+    /// created (`fresh`: only the engine's start came between), or where the engine can
+    /// change nothing but the limits in place (`EngineInfo::inspect_holds_while_running`,
+    /// Podman before 5); what the start made is checked from the kernel next, as after an
     /// inspect. None where it cannot be found that way: the caller inspects.
     fn started_init(
         &self,
@@ -1156,16 +1166,23 @@ impl Runtime {
         id: &str,
         before: Option<&Looked>,
         limits: Limits,
+        fresh: bool,
     ) -> Result<Option<u32>, RunError> {
-        if !self.info.inspect_holds_while_running() {
+        if !fresh && !self.info.inspect_holds_while_running() {
             return Ok(None);
         }
-        let Some((effective, files)) =
-            before.and_then(|b| Some((b.effective.as_ref()?, b.pid_files.as_ref()?)))
-        else {
+        let Some(before) = before else {
             return Ok(None);
         };
-        let Some(pid) = procfs::init_from_files(files, id) else {
+        let Some(effective) = &before.effective else {
+            return Ok(None);
+        };
+        let pid = match (&before.pid_files, &self.info.kind) {
+            (Some(files), _) => procfs::init_from_files(files, id),
+            (None, EngineKind::Docker) => procfs::docker_init(id),
+            (None, EngineKind::Podman { .. }) => None,
+        };
+        let Some(pid) = pid else {
             return Ok(None);
         };
         let mut effective = effective.clone();
