@@ -1,4 +1,5 @@
-//! Pending approvals from inside members, on Docker and rootful Podman: a refused request
+//! Pending approvals from inside members, on Docker, rootful and rootless Podman (ateam then
+//! runs as the unprivileged user, through runuser, as in tests/attacks*.rs): a refused request
 //! becomes a pending approval (`ateam approvals`, `status`); what status never offers is
 //! shown and cannot be approved; deny once dismisses; allow always writes the manifest file
 //! the grant came from (the rest of it byte for byte, comments kept), applies it without a new
@@ -15,11 +16,11 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{Engine, text};
+use common::{Engine, rootless_user, text};
 
 /// A name the host resolves to 127.0.0.1 (scripts/engines.sh puts it into /etc/hosts): once
 /// allowed, the proxy still refuses it for its address, so no test traffic leaves.
@@ -87,7 +88,50 @@ impl World {
             std::fs::create_dir(w.root().join(d)).unwrap();
         }
         std::fs::write(w.manifest(), manifest_text(&w.team)).unwrap();
+        // The person's own folders, as the person made them: on rootless Podman the
+        // unprivileged user's (its state folder, its manifests, which it may edit).
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            for d in [
+                "",
+                "work",
+                "state",
+                "state2",
+                "sessions",
+                "sessions2",
+                "m",
+                "other",
+                "m/team.yaml",
+            ] {
+                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
+            }
+        }
         w
+    }
+
+    /// The person's uid: root's, or the rootless user's.
+    fn person(&self) -> u32 {
+        match self.engine {
+            Engine::Rootless => rootless_user().1,
+            _ => 0,
+        }
+    }
+
+    /// The uid of a member with no `user`: 65534 when ateam runs as root and the Team's
+    /// folder is root's; the user itself on rootless Podman (`userns=keep-id`).
+    fn member_uid(&self) -> u32 {
+        match self.engine {
+            Engine::Rootless => rootless_user().1,
+            _ => 65534,
+        }
+    }
+
+    /// `ateam top` as the engine's user, in a terminal of the test's own.
+    fn top(&self) -> common::terminal::Terminal {
+        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
+        c.arg("top");
+        let command = format!("{}; sleep 100000", common::shell_line(&c));
+        common::terminal::Terminal::new(&self.root(), 120, 30, &command)
     }
 
     fn root(&self) -> PathBuf {
@@ -162,6 +206,13 @@ impl Drop for World {
             "state2",
             &["delete", "--team", &format!("{}-w", self.team), "--purge"],
         );
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
     }
 }
 
@@ -194,6 +245,8 @@ spec: {{parent: lead, access: writes, command: [sleep, "100000"], resources: {{m
         folder = folder.display()
     );
     std::fs::write(&file, yaml).unwrap();
+    let uid = w.person();
+    std::os::unix::fs::chown(&file, Some(uid), Some(uid)).unwrap();
     file
 }
 
@@ -281,8 +334,9 @@ fn approvals_from_inside_a_member(engine: Engine) {
 
     // A member (of another state folder) can write the manifests' folder: nothing written.
     let other = other_store_writing(&w, &w.root().join("m"));
-    // The writer's uid (nobody, members' default) may write the folder, as its grant says.
-    std::os::unix::fs::chown(w.root().join("m"), Some(65534), Some(65534)).unwrap();
+    // The writer's uid may write the folder, as its grant says (rootless: the user's own).
+    let uid = w.member_uid();
+    std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
     let out = w.ateam_in("state2", &["apply", "-f", other.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = w.ateam(&["approvals", "allow", &id, "--always"]);
@@ -298,7 +352,8 @@ fn approvals_from_inside_a_member(engine: Engine) {
         &["delete", "--team", &format!("{}-w", w.team), "--purge"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    std::os::unix::fs::chown(w.root().join("m"), Some(0), Some(0)).unwrap();
+    let uid = w.person();
+    std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
 
     // Allow always: one line more in the allow list, the rest of the file as it was.
     let said = w.ok(&["approvals", "allow", &id, "--always"]);
@@ -480,18 +535,7 @@ fn top_answers_an_approval(engine: Engine) {
     let pending = w.pending();
     assert_eq!(pending.len(), 1, "{engine:?}: {pending:#?}");
     let id = pending[0]["id"].as_str().unwrap().to_string();
-    let backend = match engine {
-        Engine::Docker => "docker",
-        Engine::Podman | Engine::Rootless => "podman",
-    };
-    let command = format!(
-        "env ATEAM_STATE_DIR={} DOCKER_HOST={} CONTAINER_HOST={} {} --backend {backend} top; sleep 100000",
-        w.root().join("state").display(),
-        common::var("ATEAM_TEST_DOCKER"),
-        common::var("ATEAM_TEST_PODMAN_ROOTFUL"),
-        common::ateam_bin(),
-    );
-    let t = common::terminal::Terminal::new(&w.root(), 120, 30, &command);
+    let t = w.top();
     let row = format!("{}/a ", w.team);
     let s = t.wait_until("member a's row", |s| s.lines().any(|l| l.starts_with(&row)));
     // Rows come by name: a is above lead; select it.
@@ -695,4 +739,5 @@ macro_rules! on_every_engine {
 on_every_engine!(
     docker => super::Engine::Docker,
     podman => super::Engine::Podman,
+    rootless_podman => super::Engine::Rootless,
 );
