@@ -184,6 +184,23 @@ impl World {
             .clone()
     }
 
+    /// `path`'s owner uid and permission bits.
+    fn owner_mode(path: &Path) -> (u32, u32) {
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        (meta.uid(), meta.mode() & 0o7777)
+    }
+
+    /// A file of member `a`'s below the state folder.
+    fn member_file(&self, rel: &str) -> PathBuf {
+        self.root()
+            .join("state/teams")
+            .join(&self.team)
+            .join("members/a")
+            .join(rel)
+    }
+
     fn container(&self) -> String {
         let out = self.ok(&["status", &self.team, "-o", "json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -355,9 +372,13 @@ fn approvals_from_inside_a_member(engine: Engine) {
     let uid = w.person();
     std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
 
-    // Allow always: one line more in the allow list, the rest of the file as it was.
+    // Allow always: one line more in the allow list, the rest of the file as it was, and
+    // still the person's file (owner and mode kept: the rootless user's on rootless Podman).
+    let (owner, mode) = World::owner_mode(&manifest);
+    assert_eq!(owner, w.person(), "{engine:?}");
     let said = w.ok(&["approvals", "allow", &id, "--always"]);
     assert!(said.contains("added"), "{said}");
+    assert_eq!(World::owner_mode(&manifest), (owner, mode), "{engine:?}");
     let now = std::fs::read_to_string(&manifest).unwrap();
     let expected = original.replace(
         "      - example.com   # the docs\n",
@@ -485,6 +506,15 @@ fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
 
     let said = w.ok(&["approvals", "allow", &id, "--once"]);
     assert!(said.contains("until its next start"), "{said}");
+    // The record is the person's (the rootless user's on rootless Podman), what the proxy
+    // reads is the proxy's, as its policy is (the member's uid: 65534 here as root, the
+    // rootless user on rootless Podman); neither is anyone else's to read.
+    let record = World::owner_mode(&w.member_file("approvals.json"));
+    assert_eq!(record, (w.person(), 0o600), "{engine:?}: approvals.json");
+    for file in ["egress/policy.json", "egress/once.json"] {
+        let got = World::owner_mode(&w.member_file(file));
+        assert_eq!(got, (w.member_uid(), 0o600), "{engine:?}: {file}");
+    }
     assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
     // The next try passes the list (refused for its loopback address alone).
     knock(&w);
