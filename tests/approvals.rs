@@ -184,6 +184,16 @@ impl World {
             .clone()
     }
 
+    /// The last line of member `a`'s egress log: its proxy's last decision.
+    fn last_egress(&self) -> String {
+        let out = self.ateam(&["logs", "a", "--team", &self.team, "--egress"]);
+        text(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// `path`'s owner uid and permission bits.
     fn owner_mode(path: &Path) -> (u32, u32) {
         use std::os::unix::fs::MetadataExt;
@@ -270,11 +280,21 @@ spec: {{parent: lead, access: writes, command: [sleep, "100000"], resources: {{m
 fn approvals_from_inside_a_member(engine: Engine) {
     let w = World::new(engine);
     let manifest = w.manifest();
-    let m = manifest.to_str().unwrap();
-    w.ok(&["apply", "-f", m]);
+    w.ok(&["apply", "-f", manifest.to_str().unwrap()]);
     let before = w.container();
     let original = std::fs::read_to_string(&manifest).unwrap();
+    let (id, docker_id) = two_refusals_are_pending(&w);
+    never_what_status_would_not_offer(&w, &id, &docker_id, &original);
+    nothing_written_while_a_member_writes_there(&w, &id, &original);
+    let expected = allowed_always(&w, &id, &original, &before);
+    denied_always(&w, &expected, &before);
+}
 
+/// A refused name and a refused CONNECT to the Docker API of the host's loopback, from
+/// inside member `a`: two pending approvals, in `approvals`, `status` and `events`; their
+/// ids (the name's, the Docker API's).
+fn two_refusals_are_pending(w: &World) -> (String, String) {
+    let engine = w.engine;
     // Refused: a name its list does not have, and the Docker API of the host's loopback.
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
@@ -330,40 +350,49 @@ fn approvals_from_inside_a_member(engine: Engine) {
                 .any(|l| l.contains(&docker_id) && l.contains("not approvable")),
         "{engine:?}: {events}"
     );
+    (id, docker_id)
+}
 
-    // What status never offers is not approved from here, and nothing is written.
-    let out = w.ateam(&["approvals", "allow", &docker_id, "--always"]);
+/// What status never offers is not approved from here (exit 4, nothing written); deny once
+/// dismisses it, and the name's ask `id` alone is left.
+fn never_what_status_would_not_offer(w: &World, id: &str, docker_id: &str, original: &str) {
+    let engine = w.engine;
+    let out = w.ateam(&["approvals", "allow", docker_id, "--always"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("Docker API"),
         "{}",
         text(&out.stderr)
     );
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    assert_eq!(std::fs::read_to_string(w.manifest()).unwrap(), original);
     // Deny once dismisses it.
-    w.ok(&["approvals", "deny", &docker_id, "--once"]);
+    w.ok(&["approvals", "deny", docker_id, "--once"]);
     let left: Vec<String> = w
         .pending()
         .iter()
         .map(|p| p["id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(left, std::slice::from_ref(&id), "{engine:?}");
+    assert_eq!(left, [id], "{engine:?}");
+}
 
-    // A member (of another state folder) can write the manifests' folder: nothing written.
-    let other = other_store_writing(&w, &w.root().join("m"));
+/// A member (of another state folder) can write the manifests' folder: allow always writes
+/// nothing (exit 4). The folder is the person's again after.
+fn nothing_written_while_a_member_writes_there(w: &World, id: &str, original: &str) {
+    let engine = w.engine;
+    let other = other_store_writing(w, &w.root().join("m"));
     // The writer's uid may write the folder, as its grant says (rootless: the user's own).
     let uid = w.member_uid();
     std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
     let out = w.ateam_in("state2", &["apply", "-f", other.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = w.ateam(&["approvals", "allow", &id, "--always"]);
+    let out = w.ateam(&["approvals", "allow", id, "--always"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("writable"),
         "{engine:?}: {}",
         text(&out.stderr)
     );
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    assert_eq!(std::fs::read_to_string(w.manifest()).unwrap(), original);
     let out = w.ateam_in(
         "state2",
         &["delete", "--team", &format!("{}-w", w.team), "--purge"],
@@ -371,12 +400,17 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let uid = w.person();
     std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
+}
 
-    // Allow always: one line more in the allow list, the rest of the file as it was, and
-    // still the person's file (owner and mode kept: the rootless user's on rootless Podman).
+/// Allow always: one line more in the allow list, the rest of the file as it was, and still
+/// the person's file (owner and mode kept: the rootless user's on rootless Podman); applied
+/// hot (container `before` stays), `diff` clean, the next try past the list. The file now.
+fn allowed_always(w: &World, id: &str, original: &str, before: &str) -> String {
+    let engine = w.engine;
+    let manifest = w.manifest();
     let (owner, mode) = World::owner_mode(&manifest);
     assert_eq!(owner, w.person(), "{engine:?}");
-    let said = w.ok(&["approvals", "allow", &id, "--always"]);
+    let said = w.ok(&["approvals", "allow", id, "--always"]);
     assert!(said.contains("added"), "{said}");
     assert_eq!(World::owner_mode(&manifest), (owner, mode), "{engine:?}");
     let now = std::fs::read_to_string(&manifest).unwrap();
@@ -387,7 +421,7 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert_eq!(now, expected, "{engine:?}");
     // Applied hot: the same container, and nothing left to do.
     assert_eq!(w.container(), before, "{engine:?}: a new container");
-    let out = w.ateam(&["diff", "-f", m]);
+    let out = w.ateam(&["diff", "-f", manifest.to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -399,18 +433,21 @@ fn approvals_from_inside_a_member(engine: Engine) {
     // The next try passes the list: refused now for its address alone (nothing connects).
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
-    let logs = text(
-        &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-            .stdout,
-    );
-    let last = logs.lines().last().unwrap_or_default();
+    let last = w.last_egress();
     assert!(
         last.contains("loopback address") && !last.contains("not in this member's allow list"),
-        "{engine:?}: {logs}"
+        "{engine:?}: {last}"
     );
+    expected
+}
 
-    // Deny always: written into the grant's deny list (made, as the spec's own style), the
-    // same container, nothing left to do, and never asked again.
+/// Deny always: written into the grant's deny list (made, as the spec's own style), the same
+/// container, nothing left to do, and never asked again; a name both allowed and denied
+/// (edited by hand, `expected` the file before) is refused by the proxy for the deny.
+fn denied_always(w: &World, expected: &str, before: &str) {
+    let engine = w.engine;
+    let manifest = w.manifest();
+    let m = manifest.to_str().unwrap();
     let other = "nope.ateam.test:18094";
     w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
     // Beside it, the name allowed above and refused for its address: shown, not approvable.
@@ -421,12 +458,6 @@ fn approvals_from_inside_a_member(engine: Engine) {
         .find(|p| p["want"]["entry"] == other)
         .unwrap();
     let deny_id = asked["id"].as_str().unwrap().to_string();
-    let approvable = |w: &World| {
-        w.pending()
-            .into_iter()
-            .filter(|p| p["notApprovable"].is_null())
-            .collect::<Vec<_>>()
-    };
     let said = w.ok(&["approvals", "deny", &deny_id, "--always"]);
     assert!(said.contains("deny list"), "{said}");
     let line = format!("      - {NAME}:{PORT}\n");
@@ -443,20 +474,15 @@ fn approvals_from_inside_a_member(engine: Engine) {
         "{engine:?}"
     );
     w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
-    assert!(approvable(&w).is_empty(), "{engine:?}: {:#?}", w.pending());
+    let approvable: Vec<_> = w
+        .pending()
+        .into_iter()
+        .filter(|p| p["notApprovable"].is_null())
+        .collect();
+    assert!(approvable.is_empty(), "{engine:?}: {:#?}", w.pending());
     assert_eq!(w.pending().len(), 1, "{engine:?}: {:#?}", w.pending());
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
-    assert!(
-        last_line(&w).contains("deny list"),
-        "{engine:?}: {}",
-        last_line(&w)
-    );
+    let last = w.last_egress();
+    assert!(last.contains("deny list"), "{engine:?}: {last}");
 
     // Denied and allowed at once: refused, by the proxy, with no new container.
     let both = denied.replace(
@@ -468,10 +494,10 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert_eq!(w.container(), before, "{engine:?}: a new container");
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
+    let last = w.last_egress();
     assert!(
-        last_line(&w).contains(&format!("{NAME}:{PORT} is in this member's deny list")),
-        "{engine:?}: {}",
-        last_line(&w)
+        last.contains(&format!("{NAME}:{PORT} is in this member's deny list")),
+        "{engine:?}: {last}"
     );
     // Denied, so not even shown as refused for its address any more.
     assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
@@ -486,13 +512,7 @@ fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
     let m = manifest.to_str().unwrap();
     w.ok(&["apply", "-f", m]);
     let original = std::fs::read_to_string(&manifest).unwrap();
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
+    let last_line = |w: &World| w.last_egress();
     let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     knock(&w);
     assert!(
@@ -672,13 +692,7 @@ fn a_learning_run_proposes_what_was_used(engine: Engine) {
     // The run ends 10 s after the apply's end, which is before this.
     let applied = std::time::Instant::now();
     assert!(said.contains("learning until"), "{said}");
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
+    let last_line = |w: &World| w.last_egress();
     let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     // Past the list (refused for its loopback address alone: nothing leaves this machine).
     knock(&w);
