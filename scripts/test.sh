@@ -62,7 +62,11 @@ step "the agents' builds that members run, in root's agent cache (ateam agents p
 # filled by its first apply, as a person's is (tests/agents.rs).
 for a in claude codex; do "$dir/ateam" agents pull "$a"; done
 
-step "engine tests: Docker and rootful Podman (as root), and the attack suite on all three"
+step "engine tests: Docker and rootful Podman (as root), and the suites' rootless cases"
+# A suite's rootless cases (modules `rootless_podman`: the attacks, egress, requests, board,
+# agents, approvals...) run here too: the test is root, ateam runs as the unprivileged user
+# through runuser (tests/common: ateam_command, ATEAM_TEST_BIN). Only engines.rs's
+# `podman_rootless::` cases run whole as that user, in the next step.
 cargo nextest run --locked --no-fail-fast --run-ignored only -E 'not test(/^podman_rootless::/)'
 
 step "engine tests: rootless Podman (as $ATEAM_TEST_ROOTLESS_USER)"

@@ -23,7 +23,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::standin::{StandIn, chown_tree, copy_dir};
-use common::{Engine, rootless_user, text};
+use common::{Engine, rootless_user, shell_line, text};
 
 /// One agent, as its example and the stand-in know it.
 struct Agent {
@@ -526,29 +526,6 @@ fn a_next_task_continues_the_session(
     let out = w.ateam(&["apply", "-f", &w.manifest()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(w.coder()["state"], "exited 0");
-}
-
-/// A command as a line for a shell (tmux runs its panes' commands through one): its
-/// environment changes by `env`, every word quoted.
-fn shell_line(c: &Command) -> String {
-    let q = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"));
-    // `env`'s removals (`-u`) come before its assignments.
-    let mut words = vec!["env".to_string()];
-    for (k, _) in c.get_envs().filter(|(_, v)| v.is_none()) {
-        words.extend(["-u".to_string(), q(k)]);
-    }
-    for (k, v) in c.get_envs() {
-        if let Some(v) = v {
-            words.push(q(std::ffi::OsStr::new(&format!(
-                "{}={}",
-                k.to_string_lossy(),
-                v.to_string_lossy()
-            ))));
-        }
-    }
-    words.push(q(c.get_program()));
-    words.extend(c.get_args().map(q));
-    words.join(" ")
 }
 
 /// A tmux server of the test's own (its own socket), ended on drop.

@@ -1,4 +1,5 @@
-//! Pending approvals from inside members, on Docker and rootful Podman: a refused request
+//! Pending approvals from inside members, on Docker, rootful and rootless Podman (ateam then
+//! runs as the unprivileged user, through runuser, as in tests/attacks*.rs): a refused request
 //! becomes a pending approval (`ateam approvals`, `status`); what status never offers is
 //! shown and cannot be approved; deny once dismisses; allow always writes the manifest file
 //! the grant came from (the rest of it byte for byte, comments kept), applies it without a new
@@ -15,11 +16,11 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
-use common::{Engine, text};
+use common::{Engine, rootless_user, text};
 
 /// A name the host resolves to 127.0.0.1 (scripts/engines.sh puts it into /etc/hosts): once
 /// allowed, the proxy still refuses it for its address, so no test traffic leaves.
@@ -87,7 +88,50 @@ impl World {
             std::fs::create_dir(w.root().join(d)).unwrap();
         }
         std::fs::write(w.manifest(), manifest_text(&w.team)).unwrap();
+        // The person's own folders, as the person made them: on rootless Podman the
+        // unprivileged user's (its state folder, its manifests, which it may edit).
+        if engine == Engine::Rootless {
+            let (_, uid, gid) = rootless_user();
+            for d in [
+                "",
+                "work",
+                "state",
+                "state2",
+                "sessions",
+                "sessions2",
+                "m",
+                "other",
+                "m/team.yaml",
+            ] {
+                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
+            }
+        }
         w
+    }
+
+    /// The person's uid: root's, or the rootless user's.
+    fn person(&self) -> u32 {
+        match self.engine {
+            Engine::Rootless => rootless_user().1,
+            _ => 0,
+        }
+    }
+
+    /// The uid of a member with no `user`: 65534 when ateam runs as root and the Team's
+    /// folder is root's; the user itself on rootless Podman (`userns=keep-id`).
+    fn member_uid(&self) -> u32 {
+        match self.engine {
+            Engine::Rootless => rootless_user().1,
+            _ => 65534,
+        }
+    }
+
+    /// `ateam top` as the engine's user, in a terminal of the test's own.
+    fn top(&self) -> common::terminal::Terminal {
+        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
+        c.arg("top");
+        let command = format!("{}; sleep 100000", common::shell_line(&c));
+        common::terminal::Terminal::new(&self.root(), 120, 30, &command)
     }
 
     fn root(&self) -> PathBuf {
@@ -140,6 +184,33 @@ impl World {
             .clone()
     }
 
+    /// The last line of member `a`'s egress log: its proxy's last decision.
+    fn last_egress(&self) -> String {
+        let out = self.ateam(&["logs", "a", "--team", &self.team, "--egress"]);
+        text(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// `path`'s owner uid and permission bits.
+    fn owner_mode(path: &Path) -> (u32, u32) {
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        (meta.uid(), meta.mode() & 0o7777)
+    }
+
+    /// A file of member `a`'s below the state folder.
+    fn member_file(&self, rel: &str) -> PathBuf {
+        self.root()
+            .join("state/teams")
+            .join(&self.team)
+            .join("members/a")
+            .join(rel)
+    }
+
     fn container(&self) -> String {
         let out = self.ok(&["status", &self.team, "-o", "json"]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -162,6 +233,13 @@ impl Drop for World {
             "state2",
             &["delete", "--team", &format!("{}-w", self.team), "--purge"],
         );
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(self.root())
+                .output();
+        }
     }
 }
 
@@ -194,17 +272,29 @@ spec: {{parent: lead, access: writes, command: [sleep, "100000"], resources: {{m
         folder = folder.display()
     );
     std::fs::write(&file, yaml).unwrap();
+    let uid = w.person();
+    std::os::unix::fs::chown(&file, Some(uid), Some(uid)).unwrap();
     file
 }
 
 fn approvals_from_inside_a_member(engine: Engine) {
     let w = World::new(engine);
     let manifest = w.manifest();
-    let m = manifest.to_str().unwrap();
-    w.ok(&["apply", "-f", m]);
+    w.ok(&["apply", "-f", manifest.to_str().unwrap()]);
     let before = w.container();
     let original = std::fs::read_to_string(&manifest).unwrap();
+    let (id, docker_id) = two_refusals_are_pending(&w);
+    never_what_status_would_not_offer(&w, &id, &docker_id, &original);
+    nothing_written_while_a_member_writes_there(&w, &id, &original);
+    let expected = allowed_always(&w, &id, &original, &before);
+    denied_always(&w, &expected, &before);
+}
 
+/// A refused name and a refused CONNECT to the Docker API of the host's loopback, from
+/// inside member `a`: two pending approvals, in `approvals`, `status` and `events`; their
+/// ids (the name's, the Docker API's).
+fn two_refusals_are_pending(w: &World) -> (String, String) {
+    let engine = w.engine;
     // Refused: a name its list does not have, and the Docker API of the host's loopback.
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
@@ -260,49 +350,69 @@ fn approvals_from_inside_a_member(engine: Engine) {
                 .any(|l| l.contains(&docker_id) && l.contains("not approvable")),
         "{engine:?}: {events}"
     );
+    (id, docker_id)
+}
 
-    // What status never offers is not approved from here, and nothing is written.
-    let out = w.ateam(&["approvals", "allow", &docker_id, "--always"]);
+/// What status never offers is not approved from here (exit 4, nothing written); deny once
+/// dismisses it, and the name's ask `id` alone is left.
+fn never_what_status_would_not_offer(w: &World, id: &str, docker_id: &str, original: &str) {
+    let engine = w.engine;
+    let out = w.ateam(&["approvals", "allow", docker_id, "--always"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("Docker API"),
         "{}",
         text(&out.stderr)
     );
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    assert_eq!(std::fs::read_to_string(w.manifest()).unwrap(), original);
     // Deny once dismisses it.
-    w.ok(&["approvals", "deny", &docker_id, "--once"]);
+    w.ok(&["approvals", "deny", docker_id, "--once"]);
     let left: Vec<String> = w
         .pending()
         .iter()
         .map(|p| p["id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(left, std::slice::from_ref(&id), "{engine:?}");
+    assert_eq!(left, [id], "{engine:?}");
+}
 
-    // A member (of another state folder) can write the manifests' folder: nothing written.
-    let other = other_store_writing(&w, &w.root().join("m"));
-    // The writer's uid (nobody, members' default) may write the folder, as its grant says.
-    std::os::unix::fs::chown(w.root().join("m"), Some(65534), Some(65534)).unwrap();
+/// A member (of another state folder) can write the manifests' folder: allow always writes
+/// nothing (exit 4). The folder is the person's again after.
+fn nothing_written_while_a_member_writes_there(w: &World, id: &str, original: &str) {
+    let engine = w.engine;
+    let other = other_store_writing(w, &w.root().join("m"));
+    // The writer's uid may write the folder, as its grant says (rootless: the user's own).
+    let uid = w.member_uid();
+    std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
     let out = w.ateam_in("state2", &["apply", "-f", other.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let out = w.ateam(&["approvals", "allow", &id, "--always"]);
+    let out = w.ateam(&["approvals", "allow", id, "--always"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("writable"),
         "{engine:?}: {}",
         text(&out.stderr)
     );
-    assert_eq!(std::fs::read_to_string(&manifest).unwrap(), original);
+    assert_eq!(std::fs::read_to_string(w.manifest()).unwrap(), original);
     let out = w.ateam_in(
         "state2",
         &["delete", "--team", &format!("{}-w", w.team), "--purge"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    std::os::unix::fs::chown(w.root().join("m"), Some(0), Some(0)).unwrap();
+    let uid = w.person();
+    std::os::unix::fs::chown(w.root().join("m"), Some(uid), Some(uid)).unwrap();
+}
 
-    // Allow always: one line more in the allow list, the rest of the file as it was.
-    let said = w.ok(&["approvals", "allow", &id, "--always"]);
+/// Allow always: one line more in the allow list, the rest of the file as it was, and still
+/// the person's file (owner and mode kept: the rootless user's on rootless Podman); applied
+/// hot (container `before` stays), `diff` clean, the next try past the list. The file now.
+fn allowed_always(w: &World, id: &str, original: &str, before: &str) -> String {
+    let engine = w.engine;
+    let manifest = w.manifest();
+    let (owner, mode) = World::owner_mode(&manifest);
+    assert_eq!(owner, w.person(), "{engine:?}");
+    let said = w.ok(&["approvals", "allow", id, "--always"]);
     assert!(said.contains("added"), "{said}");
+    assert_eq!(World::owner_mode(&manifest), (owner, mode), "{engine:?}");
     let now = std::fs::read_to_string(&manifest).unwrap();
     let expected = original.replace(
         "      - example.com   # the docs\n",
@@ -311,7 +421,7 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert_eq!(now, expected, "{engine:?}");
     // Applied hot: the same container, and nothing left to do.
     assert_eq!(w.container(), before, "{engine:?}: a new container");
-    let out = w.ateam(&["diff", "-f", m]);
+    let out = w.ateam(&["diff", "-f", manifest.to_str().unwrap()]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -323,18 +433,21 @@ fn approvals_from_inside_a_member(engine: Engine) {
     // The next try passes the list: refused now for its address alone (nothing connects).
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
-    let logs = text(
-        &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-            .stdout,
-    );
-    let last = logs.lines().last().unwrap_or_default();
+    let last = w.last_egress();
     assert!(
         last.contains("loopback address") && !last.contains("not in this member's allow list"),
-        "{engine:?}: {logs}"
+        "{engine:?}: {last}"
     );
+    expected
+}
 
-    // Deny always: written into the grant's deny list (made, as the spec's own style), the
-    // same container, nothing left to do, and never asked again.
+/// Deny always: written into the grant's deny list (made, as the spec's own style), the same
+/// container, nothing left to do, and never asked again; a name both allowed and denied
+/// (edited by hand, `expected` the file before) is refused by the proxy for the deny.
+fn denied_always(w: &World, expected: &str, before: &str) {
+    let engine = w.engine;
+    let manifest = w.manifest();
+    let m = manifest.to_str().unwrap();
     let other = "nope.ateam.test:18094";
     w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
     // Beside it, the name allowed above and refused for its address: shown, not approvable.
@@ -345,12 +458,6 @@ fn approvals_from_inside_a_member(engine: Engine) {
         .find(|p| p["want"]["entry"] == other)
         .unwrap();
     let deny_id = asked["id"].as_str().unwrap().to_string();
-    let approvable = |w: &World| {
-        w.pending()
-            .into_iter()
-            .filter(|p| p["notApprovable"].is_null())
-            .collect::<Vec<_>>()
-    };
     let said = w.ok(&["approvals", "deny", &deny_id, "--always"]);
     assert!(said.contains("deny list"), "{said}");
     let line = format!("      - {NAME}:{PORT}\n");
@@ -367,20 +474,15 @@ fn approvals_from_inside_a_member(engine: Engine) {
         "{engine:?}"
     );
     w.inside("a", &format!("wget -q -O - http://{other}/ 2>&1"));
-    assert!(approvable(&w).is_empty(), "{engine:?}: {:#?}", w.pending());
+    let approvable: Vec<_> = w
+        .pending()
+        .into_iter()
+        .filter(|p| p["notApprovable"].is_null())
+        .collect();
+    assert!(approvable.is_empty(), "{engine:?}: {:#?}", w.pending());
     assert_eq!(w.pending().len(), 1, "{engine:?}: {:#?}", w.pending());
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
-    assert!(
-        last_line(&w).contains("deny list"),
-        "{engine:?}: {}",
-        last_line(&w)
-    );
+    let last = w.last_egress();
+    assert!(last.contains("deny list"), "{engine:?}: {last}");
 
     // Denied and allowed at once: refused, by the proxy, with no new container.
     let both = denied.replace(
@@ -392,10 +494,10 @@ fn approvals_from_inside_a_member(engine: Engine) {
     assert_eq!(w.container(), before, "{engine:?}: a new container");
     let got = w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     assert!(got.contains("403"), "{engine:?}: {got}");
+    let last = w.last_egress();
     assert!(
-        last_line(&w).contains(&format!("{NAME}:{PORT} is in this member's deny list")),
-        "{engine:?}: {}",
-        last_line(&w)
+        last.contains(&format!("{NAME}:{PORT} is in this member's deny list")),
+        "{engine:?}: {last}"
     );
     // Denied, so not even shown as refused for its address any more.
     assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
@@ -410,13 +512,7 @@ fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
     let m = manifest.to_str().unwrap();
     w.ok(&["apply", "-f", m]);
     let original = std::fs::read_to_string(&manifest).unwrap();
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
+    let last_line = |w: &World| w.last_egress();
     let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     knock(&w);
     assert!(
@@ -430,6 +526,15 @@ fn allowed_once_is_gone_at_the_next_start(engine: Engine) {
 
     let said = w.ok(&["approvals", "allow", &id, "--once"]);
     assert!(said.contains("until its next start"), "{said}");
+    // The record is the person's (the rootless user's on rootless Podman), what the proxy
+    // reads is the proxy's, as its policy is (the member's uid: 65534 here as root, the
+    // rootless user on rootless Podman); neither is anyone else's to read.
+    let record = World::owner_mode(&w.member_file("approvals.json"));
+    assert_eq!(record, (w.person(), 0o600), "{engine:?}: approvals.json");
+    for file in ["egress/policy.json", "egress/once.json"] {
+        let got = World::owner_mode(&w.member_file(file));
+        assert_eq!(got, (w.member_uid(), 0o600), "{engine:?}: {file}");
+    }
     assert!(w.pending().is_empty(), "{engine:?}: {:#?}", w.pending());
     // The next try passes the list (refused for its loopback address alone).
     knock(&w);
@@ -480,18 +585,7 @@ fn top_answers_an_approval(engine: Engine) {
     let pending = w.pending();
     assert_eq!(pending.len(), 1, "{engine:?}: {pending:#?}");
     let id = pending[0]["id"].as_str().unwrap().to_string();
-    let backend = match engine {
-        Engine::Docker => "docker",
-        Engine::Podman | Engine::Rootless => "podman",
-    };
-    let command = format!(
-        "env ATEAM_STATE_DIR={} DOCKER_HOST={} CONTAINER_HOST={} {} --backend {backend} top; sleep 100000",
-        w.root().join("state").display(),
-        common::var("ATEAM_TEST_DOCKER"),
-        common::var("ATEAM_TEST_PODMAN_ROOTFUL"),
-        common::ateam_bin(),
-    );
-    let t = common::terminal::Terminal::new(&w.root(), 120, 30, &command);
+    let t = w.top();
     let row = format!("{}/a ", w.team);
     let s = t.wait_until("member a's row", |s| s.lines().any(|l| l.starts_with(&row)));
     // Rows come by name: a is above lead; select it.
@@ -598,13 +692,7 @@ fn a_learning_run_proposes_what_was_used(engine: Engine) {
     // The run ends 10 s after the apply's end, which is before this.
     let applied = std::time::Instant::now();
     assert!(said.contains("learning until"), "{said}");
-    let last_line = |w: &World| {
-        let logs = text(
-            &w.ateam(&["logs", "a", "--team", &w.team, "--egress"])
-                .stdout,
-        );
-        logs.lines().last().unwrap_or_default().to_string()
-    };
+    let last_line = |w: &World| w.last_egress();
     let knock = |w: &World| w.inside("a", &format!("wget -q -O - http://{NAME}:{PORT}/ 2>&1"));
     // Past the list (refused for its loopback address alone: nothing leaves this machine).
     knock(&w);
@@ -695,4 +783,5 @@ macro_rules! on_every_engine {
 on_every_engine!(
     docker => super::Engine::Docker,
     podman => super::Engine::Podman,
+    rootless_podman => super::Engine::Rootless,
 );

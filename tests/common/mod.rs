@@ -114,6 +114,29 @@ pub fn ateam_command_env(engine: Engine, state: &Path, env: &[(&str, &str)]) -> 
     }
 }
 
+/// A command as a line for a shell (tmux runs its panes' commands through one): its
+/// environment changes by `env`, every word quoted.
+pub fn shell_line(c: &Command) -> String {
+    let q = |s: &std::ffi::OsStr| format!("'{}'", s.to_string_lossy().replace('\'', "'\\''"));
+    // `env`'s removals (`-u`) come before its assignments.
+    let mut words = vec!["env".to_string()];
+    for (k, _) in c.get_envs().filter(|(_, v)| v.is_none()) {
+        words.extend(["-u".to_string(), q(k)]);
+    }
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            words.push(q(std::ffi::OsStr::new(&format!(
+                "{}={}",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            ))));
+        }
+    }
+    words.push(q(c.get_program()));
+    words.extend(c.get_args().map(q));
+    words.join(" ")
+}
+
 /// The engine's own CLI pointed at `engine` (`docker -H` / `podman --url`); for rootless
 /// Podman run as its user when `as_user`, else as root against that user's socket.
 pub fn engine_command(engine: Engine, as_user: bool) -> Command {
