@@ -140,13 +140,14 @@ pub fn init_from_files(files: &crate::backend::PidFiles, id: &str) -> Option<u32
 }
 
 /// The host pid of a Docker container's first process, read from the kernel instead of an
-/// inspect after its start (5-30 ms of every start): the one process of the container's
-/// pids cgroup (its gate, which holds the command until the release, so nothing else runs
-/// there yet), checked as `init_from_files` checks Podman's: the first of a pid namespace of
-/// its own, whose parent is the containerd shim that names the container (`-id <id>`).
-/// Docker's cgroupfs (`/docker/<id>`) and systemd (`system.slice/docker-<id>.scope`) places,
-/// on cgroup v1 and v2; None elsewhere (a `cgroupParent`, rootless Docker) or when anything
-/// does not hold, and the caller asks the engine.
+/// inspect after its start (5-30 ms of a start on a loaded machine): among the processes of
+/// the container's pids cgroup (Docker's `init` and the gate, which holds the command until
+/// the release, so nothing of the member's runs there yet), the one that is pid 1 of a pid
+/// namespace of its own and whose parent is the containerd shim naming the container (`-id
+/// <id>`), as `init_from_files` checks Podman's. Docker's cgroupfs (`/docker/<id>`) and
+/// systemd (`system.slice/docker-<id>.scope`) places, on cgroup v1 and v2; None elsewhere (a
+/// `cgroupParent`, rootless Docker), when no process or more than one holds, and the caller
+/// asks the engine.
 pub fn docker_init(id: &str) -> Option<u32> {
     if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -163,21 +164,30 @@ pub fn docker_init(id: &str) -> Option<u32> {
                 .map(move |p| format!("{root}/{p}/cgroup.procs"))
         })
         .find_map(|path| crate::files::read_kernel_text(Path::new(&path)).ok())?;
-    let mut pids = procs.split_whitespace();
-    let init: u32 = pids.next()?.parse().ok()?;
-    if pids.next().is_some() {
-        return None;
-    }
-    let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{init}/stat"))).ok()?;
-    let shim = stat_parent(&stat)?;
-    if !first_of_own_namespace(init) {
-        return None;
-    }
-    let cmdline = crate::files::read_kernel(Path::new(&format!("/proc/{shim}/cmdline"))).ok()?;
+    let mut inits = procs
+        .split_whitespace()
+        .take(64)
+        .filter_map(|p| p.parse::<u32>().ok())
+        .filter(|&pid| first_of_own_namespace(pid) && shim_of(pid, id));
+    let init = inits.next()?;
+    inits.next().is_none().then_some(init)
+}
+
+/// Whether `pid`'s parent is the containerd shim of container `id` (`-id <id>` on its
+/// command line).
+fn shim_of(pid: u32, id: &str) -> bool {
+    let parent = crate::files::read_kernel_text(Path::new(&format!("/proc/{pid}/stat")))
+        .ok()
+        .and_then(|stat| stat_parent(&stat));
+    let Some(shim) = parent else {
+        return false;
+    };
+    let Ok(cmdline) = crate::files::read_kernel(Path::new(&format!("/proc/{shim}/cmdline"))) else {
+        return false;
+    };
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     args.windows(2)
         .any(|w| w[0] == b"-id" && w[1] == id.as_bytes())
-        .then_some(init)
 }
 
 /// A pid in a file of the engine's run folder. Opened by its path, not through its folder:
