@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use super::{
-    Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, ExecOutput,
-    ImageConfig, Inspected, LogOptions, LogSink, PathStat, Result, Summary,
+    Backend, BackendError, ContainerEvent, CreateRequest, EngineInfo, EngineKind, EventMark,
+    ExecOutput, ImageConfig, Inspected, LogOptions, LogSink, PathStat, Result, Summary,
 };
 use crate::core::container::{ContainerState, Effective};
 
@@ -39,6 +39,7 @@ pub(crate) enum Call {
     Exec { id: String },
     Logs { id: String },
     Events,
+    RecentEvents { since_nano: i64 },
 }
 
 impl Call {
@@ -66,6 +67,7 @@ impl Call {
             Call::Exec { .. } => "exec",
             Call::Logs { .. } => "logs",
             Call::Events => "events",
+            Call::RecentEvents { .. } => "recent_events",
         }
     }
 }
@@ -424,6 +426,12 @@ impl Backend for FakeBackend {
     ) -> Result<futures_util::stream::BoxStream<'static, Result<ContainerEvent>>> {
         self.called(Call::Events)?;
         Ok(Box::pin(futures_util::stream::empty()))
+    }
+
+    /// Recorded; none held, as an engine that cannot replay.
+    async fn recent_events(&self, since_nano: i64) -> Result<Option<Vec<EventMark>>> {
+        self.called(Call::RecentEvents { since_nano })?;
+        Ok(None)
     }
 }
 

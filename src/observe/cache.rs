@@ -119,6 +119,11 @@ impl Cache {
             .filter_map(|(id, e)| Some((id.as_str(), e.inspected.pid?, e.cgroup.as_deref()?)))
     }
 
+    /// Whether it keeps no inspect at all: nothing for a guard to vouch for.
+    pub fn is_empty(&self) -> bool {
+        self.old.is_empty()
+    }
+
     /// When the kept entries' anchor happened (nanoseconds since the epoch), if they have one.
     pub fn anchor_time(&self) -> Option<i64> {
         self.anchor.0.as_ref().map(|a| a.time_nano)

@@ -95,7 +95,14 @@ pub async fn observe_listed(
         let local = tokio::task::spawn_blocking(move || Local::read(&d, o.as_deref()))
             .await
             .unwrap_or_else(|_| Local::read(desired, only));
-        let guard = guard(backend, info, &local.caches).await;
+        // With no kept inspect to vouch for (a team's first apply), the events are asked
+        // only if the list finds containers of the teams to inspect (below): Docker's replay
+        // from the start of what it holds was 10-40 ms of a new team's apply.
+        let guard = if local.caches.values().all(Cache::is_empty) {
+            None
+        } else {
+            Some(guard(backend, info, &local.caches).await)
+        };
         (local, guard)
     });
     let listed = summaries?;
@@ -119,6 +126,11 @@ pub async fn observe_listed(
         Listed::Summaries(summaries) => {
             let (foreign, listed_all) = foreign(backend, desired, &summaries, &recorded).await?;
             let listed = summaries.len();
+            let guard = match guard {
+                Some(g) => g,
+                None if in_scope(desired, &summaries) => self::guard(backend, info, &caches).await,
+                None => None,
+            };
             let (containers, reused) =
                 inspect_in_scope(backend, desired, summaries, caches, guard, &early).await?;
             (containers, listed, foreign, listed_all, reused)
@@ -398,6 +410,15 @@ async fn foreign(
 /// Our containers of the teams in scope, inspected (or kept from the last look, see
 /// `cache`: `caches` of the teams in scope, kept where `guard` vouches for them), sorted by
 /// name then id; with how many were kept.
+/// Whether any of `summaries` is a container of a team in scope (one a look inspects).
+fn in_scope(desired: &DesiredState, summaries: &[Summary]) -> bool {
+    summaries.iter().any(|s| {
+        s.labels
+            .get(labels::TEAM)
+            .is_some_and(|t| desired.teams.iter().any(|x| x.name == *t))
+    })
+}
+
 async fn inspect_in_scope(
     backend: &dyn Backend,
     desired: &DesiredState,
@@ -627,13 +648,27 @@ async fn guard(
     if caches.is_empty() {
         return None;
     }
-    // From the oldest anchor; from the start of what the engine holds when a team has none.
+    // From the oldest anchor; from the start of what the engine holds when a team's kept
+    // inspects have none. A team that keeps none needs only the newest event (the anchor of
+    // this look's inspects): the last minute's, not a replay of all the engine holds.
+    let now = now_nano();
     let since = caches
         .values()
-        .map(Cache::anchor_time)
+        .map(|c| match (c.anchor_time(), c.is_empty()) {
+            (Some(t), _) => Some(t),
+            (None, true) => Some(now.saturating_sub(60_000_000_000)),
+            (None, false) => None,
+        })
         .try_fold(i64::MAX, |m, t| t.map(|t| m.min(t)))
         .unwrap_or(0);
-    match backend.recent_events(since.min(now_nano())).await {
+    let asked = Instant::now();
+    let events = backend.recent_events(since.min(now)).await;
+    debug!(
+        teams = caches.len(),
+        elapsed_ms = asked.elapsed().as_micros() as f64 / 1e3,
+        "asked the engine's recent events"
+    );
+    match events {
         Ok(events) => events.map(cache::Guard::Events),
         Err(e) => {
             debug!(error = %e, "the engine's recent events are unavailable: inspecting all");
