@@ -7,7 +7,7 @@ use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::SystemInfoCgroupVersionEnum;
 
-use super::errors::{io_kind, message};
+use super::errors::{io_kind, message_of};
 use super::{DockerBackend, ENGINE, REQUEST_TIMEOUT};
 use crate::backend::{BackendError, EngineInfo, EngineKind, Result};
 
@@ -32,7 +32,7 @@ impl DockerBackend {
                     .map_err(|e| BackendError::Unavailable {
                         engine: ENGINE.into(),
                         socket: path.to_string(),
-                        hint: format!(" ({})", message(&e)),
+                        hint: format!(" ({})", message_of(&e)),
                     })?;
                 let identity = format!("{server} api {}.{}", api.major_version, api.minor_version);
                 return Ok(DockerBackend {
@@ -80,7 +80,7 @@ impl DockerBackend {
                 BackendError::Unavailable {
                     engine: ENGINE.into(),
                     socket: socket.clone(),
-                    hint: format!(" ({})", message(e)),
+                    hint: format!(" ({})", message_of(e)),
                 }
             }
         };
@@ -101,7 +101,7 @@ impl DockerBackend {
 
 pub(super) async fn ping(b: &DockerBackend) -> Result<EngineInfo> {
     // `info` names the version too: one round trip, not two.
-    let info = b.docker.info().await.map_err(|e| b.err("info", e))?;
+    let info = b.docker.info().await.map_err(|e| b.engine_err("info", e))?;
     let cgroup_version = match info.cgroup_version {
         Some(SystemInfoCgroupVersionEnum::_2) => 2,
         // Docker has reported it since 20.10; older engines only run on v1.

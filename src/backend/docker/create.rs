@@ -9,7 +9,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::CreateContainerOptions;
 
-use super::errors::{message, status};
+use super::errors::{message_of, status_of};
 use super::{DockerBackend, ENGINE};
 use crate::backend::{BackendError, CreateRequest, PROBE_COMMAND, Result};
 
@@ -19,23 +19,23 @@ pub(super) async fn create(b: &DockerBackend, req: &CreateRequest) -> Result<Str
         ..Default::default()
     };
     let body = create_body(req);
-    let created = b
-        .docker
-        .create_container(Some(opts), body)
-        .await
-        .map_err(|e| match status(&e) {
-            // A 404 also comes for a missing network: only an image message means the image.
-            Some(404) if message(&e).to_ascii_lowercase().contains("image") => {
-                BackendError::ImageMissing {
-                    engine: ENGINE.into(),
-                    image: req.image.clone(),
+    let created =
+        b.docker
+            .create_container(Some(opts), body)
+            .await
+            .map_err(|e| match status_of(&e) {
+                // A 404 also comes for a missing network: only an image message means the image.
+                Some(404) if message_of(&e).to_ascii_lowercase().contains("image") => {
+                    BackendError::ImageMissing {
+                        engine: ENGINE.into(),
+                        image: req.image.clone(),
+                    }
                 }
-            }
-            Some(409) => BackendError::NameConflict {
-                name: req.name.clone(),
-            },
-            _ => b.err("create container", e),
-        })?;
+                Some(409) => BackendError::NameConflict {
+                    name: req.name.clone(),
+                },
+                _ => b.engine_err("create container", e),
+            })?;
     Ok(created.id)
 }
 
@@ -128,14 +128,14 @@ pub(super) async fn create_probe(
         .docker
         .create_container(None::<CreateContainerOptions>, body)
         .await
-        .map_err(|e| match status(&e) {
-            Some(404) if message(&e).to_ascii_lowercase().contains("image") => {
+        .map_err(|e| match status_of(&e) {
+            Some(404) if message_of(&e).to_ascii_lowercase().contains("image") => {
                 BackendError::ImageMissing {
                     engine: ENGINE.into(),
                     image: image.into(),
                 }
             }
-            _ => b.err("create probe container", e),
+            _ => b.engine_err("create probe container", e),
         })?;
     Ok(created.id)
 }

@@ -9,31 +9,31 @@ use crate::backend::BackendError;
 
 impl DockerBackend {
     /// Any other failure, with the engine's own words; a dead connection says so instead.
-    pub(super) fn err(&self, op: &str, e: BollardError) -> BackendError {
+    pub(super) fn engine_err(&self, op: &str, e: BollardError) -> BackendError {
         if is_connection_error(&e) {
             return BackendError::Unavailable {
                 engine: ENGINE.into(),
                 socket: self.socket.clone(),
-                hint: format!(" ({op}: {})", message(&e)),
+                hint: format!(" ({op}: {})", message_of(&e)),
             };
         }
         BackendError::Engine {
             engine: ENGINE.into(),
             op: op.into(),
-            message: message(&e),
+            message: message_of(&e),
         }
     }
 
     /// 404 on a container call means the container is gone, whatever the call was.
     pub(super) fn container_err(&self, op: &str, id: &str, e: BollardError) -> BackendError {
-        match status(&e) {
+        match status_of(&e) {
             Some(404) => BackendError::NotFound { id: id.into() },
-            _ => self.err(op, e),
+            _ => self.engine_err(op, e),
         }
     }
 }
 
-pub(super) fn status(e: &BollardError) -> Option<u16> {
+pub(super) fn status_of(e: &BollardError) -> Option<u16> {
     if let BollardError::DockerResponseServerError { status_code, .. } = e {
         Some(*status_code)
     } else {
@@ -43,7 +43,7 @@ pub(super) fn status(e: &BollardError) -> Option<u16> {
 
 /// The engine's message as is; for anything else the whole cause chain, because bollard's
 /// own text ("Error in the hyper legacy client: client error (Connect)") hides the reason.
-pub(super) fn message(e: &BollardError) -> String {
+pub(super) fn message_of(e: &BollardError) -> String {
     if let BollardError::DockerResponseServerError { message, .. } = e {
         return message.trim().to_string();
     }

@@ -8,7 +8,7 @@ use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
 
 use super::{DockerBackend, ENGINE};
 use super::{
-    errors::{is_connection_error, message},
+    errors::{is_connection_error, message_of},
     list::label_filters,
 };
 use crate::backend::{BackendError, ContainerEvent, EventMark, Result};
@@ -45,13 +45,13 @@ pub(super) async fn events(
                 BackendError::Unavailable {
                     engine: ENGINE.into(),
                     socket: socket.clone(),
-                    hint: format!(" (events: {})", message(&e)),
+                    hint: format!(" (events: {})", message_of(&e)),
                 }
             } else {
                 BackendError::Engine {
                     engine: ENGINE.into(),
                     op: "events".into(),
-                    message: message(&e),
+                    message: message_of(&e),
                 }
             }
         })
@@ -99,7 +99,7 @@ pub(super) async fn recent_events(
         .events(Some(opts))
         .try_collect()
         .await
-        .map_err(|e| b.err("events", e))?;
+        .map_err(|e| b.engine_err("events", e))?;
     Ok(Some(
         held.into_iter()
             .map(|ev| EventMark {

@@ -7,7 +7,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::query_parameters::LogsOptions;
 use futures_util::stream::StreamExt;
 
-use super::errors::status;
+use super::errors::status_of;
 use super::{DockerBackend, ENGINE};
 use crate::backend::{BackendError, ExecOutput, LogOptions, PathStat, Result};
 
@@ -27,12 +27,12 @@ pub(super) async fn exec(b: &DockerBackend, id: &str, cmd: &[String]) -> Result<
         .docker
         .start_exec(&exec.id, Some(StartExecOptions::default()))
         .await
-        .map_err(|e| b.err("start exec", e))?;
+        .map_err(|e| b.engine_err("start exec", e))?;
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
     if let StartExecResults::Attached { mut output, .. } = started {
         while let Some(chunk) = output.next().await {
-            match chunk.map_err(|e| b.err("exec output", e))? {
+            match chunk.map_err(|e| b.engine_err("exec output", e))? {
                 bollard::container::LogOutput::StdErr { message } => {
                     stderr.extend_from_slice(&message)
                 }
@@ -51,7 +51,7 @@ pub(super) async fn exec(b: &DockerBackend, id: &str, cmd: &[String]) -> Result<
             .docker
             .inspect_exec(&exec.id)
             .await
-            .map_err(|e| b.err("inspect exec", e))?;
+            .map_err(|e| b.engine_err("inspect exec", e))?;
         if info.running != Some(true)
             && let Some(c) = info.exit_code
         {
@@ -122,7 +122,7 @@ pub(super) async fn stat(b: &DockerBackend, id: &str, path: &str) -> Result<Opti
         })),
         // A HEAD answer has no body: a missing path and a missing container both say 404
         // alone. The caller's probe exists, so it is the path.
-        Err(e) if status(&e) == Some(404) => Ok(None),
+        Err(e) if status_of(&e) == Some(404) => Ok(None),
         Err(e) => Err(b.container_err("stat path", id, e)),
     }
 }
@@ -143,7 +143,7 @@ pub(super) async fn read_file(
     while let Some(chunk) = stream.next().await {
         match chunk {
             Ok(b) => tar.extend_from_slice(&b),
-            Err(e) if status(&e) == Some(404) => return Ok(None),
+            Err(e) if status_of(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(b.container_err("read file", id, e)),
         }
         if tar.len() > limit {

@@ -3,7 +3,7 @@
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::stream::StreamExt;
 
-use super::errors::status;
+use super::errors::status_of;
 use super::{DockerBackend, ENGINE};
 use crate::backend::{BackendError, ImageConfig, Result};
 
@@ -26,7 +26,7 @@ pub(super) async fn build(b: &DockerBackend, req: &crate::backend::BuildRequest)
     let mut out = String::new();
     let mut stream = b.docker.build_image(opts, None, Some(body));
     while let Some(step) = stream.next().await {
-        let step = step.map_err(|e| b.err(&format!("build {}", req.tag), e))?;
+        let step = step.map_err(|e| b.engine_err(&format!("build {}", req.tag), e))?;
         if let Some(s) = &step.stream {
             crate::backend::keep_tail(&mut out, s);
         }
@@ -47,7 +47,7 @@ pub(super) async fn pull(b: &DockerBackend, image: &str) -> Result<()> {
         .build();
     let mut progress = b.docker.create_image(Some(opts), None, None);
     while let Some(step) = progress.next().await {
-        step.map_err(|e| b.err(&format!("pull {image}"), e))?;
+        step.map_err(|e| b.engine_err(&format!("pull {image}"), e))?;
     }
     Ok(())
 }
@@ -57,12 +57,12 @@ pub(super) async fn image_config(b: &DockerBackend, image: &str) -> Result<Image
         .docker
         .inspect_image(image)
         .await
-        .map_err(|e| match status(&e) {
+        .map_err(|e| match status_of(&e) {
             Some(404) => BackendError::ImageMissing {
                 engine: ENGINE.into(),
                 image: image.into(),
             },
-            _ => b.err("inspect image", e),
+            _ => b.engine_err("inspect image", e),
         })?;
     let config = img.config.unwrap_or_default();
     let mut command = config.entrypoint.unwrap_or_default();

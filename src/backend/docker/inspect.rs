@@ -20,11 +20,11 @@ pub(super) async fn inspect(b: &DockerBackend, id: &str) -> Result<Inspected> {
         .inspect_container(id, None)
         .await
         .map_err(|e| b.container_err("inspect container", id, e))?;
-    Ok(inspected(c))
+    Ok(inspected_of(c))
 }
 
 /// An inspect reduced to what the policy judges, plus what the controller tracks.
-pub(super) fn inspected(mut c: ContainerInspectResponse) -> Inspected {
+pub(super) fn inspected_of(mut c: ContainerInspectResponse) -> Inspected {
     let config = c.config.take().unwrap_or_default();
     let hc = c.host_config.take().unwrap_or_default();
     let state = c.state.take().unwrap_or_default();

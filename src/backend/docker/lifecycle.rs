@@ -6,7 +6,7 @@ use bollard::query_parameters::{
     RemoveContainerOptions, RenameContainerOptions, StartContainerOptions, StopContainerOptions,
 };
 
-use super::errors::status;
+use super::errors::status_of;
 use super::{DockerBackend, REQUEST_TIMEOUT};
 use crate::backend::{BackendError, Result};
 
@@ -43,8 +43,8 @@ pub(super) async fn remove(b: &DockerBackend, id: &str) -> Result<()> {
     };
     match b.docker.remove_container(id, Some(opts)).await {
         Ok(()) => Ok(()),
-        Err(e) if status(&e) == Some(404) => Ok(()),
-        Err(e) => Err(b.err("remove container", e)),
+        Err(e) if status_of(&e) == Some(404) => Ok(()),
+        Err(e) => Err(b.engine_err("remove container", e)),
     }
 }
 
@@ -53,7 +53,7 @@ pub(super) async fn rename(b: &DockerBackend, id: &str, name: &str) -> Result<()
     b.docker
         .rename_container(id, opts)
         .await
-        .map_err(|e| match status(&e) {
+        .map_err(|e| match status_of(&e) {
             Some(409) => BackendError::NameConflict { name: name.into() },
             _ => b.container_err("rename container", id, e),
         })

@@ -22,7 +22,7 @@ impl DockerBackend {
             .docker
             .list_containers(Some(opts))
             .await
-            .map_err(|e| self.err("list containers", e))?;
+            .map_err(|e| self.engine_err("list containers", e))?;
         let mut out = Vec::with_capacity(found.len());
         for c in found {
             // None: it went away between the list and a closer look; it is not there any more.
@@ -82,6 +82,7 @@ pub(super) async fn find_by_name(b: &DockerBackend, name: &str) -> Result<Option
         .find(|s| s.name == name))
 }
 
+/// `key=value` filters, one a label.
 pub(super) fn label_filters(labels: &BTreeMap<String, String>) -> Vec<String> {
     labels.iter().map(|(k, v)| format!("{k}={v}")).collect()
 }

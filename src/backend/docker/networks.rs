@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::DockerBackend;
-use super::errors::status;
+use super::errors::status_of;
 use crate::backend::Result;
 
 pub(super) async fn ensure_network(
@@ -13,8 +13,8 @@ pub(super) async fn ensure_network(
 ) -> Result<()> {
     match b.docker.inspect_network(name, None).await {
         Ok(_) => return Ok(()),
-        Err(e) if status(&e) == Some(404) => {}
-        Err(e) => return Err(b.err("inspect network", e)),
+        Err(e) if status_of(&e) == Some(404) => {}
+        Err(e) => return Err(b.engine_err("inspect network", e)),
     }
     let req = bollard::models::NetworkCreateRequest {
         name: name.into(),
@@ -25,15 +25,15 @@ pub(super) async fn ensure_network(
     match b.docker.create_network(req).await {
         Ok(_) => Ok(()),
         // Made by a concurrent apply meanwhile.
-        Err(e) if status(&e) == Some(409) => Ok(()),
-        Err(e) => Err(b.err("create network", e)),
+        Err(e) if status_of(&e) == Some(409) => Ok(()),
+        Err(e) => Err(b.engine_err("create network", e)),
     }
 }
 
 pub(super) async fn remove_network(b: &DockerBackend, name: &str) -> Result<()> {
     match b.docker.remove_network(name).await {
         Ok(()) => Ok(()),
-        Err(e) if status(&e) == Some(404) => Ok(()),
-        Err(e) => Err(b.err("remove network", e)),
+        Err(e) if status_of(&e) == Some(404) => Ok(()),
+        Err(e) => Err(b.engine_err("remove network", e)),
     }
 }

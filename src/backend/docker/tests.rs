@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use super::*;
 use super::{
-    inspect::{epoch_seconds, inspected},
+    inspect::{epoch_seconds, inspected_of},
     list::{exit_code_from_status, primary_name, regex_escape},
 };
 use crate::backend::{Backend, BackendError, CreateRequest, EngineKind, ExecOutput};
@@ -543,7 +543,7 @@ fn an_unsafe_inspect_shows_every_difference() {
         ]
     });
     let c: ContainerInspectResponse = serde_json::from_value(json).expect("deserialize");
-    let i = inspected(c);
+    let i = inspected_of(c);
     assert_eq!(
         i.effective,
         Effective {

@@ -7,7 +7,8 @@ use futures_util::stream::BoxStream;
 use podman_api::opts::EventsOpts;
 
 use super::PodmanBackend;
-use super::{errors::engine_err, list::has_labels};
+use super::errors::engine_err;
+use super::list::{has_labels, label_filters};
 use crate::backend::{ContainerEvent, Result};
 
 pub(super) async fn events(
@@ -25,10 +26,7 @@ pub(super) async fn events(
         .unwrap_or(0);
     let mut filters: Vec<(String, Vec<String>)> = vec![("type".into(), vec!["container".into()])];
     if !labels.is_empty() {
-        filters.push((
-            "label".into(),
-            labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-        ));
+        filters.push(("label".into(), label_filters(labels)));
     }
     let opts = EventsOpts::builder()
         .stream(true)

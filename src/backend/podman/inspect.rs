@@ -1,6 +1,8 @@
 //! Podman: an inspect, reduced to what the policy judges and the controller tracks.
 
-use podman_api::models::{ContainerInspectResponseLibpod, InspectContainerHostConfig};
+use podman_api::models::{
+    ContainerInspectResponseLibpod, InspectContainerHostConfig, InspectContainerState,
+};
 
 use super::PodmanBackend;
 use super::{errors::container_err, list::to_btree};
@@ -15,10 +17,11 @@ pub(super) async fn inspect(b: &PodmanBackend, id: &str) -> Result<Inspected> {
         .inspect()
         .await
         .map_err(|e| container_err("inspect", id, &e))?;
-    Ok(inspected_from(&d))
+    Ok(inspected_of(&d))
 }
 
-pub(super) fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
+/// An inspect reduced to what the policy judges, plus what the controller tracks.
+pub(super) fn inspected_of(d: &ContainerInspectResponseLibpod) -> Inspected {
     let state = d.state.as_ref();
     let status = state.and_then(|s| s.status.as_deref()).unwrap_or("");
     // `stopping` too: the process runs until the stop is done (see `state_from`).
@@ -39,22 +42,7 @@ pub(super) fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
         status,
         i64::from(state.and_then(|s| s.exit_code).unwrap_or(0)),
     );
-    let last_exit = match container_state {
-        ContainerState::Exited { code } => Some(LastExit::exited(
-            code,
-            state.and_then(|s| s.oom_killed).unwrap_or(false),
-            state
-                .and_then(|s| s.finished_at)
-                .and_then(|t| rfc3339_epoch(t.timestamp())),
-            state.and_then(|s| s.error.clone()),
-        )),
-        ContainerState::Created
-        | ContainerState::Running
-        | ContainerState::Paused
-        | ContainerState::Restarting
-        | ContainerState::Removing
-        | ContainerState::Dead => None,
-    };
+    let last_exit = last_exit_of(state, &container_state);
     Inspected {
         summary: Summary {
             id: d.id.clone().unwrap_or_default(),
@@ -68,7 +56,7 @@ pub(super) fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
             state: container_state,
             created: d.created.map(|t| t.timestamp()).unwrap_or(0),
         },
-        effective: effective_from(d),
+        effective: effective_of(d),
         pid,
         image,
         image_id: d.image.clone().unwrap_or_default(),
@@ -83,8 +71,31 @@ pub(super) fn inspected_from(d: &ContainerInspectResponseLibpod) -> Inspected {
     }
 }
 
+/// How an exited container last ended (none while it runs or before it ran).
+pub(super) fn last_exit_of(
+    state: Option<&InspectContainerState>,
+    container_state: &ContainerState,
+) -> Option<LastExit> {
+    match *container_state {
+        ContainerState::Exited { code } => Some(LastExit::exited(
+            code,
+            state.and_then(|s| s.oom_killed).unwrap_or(false),
+            state
+                .and_then(|s| s.finished_at)
+                .and_then(|t| rfc3339_epoch(t.timestamp())),
+            state.and_then(|s| s.error.clone()),
+        )),
+        ContainerState::Created
+        | ContainerState::Running
+        | ContainerState::Paused
+        | ContainerState::Restarting
+        | ContainerState::Removing
+        | ContainerState::Dead => None,
+    }
+}
+
 /// Reduces a libpod inspect to what the policy judges.
-pub(super) fn effective_from(d: &ContainerInspectResponseLibpod) -> Effective {
+pub(super) fn effective_of(d: &ContainerInspectResponseLibpod) -> Effective {
     let cfg = d.config.as_ref();
     let hc = d.host_config.as_ref();
     let mut e = Effective {
@@ -209,11 +220,11 @@ pub(super) fn add_host_config(
         e.namespaces
             .insert(ns.to_string(), mode.clone().unwrap_or_default());
     }
-    e.published_ports = published_ports(hc);
+    e.published_ports = published_ports_of(hc);
 }
 
 /// Published ports as `ip:port->port`, `exposed:port`, and `publish-all` for `-P`.
-pub(super) fn published_ports(hc: &InspectContainerHostConfig) -> Vec<String> {
+pub(super) fn published_ports_of(hc: &InspectContainerHostConfig) -> Vec<String> {
     // Libpod 4.x has no Config.ExposedPorts: an exposed port is a PortBindings entry without
     // bindings.
     let mut ports: Vec<String> = Vec::new();

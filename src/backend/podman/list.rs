@@ -31,7 +31,7 @@ pub(super) async fn list(
     Ok(list
         .iter()
         .filter(|c| labels.is_empty() || c.labels.as_ref().is_some_and(|l| has_labels(l, labels)))
-        .map(summary_from_list)
+        .map(summary_of)
         .collect())
 }
 
@@ -47,10 +47,11 @@ pub(super) async fn find_by_name(b: &PodmanBackend, name: &str) -> Result<Option
         .list(&opts)
         .await
         .map_err(|e| engine_err("list", &e))?;
-    Ok(list.iter().map(summary_from_list).find(|s| s.name == name))
+    Ok(list.iter().map(summary_of).find(|s| s.name == name))
 }
 
-pub(super) fn summary_from_list(c: &ListContainer) -> Summary {
+/// A list entry as a `Summary`.
+pub(super) fn summary_of(c: &ListContainer) -> Summary {
     Summary {
         id: c.id.clone().unwrap_or_default(),
         name: c
@@ -75,4 +76,9 @@ pub(super) fn to_btree(m: Option<&HashMap<String, String>>) -> BTreeMap<String, 
 
 pub(super) fn has_labels(have: &HashMap<String, String>, want: &BTreeMap<String, String>) -> bool {
     want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+/// `key=value` filters, one a label.
+pub(super) fn label_filters(labels: &BTreeMap<String, String>) -> Vec<String> {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect()
 }

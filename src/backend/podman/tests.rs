@@ -4,7 +4,7 @@ use std::time::Duration;
 use super::*;
 use super::{
     create::{create_body, transient},
-    inspect::inspected_from,
+    inspect::inspected_of,
 };
 use crate::backend::{Backend, BackendError, CreateRequest, EngineKind};
 use crate::core::container::{ContainerState, Effective, Mount};
@@ -140,7 +140,7 @@ fn a_stopping_container_still_runs_its_pid() {
         "State": {"Status": "stopping", "Running": false, "Pid": 42, "ExitCode": 0}
     }))
     .expect("parses");
-    let i = inspected_from(&d);
+    let i = inspected_of(&d);
     assert_eq!(i.summary.state, ContainerState::Running);
     assert_eq!(i.pid, Some(42));
 }
@@ -170,7 +170,7 @@ fn effective_reads_libpod_inspect() {
         }
     }))
     .expect("parses");
-    let i = inspected_from(&d);
+    let i = inspected_of(&d);
     assert_eq!(i.pid, Some(42));
     assert_eq!(i.summary.state, ContainerState::Running);
     assert_eq!(i.started_at.as_deref(), Some("2024-01-01T00:00:00+00:00"));
