@@ -34,6 +34,7 @@
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
 //!   the running controller's record (`store::controller`), which status reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
+//!   `backend::docker` and `backend::podman` are folders of the same files for the same jobs;
 //! - `policy`: the container hardening as data: the create request, and the check of an
 //!   engine's inspect result against it;
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the

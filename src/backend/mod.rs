@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::core::container::{ContainerState, Effective, LastExit};
-pub use crate::core::container::{CreateRequest, EngineKind};
+pub use crate::core::container::{CreateRequest, EngineKind, PidFiles};
 
 /// What `ping` learns about an engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,18 +134,6 @@ pub struct Inspected {
     /// Where the engine's runtime writes the pid of each start's first process (Podman).
     #[serde(default)]
     pub pid_files: Option<PidFiles>,
-}
-
-/// The files in which an engine keeps the host pids of a container's processes, rewritten at
-/// every start: a start's first process can be found from them and the kernel alone, without
-/// asking the engine (on Podman, an inspect right after a start waits on the container's lock
-/// while the cleanup process of the exit before holds it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PidFiles {
-    /// The first process's pid (the OCI runtime's `--pid-file`).
-    pub init: std::path::PathBuf,
-    /// The pid of the monitor that is that process's parent (Podman's conmon).
-    pub monitor: std::path::PathBuf,
 }
 
 /// One event an engine still holds: enough of it to find it again in a later replay.

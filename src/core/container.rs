@@ -1,7 +1,7 @@
 //! The container types every layer shares: what a member's container must be (`ContainerSpec`),
 //! how ateam names and labels it, what an engine is asked to create (`CreateRequest`) and what
-//! it reports back (`Effective`, `ContainerState`). Plain data, no I/O: the backends translate
-//! to and from it, the policy and the planner judge it.
+//! it reports back (`Effective`, `ContainerState`, `PidFiles`). Plain data, no I/O: the backends
+//! translate to and from it, the policy and the planner judge it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -241,6 +241,18 @@ impl LastExit {
             message: error.filter(|e| !e.is_empty()),
         }
     }
+}
+
+/// The files in which an engine keeps the host pids of a container's processes, rewritten at
+/// every start: a start's first process can be found from them and the kernel alone, without
+/// asking the engine (on Podman, an inspect right after a start waits on the container's lock
+/// while the cleanup process of the exit before holds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PidFiles {
+    /// The first process's pid (the OCI runtime's `--pid-file`).
+    pub init: std::path::PathBuf,
+    /// The pid of the monitor that is that process's parent (Podman's conmon).
+    pub monitor: std::path::PathBuf,
 }
 
 /// A time as the documents and records of ateam write it: RFC 3339, UTC, whole seconds (so

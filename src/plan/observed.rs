@@ -81,7 +81,7 @@ pub struct ObservedContainer {
     /// Where its engine writes each start's pids (from inspect): a restart finds the new
     /// first process there. The planner does not read it.
     #[serde(default)]
-    pub pid_files: Option<crate::backend::PidFiles>,
+    pub pid_files: Option<crate::core::container::PidFiles>,
 }
 
 fn yes() -> bool {
