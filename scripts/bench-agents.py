@@ -19,10 +19,14 @@ docs/agents.md. A failed run stops the bench with the agent's output and what th
 saw. tests/support/test_bench_agents.py checks, without engines, that both sides still
 speak to the stand-in as the examples do.
 
-Usage: scripts/bench-agents.py [--runs 5] [--ateam PATH] [--agents claude,codex]
+With --trace DIR, each member run's apply log (RUST_LOG=ateam=debug) with the time of its
+first model request, and its proxy's log, are kept in DIR: where the time went.
+
+Usage: scripts/bench-agents.py [--runs 5] [--ateam PATH] [--agents claude,codex] [--trace DIR]
 """
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -296,6 +300,11 @@ def run_ateam(agent, port, log, ateam, n, state, trace=None):
         check_turn(agent, log, t0, lambda: member_output(ateam, env),
                    os.path.join(d, "workspace", "repo", "hello.txt"))
     finally:
+        if trace:
+            # The proxy's own log, with its timestamps (what `logs --egress` shows).
+            for log_path in glob.glob(os.path.join(env["ATEAM_STATE_DIR"], "teams", "*", "members",
+                                                   "coder", "egress", "log.jsonl")):
+                shutil.copy(log_path, os.path.join(trace, f"{agent}-{n}.egress.jsonl"))
         ateam_run(ateam, env, "delete", "-f", path, "--purge")
         shutil.rmtree(d, ignore_errors=True)
     if trace:
