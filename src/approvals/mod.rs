@@ -110,7 +110,6 @@ pub struct Pending {
     pub not_approvable: Option<String>,
     /// The helper whose request asked for it (the last, if many), when a helper request
     /// did: a helper is never wider than its requester, so the requester's grant is asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helper: Option<String>,
 }
 
