@@ -194,18 +194,7 @@ pub fn given_path(arg: &Path) -> Option<PathBuf> {
 
 /// `path` made absolute and its `.` and `..` resolved by name (not following symlinks).
 fn absolute(cwd: &Path, path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::from("/");
-    for c in cwd.join(path).components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out
+    super::paths::by_name(&cwd.join(path))
 }
 
 /// A symlink at `path` must lead inside `root` (a real path); anything else is read as found.

@@ -23,8 +23,14 @@ pub fn resolve(raw: &str, base: &Path, home: &Path) -> PathBuf {
     } else {
         base.join(raw)
     };
+    by_name(&joined)
+}
+
+/// `path` from the root, its `.` and `..` resolved by name, not following symlinks: the one
+/// way ateam normalises a path a person wrote (grants, `-f` arguments).
+pub fn by_name(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
-    for c in joined.components() {
+    for c in path.components() {
         match c {
             Component::Normal(n) => out.push(n),
             Component::ParentDir => {
@@ -148,6 +154,10 @@ mod tests {
             PathBuf::from("/srv/repo/x")
         );
         assert_eq!(resolve("/abs", base, home), PathBuf::from("/abs"));
+        // By name alone, never above the root, from the root for a relative path.
+        assert_eq!(by_name(Path::new("/a/./b/../c")), PathBuf::from("/a/c"));
+        assert_eq!(by_name(Path::new("/../../x")), PathBuf::from("/x"));
+        assert_eq!(by_name(Path::new("a/b/..")), PathBuf::from("/a"));
     }
 
     #[test]
