@@ -19,7 +19,7 @@ use std::net::TcpListener;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::{Engine, rootless_user, text};
@@ -227,9 +227,12 @@ fn ticks_per_second() -> f64 {
     text(&out.stdout).trim().parse().unwrap()
 }
 
-/// Opens up to `n` connections to `socket` without blocking (a listener that no longer
-/// accepts fills its backlog; those connections are then simply not made).
+/// Opens up to `n` connections to `socket` without blocking. The listener's backlog is
+/// 128: a connect past it fails (`EAGAIN`) until the server accepts, which a server at nice
+/// 10 on a loaded machine does late. Such a connect is tried again while the server keeps
+/// accepting; a listener that accepts nothing more for 2 s ends the flood there.
 fn flood(socket: &Path, n: usize) -> Vec<OwnedFd> {
+    use rustix::io::Errno;
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     // This test's own descriptors: as many as its hard limit allows.
@@ -243,7 +246,8 @@ fn flood(socket: &Path, n: usize) -> Vec<OwnedFd> {
     );
     let addr = SocketAddrUnix::new(socket).unwrap();
     let mut out = Vec::new();
-    for _ in 0..n {
+    let mut progress = Instant::now();
+    while out.len() < n && progress.elapsed() < Duration::from_secs(2) {
         let Ok(fd) = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::STREAM,
@@ -252,8 +256,13 @@ fn flood(socket: &Path, n: usize) -> Vec<OwnedFd> {
         ) else {
             break;
         };
-        if rustix::net::connect(&fd, &addr).is_ok() {
-            out.push(fd);
+        match rustix::net::connect(&fd, &addr) {
+            Ok(()) => {
+                out.push(fd);
+                progress = Instant::now();
+            }
+            Err(Errno::AGAIN) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => break,
         }
     }
     out
@@ -266,12 +275,13 @@ fn cpu_share(pid: i32) -> f64 {
     (cpu_ticks(pid) - before) as f64 / ticks_per_second() / WATCH.as_secs_f64()
 }
 
-/// What the last connection of a flood got within 2 s: a connection over the bound is
-/// answered at once, not left hanging.
+/// What the last connection of a flood got within 10 s: a connection over the bound is
+/// answered as soon as the proxy (at nice 10, on a loaded machine) accepts it, not left
+/// hanging.
 fn answer_to(fd: OwnedFd) -> String {
     let mut s = std::os::unix::net::UnixStream::from(fd);
     s.set_nonblocking(false).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = [0u8; 256];
     let n = s.read(&mut buf).unwrap_or(0);
     text(&buf[..n])
@@ -309,6 +319,12 @@ fn a_flood_of_idle_connections_costs_the_host_no_cpu(engine: Engine) {
         }
     }
     let mut conns = flood(&w.member_dir().join("ctl/egress.sock"), FLOOD);
+    if conns.len() < FLOOD {
+        wrong.push(format!(
+            "the proxy stopped accepting after {} connections, below the flood's {FLOOD}",
+            conns.len()
+        ));
+    }
     std::thread::sleep(Duration::from_secs(1));
     let share = cpu_share(proxy);
     if share > MAX_CPU {
