@@ -58,16 +58,24 @@ pub fn load(path: &Path) -> Asks {
         tracing::warn!(path = %path.display(), error = %e, "helper asks not readable");
         return Asks::default();
     }
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+    let mut asks: Asks = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
         tracing::warn!(path = %path.display(), error = %e, "helper asks not readable");
         Asks::default()
-    })
+    });
+    asks.asks
+        .retain(|a| crate::manifest::validate::is_name(&a.helper));
+    asks
 }
 
 impl Asks {
     /// Counts `entries` asked for by a request for `helper` at `now`: each written as `Entry`
     /// writes it (what does not parse is no ask), the oldest dropped past `KEPT`.
     pub fn add(&mut self, entries: &[String], helper: &str, now: f64) {
+        // The member chose the name: shown to the person only as a name a manifest may give
+        // (no escape sequence, no bidi override); a request of another name asks nothing.
+        if !crate::manifest::validate::is_name(helper) {
+            return;
+        }
         for e in entries {
             let Ok(entry) = Entry::parse(e) else { continue };
             let entry = entry.to_string();

@@ -422,6 +422,11 @@ fn helper_asks_are_kept_bounded_and_as_entries() {
         format!("h{}.example", asks::KEPT + 9)
     );
     assert!(!a.asks.iter().any(|x| x.entry == "pypi.org"));
+    // A name no manifest may give (here one that would steer a terminal) asks nothing.
+    let mut b = asks::Asks::default();
+    b.add(&["pypi.org".into()], "h\u{1b}[2Jx", 1.0);
+    b.add(&["pypi.org".into()], "Tester", 1.0);
+    assert!(b.asks.is_empty(), "{b:?}");
 }
 
 #[test]
@@ -437,6 +442,10 @@ fn helper_asks_are_read_from_a_regular_file_only() {
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(&path, &link).unwrap();
     assert!(asks::load(&link).asks.is_empty());
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text = text.replace("\"h\"", "\"h\\u001b[2J\"");
+    std::fs::write(&path, &text).unwrap();
+    assert!(asks::load(&path).asks.is_empty(), "{text}");
     std::fs::write(&path, "{not json").unwrap();
     assert!(asks::load(&path).asks.is_empty());
 }

@@ -169,7 +169,11 @@ fn asked(cfg: &Config, team: &Team, req: &Request, r: &Refusal) -> serde_json::V
         .field
         .as_deref()
         .is_some_and(|f| f.starts_with("read") || f.starts_with("write"));
-    if r.rule != "narrower-than-requester" || by_folder {
+    // A name no manifest may give is refused for it once the host is allowed: no ask.
+    if r.rule != "narrower-than-requester"
+        || by_folder
+        || !crate::manifest::validate::is_name(&req.name)
+    {
         return body;
     }
     let Some(requester) = team.members.iter().find(|m| m.name == cfg.member) else {
