@@ -619,7 +619,22 @@ fn an_interactive_agent_answers_through_attach(engine: Engine, agent: &Agent) {
         "create the file talk.txt containing exactly: talked to {}",
         agent.name
     );
-    tmux.run(&["send-keys", "-t", "t", "-l", &task]);
+    // The agent's title shows before its input takes keys (a loaded machine, the
+    // terminal's first redraws): keys typed then are lost, and Enter sends nothing. The task
+    // is typed again until the input shows it, then sent.
+    let typed = format!("talked to {}", agent.name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        tmux.run(&["send-keys", "-t", "t", "-l", &task]);
+        let shown = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < shown && !tmux.screen().contains(&typed) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if tmux.screen().contains(&typed) || Instant::now() > deadline {
+            break;
+        }
+    }
+    tmux.wait_for(&typed, "the task typed into the agent's input");
     std::thread::sleep(Duration::from_millis(500));
     tmux.run(&["send-keys", "-t", "t", "Enter"]);
     tmux.wait_for("Done: the file is written.", "the agent's answer");
