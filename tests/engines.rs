@@ -24,7 +24,7 @@ use ateam::files::Owner;
 use ateam::host::Host;
 use ateam::manifest::{Source, validate};
 use ateam::plan::spec::{DesiredMember, DesiredState, desired_state};
-use ateam::plan::{Action, Drift, PlanOptions, plan};
+use ateam::plan::{Action, ContainerOp, Drift, PlanOptions, Removal, plan};
 use ateam::runtime::pin::PinError;
 use ateam::runtime::{RunError, Runtime};
 
@@ -487,7 +487,7 @@ async fn a_container_tampered_with_is_a_policy_violation_and_a_look_alike_a_stra
     assert!(
         !p.actions
             .iter()
-            .any(|a| matches!(a, Action::Recreate { .. })),
+            .any(|a| matches!(a.container_op(), Some(ContainerOp::Recreate { .. }))),
         "in sync at first: {p:?}"
     );
 
@@ -515,11 +515,11 @@ async fn a_container_tampered_with_is_a_policy_violation_and_a_look_alike_a_stra
         let items: Vec<String> = p
             .actions
             .iter()
-            .find_map(|a| match a {
-                Action::Recreate {
+            .find_map(|a| match a.container_op() {
+                Some(ContainerOp::Recreate {
                     reason: Drift::Policy { violations },
                     ..
-                } => Some(violations.iter().map(|v| v.item.clone()).collect()),
+                }) => Some(violations.iter().map(|v| v.item.clone()).collect()),
                 _ => None,
             })
             .unwrap_or_else(|| panic!("{}: no policy violation planned: {p:?}", e.name));
@@ -572,18 +572,24 @@ async fn a_container_tampered_with_is_a_policy_violation_and_a_look_alike_a_stra
     let mine: Vec<&Action> = p
         .actions
         .iter()
-        .filter(|a| match a {
-            Action::RemoveStranger { member, .. } | Action::Start { member, .. } => {
-                member == "reviewer"
-            }
-            Action::Create { member } | Action::Recreate { member, .. } => {
-                member.member == "reviewer"
-            }
-            _ => false,
+        .filter(|a| {
+            a.subject == "reviewer"
+                && matches!(
+                    a.container_op(),
+                    Some(
+                        ContainerOp::Remove {
+                            removal: Removal::Stranger,
+                            ..
+                        } | ContainerOp::Start { .. }
+                            | ContainerOp::Create { .. }
+                            | ContainerOp::Recreate { .. }
+                    )
+                )
         })
         .collect();
+    let ops: Vec<_> = mine.iter().filter_map(|a| a.container_op()).collect();
     assert!(
-        matches!(&mine[..], [Action::RemoveStranger { container, .. }, Action::Create { .. }] if fake.starts_with(&container.id[..12])),
+        matches!(&ops[..], [ContainerOp::Remove { container, removal: Removal::Stranger }, ContainerOp::Create { .. }] if fake.starts_with(&container.id[..12])),
         "{}: {mine:?}",
         e.name
     );
@@ -648,9 +654,8 @@ async fn a_foreign_container_with_the_name_is_never_touched(e: &Eng) {
         "{p:?}"
     );
     assert!(
-        !p.actions
-            .iter()
-            .any(|a| matches!(a, Action::Create { member } if member.member == "reviewer"))
+        !p.actions.iter().any(|a| a.subject == "reviewer"
+            && matches!(a.container_op(), Some(ContainerOp::Create { .. })))
     );
     let err = t.up("reviewer").await.expect_err("the name is taken");
     assert!(

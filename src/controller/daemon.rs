@@ -21,7 +21,7 @@ use super::backoff::{CrashLoop, CrashLoopConfig, ErrorBackoffConfig};
 use super::exits::Exits;
 use super::metrics::{Metrics, ReconcileResult, StatusSource};
 use super::queue::QueueConfig;
-use super::{Action, Controller, Handle};
+use super::{Controller, Handle, Next};
 use crate::app::apply::{ApplyOptions, Outcome, carry_out, prepare};
 use crate::app::delete::delete;
 use crate::app::{App, AppError, Manifests};
@@ -30,7 +30,7 @@ use crate::core::layout::store_id;
 use crate::execute::Quiet;
 use crate::manifest::ManifestError;
 use crate::model::{Desired, Team};
-use crate::plan::{Action as PlanAction, Observed, Plan, PlanOptions, StartReason};
+use crate::plan::{ContainerOp, Observed, Plan, PlanOptions, StartReason};
 use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
 /// What the controller reconciles.
@@ -154,7 +154,7 @@ impl Reconciler {
 
     /// Reloads the manifests or converges one team, and records how it went (for `status`);
     /// what the queue does next with `key`.
-    pub async fn reconcile(&self, key: Key) -> Result<Action, AppError> {
+    pub async fn reconcile(&self, key: Key) -> Result<Next, AppError> {
         let result = match &key {
             Key::Manifests => self.reload(),
             Key::Team(team) => self.converge_team(team, None).await,
@@ -177,7 +177,7 @@ impl Reconciler {
 
     /// Reads the manifests; on success schedules every team that changed (or went), on
     /// failure keeps the last good state and says why.
-    fn reload(&self) -> Result<Action, AppError> {
+    fn reload(&self) -> Result<Next, AppError> {
         let applied = self.app.store.teams()?;
         let read = Manifests::read(&self.opts.paths);
         if let Ok(m) = &read {
@@ -188,7 +188,7 @@ impl Reconciler {
                 .is_some_and(|j| j.holds_for(m, &applied, Instant::now()))
             {
                 debug!("manifests unchanged since their last judgement");
-                return Ok(Action::AwaitChange);
+                return Ok(Next::AwaitChange);
             }
         }
         let judged = read.and_then(|m| {
@@ -243,31 +243,31 @@ impl Reconciler {
                 st.record.manifest_errors = lines;
             }
         }
-        Ok(Action::AwaitChange)
+        Ok(Next::AwaitChange)
     }
 
     /// One reconcile of a team, or of its member `only` alone (`PlanOptions::only`): the
     /// crash-loop holds of its members go into the plan, the plan's restarts and deferrals
     /// into the crash-loop records, and the first deferral due comes back as the time to look
     /// again.
-    async fn converge_team(&self, name: &str, only: Option<&str>) -> Result<Action, AppError> {
+    async fn converge_team(&self, name: &str, only: Option<&str>) -> Result<Next, AppError> {
         let (loaded, team) = {
             let st = self.state();
             (st.loaded, st.teams.get(name).cloned())
         };
         if !loaded {
-            return Ok(Action::AwaitChange);
+            return Ok(Next::AwaitChange);
         }
         let Some(team) = team else {
             return match only {
                 // The team's own key says what becomes of a team that went.
-                Some(_) => Ok(Action::AwaitChange),
+                Some(_) => Ok(Next::AwaitChange),
                 None => self.gone(name).await,
             };
         };
         let _lock = self.lock_store().await?;
         if self.left_deleted(name) {
-            return Ok(Action::AwaitChange);
+            return Ok(Next::AwaitChange);
         }
         let secret = |n: &str| std::env::var(n).ok();
         let opts = ApplyOptions {
@@ -298,8 +298,8 @@ impl Reconciler {
             .map(|until| until.duration_since(wall).unwrap_or_default())
             .min();
         Ok(match next {
-            Some(d) => Action::Requeue(d),
-            None => Action::AwaitChange,
+            Some(d) => Next::Requeue(d),
+            None => Next::AwaitChange,
         })
     }
 
@@ -420,17 +420,17 @@ impl Reconciler {
 
     /// A team no manifest names any more: its members are left as they are (status reports
     /// them) unless `--prune`, which removes its containers; transcripts stay.
-    async fn gone(&self, name: &str) -> Result<Action, AppError> {
+    async fn gone(&self, name: &str) -> Result<Next, AppError> {
         self.exits.forget(name);
         let Some(stored) = self.app.store.team(name)? else {
-            return Ok(Action::AwaitChange);
+            return Ok(Next::AwaitChange);
         };
         if !self.opts.prune {
             info!(
                 team = name,
                 "no manifest names this team any more; its members keep running (--prune removes them)"
             );
-            return Ok(Action::AwaitChange);
+            return Ok(Next::AwaitChange);
         }
         info!(
             team = name,
@@ -448,7 +448,7 @@ impl Reconciler {
         // A prune of the controller's own is no person's word: the team comes back when its
         // manifests name it again.
         self.app.store.unmark_deleted(name)?;
-        Ok(Action::AwaitChange)
+        Ok(Next::AwaitChange)
     }
 
     /// Records what the plan does with restarts (it reads the plan; the plan is final), and
@@ -527,15 +527,13 @@ impl Restarts {
         now: Instant,
     ) -> Vec<Waiting> {
         for a in &plan.actions {
-            if let PlanAction::Start {
-                team,
-                member,
+            if let Some(ContainerOp::Start {
                 reason: StartReason::Restart { .. },
                 ..
-            } = a
+            }) = a.container_op()
             {
                 self.0
-                    .entry((team.clone(), member.clone()))
+                    .entry((a.team.clone(), a.subject.clone()))
                     .or_insert_with(|| CrashLoop::new(cfg))
                     .started(now);
             }
@@ -633,19 +631,13 @@ fn member_key(team: &str, member: &str) -> Key {
 }
 
 /// Counts one reconcile in the metrics.
-fn count(
-    r: &Reconciler,
-    m: &Metrics,
-    key: &Key,
-    result: &Result<Action, AppError>,
-    took: Duration,
-) {
+fn count(r: &Reconciler, m: &Metrics, key: &Key, result: &Result<Next, AppError>, took: Duration) {
     match key {
         Key::Manifests => m.manifests_loaded(r.state().record.manifest_errors.is_empty()),
         Key::Team(team) | Key::Member { team, .. } => {
             let how = match result {
-                Ok(Action::AwaitChange) => ReconcileResult::Ok,
-                Ok(Action::Requeue(_)) => ReconcileResult::Requeue,
+                Ok(Next::AwaitChange) => ReconcileResult::Ok,
+                Ok(Next::Requeue(_)) => ReconcileResult::Requeue,
                 Err(_) => ReconcileResult::Error,
             };
             m.reconciled(team, how, took);

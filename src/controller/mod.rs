@@ -17,7 +17,7 @@
 //! is wanted and what is there, and converges. That is why events can be merged, dropped in
 //! bursts, or replayed after a restart without harm, and why the queue holds keys, not events.
 //!
-//! Backoff lives outside the reconciler: a reconcile returns `Ok(Action)` or an error, and
+//! Backoff lives outside the reconciler: a reconcile returns `Ok(Next)` or an error, and
 //! [`error_policy`] turns repeated errors into growing delays. The reconciler stays a plain
 //! function of the state, and every object's retries are paced by the same rule.
 
@@ -36,9 +36,10 @@ use std::time::Duration;
 use backoff::ErrorBackoff;
 pub use runner::{Controller, Handle, QueueStats, Stopped};
 
-/// What a reconcile asks for when it succeeded.
+/// What a reconcile asks for next when it succeeded (kube-runtime calls it `Action`; here that
+/// word is the plan's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum Next {
     /// Look again after this long even if nothing changes (a member waiting out its
     /// crash-loop delay, a periodic resync).
     Requeue(Duration),
@@ -48,6 +49,6 @@ pub enum Action {
 
 /// What to do after a reconcile of one object failed once more: wait per the object's
 /// backoff (which counts the failure), then try again.
-pub fn error_policy(backoff: &mut ErrorBackoff) -> Action {
-    Action::Requeue(backoff.next_delay())
+pub fn error_policy(backoff: &mut ErrorBackoff) -> Next {
+    Next::Requeue(backoff.next_delay())
 }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::backoff::{ErrorBackoff, ErrorBackoffConfig};
 use super::queue::{Queue, QueueConfig};
-use super::{Action, error_policy};
+use super::{Next, error_policy};
 
 /// A request from an event source.
 #[derive(Debug)]
@@ -146,7 +146,7 @@ where
     pub async fn run<F, Fut, E>(self, reconcile: F, shutdown: CancellationToken)
     where
         F: Fn(K) -> Fut,
-        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        Fut: Future<Output = Result<Next, E>> + Send + 'static,
         E: Display + Send + 'static,
     {
         let Self {
@@ -209,7 +209,7 @@ impl<K: Ord + Clone + Debug> Settle<K> {
     fn finished<E: Display>(
         &mut self,
         queue: &mut Queue<K>,
-        joined: Result<(Id, Result<Action, E>), JoinError>,
+        joined: Result<(Id, Result<Next, E>), JoinError>,
     ) {
         let (id, outcome) = match joined {
             Ok((id, Ok(action))) => (id, Ok(action)),
@@ -245,8 +245,8 @@ impl<K: Ord + Clone + Debug> Settle<K> {
             }
         };
         match action {
-            Action::Requeue(delay) => queue.schedule_after(key.clone(), delay),
-            Action::AwaitChange => {}
+            Next::Requeue(delay) => queue.schedule_after(key.clone(), delay),
+            Next::AwaitChange => {}
         }
         queue.done(&key);
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::backoff::ErrorBackoffConfig;
 use super::queue::QueueConfig;
-use super::{Action, Controller, Handle, Stopped};
+use super::{Controller, Handle, Next, Stopped};
 
 type Key = &'static str;
 
@@ -19,7 +19,7 @@ type Key = &'static str;
 #[error("the engine is down")]
 struct EngineDown;
 
-type Outcome = Result<Action, EngineDown>;
+type Outcome = Result<Next, EngineDown>;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -112,7 +112,7 @@ async fn no_more_than_max_running_keys_run_at_once() {
     let record = Arc::new(Record::default());
     let (handle, shutdown, task) =
         start_controller(queue_config(2, ms(0)), &record, secs(10), |_| {
-            Ok(Action::AwaitChange)
+            Ok(Next::AwaitChange)
         });
     for key in ["a", "b", "c"] {
         handle.schedule(key).expect("running");
@@ -131,7 +131,7 @@ async fn a_key_scheduled_while_it_runs_runs_once_more_after() {
     let record = Arc::new(Record::default());
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(100)), &record, secs(10), |_| {
-            Ok(Action::AwaitChange)
+            Ok(Next::AwaitChange)
         });
     handle.schedule("a").expect("running");
     sleep(secs(5)).await;
@@ -152,8 +152,8 @@ async fn a_requeue_runs_again_at_the_asked_time() {
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(100)), &record, secs(2), |run| {
             Ok(match run {
-                0 => Action::Requeue(secs(30)),
-                _ => Action::AwaitChange,
+                0 => Next::Requeue(secs(30)),
+                _ => Next::AwaitChange,
             })
         });
     handle.schedule("a").expect("running");
@@ -168,7 +168,7 @@ async fn a_burst_of_100_schedules_is_one_run() {
     let record = Arc::new(Record::default());
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(200)), &record, ms(0), |_| {
-            Ok(Action::AwaitChange)
+            Ok(Next::AwaitChange)
         });
     for _ in 0..100 {
         handle.schedule("a").expect("running");
@@ -184,8 +184,8 @@ async fn errors_back_off_doubling_to_the_cap_and_a_success_resets() {
     let record = Arc::new(Record::default());
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(0)), &record, ms(0), |run| match run {
-            4 => Ok(Action::Requeue(secs(10))),
-            6 => Ok(Action::AwaitChange),
+            4 => Ok(Next::Requeue(secs(10))),
+            6 => Ok(Next::AwaitChange),
             _ => Err(EngineDown),
         });
     handle.schedule("a").expect("running");
@@ -203,7 +203,7 @@ async fn a_panicking_reconcile_is_retried_like_an_error() {
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(0)), &record, ms(0), |run| match run {
             0 => panic!("a bug in the reconciler"),
-            _ => Ok(Action::AwaitChange),
+            _ => Ok(Next::AwaitChange),
         });
     handle.schedule("a").expect("running");
     sleep(secs(3600)).await;
@@ -217,7 +217,7 @@ async fn cancellation_drains_running_reconciles_and_returns() {
     let record = Arc::new(Record::default());
     let (handle, shutdown, task) =
         start_controller(queue_config(2, ms(0)), &record, secs(60), |_| {
-            Ok(Action::Requeue(secs(1)))
+            Ok(Next::Requeue(secs(1)))
         });
     for key in ["a", "b", "c"] {
         handle.schedule(key).expect("running");
@@ -238,8 +238,8 @@ async fn the_loop_keeps_requeues_going_after_every_handle_is_dropped() {
     let (handle, shutdown, task) =
         start_controller(queue_config(4, ms(0)), &record, ms(0), |run| {
             Ok(match run {
-                0..3 => Action::Requeue(secs(10)),
-                _ => Action::AwaitChange,
+                0..3 => Next::Requeue(secs(10)),
+                _ => Next::AwaitChange,
             })
         });
     handle.schedule("a").expect("running");
@@ -258,7 +258,7 @@ async fn a_crash_looping_member_is_restarted_at_once_then_held_by_the_plan() {
     use super::backoff::CrashLoopConfig;
     use super::daemon::Restarts;
     use crate::plan::tests::{in_sync, member, want};
-    use crate::plan::{Action as PlanAction, ContainerState, PlanOptions, plan};
+    use crate::plan::{ContainerOp, ContainerState, PlanOptions, plan};
     use std::time::SystemTime;
 
     let d = want(vec![member("a")]);
@@ -279,7 +279,9 @@ async fn a_crash_looping_member_is_restarted_at_once_then_held_by_the_plan() {
         let began = restarts.record(&p, CrashLoopConfig::default(), now);
         let at = (now - start).as_secs();
         match (&p.actions[..], &p.deferred[..]) {
-            ([PlanAction::Start { .. }], []) => (format!("{at}: restart"), None, began),
+            ([a], []) if matches!(a.container_op(), Some(ContainerOp::Start { .. })) => {
+                (format!("{at}: restart"), None, began)
+            }
             ([], [held]) => {
                 let wait = held.until.duration_since(wall).expect("in the future");
                 (format!("{at}: held {}s", wait.as_secs()), Some(wait), began)

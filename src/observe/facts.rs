@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::core::layout;
 use crate::egress::{self, Paths};
-use crate::execute::restarts;
+use crate::files;
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, Team};
 use crate::observe::cache::Cache;
@@ -263,6 +263,14 @@ fn transcript_dirs(model: &Desired, observed: &Observed) -> std::collections::BT
         dirs.extend(t.members.iter().map(|m| m.transcript_dir.clone()));
     }
     dirs
+}
+
+/// How often ateam restarted a member (by its restart policy), kept in its control folder
+/// (read without following a link or opening a FIFO there).
+pub fn restarts(ctl_dir: &Path) -> u64 {
+    files::read_small(&crate::core::layout::restarts_path(ctl_dir), 64)
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use crate::plan::{Observed, ObservedContainer};
 use crate::runtime::{cgroup, gate};
 use crate::store::Record;
 use cache::Cache;
-pub use facts::{EarlyFacts, controller_status, status_facts};
+pub use facts::{EarlyFacts, controller_status, restarts, status_facts};
 pub use transcripts::TranscriptCache;
 
 /// How many inspects run at once.

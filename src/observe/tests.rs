@@ -358,10 +358,12 @@ async fn a_look_at_one_member_plans_for_it_what_the_teams_look_plans() {
         assert_eq!(debugs(&got.actions), actions, "{only}");
         assert_eq!(debugs(&got.findings), findings, "{only}");
         if only == "m" {
-            let restart = want
-                .actions
-                .iter()
-                .find(|a| matches!(a, crate::plan::Action::Start { .. }));
+            let restart = want.actions.iter().find(|a| {
+                matches!(
+                    a.container_op(),
+                    Some(crate::plan::ContainerOp::Start { .. })
+                )
+            });
             assert!(restart.is_some(), "m is restarted: {:?}", want.actions);
         }
         assert!(

@@ -1,6 +1,6 @@
 //! Transcript folders' usage as a watcher (`status -w`, `top`, the controller's metrics)
 //! reads it: one look after another from the same process. A member owns its folder and can
-//! fill it up to the walk's bound (`execute::TRANSCRIPT_WALK`, 100,000 entries): walked at
+//! fill it up to the walk's bound (`TRANSCRIPT_WALK`, 100,000 entries): walked at
 //! every look, four times a second for `status -w`, that is a third of a core spent on what
 //! the watch does not even print. So a folder is walked again only when what it shows may
 //! have moved (its own change stamp moved: an entry was added, removed or renamed in it) or
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::execute::transcript_usage;
+use crate::files;
 use crate::report::TranscriptUsage;
 use crate::transcripts::{AgentFacts, AgentHome};
 
@@ -144,8 +144,50 @@ impl TranscriptCache {
     }
 }
 
+/// How much of a transcript folder `status` looks at: a member owns the folder and can make
+/// it as deep or as wide as it likes; what lies past these bounds is not counted.
+pub const TRANSCRIPT_WALK: files::Bounds = files::Bounds {
+    depth: 32,
+    entries: 100_000,
+};
+
+/// For `status`: the size of a transcript folder and when it last changed. Symlinks are
+/// counted as themselves (never their targets), FIFOs are never opened, the walk is
+/// bounded (`TRANSCRIPT_WALK`), and the sum stops at `u64::MAX`.
+pub fn transcript_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
+    let mut size: u64 = 0;
+    let mut newest = None;
+    let Ok(d) = files::Dir::open(dir) else {
+        return (0, None);
+    };
+    d.walk(TRANSCRIPT_WALK, |e| {
+        // Saturating: sparse files on a file system that allows 8 EiB each (tmpfs, xfs,
+        // btrfs) cost the member nothing but add up past 64 bits.
+        if e.kind != rustix::fs::FileType::Directory {
+            size = size.saturating_add(e.len);
+        }
+        newest = newest.max(e.modified);
+    });
+    (size, newest)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sparse_transcript_sizes_stop_at_the_top() {
+        // tmpfs allows files of 8 EiB; where /dev/shm is missing or smaller, nothing to prove.
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        for i in 0..3 {
+            let f = std::fs::File::create(dir.path().join(format!("sparse-{i}"))).unwrap();
+            if f.set_len(i64::MAX as u64).is_err() {
+                return;
+            }
+        }
+        assert_eq!(transcript_usage(dir.path()).0, u64::MAX);
+    }
+
     use super::*;
 
     /// Looks at an unchanged folder reuse the walk; an entry added is seen at the next look;

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use super::{
-    Action, ContainerState, Deferred, DesiredMember, Drift, Finding, ObservedContainer, Pass, Plan,
-    StartReason, cref, diff_values, owned_key,
+    Action, ContainerOp, ContainerState, Deferred, DesiredMember, Drift, Finding, HostOp,
+    ObservedContainer, Pass, Plan, Removal, ServerOp, StartReason, cref, diff_values, owned_key,
 };
 use crate::core::container::{self as names, labels};
 use crate::model::RestartPolicy;
@@ -21,34 +21,24 @@ impl<'a> Pass<'a> {
         let observed = self.observed;
         if let Some(e) = &m.egress {
             if !observed.live_sockets.contains(&e.socket) {
-                plan.actions.push(Action::StartEgressProxy {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    socket: e.socket.clone(),
-                    policy: e.policy.clone(),
-                });
+                let (socket, policy) = (e.socket.clone(), e.policy.clone());
+                plan.actions
+                    .push(Action::of(m, ServerOp::StartEgress { socket, policy }));
             } else if observed.egress_policies.get(&e.socket) != Some(&e.policy) {
-                plan.actions.push(Action::UpdateEgressPolicy {
-                    team: m.team.clone(),
-                    member: m.member.clone(),
-                    policy: e.policy.clone(),
-                });
+                let policy = e.policy.clone();
+                plan.actions
+                    .push(Action::of(m, ServerOp::UpdateEgress { policy }));
             }
         }
         if let Some(socket) = &m.helpers
             && !observed.live_sockets.contains(socket)
         {
-            plan.actions.push(Action::StartHelperServer {
-                team: m.team.clone(),
-                member: m.member.clone(),
-            });
+            plan.actions.push(Action::of(m, ServerOp::StartHelper));
         }
         if !observed.transcript_dirs.contains(&m.transcript_dir) {
-            plan.actions.push(Action::MakeTranscriptDir {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                path: m.transcript_dir.clone(),
-            });
+            let path = m.transcript_dir.clone();
+            plan.actions
+                .push(Action::of(m, HostOp::MakeTranscriptDir { path }));
         }
     }
 
@@ -72,20 +62,10 @@ impl<'a> Pass<'a> {
             finish_replacement(m, &replacements, plan);
             return;
         }
-        for r in replacements {
-            plan.actions.push(Action::RemoveDuplicate {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                container: cref(r),
-            });
-        }
         let keep = pick_keeper(&mine, &m.hash);
-        for extra in mine.iter().filter(|c| c.id != keep.id) {
-            plan.actions.push(Action::RemoveDuplicate {
-                team: m.team.clone(),
-                member: m.member.clone(),
-                container: cref(extra),
-            });
+        let extra = mine.iter().filter(|c| c.id != keep.id);
+        for c in replacements.iter().chain(extra) {
+            plan.actions.push(remove_duplicate(m, c));
         }
         let limits = if self.observed.limits_unenforced && m.allow_unenforced_limits {
             policy::Limits::Unenforced
@@ -125,9 +105,7 @@ impl<'a> Pass<'a> {
                     .get(labels::STORE)
                     .map(|s| format!("ateam store {s}")),
             }),
-            None => plan.actions.push(Action::Create {
-                member: Box::new(m.clone()),
-            }),
+            None => plan.actions.push(Action::create(m.clone())),
         }
     }
 }
@@ -138,27 +116,21 @@ fn finish_replacement(m: &DesiredMember, replacements: &[&ObservedContainer], pl
     let best = pick_keeper(replacements, &m.hash);
     let finishable = spec_drift(m, best).is_none() && best.state.is_live();
     for r in replacements {
-        let (team, member, container) = (m.team.clone(), m.member.clone(), cref(r));
         plan.actions.push(if finishable && r.id == best.id {
-            Action::FinishReplacement {
-                team,
-                member,
-                container,
-                name: m.spec.name.clone(),
-            }
+            let (container, name) = (cref(r), m.spec.name.clone());
+            Action::of(m, ContainerOp::FinishReplacement { container, name })
         } else {
-            Action::RemoveDuplicate {
-                team,
-                member,
-                container,
-            }
+            remove_duplicate(m, r)
         });
     }
     if !finishable {
-        plan.actions.push(Action::Create {
-            member: Box::new(m.clone()),
-        });
+        plan.actions.push(Action::create(m.clone()));
     }
+}
+
+fn remove_duplicate(m: &DesiredMember, c: &ObservedContainer) -> Action {
+    let (container, removal) = (cref(c), Removal::Duplicate);
+    Action::of(m, ContainerOp::Remove { container, removal })
 }
 
 /// The member's container kept, and what bears on it.
@@ -177,10 +149,20 @@ struct Container<'a> {
 /// The container for one wanted member: up to date and running as its policy says.
 fn plan_member(m: &DesiredMember, kept: &Container, store: &str, plan: &mut Plan) {
     let c = kept.keep;
-    let recreate = |reason: Drift| Action::Recreate {
-        member: Box::new(m.clone()),
-        old: cref(c),
-        reason,
+    let recreate = |reason: Drift| {
+        let (member, old) = (Box::new(m.clone()), cref(c));
+        Action::of(
+            m,
+            ContainerOp::Recreate {
+                member,
+                old,
+                reason,
+            },
+        )
+    };
+    let start = |reason| {
+        let container = cref(c);
+        Action::of(m, ContainerOp::Start { container, reason })
     };
     if let Some(drift) = spec_drift(m, c) {
         plan.actions.push(recreate(drift));
@@ -198,35 +180,23 @@ fn plan_member(m: &DesiredMember, kept: &Container, store: &str, plan: &mut Plan
         plan.actions.push(recreate(Drift::Asked));
         return;
     }
-    let (team, member) = (m.team.clone(), m.member.clone());
     if c.name != m.spec.name {
-        plan.actions.push(Action::RestoreName {
-            team: team.clone(),
-            member: member.clone(),
-            container: cref(c),
-            name: m.spec.name.clone(),
-        });
+        let (container, name) = (cref(c), m.spec.name.clone());
+        plan.actions
+            .push(Action::of(m, ContainerOp::RestoreName { container, name }));
     }
     match c.state {
-        ContainerState::Running if !c.released => plan.actions.push(Action::Start {
-            team,
-            member,
-            container: cref(c),
-            reason: StartReason::NotReleased,
-        }),
+        ContainerState::Running if !c.released => {
+            plan.actions.push(start(StartReason::NotReleased));
+        }
         ContainerState::Running | ContainerState::Restarting | ContainerState::Removing => {}
-        ContainerState::Paused => plan.actions.push(Action::Unpause {
-            team,
-            member,
-            container: cref(c),
-        }),
+        ContainerState::Paused => {
+            let container = cref(c);
+            plan.actions
+                .push(Action::of(m, ContainerOp::Unpause { container }));
+        }
         ContainerState::Dead => plan.actions.push(recreate(Drift::Dead)),
-        ContainerState::Created => plan.actions.push(Action::Start {
-            team,
-            member,
-            container: cref(c),
-            reason: StartReason::NeverStarted,
-        }),
+        ContainerState::Created => plan.actions.push(start(StartReason::NeverStarted)),
         ContainerState::Exited { code } => plan_exit(m, c, code, kept.held, kept.news, plan),
     }
 }
@@ -243,6 +213,10 @@ fn plan_exit(
     plan: &mut Plan,
 ) {
     let (team, member) = (m.team.clone(), m.member.clone());
+    let start = |reason| {
+        let container = cref(c);
+        Action::of(m, ContainerOp::Start { container, reason })
+    };
     let restart = match m.restart {
         RestartPolicy::Never => false,
         RestartPolicy::OnFailure => code != 0,
@@ -254,26 +228,17 @@ fn plan_exit(
             member,
             until,
         }),
-        (true, None) => plan.actions.push(Action::Start {
-            team,
-            member,
-            container: cref(c),
-            reason: StartReason::Restart {
-                code,
-                policy: m.restart,
-            },
-        }),
+        (true, None) => {
+            let policy = m.restart;
+            plan.actions
+                .push(start(StartReason::Restart { code, policy }));
+        }
         (false, _) => match news.filter(|n| n.is_new() && m.wake.is_some()) {
-            Some(n) => plan.actions.push(Action::Start {
-                team,
-                member,
-                container: cref(c),
-                reason: StartReason::Board {
-                    messages: n.messages,
-                    tasks: n.tasks,
-                    mark: n.mark,
-                },
-            }),
+            Some(n) => plan.actions.push(start(StartReason::Board {
+                messages: n.messages,
+                tasks: n.tasks,
+                mark: n.mark,
+            })),
             None => plan.findings.push(Finding::Finished { team, member, code }),
         },
     }

@@ -2,6 +2,7 @@
 //! the machine has to the list of things to do. No I/O happens here, so every case is a table
 //! row in the tests.
 
+mod action;
 mod members;
 pub mod observed;
 mod options;
@@ -19,17 +20,18 @@ use serde_json::Value;
 
 pub use crate::core::container::ContainerState;
 use crate::core::container::{self as names, labels};
-use crate::core::intercept::EgressPolicy;
 pub use crate::core::session::Promotion;
-use crate::model::RestartPolicy;
-use crate::policy::Violation;
+pub use action::{
+    Action, ContainerOp, ContainerRef, Drift, FieldChange, HostOp, Op, Removal, ServerOp,
+    SessionOp, StartReason,
+};
 pub use observed::{Observed, ObservedContainer};
 pub use options::{Dropped, PlanOptions};
 pub use sessions::ResumeEntry;
 pub use spec::{DesiredMember, DesiredState};
 
 /// What to do, and what to tell the user without doing anything.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// The changes; apply makes those of one member in this order, members side by side.
     pub actions: Vec<Action>,
@@ -37,11 +39,9 @@ pub struct Plan {
     pub findings: Vec<Finding>,
     /// Restarts the crash-loop policy holds back (`PlanOptions::deferred`): nothing is done
     /// for them now, and the controller looks again when the first is due.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deferred: Vec<Deferred>,
     /// Why the plan must not be carried out at all: apply refuses it whole, before any
     /// change (`diff` and `status` show the plan all the same).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refusals: Vec<Refusal>,
 }
 
@@ -77,472 +77,6 @@ impl Plan {
                 .filter(|f| f.is_drift())
                 .map(Finding::subject),
         )
-    }
-}
-
-/// A container the plan refers to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerRef {
-    /// The engine's id of the container.
-    pub id: String,
-    /// Its name, as the engine reports it.
-    pub name: String,
-}
-
-/// One change to make. Removing a container stops it first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "action", rename_all = "camelCase")]
-pub enum Action {
-    /// Create the member's transcript directory on the host (it is mounted into the container).
-    MakeTranscriptDir {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The directory to create.
-        path: PathBuf,
-    },
-    /// Start the member's allowlisting egress proxy (before its container starts).
-    StartEgressProxy {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The unix socket the proxy listens on, in the member's control folder.
-        socket: PathBuf,
-        /// What the proxy lets through.
-        policy: EgressPolicy,
-    },
-    /// Give a running egress proxy the member's new allowlist (no new container).
-    UpdateEgressPolicy {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The new allowlist.
-        policy: EgressPolicy,
-    },
-    /// Stop the egress proxy of a member that no longer has an allowlist (or is gone), and
-    /// remove its socket.
-    StopEgressProxy {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-    },
-    /// Start the helper server of a member whose team allows helper requests (its socket is
-    /// silent).
-    StartHelperServer {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-    },
-    /// Stop the helper server of a member no longer wanted, or whose team turned requests
-    /// off, and remove its socket.
-    StopHelperServer {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-    },
-    /// Return the tasks a member holds on its team's board (claimed, started) to `todo`:
-    /// it is gone, its agent crashed, or its container is made again (`board`).
-    ReturnTasks {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// Why, for the tasks' history.
-        why: String,
-    },
-    /// Start a main session's terminal on the host. `resume`: the members of a session it
-    /// takes over, for its resume file (written when the session first starts).
-    StartSession {
-        /// The session to start, as the manifests want it.
-        session: Box<spec::DesiredSession>,
-        /// The members of sessions it takes over, for its resume file.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        resume: Vec<ResumeEntry>,
-    },
-    /// End a main session's terminal that no manifest wants: one a session `takesOver` (its
-    /// heir's name here), or any with `--prune`.
-    StopSession {
-        /// Team name.
-        team: String,
-        /// Session name.
-        session: String,
-        /// The socket of the session's terminal.
-        socket: PathBuf,
-        /// The session that takes this one over, if that is why it ends.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        taken_over_by: Option<String>,
-    },
-    /// Turn the member of the session's name into it (`promotedFrom`): stop the member, move
-    /// its transcript to the session's place, start the session, then remove the member's
-    /// containers; each step recorded before the next. `journal`: where an interrupted
-    /// promotion stopped, to go on from there. `resume`: as for `StartSession`, when the
-    /// promoted session also takes over another.
-    Promote {
-        /// The session to promote to.
-        session: Box<spec::DesiredSession>,
-        /// The member's containers, removed once the session runs.
-        containers: Vec<ContainerRef>,
-        /// Where an interrupted promotion stopped.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        journal: Option<Box<Promotion>>,
-        /// The members of sessions it takes over, for its resume file.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        resume: Vec<ResumeEntry>,
-    },
-    /// Undo what an interrupted promotion did, which the manifests no longer ask for: stop
-    /// the session if it got that far, move the transcript back to the member's place.
-    RollBackPromotion {
-        /// What the interrupted promotion recorded.
-        journal: Box<Promotion>,
-    },
-    /// Create a container for a member that has none.
-    Create {
-        /// The member to create, as the manifests want it.
-        member: Box<DesiredMember>,
-    },
-    /// Replace a member's container that no longer matches what is wanted.
-    Recreate {
-        /// The member, as the manifests want it now.
-        member: Box<DesiredMember>,
-        /// The container it replaces.
-        old: ContainerRef,
-        /// Why it is replaced.
-        reason: Drift,
-    },
-    /// Start a member's stopped (or unverified) container.
-    Start {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The container to start.
-        container: ContainerRef,
-        /// Why it is started.
-        reason: StartReason,
-    },
-    /// Remove a container this store made that no manifest wants (with `--prune`, or a helper no longer wanted).
-    RemoveOrphan {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The container to remove.
-        container: ContainerRef,
-        /// Why it goes, when more is known than that no manifest wants it (a helper whose
-        /// requester is gone).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        why: Option<String>,
-    },
-    /// Remove one of several containers this store made for one member: a leftover replacement, or all but the one kept.
-    RemoveDuplicate {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The container to remove.
-        container: ContainerRef,
-    },
-    /// Give a verified replacement the member's name (its predecessor is gone).
-    FinishReplacement {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The replacement container.
-        container: ContainerRef,
-        /// The member's container name it takes.
-        name: String,
-    },
-    /// Give the member's container its name back (someone renamed it).
-    RestoreName {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The renamed container.
-        container: ContainerRef,
-        /// The name it should have.
-        name: String,
-    },
-    /// Let a paused member go on (someone paused it).
-    Unpause {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The paused container.
-        container: ContainerRef,
-    },
-    /// Remove a container with ateam's labels that ateam did not make (not in its record):
-    /// with `--prune`, or because it holds the name the member's own container needs.
-    RemoveStranger {
-        /// Team name.
-        team: String,
-        /// Member name.
-        member: String,
-        /// The container to remove.
-        container: ContainerRef,
-    },
-}
-
-impl Action {
-    /// `(team, member)`, or `(team, main session)` for a session's start.
-    pub fn subject(&self) -> (&str, &str) {
-        match self {
-            Action::MakeTranscriptDir { team, member, .. }
-            | Action::StartEgressProxy { team, member, .. }
-            | Action::UpdateEgressPolicy { team, member, .. }
-            | Action::StopEgressProxy { team, member }
-            | Action::StartHelperServer { team, member }
-            | Action::StopHelperServer { team, member }
-            | Action::ReturnTasks { team, member, .. }
-            | Action::Start { team, member, .. }
-            | Action::RemoveOrphan { team, member, .. }
-            | Action::RemoveDuplicate { team, member, .. }
-            | Action::RemoveStranger { team, member, .. }
-            | Action::FinishReplacement { team, member, .. }
-            | Action::RestoreName { team, member, .. }
-            | Action::Unpause { team, member, .. } => (team, member),
-            Action::Create { member } | Action::Recreate { member, .. } => {
-                (&member.team, &member.member)
-            }
-            Action::StartSession { session, .. } | Action::Promote { session, .. } => {
-                (&session.team, &session.name)
-            }
-            Action::RollBackPromotion { journal } => (&journal.team, &journal.name),
-            Action::StopSession { team, session, .. } => (team, session),
-        }
-    }
-
-    /// Whether it acts on a main session (a person's, on the host) rather than a member: a
-    /// helper request brings up one member and may never touch these.
-    pub fn is_session(&self) -> bool {
-        match self {
-            Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. } => true,
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::ReturnTasks { .. }
-            | Action::Create { .. }
-            | Action::Recreate { .. }
-            | Action::Start { .. }
-            | Action::RemoveOrphan { .. }
-            | Action::RemoveDuplicate { .. }
-            | Action::FinishReplacement { .. }
-            | Action::RestoreName { .. }
-            | Action::Unpause { .. }
-            | Action::RemoveStranger { .. } => false,
-        }
-    }
-
-    /// Its name, as the `action` tag of its JSON (the log and `diff -o json` say the same).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Action::MakeTranscriptDir { .. } => "makeTranscriptDir",
-            Action::StartEgressProxy { .. } => "startEgressProxy",
-            Action::UpdateEgressPolicy { .. } => "updateEgressPolicy",
-            Action::StopEgressProxy { .. } => "stopEgressProxy",
-            Action::StartHelperServer { .. } => "startHelperServer",
-            Action::StopHelperServer { .. } => "stopHelperServer",
-            Action::ReturnTasks { .. } => "returnTasks",
-            Action::StartSession { .. } => "startSession",
-            Action::Promote { .. } => "promote",
-            Action::RollBackPromotion { .. } => "rollBackPromotion",
-            Action::StopSession { .. } => "stopSession",
-            Action::Create { .. } => "create",
-            Action::Recreate { .. } => "recreate",
-            Action::Start { .. } => "start",
-            Action::RemoveOrphan { .. } => "removeOrphan",
-            Action::RemoveDuplicate { .. } => "removeDuplicate",
-            Action::FinishReplacement { .. } => "finishReplacement",
-            Action::RestoreName { .. } => "restoreName",
-            Action::Unpause { .. } => "unpause",
-            Action::RemoveStranger { .. } => "removeStranger",
-        }
-    }
-
-    /// Why the plan wants it, as a short token: for a recreate the `kind` of its `Drift`,
-    /// for a start the name of its `StartReason`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Action::MakeTranscriptDir { .. } | Action::Create { .. } => "missing",
-            Action::StartEgressProxy { .. }
-            | Action::StartSession { .. }
-            | Action::StartHelperServer { .. } => "notRunning",
-            Action::StopHelperServer { .. } => "noHelperRequests",
-            Action::ReturnTasks { .. } => "holderLeft",
-            Action::Promote { .. } => "promotedFrom",
-            Action::RollBackPromotion { .. } => "promotionNoLongerWanted",
-            Action::StopSession {
-                taken_over_by: Some(_),
-                ..
-            } => "takenOver",
-            Action::StopSession { .. } => "noManifestWantsIt",
-            Action::UpdateEgressPolicy { .. } => "allowListChanged",
-            Action::StopEgressProxy { .. } => "noAllowList",
-            Action::Recreate { reason, .. } => reason.kind(),
-            Action::Start { reason, .. } => reason.name(),
-            Action::RemoveOrphan { .. } => "noManifestWantsIt",
-            Action::RemoveDuplicate { .. } => "duplicate",
-            Action::RemoveStranger { .. } => "notMadeByAteam",
-            Action::FinishReplacement { .. } => "interruptedReplacement",
-            Action::RestoreName { .. } => "renamed",
-            Action::Unpause { .. } => "paused",
-        }
-    }
-
-    /// Whether it brings a member's container up (creates, recreates or starts it): what
-    /// preflight checks before any change, and what a failure is kept as a failed start for.
-    pub fn brings_up_member(&self) -> bool {
-        match self {
-            Action::Create { .. } | Action::Recreate { .. } | Action::Start { .. } => true,
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::ReturnTasks { .. }
-            | Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. }
-            | Action::RemoveOrphan { .. }
-            | Action::RemoveDuplicate { .. }
-            | Action::RemoveStranger { .. }
-            | Action::FinishReplacement { .. }
-            | Action::RestoreName { .. }
-            | Action::Unpause { .. } => false,
-        }
-    }
-
-    /// The container it acts on, when one exists before it runs.
-    pub fn container(&self) -> Option<&ContainerRef> {
-        match self {
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::ReturnTasks { .. }
-            | Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. }
-            | Action::Create { .. } => None,
-            Action::Recreate { old, .. } => Some(old),
-            Action::Start { container, .. }
-            | Action::RemoveOrphan { container, .. }
-            | Action::RemoveDuplicate { container, .. }
-            | Action::RemoveStranger { container, .. }
-            | Action::FinishReplacement { container, .. }
-            | Action::RestoreName { container, .. }
-            | Action::Unpause { container, .. } => Some(container),
-        }
-    }
-}
-
-/// Why a member's container must be replaced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum Drift {
-    /// The manifest changed: these fields differ.
-    Spec {
-        /// The fields that differ.
-        changes: Vec<FieldChange>,
-    },
-    /// The spec hash differs but the old spec is unknown (label missing or unreadable).
-    SpecHash {
-        /// The container's spec hash.
-        from: String,
-        /// The wanted spec's hash.
-        to: String,
-    },
-    /// Someone changed the container outside ateam.
-    Policy {
-        /// What differs from what ateam set.
-        violations: Vec<Violation>,
-    },
-    /// The engine marks the container dead; it cannot be started again.
-    Dead,
-    /// The person asked for a new container (`ateam restart`, `top`'s `r`).
-    Asked,
-}
-
-impl Drift {
-    /// Its `kind`, as in its JSON.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Drift::Spec { .. } => "spec",
-            Drift::SpecHash { .. } => "specHash",
-            Drift::Policy { .. } => "policy",
-            Drift::Dead => "dead",
-            Drift::Asked => "asked",
-        }
-    }
-}
-
-/// One field whose value differs between the old spec and the new.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FieldChange {
-    /// Its dotted path in the spec (`env.FOO`).
-    pub field: String,
-    /// The old value (`null` when it was absent).
-    pub from: Value,
-    /// The new value (`null` when it is absent).
-    pub to: Value,
-}
-
-/// Why a member's existing container is started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum StartReason {
-    /// Created but never started (for example, an apply that was interrupted).
-    NeverStarted,
-    /// Exited with this code and the restart policy asks for a restart.
-    Restart {
-        /// The exit code.
-        code: i64,
-        /// The policy that asks for the restart.
-        policy: RestartPolicy,
-    },
-    /// Running, but an interrupted apply never verified it nor released its gate: check it
-    /// now, then release.
-    NotReleased,
-    /// Its agent ended, and its team's board has news for it: its next task is to read it
-    /// (`core::agents::WAKE_TASK`).
-    Board {
-        /// Unread messages to it.
-        messages: usize,
-        /// Tasks for it still to do.
-        tasks: usize,
-        /// What it is woken for (`board::store::News::mark`).
-        mark: (u64, u64),
-    },
-}
-
-impl StartReason {
-    /// Its name, as in its JSON.
-    pub fn name(&self) -> &'static str {
-        match self {
-            StartReason::NeverStarted => "neverStarted",
-            StartReason::Restart { .. } => "restart",
-            StartReason::NotReleased => "notReleased",
-            StartReason::Board { .. } => "board",
-        }
     }
 }
 
@@ -769,11 +303,12 @@ impl<'a> Pass<'a> {
         for ((team, member), c) in strangers {
             let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
             if names.contains(&c.name) || self.opts.prune {
-                plan.actions.push(Action::RemoveStranger {
+                let removal = Removal::Stranger;
+                plan.actions.push(Action::new(
                     team,
                     member,
-                    container,
-                });
+                    ContainerOp::Remove { container, removal },
+                ));
             } else {
                 plan.findings.push(Finding::Stranger {
                     team,
@@ -795,24 +330,22 @@ impl<'a> Pass<'a> {
             let why = self.opts.dropped_why(team, member);
             for c in containers {
                 let (team, member, container) = (team.to_string(), member.to_string(), cref(c));
-                match (self.opts.prune, why.clone()) {
-                    (true, why) => plan.actions.push(Action::RemoveOrphan {
-                        team,
-                        member,
-                        container,
-                        why,
-                    }),
-                    (false, Some(why)) => dropped.push(Action::RemoveOrphan {
-                        team,
-                        member,
-                        container,
-                        why: Some(why),
-                    }),
-                    (false, None) => plan.findings.push(Finding::Orphan {
-                        team,
-                        member,
-                        container,
-                    }),
+                let why = match (self.opts.prune, why.clone()) {
+                    (false, None) => {
+                        plan.findings.push(Finding::Orphan {
+                            team,
+                            member,
+                            container,
+                        });
+                        continue;
+                    }
+                    (true, why) | (false, why @ Some(_)) => why,
+                };
+                let removal = Removal::Orphan { why };
+                let remove = Action::new(team, member, ContainerOp::Remove { container, removal });
+                match self.opts.prune {
+                    true => plan.actions.push(remove),
+                    false => dropped.push(remove),
                 }
             }
         }
@@ -840,10 +373,8 @@ impl<'a> Pass<'a> {
                         && owned_key(c, &desired.store) == Some((team.as_str(), member.as_str()))
                 });
             if !container_stays {
-                plan.actions.push(Action::StopEgressProxy {
-                    team: team.clone(),
-                    member: member.clone(),
-                });
+                plan.actions
+                    .push(Action::new(team, member, ServerOp::StopEgress));
             }
         }
     }
@@ -876,11 +407,8 @@ impl<'a> Pass<'a> {
                 Some(m) => self.left_why(m, plan),
             };
             if let Some(why) = why {
-                plan.actions.push(Action::ReturnTasks {
-                    team: team.clone(),
-                    member: member.clone(),
-                    why,
-                });
+                plan.actions
+                    .push(Action::new(team, member, HostOp::ReturnTasks { why }));
             }
         }
     }
@@ -888,7 +416,14 @@ impl<'a> Pass<'a> {
     /// Whether a member no manifest wants still has a live container this plan keeps.
     fn still_runs(&self, team: &str, member: &str, plan: &Plan) -> bool {
         let removed = plan.actions.iter().any(|a| {
-            matches!(a, Action::RemoveOrphan { team: t, member: m, .. } if t == team && m == member)
+            a.subject() == (team, member)
+                && matches!(
+                    a.op,
+                    Op::Container(ContainerOp::Remove {
+                        removal: Removal::Orphan { .. },
+                        ..
+                    })
+                )
         });
         let name = crate::core::container::container_name(team, member);
         !removed
@@ -904,19 +439,19 @@ impl<'a> Pass<'a> {
     fn left_why(&self, m: &DesiredMember, plan: &Plan) -> Option<String> {
         let member = &m.member;
         for a in &plan.actions {
-            if let Action::Recreate { member: r, .. } = a
-                && r.team == m.team
-                && r.member == *member
-            {
-                return Some(format!(
-                    "member {member} is replaced (its container is made again)"
-                ));
+            if a.subject() != (&m.team, member) {
+                continue;
             }
-            if let Action::Create { member: c } = a
-                && c.team == m.team
-                && c.member == *member
-            {
-                return Some(format!("member {member}'s container is gone"));
+            match a.container_op() {
+                Some(ContainerOp::Recreate { .. }) => {
+                    return Some(format!(
+                        "member {member} is replaced (its container is made again)"
+                    ));
+                }
+                Some(ContainerOp::Create { .. }) => {
+                    return Some(format!("member {member}'s container is gone"));
+                }
+                _ => {}
             }
         }
         self.observed
@@ -947,10 +482,8 @@ impl<'a> Pass<'a> {
                 .iter()
                 .any(|m| m.team == *team && m.member == *member && m.helpers.is_some());
             if self.in_scope.contains(team.as_str()) && !wants {
-                plan.actions.push(Action::StopHelperServer {
-                    team: team.clone(),
-                    member: member.clone(),
-                });
+                plan.actions
+                    .push(Action::new(team, member, ServerOp::StopHelper));
             }
         }
     }

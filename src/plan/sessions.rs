@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Action, ContainerState, Finding, Observed, ObservedContainer, Plan, cref};
+use super::{Action, ContainerState, Finding, Observed, ObservedContainer, Plan, SessionOp, cref};
 use crate::core::layout;
 use crate::plan::spec::{DesiredSession, DesiredState};
 
@@ -52,20 +52,20 @@ pub(super) fn plan_sessions(
                 || observed.transcript_dirs.contains(from)
             {
                 promoting.insert((s.team.clone(), s.name.clone()));
-                plan.actions.push(Action::Promote {
+                let op = SessionOp::Promote {
                     session: Box::new(s.clone()),
                     containers,
                     journal: journal.map(|j| Box::new(j.clone())),
                     resume,
-                });
+                };
+                plan.actions.push(Action::session(s, op));
                 continue;
             }
         }
         if !observed.live_sockets.contains(&s.socket) {
-            plan.actions.push(Action::StartSession {
-                session: Box::new(s.clone()),
-                resume,
-            });
+            let session = Box::new(s.clone());
+            plan.actions
+                .push(Action::session(s, SessionOp::Start { session, resume }));
         }
     }
     promoting
@@ -105,12 +105,12 @@ fn stop_unwanted(
                 .find(|t| t.name == *team)
                 .map(|t| layout::session_socket_in(&layout::session_dir_in(&t.run_dir, name)))
                 .unwrap_or_default();
-            plan.actions.push(Action::StopSession {
-                team: team.clone(),
-                session: name.clone(),
+            let taken_over_by = heir.map(|h| h.name.clone());
+            let op = SessionOp::Stop {
                 socket,
-                taken_over_by: heir.map(|h| h.name.clone()),
-            });
+                taken_over_by,
+            };
+            plan.actions.push(Action::new(team, name, op));
         } else {
             plan.findings.push(Finding::OrphanSession {
                 team: team.clone(),
@@ -134,9 +134,9 @@ fn roll_back(
             .iter()
             .any(|s| s.team == j.team && s.name == j.name && s.promoted_from.is_some());
         if !asked && in_scope.contains(j.team.as_str()) {
-            plan.actions.push(Action::RollBackPromotion {
-                journal: Box::new(j.clone()),
-            });
+            let journal = Box::new(j.clone());
+            let op = SessionOp::RollBack { journal };
+            plan.actions.push(Action::new(&j.team, &j.name, op));
         }
     }
 }

@@ -8,7 +8,7 @@ use super::*;
 use crate::core::container::labels;
 use crate::core::intercept::EgressPolicy;
 use crate::host::Host;
-use crate::model::{AccessGrant, Desired, Member, Network, Parent, Team};
+use crate::model::{AccessGrant, Desired, Member, Network, Parent, RestartPolicy, Team};
 use crate::policy;
 
 /// A table row: what to change, and the change the planner must name.
@@ -143,66 +143,79 @@ fn made(o: &mut Observed, c: ObservedContainer) {
 fn kinds(p: &Plan) -> Vec<String> {
     p.actions
         .iter()
-        .map(|a| match a {
-            Action::MakeTranscriptDir { member, .. } => format!("mkdir {member}"),
-            Action::StartEgressProxy { member, .. } => format!("proxy {member}"),
-            Action::UpdateEgressPolicy { member, .. } => format!("allow {member}"),
-            Action::StopEgressProxy { member, .. } => format!("stop-proxy {member}"),
-            Action::StartHelperServer { member, .. } => format!("helpers {member}"),
-            Action::StopHelperServer { member, .. } => format!("stop-helpers {member}"),
-            Action::ReturnTasks { member, .. } => format!("return-tasks {member}"),
-            Action::StartSession { session, resume } if resume.is_empty() => {
-                format!("session {}", session.name)
-            }
-            Action::StartSession { session, resume } => format!(
-                "session {} resume {}",
-                session.name,
-                resume
-                    .iter()
-                    .map(|r| format!("{}={}", r.member, r.state))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-            Action::Promote {
-                session, journal, ..
-            } => match journal {
-                Some(j) => format!("promote {} from {}", session.name, j.step.as_str()),
-                None => format!("promote {}", session.name),
-            },
-            Action::RollBackPromotion { journal } => format!("roll-back {}", journal.name),
-            Action::StopSession {
-                session,
-                taken_over_by,
-                ..
-            } => match taken_over_by {
-                Some(heir) => format!("stop-session {session} for {heir}"),
-                None => format!("stop-session {session}"),
-            },
-            Action::Create { member } => format!("create {}", member.member),
-            Action::Recreate { member, .. } => format!("recreate {}", member.member),
-            Action::Start { member, .. } => format!("start {member}"),
-            Action::RemoveOrphan { member, .. } => format!("remove-orphan {member}"),
-            Action::RemoveDuplicate { container, .. } => {
-                format!("remove-duplicate {}", container.id)
-            }
-            Action::FinishReplacement { container, .. } => format!("finish {}", container.id),
-            Action::RestoreName {
-                container, name, ..
-            } => {
-                format!("rename {} {name}", container.id)
-            }
-            Action::Unpause { member, .. } => format!("unpause {member}"),
-            Action::RemoveStranger { container, .. } => {
-                format!("remove-stranger {}", container.id)
+        .map(|a| {
+            let member = &a.subject;
+            match &a.op {
+                Op::Host(HostOp::MakeTranscriptDir { .. }) => format!("mkdir {member}"),
+                Op::Host(HostOp::ReturnTasks { .. }) => format!("return-tasks {member}"),
+                Op::Server(ServerOp::StartEgress { .. }) => format!("proxy {member}"),
+                Op::Server(ServerOp::UpdateEgress { .. }) => format!("allow {member}"),
+                Op::Server(ServerOp::StopEgress) => format!("stop-proxy {member}"),
+                Op::Server(ServerOp::StartHelper) => format!("helpers {member}"),
+                Op::Server(ServerOp::StopHelper) => format!("stop-helpers {member}"),
+                Op::Session(op) => session_kind(member, op),
+                Op::Container(op) => container_kind(member, op),
             }
         })
         .collect()
 }
 
-fn reason(p: &Plan) -> &Drift {
+fn session_kind(session: &str, op: &SessionOp) -> String {
+    match op {
+        SessionOp::Start { session, resume } if resume.is_empty() => {
+            format!("session {}", session.name)
+        }
+        SessionOp::Start { session, resume } => format!(
+            "session {} resume {}",
+            session.name,
+            resume
+                .iter()
+                .map(|r| format!("{}={}", r.member, r.state))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        SessionOp::Promote {
+            session, journal, ..
+        } => match journal {
+            Some(j) => format!("promote {} from {}", session.name, j.step.as_str()),
+            None => format!("promote {}", session.name),
+        },
+        SessionOp::RollBack { journal } => format!("roll-back {}", journal.name),
+        SessionOp::Stop { taken_over_by, .. } => match taken_over_by {
+            Some(heir) => format!("stop-session {session} for {heir}"),
+            None => format!("stop-session {session}"),
+        },
+    }
+}
+
+fn container_kind(member: &str, op: &ContainerOp) -> String {
+    match op {
+        ContainerOp::Create { member } => format!("create {}", member.member),
+        ContainerOp::Recreate { member, .. } => format!("recreate {}", member.member),
+        ContainerOp::Start { .. } => format!("start {member}"),
+        ContainerOp::Remove { container, removal } => match removal {
+            Removal::Orphan { .. } => format!("remove-orphan {member}"),
+            Removal::Duplicate => format!("remove-duplicate {}", container.id),
+            Removal::Stranger => format!("remove-stranger {}", container.id),
+        },
+        ContainerOp::FinishReplacement { container, .. } => format!("finish {}", container.id),
+        ContainerOp::RestoreName { container, name } => format!("rename {} {name}", container.id),
+        ContainerOp::Unpause { .. } => format!("unpause {member}"),
+    }
+}
+
+/// The one action of `p`'s, as its container op.
+fn only_op(p: &Plan) -> Option<&ContainerOp> {
     match &p.actions[..] {
-        [Action::Recreate { reason, .. }] => reason,
-        other => panic!("expected one recreate, got {other:?}"),
+        [a] => a.container_op(),
+        _ => None,
+    }
+}
+
+fn reason(p: &Plan) -> &Drift {
+    match only_op(p) {
+        Some(ContainerOp::Recreate { reason, .. }) => reason,
+        _ => panic!("expected one recreate, got {:?}", p.actions),
     }
 }
 
@@ -544,7 +557,7 @@ fn stopped_members_follow_their_restart_policy() {
         let p = plan(&d, &o, PlanOptions::default());
         match expect {
             Some(why) => assert!(
-                matches!(&p.actions[..], [Action::Start { reason, .. }] if *reason == why),
+                matches!(only_op(&p), Some(ContainerOp::Start { reason, .. }) if *reason == why),
                 "{policy:?} {state:?}: {p:?}"
             ),
             None => {
@@ -605,15 +618,15 @@ fn the_board_wakes_an_ended_agent_once_per_news() {
         }
         let p = plan(&d, &o, PlanOptions::default());
         let started = matches!(
-            &p.actions[..],
-            [Action::Start {
+            only_op(&p),
+            Some(ContainerOp::Start {
                 reason: StartReason::Board {
                     messages: 1,
                     mark: (3, 0),
                     ..
                 },
                 ..
-            }]
+            })
         );
         assert_eq!(started, woken, "{wakes} {state:?} {news:?}: {p:?}");
     }
@@ -657,7 +670,7 @@ fn tasks_held_by_a_member_that_left_go_back() {
     assert!(
         p.actions
             .iter()
-            .any(|a| matches!(a, Action::ReturnTasks { why, .. } if why.contains("no manifest"))),
+            .any(|a| matches!(&a.op, Op::Host(HostOp::ReturnTasks { why }) if why.contains("no manifest"))),
         "{p:?}"
     );
 }
@@ -717,7 +730,7 @@ fn a_restart_asked_for_replaces_that_member_alone_whatever_its_state() {
         plan(&d, &o, other)
             .actions
             .iter()
-            .all(|a| !matches!(a, Action::Recreate { .. }))
+            .all(|a| !matches!(a.container_op(), Some(ContainerOp::Recreate { .. })))
     );
 }
 
@@ -1031,11 +1044,11 @@ fn a_running_container_never_released_is_checked_then_released() {
     let p = plan(&d, &o, PlanOptions::default());
     assert!(
         matches!(
-            &p.actions[..],
-            [Action::Start {
+            only_op(&p),
+            Some(ContainerOp::Start {
                 reason: StartReason::NotReleased,
                 ..
-            }]
+            })
         ),
         "{p:?}"
     );
@@ -1198,11 +1211,11 @@ fn a_promotion_stops_the_member_moves_its_transcript_and_starts_the_session() {
     // parent was a) keeps its container.
     assert_eq!(kinds(&p), ["promote a"]);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
-    let Action::Promote {
+    let Op::Session(SessionOp::Promote {
         session,
         containers,
         ..
-    } = &p.actions[0]
+    }) = &p.actions[0].op
     else {
         unreachable!()
     };
@@ -1301,7 +1314,7 @@ fn a_promoted_session_that_takes_over_is_told_of_every_member() {
     let o = in_sync(&before, &["a", "b"]);
     let p = plan(&after, &o, PlanOptions::default());
     let resume = p.actions.iter().find_map(|a| {
-        if let Action::Promote { resume, .. } = a {
+        if let Op::Session(SessionOp::Promote { resume, .. }) = &a.op {
             Some(resume)
         } else {
             None
@@ -1478,7 +1491,10 @@ fn a_dropped_helper_is_removed_saying_why_and_nothing_else_is_planned_for_it() {
         };
         assert_eq!(kinds(&p), expected, "prune {prune}");
         assert!(
-            matches!(&p.actions[at], Action::RemoveOrphan { why: Some(w), .. } if w == why),
+            matches!(
+                p.actions[at].container_op(),
+                Some(ContainerOp::Remove { removal: Removal::Orphan { why: Some(w) }, .. }) if w == why
+            ),
             "{p:?}"
         );
         // No orphan to report, so no team left without a main session either.

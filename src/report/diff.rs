@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use crate::plan::spec::DesiredSession;
-use crate::plan::{Action, Drift, Finding, Plan, Promotion, StartReason};
+use crate::plan::{
+    Action, ContainerOp, Drift, Finding, HostOp, Op, Plan, Promotion, Removal, ServerOp, SessionOp,
+    StartReason,
+};
 
 /// The plan, one line per change, grouped by team; then whether the machine differs from
 /// the manifests (`Plan::drifted`), in words.
@@ -48,7 +51,7 @@ pub fn render_diff(plan: &Plan) -> String {
 /// For a member made with `agent:`: which build of the agent it runs, and from where; the
 /// model host its `agent:` grants it, when its grant did not.
 fn agent_text(a: &Action) -> Vec<String> {
-    let (Action::Create { member } | Action::Recreate { member, .. }) = a else {
+    let Some(member) = a.made() else {
         return vec![];
     };
     let mut out = Vec::new();
@@ -71,12 +74,61 @@ fn agent_text(a: &Action) -> Vec<String> {
 
 /// One change, as `diff` says it (`+` adds, `-` removes, `~` changes, `>` starts).
 pub fn action_text(a: &Action) -> String {
-    match a {
-        Action::MakeTranscriptDir { member, path, .. } => {
+    let member = &a.subject;
+    match &a.op {
+        Op::Container(op) => container_text(member, op),
+        Op::Server(op) => server_text(member, op),
+        Op::Session(op) => session_text(member, op),
+        Op::Host(HostOp::MakeTranscriptDir { path }) => {
             format!("+ transcript folder of {member}: {}", path.display())
         }
-        Action::StartEgressProxy { member, .. } => format!("+ egress proxy of {member}"),
-        Action::UpdateEgressPolicy { member, policy, .. } => {
+        Op::Host(HostOp::ReturnTasks { why }) => {
+            format!("~ {member}'s tasks on the board back to todo: {why}")
+        }
+    }
+}
+
+fn container_text(member: &str, op: &ContainerOp) -> String {
+    match op {
+        ContainerOp::Create { member } => {
+            format!("+ create {} ({})", member.member, member.spec.name)
+        }
+        ContainerOp::Recreate { member, reason, .. } => {
+            format!("~ recreate {}: {}", member.member, drift_text(reason))
+        }
+        ContainerOp::Start { reason, .. } => format!("> start {member}: {}", start_text(reason)),
+        ContainerOp::Remove { container, removal } => match removal {
+            Removal::Orphan { why } => format!(
+                "- remove {member} ({}): {}",
+                container.name,
+                why.as_deref().unwrap_or("no manifest wants it")
+            ),
+            Removal::Duplicate => format!(
+                "- remove duplicate of {member} ({} {})",
+                container.name,
+                short(&container.id)
+            ),
+            Removal::Stranger => format!(
+                "- remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
+                container.name,
+                short(&container.id)
+            ),
+        },
+        ContainerOp::FinishReplacement { name, .. } => {
+            format!("~ finish replacing {member}: rename to {name}")
+        }
+        ContainerOp::RestoreName { container, name } => format!(
+            "~ rename {member} back: {} was renamed, its name is {name}",
+            container.name
+        ),
+        ContainerOp::Unpause { .. } => format!("> unpause {member}: someone paused it"),
+    }
+}
+
+fn server_text(member: &str, op: &ServerOp) -> String {
+    match op {
+        ServerOp::StartEgress { .. } => format!("+ egress proxy of {member}"),
+        ServerOp::UpdateEgress { policy } => {
             let uids: Vec<String> = (policy.applied_by.iter())
                 .chain(&policy.host_listeners)
                 .map(u32::to_string)
@@ -90,68 +142,20 @@ pub fn action_text(a: &Action) -> String {
                 policy.allow.join(",")
             )
         }
-        Action::StopEgressProxy { member, .. } => format!("- egress proxy of {member}"),
-        Action::StartHelperServer { member, .. } => format!("+ helper server of {member}"),
-        Action::StopHelperServer { member, .. } => format!("- helper server of {member}"),
-        Action::ReturnTasks { member, why, .. } => {
-            format!("~ {member}'s tasks on the board back to todo: {why}")
-        }
-        Action::StartSession { session, resume } => start_session_text(session, resume.len()),
-        Action::Promote {
+        ServerOp::StopEgress => format!("- egress proxy of {member}"),
+        ServerOp::StartHelper => format!("+ helper server of {member}"),
+        ServerOp::StopHelper => format!("- helper server of {member}"),
+    }
+}
+
+fn session_text(name: &str, op: &SessionOp) -> String {
+    match op {
+        SessionOp::Start { session, resume } => start_session_text(session, resume.len()),
+        SessionOp::Promote {
             session, journal, ..
         } => promote_text(session, journal.as_deref()),
-        Action::StopSession {
-            session,
-            taken_over_by,
-            ..
-        } => stop_session_text(session, taken_over_by.as_deref()),
-        Action::RollBackPromotion { journal } => rollback_text(journal),
-        Action::Create { member } => {
-            format!("+ create {} ({})", member.member, member.spec.name)
-        }
-        Action::Recreate { member, reason, .. } => {
-            format!("~ recreate {}: {}", member.member, drift_text(reason))
-        }
-        Action::Start { member, reason, .. } => {
-            format!("> start {member}: {}", start_text(reason))
-        }
-        Action::RemoveOrphan {
-            member,
-            container,
-            why,
-            ..
-        } => format!(
-            "- remove {member} ({}): {}",
-            container.name,
-            why.as_deref().unwrap_or("no manifest wants it")
-        ),
-        Action::RemoveDuplicate {
-            member, container, ..
-        } => format!(
-            "- remove duplicate of {member} ({} {})",
-            container.name,
-            short(&container.id)
-        ),
-        Action::FinishReplacement { member, name, .. } => {
-            format!("~ finish replacing {member}: rename to {name}")
-        }
-        Action::RestoreName {
-            member,
-            container,
-            name,
-            ..
-        } => format!(
-            "~ rename {member} back: {} was renamed, its name is {name}",
-            container.name
-        ),
-        Action::Unpause { member, .. } => format!("> unpause {member}: someone paused it"),
-        Action::RemoveStranger {
-            member, container, ..
-        } => format!(
-            "- remove stranger {} {}: it carries the labels of {member} but ateam did not make it",
-            container.name,
-            short(&container.id)
-        ),
+        SessionOp::Stop { taken_over_by, .. } => stop_session_text(name, taken_over_by.as_deref()),
+        SessionOp::RollBack { journal } => rollback_text(journal),
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::{TeamStatus, action_text, finding_text};
 use crate::core::container::rfc3339;
-use crate::plan::{Action, ContainerRef, Drift, Finding, Plan};
+use crate::plan::{Action, ContainerOp, ContainerRef, Drift, Finding, Plan};
 
 /// The `apiVersion` of every document: the manifests' own.
 pub const API_VERSION: &str = "ateam.dev/v1alpha1";
@@ -311,9 +311,7 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
 
 /// What a create or recreate will run.
 fn runs(a: &Action) -> Option<Runs> {
-    let (Action::Create { member } | Action::Recreate { member, .. }) = a else {
-        return None;
-    };
+    let member = a.made()?;
     Some(Runs {
         image: member.spec.image.clone(),
         command: member.spec.command.clone(),
@@ -334,27 +332,8 @@ fn runs(a: &Action) -> Option<Runs> {
 /// The fields a recreate changes because the manifest changed; none for any other action
 /// or reason (the hash alone, a policy violation, a dead container say no field).
 fn field_changes(a: &Action) -> Vec<FieldChange> {
-    let reason = match a {
-        Action::Recreate { reason, .. } => reason,
-        Action::MakeTranscriptDir { .. }
-        | Action::StartEgressProxy { .. }
-        | Action::UpdateEgressPolicy { .. }
-        | Action::StopEgressProxy { .. }
-        | Action::StartHelperServer { .. }
-        | Action::StopHelperServer { .. }
-        | Action::ReturnTasks { .. }
-        | Action::StartSession { .. }
-        | Action::Promote { .. }
-        | Action::RollBackPromotion { .. }
-        | Action::StopSession { .. }
-        | Action::Create { .. }
-        | Action::Start { .. }
-        | Action::RemoveOrphan { .. }
-        | Action::RemoveDuplicate { .. }
-        | Action::FinishReplacement { .. }
-        | Action::RestoreName { .. }
-        | Action::Unpause { .. }
-        | Action::RemoveStranger { .. } => return vec![],
+    let Some(ContainerOp::Recreate { reason, .. }) = a.container_op() else {
+        return vec![];
     };
     match reason {
         Drift::Spec { changes } => changes

@@ -13,7 +13,8 @@ use super::rows::{
 use crate::core::container::{LastExit, labels, rfc3339, rfc3339_epoch};
 use crate::model::{MainSession, Member, Network, Parent, Team};
 use crate::plan::{
-    Action, ContainerRef, ContainerState, Drift, Finding, Observed, ObservedContainer, Plan,
+    Action, ContainerOp, ContainerRef, ContainerState, Drift, Finding, Observed, ObservedContainer,
+    Op, Plan, Removal, ServerOp, SessionOp,
 };
 
 /// A member's grants, with the write grants its uid cannot write marked.
@@ -138,7 +139,13 @@ impl<'a> Inputs<'a> {
     /// it), with its terminal, its transcript and where it came from.
     fn session_row(&self, s: &MainSession) -> MemberStatus {
         let (team, facts) = (self.team, self.facts);
-        let running = !self.plan.actions.iter().any(|a| matches!(a, Action::StartSession { session, .. } | Action::Promote { session, .. } if session.name == s.name && session.team == team.name));
+        let running = !self.plan.actions.iter().any(|a| {
+            a.subject() == (&team.name, &s.name)
+                && matches!(
+                    a.op,
+                    Op::Session(SessionOp::Start { .. } | SessionOp::Promote { .. })
+                )
+        });
         let terminal = facts.session(&team.name, &s.name);
         let transcript = session_transcript(team, s);
         let TranscriptUsage { bytes, last_change } = facts.transcript(&transcript);
@@ -296,7 +303,8 @@ impl<'a> Inputs<'a> {
     /// apply, or the controller, starts the server.
     fn helpers_down(&self, m: &Member) -> bool {
         self.plan.actions.iter().any(|a| {
-            matches!(a, Action::StartHelperServer { team: t, member } if *t == self.team.name && *member == m.name)
+            a.subject() == (&self.team.name, &m.name)
+                && matches!(a.op, Op::Server(ServerOp::StartHelper))
         })
     }
 
@@ -478,27 +486,13 @@ impl<'p> ContainerPlan<'p> {
     /// `a` as such; none for an action on anything else (a proxy, a session, a folder,
     /// another container).
     fn of(a: &'p Action) -> Option<ContainerPlan<'p>> {
-        match a {
-            Action::Recreate { reason, .. } => Some(ContainerPlan::Recreate(reason)),
-            Action::RestoreName { name, .. } => Some(ContainerPlan::RestoreName(name)),
-            Action::Create { .. } | Action::Start { .. } | Action::FinishReplacement { .. } => {
-                Some(ContainerPlan::BringUp)
-            }
-            Action::MakeTranscriptDir { .. }
-            | Action::StartEgressProxy { .. }
-            | Action::UpdateEgressPolicy { .. }
-            | Action::StopEgressProxy { .. }
-            | Action::StartHelperServer { .. }
-            | Action::StopHelperServer { .. }
-            | Action::ReturnTasks { .. }
-            | Action::StartSession { .. }
-            | Action::Promote { .. }
-            | Action::RollBackPromotion { .. }
-            | Action::StopSession { .. }
-            | Action::RemoveOrphan { .. }
-            | Action::RemoveDuplicate { .. }
-            | Action::Unpause { .. }
-            | Action::RemoveStranger { .. } => None,
+        match a.container_op()? {
+            ContainerOp::Recreate { reason, .. } => Some(ContainerPlan::Recreate(reason)),
+            ContainerOp::RestoreName { name, .. } => Some(ContainerPlan::RestoreName(name)),
+            ContainerOp::Create { .. }
+            | ContainerOp::Start { .. }
+            | ContainerOp::FinishReplacement { .. } => Some(ContainerPlan::BringUp),
+            ContainerOp::Remove { .. } | ContainerOp::Unpause { .. } => None,
         }
     }
 }
@@ -583,31 +577,18 @@ fn stranger_found(f: &Finding) -> Option<(&String, &String, &ContainerRef)> {
 
 /// A stranger the plan removes: `(team, member, container)`.
 fn stranger_removed(a: &Action) -> Option<(&String, &String, &ContainerRef)> {
-    match a {
-        Action::RemoveStranger {
-            team,
-            member,
+    match a.container_op()? {
+        ContainerOp::Remove {
             container,
-        } => Some((team, member, container)),
-        Action::MakeTranscriptDir { .. }
-        | Action::StartEgressProxy { .. }
-        | Action::UpdateEgressPolicy { .. }
-        | Action::StopEgressProxy { .. }
-        | Action::StartHelperServer { .. }
-        | Action::StopHelperServer { .. }
-        | Action::ReturnTasks { .. }
-        | Action::StartSession { .. }
-        | Action::Promote { .. }
-        | Action::RollBackPromotion { .. }
-        | Action::StopSession { .. }
-        | Action::Create { .. }
-        | Action::Recreate { .. }
-        | Action::Start { .. }
-        | Action::RemoveOrphan { .. }
-        | Action::RemoveDuplicate { .. }
-        | Action::FinishReplacement { .. }
-        | Action::RestoreName { .. }
-        | Action::Unpause { .. } => None,
+            removal: Removal::Stranger,
+        } => Some((&a.team, &a.subject, container)),
+        ContainerOp::Remove { .. }
+        | ContainerOp::Create { .. }
+        | ContainerOp::Recreate { .. }
+        | ContainerOp::Start { .. }
+        | ContainerOp::FinishReplacement { .. }
+        | ContainerOp::RestoreName { .. }
+        | ContainerOp::Unpause { .. } => None,
     }
 }
 
@@ -623,14 +604,16 @@ fn egress_state(
     if !matches!(m.access.network, Network::Allow(_)) {
         return (state, detail, drifted, None);
     }
-    let ours = |t: &String, member: &String| *t == team.name && *member == m.name;
-    let down = plan
+    let ours = plan
         .actions
         .iter()
-        .any(|a| matches!(a, Action::StartEgressProxy { team: t, member, .. } if ours(t, member)));
-    let stale = plan.actions.iter().any(
-        |a| matches!(a, Action::UpdateEgressPolicy { team: t, member, .. } if ours(t, member)),
-    );
+        .filter(|a| a.subject() == (&team.name, &m.name));
+    let down = ours
+        .clone()
+        .any(|a| matches!(a.op, Op::Server(ServerOp::StartEgress { .. })));
+    let stale = ours
+        .clone()
+        .any(|a| matches!(a.op, Op::Server(ServerOp::UpdateEgress { .. })));
     let (proxy, note) = if down {
         ("down", Some("egress proxy not running; apply starts it"))
     } else if stale {
