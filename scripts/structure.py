@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The structure figures issue 21 asked for, rerunnable: functions over 100 and 120 lines
-(tests apart), imports between top-level modules that close a cycle (arrows back up), state-folder names joined
-outside core/layout.rs, and unit tests of the I/O layers (execute, observe, runtime, app).
+"""The structure figures issues 21 and 39 asked for, rerunnable: functions over 100 and 120
+lines (tests apart), imports between top-level modules that close a cycle (arrows back up),
+imports that point up lib.rs's map, engine writes outside the executor, files over 800
+lines of production code, state-folder names joined outside core/layout.rs, and unit tests
+of the I/O layers (execute, observe, runtime, app).
 
 Usage: python3 scripts/structure.py [--top N]
 """
@@ -162,6 +164,36 @@ def state_joins():
     return found
 
 
+# Calls that change what the engine runs: the executor's (`execute/`) alone, through the
+# runtime it drives (`runtime/`, `sessions.rs` for a promotion) and the engines themselves.
+ENGINE_WRITE = re.compile(r'\b(?:backend|engine)\s*\.\s*(create|start|stop|remove|rename|pause|'
+                          r'unpause|kill|remove_network|create_network|pull|exec_start)\(')
+WRITERS = {"execute", "runtime", "backend", "sessions"}
+
+
+def writes_outside_executor():
+    """Engine writes in production code outside the executor and what it drives."""
+    found = []
+    for p in rust_files():
+        rel = os.path.relpath(p, SRC)
+        if rel.split("/")[0].removesuffix(".rs") in WRITERS:
+            continue
+        for n, l in enumerate(code_lines(p), 1):
+            if not l.strip().startswith("//") and ENGINE_WRITE.search(l):
+                found.append(f"{rel}:{n} {l.strip()}")
+    return found
+
+
+def long_files(limit=800):
+    """Files with more than `limit` lines of production code (their tests apart)."""
+    out = []
+    for p in rust_files():
+        n = len(code_lines(p))
+        if n > limit:
+            out.append((n, os.path.relpath(p, SRC)))
+    return sorted(out, reverse=True)
+
+
 def io_unit_tests():
     counts = {}
     for p in (os.path.join(d, f) for d, _, fs in os.walk(SRC) for f in fs if f.endswith(".rs")):
@@ -189,6 +221,14 @@ def main():
     print(f"imports that point up lib.rs's map: {len(up)}")
     for u in up:
         print("  " + u)
+    writes = writes_outside_executor()
+    print(f"engine writes outside the executor: {len(writes)}")
+    for w in writes:
+        print("  " + w)
+    long = long_files()
+    print(f"files over 800 lines of production code: {len(long)}")
+    for n, p in long:
+        print(f"  {n:5d}  {p}")
     joins = state_joins()
     print(f"state-folder names joined outside core/layout.rs: {len(joins)}")
     for j in joins:

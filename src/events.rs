@@ -98,6 +98,8 @@ pub enum EventKind {
     Refused,
     /// The person deleted the team: a controller leaves it deleted until it is applied again.
     Deleted,
+    /// The person stopped a member's container (`ateam rollback`, for its workspace).
+    Stopped,
 }
 
 impl EventKind {
@@ -118,7 +120,8 @@ impl EventKind {
             | EventKind::TaskGiven
             | EventKind::AgentDone
             | EventKind::BoardTask
-            | EventKind::Deleted => "Normal",
+            | EventKind::Deleted
+            | EventKind::Stopped => "Normal",
             EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
@@ -160,6 +163,7 @@ impl EventKind {
             EventKind::AgentFailed => "agent-failed",
             EventKind::Refused => "refused",
             EventKind::Deleted => "deleted",
+            EventKind::Stopped => "stopped",
         }
     }
 }

@@ -689,6 +689,14 @@ fn rollback_restores_what_the_start_saw_and_is_undone_by_another(engine: Engine)
     assert_eq!(log(&w), "delete everything");
     let rolled = w.ateam_ok(&["rollback", "alice"]);
     assert!(rolled.contains("before start"), "{rolled}");
+    // The running member was stopped by the executor, which says so.
+    let events = w.ateam_ok(&["events"]);
+    assert!(
+        events
+            .lines()
+            .any(|l| l.contains("stopped") && l.contains("workspace is rolled back")),
+        "{engine:?}: {events}"
+    );
     assert_eq!(
         std::fs::read_to_string(ws.join("src/b.py")).unwrap(),
         "def b(): return 2\n"

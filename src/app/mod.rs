@@ -499,6 +499,48 @@ impl App {
         exec.preflight_offline(&look.plan, &look.desired.members)
     }
 
+    /// Stops the live containers of `member` of team `t` (`found`, on `backend`) through the
+    /// executor, for `ateam rollback`: logged and an event each. Returns the failures.
+    pub async fn stop_member(
+        &self,
+        t: &Team,
+        member: &str,
+        (backend, info): (Arc<dyn Backend>, EngineInfo),
+        found: &[crate::backend::Summary],
+    ) -> Vec<crate::execute::Failure> {
+        let rt = Runtime {
+            backend,
+            info,
+            store: crate::core::layout::store_id(&self.host.state_dir),
+            owner: self.owner,
+            state_dir: self.host.state_dir.clone(),
+            looked: Default::default(),
+        };
+        let actions = found
+            .iter()
+            .filter(|c| c.state.is_live())
+            .map(|c| {
+                let container = crate::plan::ContainerRef {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                };
+                let op = crate::plan::ContainerOp::Stop { container };
+                crate::plan::Action::new(&t.name, member, op)
+            })
+            .collect();
+        let plan = crate::plan::Plan {
+            actions,
+            ..Default::default()
+        };
+        let exec = crate::execute::Executor {
+            rt: &rt,
+            concurrency: 1,
+            secret: &|_| None,
+            progress: &crate::execute::Quiet,
+        };
+        exec.run(&plan, &[]).await
+    }
+
     /// A runtime on the engine of `look`.
     pub fn runtime(&self, look: &Look) -> Runtime {
         Runtime {

@@ -200,7 +200,8 @@ fn identity(e: &Event) -> String {
         | EventKind::AgentFailed
         | EventKind::Refused
         | EventKind::ApprovalPending
-        | EventKind::Deleted => e.ts.to_bits().to_string(),
+        | EventKind::Deleted
+        | EventKind::Stopped => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",

@@ -63,7 +63,7 @@ async fn find(
     member: &str,
     reach: Reach,
 ) -> anyhow::Result<Found> {
-    let (t, backend, found) = recorded(ctx, team, member).await?;
+    let (t, (backend, _), found) = recorded(ctx, team, member).await?;
     let name = container_name(&t.name, member);
     let Some(c) = found
         .iter()
@@ -155,13 +155,16 @@ async fn recorded(
     member: &str,
 ) -> anyhow::Result<(
     ateam::model::Team,
-    std::sync::Arc<dyn ateam::backend::Backend>,
+    (
+        std::sync::Arc<dyn ateam::backend::Backend>,
+        ateam::backend::EngineInfo,
+    ),
     Vec<ateam::backend::Summary>,
 )> {
     let applied = ctx.applied_with_requests(team)?;
     let (t, _) = member_of(&applied, member)?;
     let t = t.clone();
-    let (backend, _) = ctx.connect(std::slice::from_ref(&t)).await?;
+    let (backend, info) = ctx.connect(std::slice::from_ref(&t)).await?;
     let filter = BTreeMap::from([
         (labels::STORE.to_string(), store_id(&ctx.host.state_dir)),
         (labels::TEAM.to_string(), t.name.clone()),
@@ -175,7 +178,7 @@ async fn recorded(
         .into_iter()
         .filter(|c| record.ids.contains(&c.id))
         .collect();
-    Ok((t, backend, found))
+    Ok((t, (backend, info), found))
 }
 
 /// Stops every live container of `member` (for a rollback of its workspace); whether one was.
@@ -185,11 +188,10 @@ pub async fn stop_member(
     member: &str,
 ) -> anyhow::Result<bool> {
     let ctx = app(global);
-    let (_, backend, found) = recorded(&ctx, team, member).await?;
-    let mut stopped = false;
-    for c in found.iter().filter(|c| c.state.is_live()) {
-        backend.stop(&c.id, 10).await?;
-        stopped = true;
+    let (t, engine, found) = recorded(&ctx, team, member).await?;
+    let stopped = found.iter().any(|c| c.state.is_live());
+    if let Some(f) = ctx.stop_member(&t, member, engine, &found).await.pop() {
+        return Err(f.error.into());
     }
     Ok(stopped)
 }

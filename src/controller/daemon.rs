@@ -608,7 +608,8 @@ impl StatusSource for Reconciler {
                     | EventKind::BoardTask
                     | EventKind::AgentFailed
                     | EventKind::Refused
-                    | EventKind::Deleted => continue,
+                    | EventKind::Deleted
+                    | EventKind::Stopped => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }

@@ -56,6 +56,9 @@ impl Executor<'_> {
             ContainerOp::Unpause { container } => {
                 Carried::done(self.unpause(team, member, container).await)
             }
+            ContainerOp::Stop { container } => {
+                Carried::done(self.stop(team, member, container).await)
+            }
         }
     }
 
@@ -323,6 +326,21 @@ impl Executor<'_> {
         self.rt
             .backend
             .remove(&container.id)
+            .await
+            .map_err(backend_error(member))
+    }
+
+    /// Stops a member's container (its restart policy is the next plan's to apply).
+    async fn stop(
+        &self,
+        team: &str,
+        member: &str,
+        container: &ContainerRef,
+    ) -> Result<(), ActionError> {
+        self.progress.step(team, member, Step::Removing);
+        self.rt
+            .backend
+            .stop(&container.id, 10)
             .await
             .map_err(backend_error(member))
     }

@@ -29,7 +29,8 @@ pub(super) fn about(a: &Action) -> About<'_> {
             | ContainerOp::Remove { .. }
             | ContainerOp::FinishReplacement { .. }
             | ContainerOp::RestoreName { .. }
-            | ContainerOp::Unpause { .. },
+            | ContainerOp::Unpause { .. }
+            | ContainerOp::Stop { .. },
         )
         | None => None,
     };
@@ -91,7 +92,9 @@ pub(super) fn event_of(
                 K::TasksReturned,
                 format!("its tasks on the board went back to todo: {why}"),
             ),
-            Op::Host(HostOp::MakeTranscriptDir { .. }) | Op::Server(_) => return None,
+            Op::Host(HostOp::MakeTranscriptDir { .. }) | Op::Server(_) | Op::Team(_) => {
+                return None;
+            }
         },
     };
     let e = Event::new(&a.team, &a.subject, kind, &reason);
@@ -136,6 +139,10 @@ fn container_said(op: &ContainerOp) -> (K, String) {
         ContainerOp::Unpause { .. } => {
             (K::Repaired, "paused behind ateam's back; let go on".into())
         }
+        ContainerOp::Stop { .. } => (
+            K::Stopped,
+            "stopped: its workspace is rolled back (ateam rollback)".into(),
+        ),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Carrying out a plan: actions of one member run in order, members run side by side with
 //! bounded concurrency. Every engine and file write of ateam's happens here, one file per
-//! kind of action (`Op`): `containers`, `servers`, `sessions`, `host`; `preflight` checks
+//! kind of action (`Op`): `containers`, `servers`, `sessions`, `host`, `team` (a delete's
+//! teardown, after the containers); `preflight` checks
 //! before any change; `events` says what was done.
 //!
 //! Logged: each member's actions run in a `member` span (team, member); each action is one
@@ -14,6 +15,7 @@ mod host;
 mod preflight;
 mod servers;
 mod sessions;
+mod team;
 #[cfg(test)]
 mod tests;
 
@@ -133,7 +135,7 @@ fn key(a: &Action) -> (String, String) {
             // A rollback gives the member its transcript back: before the member's own actions.
             SessionOp::RollBack { .. } => false,
         },
-        Op::Container(_) | Op::Server(_) | Op::Host(_) => false,
+        Op::Container(_) | Op::Server(_) | Op::Host(_) | Op::Team(_) => false,
     };
     let subject = match apart {
         true => format!("session/{subject}"),
@@ -250,6 +252,7 @@ impl Executor<'_> {
             Op::Server(op) => Carried::done(self.server(a, op, wanted).await),
             Op::Session(op) => Carried::done(self.session(a, op).await),
             Op::Host(op) => Carried::done(self.host(a, op, wanted)),
+            Op::Team(op) => Carried::done(self.team(a, op).await),
         }
     }
 }

@@ -32,7 +32,8 @@ fn brought_up<'p>(
         ContainerOp::Remove { .. }
         | ContainerOp::FinishReplacement { .. }
         | ContainerOp::RestoreName { .. }
-        | ContainerOp::Unpause { .. } => None,
+        | ContainerOp::Unpause { .. }
+        | ContainerOp::Stop { .. } => None,
     }
 }
 

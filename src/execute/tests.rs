@@ -5,7 +5,7 @@ use super::*;
 use crate::core::container::{ExitReason, replacement_name};
 use crate::core::intercept::EgressPolicy;
 use crate::model::RestartPolicy;
-use crate::plan::{ContainerOp, ContainerRef, Drift, HostOp, Removal, StartReason};
+use crate::plan::{ContainerOp, ContainerRef, Drift, HostOp, Removal, StartReason, TeamOp};
 use crate::runtime::RunError;
 use crate::store::Record;
 
@@ -266,6 +266,16 @@ fn every_action_is_named_once_and_documented() {
         }
         .into(),
         ContainerOp::Unpause { container: c() }.into(),
+        ContainerOp::Stop { container: c() }.into(),
+        TeamOp::RemoveNetwork { name: "n".into() }.into(),
+        TeamOp::StopSessions { sockets: vec![] }.into(),
+        TeamOp::Purge { paths: vec![] }.into(),
+        TeamOp::StopHelperServers.into(),
+        TeamOp::ClearRunDir {
+            path: "/x".into(),
+            all: false,
+        }
+        .into(),
     ];
     let mut names = BTreeSet::new();
     for op in ops {
@@ -282,7 +292,7 @@ fn every_action_is_named_once_and_documented() {
     }
     assert_eq!(
         names.len(),
-        20,
+        26,
         "every action has a name of its own: {names:?}"
     );
     for d in [

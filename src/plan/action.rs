@@ -38,6 +38,9 @@ pub enum Op {
     /// What ateam keeps for the member on the host: its transcript folder, its tasks on the
     /// team's board.
     Host(HostOp),
+    /// A whole team being deleted (`app::delete`), once its containers are gone: the subject
+    /// is empty.
+    Team(TeamOp),
 }
 
 /// What is done to a member's containers.
@@ -89,6 +92,13 @@ pub enum ContainerOp {
     /// Let a container go on that someone paused.
     Unpause {
         /// The paused container.
+        container: ContainerRef,
+    },
+    /// Stop a live container, as the person asked (`ateam rollback`: its workspace is rolled
+    /// back under a stopped member). Never planned: the container stays, and the plan after
+    /// it restarts the member as its restart policy says.
+    Stop {
+        /// The live container.
         container: ContainerRef,
     },
 }
@@ -191,6 +201,44 @@ pub enum HostOp {
     },
 }
 
+/// What is done to a team being deleted, after its containers are gone.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TeamOp {
+    /// Remove the team's own network (`network: open`), if it has one.
+    RemoveNetwork {
+        /// Its name.
+        name: String,
+    },
+    /// End the main sessions' terminals ateam started for it: the manifests' and any left
+    /// running that they no longer name. Each is gone when this returns.
+    StopSessions {
+        /// Their terminals' sockets.
+        sockets: Vec<PathBuf>,
+    },
+    /// Remove what the person asked gone with `--purge`: transcript folders, writers'
+    /// workspaces and ateam's shadows of them.
+    Purge {
+        /// The folders and files.
+        paths: Vec<PathBuf>,
+    },
+    /// Stop every helper server of the team.
+    StopHelperServers,
+    /// Clear the team's state folder: all of it with `all`, else all but what a person reads
+    /// afterwards (its events, egress logs and board).
+    ClearRunDir {
+        /// The folder.
+        path: PathBuf,
+        /// Nothing kept (`--purge`).
+        all: bool,
+    },
+}
+
+impl From<TeamOp> for Op {
+    fn from(op: TeamOp) -> Op {
+        Op::Team(op)
+    }
+}
+
 impl From<ContainerOp> for Op {
     fn from(op: ContainerOp) -> Op {
         Op::Container(op)
@@ -257,7 +305,7 @@ impl Action {
     pub fn container_op(&self) -> Option<&ContainerOp> {
         match &self.op {
             Op::Container(c) => Some(c),
-            Op::Server(_) | Op::Session(_) | Op::Host(_) => None,
+            Op::Server(_) | Op::Session(_) | Op::Host(_) | Op::Team(_) => None,
         }
     }
 
@@ -268,6 +316,7 @@ impl Action {
             Op::Server(o) => o.name(),
             Op::Session(o) => o.name(),
             Op::Host(o) => o.name(),
+            Op::Team(o) => o.name(),
         }
     }
 
@@ -279,6 +328,7 @@ impl Action {
             Op::Server(o) => o.reason(),
             Op::Session(o) => o.reason(),
             Op::Host(o) => o.reason(),
+            Op::Team(_) => "teamDeleted",
         }
     }
 
@@ -303,7 +353,8 @@ impl Action {
             | ContainerOp::Remove { .. }
             | ContainerOp::FinishReplacement { .. }
             | ContainerOp::RestoreName { .. }
-            | ContainerOp::Unpause { .. } => None,
+            | ContainerOp::Unpause { .. }
+            | ContainerOp::Stop { .. } => None,
         }
     }
 
@@ -327,6 +378,7 @@ impl ContainerOp {
             ContainerOp::FinishReplacement { .. } => "finishReplacement",
             ContainerOp::RestoreName { .. } => "restoreName",
             ContainerOp::Unpause { .. } => "unpause",
+            ContainerOp::Stop { .. } => "stop",
         }
     }
 
@@ -343,6 +395,7 @@ impl ContainerOp {
             ContainerOp::FinishReplacement { .. } => "interruptedReplacement",
             ContainerOp::RestoreName { .. } => "renamed",
             ContainerOp::Unpause { .. } => "paused",
+            ContainerOp::Stop { .. } => "workspaceRollback",
         }
     }
 
@@ -355,7 +408,8 @@ impl ContainerOp {
             | ContainerOp::Remove { container, .. }
             | ContainerOp::FinishReplacement { container, .. }
             | ContainerOp::RestoreName { container, .. }
-            | ContainerOp::Unpause { container } => Some(container),
+            | ContainerOp::Unpause { container }
+            | ContainerOp::Stop { container } => Some(container),
         }
     }
 }
@@ -417,6 +471,18 @@ impl HostOp {
         match self {
             HostOp::MakeTranscriptDir { .. } => "missing",
             HostOp::ReturnTasks { .. } => "holderLeft",
+        }
+    }
+}
+
+impl TeamOp {
+    fn name(&self) -> &'static str {
+        match self {
+            TeamOp::RemoveNetwork { .. } => "removeNetwork",
+            TeamOp::StopSessions { .. } => "stopSessions",
+            TeamOp::Purge { .. } => "purge",
+            TeamOp::StopHelperServers => "stopHelperServers",
+            TeamOp::ClearRunDir { .. } => "clearRunDir",
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::core::container::{self as names, labels};
 pub use crate::core::session::Promotion;
 pub use action::{
     Action, ContainerOp, ContainerRef, Drift, FieldChange, HostOp, Op, Removal, ServerOp,
-    SessionOp, StartReason,
+    SessionOp, StartReason, TeamOp,
 };
 pub use observed::{Observed, ObservedContainer};
 pub use options::{Dropped, PlanOptions};

@@ -155,6 +155,7 @@ fn kinds(p: &Plan) -> Vec<String> {
                 Op::Server(ServerOp::StopHelper) => format!("stop-helpers {member}"),
                 Op::Session(op) => session_kind(member, op),
                 Op::Container(op) => container_kind(member, op),
+                Op::Team(_) => format!("team {}", a.name()),
             }
         })
         .collect()
@@ -201,6 +202,7 @@ fn container_kind(member: &str, op: &ContainerOp) -> String {
         ContainerOp::FinishReplacement { container, .. } => format!("finish {}", container.id),
         ContainerOp::RestoreName { container, name } => format!("rename {} {name}", container.id),
         ContainerOp::Unpause { .. } => format!("unpause {member}"),
+        ContainerOp::Stop { .. } => format!("stop {member}"),
     }
 }
 

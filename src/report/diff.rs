@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::plan::spec::DesiredSession;
 use crate::plan::{
     Action, ContainerOp, Drift, Finding, HostOp, Op, Plan, Promotion, Removal, ServerOp, SessionOp,
-    StartReason,
+    StartReason, TeamOp,
 };
 
 /// The plan, one line per change, grouped by team; then whether the machine differs from
@@ -85,6 +85,28 @@ pub fn action_text(a: &Action) -> String {
         Op::Host(HostOp::ReturnTasks { why }) => {
             format!("~ {member}'s tasks on the board back to todo: {why}")
         }
+        Op::Team(op) => team_text(&a.team, op),
+    }
+}
+
+fn team_text(team: &str, op: &TeamOp) -> String {
+    match op {
+        TeamOp::RemoveNetwork { name } => format!("- network {name} of team {team}"),
+        TeamOp::StopSessions { sockets } => {
+            format!("- {} main session(s) of team {team}", sockets.len())
+        }
+        TeamOp::Purge { paths } => format!(
+            "- {} transcript folder(s) and workspace(s) of team {team} (--purge)",
+            paths.len()
+        ),
+        TeamOp::StopHelperServers => format!("- helper servers of team {team}"),
+        TeamOp::ClearRunDir { path, all: true } => {
+            format!("- state of team {team}: {}", path.display())
+        }
+        TeamOp::ClearRunDir { path, all: false } => format!(
+            "- state of team {team} but its events, egress logs and board: {}",
+            path.display()
+        ),
     }
 }
 
@@ -122,6 +144,12 @@ fn container_text(member: &str, op: &ContainerOp) -> String {
             container.name
         ),
         ContainerOp::Unpause { .. } => format!("> unpause {member}: someone paused it"),
+        ContainerOp::Stop { container } => {
+            format!(
+                "- stop {member} ({}): its workspace is rolled back",
+                container.name
+            )
+        }
     }
 }
 

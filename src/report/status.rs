@@ -492,7 +492,9 @@ impl<'p> ContainerPlan<'p> {
             ContainerOp::Create { .. }
             | ContainerOp::Start { .. }
             | ContainerOp::FinishReplacement { .. } => Some(ContainerPlan::BringUp),
-            ContainerOp::Remove { .. } | ContainerOp::Unpause { .. } => None,
+            ContainerOp::Remove { .. } | ContainerOp::Unpause { .. } | ContainerOp::Stop { .. } => {
+                None
+            }
         }
     }
 }
@@ -588,7 +590,8 @@ fn stranger_removed(a: &Action) -> Option<(&String, &String, &ContainerRef)> {
         | ContainerOp::Start { .. }
         | ContainerOp::FinishReplacement { .. }
         | ContainerOp::RestoreName { .. }
-        | ContainerOp::Unpause { .. } => None,
+        | ContainerOp::Unpause { .. }
+        | ContainerOp::Stop { .. } => None,
     }
 }
 
