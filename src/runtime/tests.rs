@@ -4,10 +4,12 @@
 //! checks and the release run for real, on the rig's `Init`; what a real container adds
 //! (the control folder at `/.ateam`, limits in its own cgroup) is tested under tests/.
 
+use super::pin::PinError;
 use super::rig::{Init, Rig, under};
 use super::*;
 use crate::backend::ImageConfig;
 use crate::backend::fake::{Call, Fault};
+use crate::core::container::ContainerState;
 
 fn no_secret(_: &str) -> Option<String> {
     None
