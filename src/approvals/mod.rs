@@ -12,8 +12,8 @@
 //! The answers are the person's alone: `ateam approvals` on the host writes them into the
 //! state folder and the manifests; no member has a socket or a file that reaches them.
 
-pub mod asks;
-pub mod record;
+pub(crate) mod asks;
+pub(crate) mod record;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -7,10 +7,10 @@
 //! API (for example `userns=keep-id` on rootless Podman).
 
 pub mod connect;
-pub mod docker;
+pub(crate) mod docker;
 #[cfg(test)]
 pub(crate) mod fake;
-pub mod podman;
+pub(crate) mod podman;
 
 use std::collections::BTreeMap;
 

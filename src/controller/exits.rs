@@ -81,6 +81,7 @@ impl Exits {
     }
 
     /// How many pids are watched.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.watched
             .lock()

@@ -23,13 +23,13 @@
 
 pub mod backoff;
 pub mod daemon;
-pub mod exits;
+pub(crate) mod exits;
 pub mod metrics;
-pub mod queue;
+pub(crate) mod queue;
 mod runner;
 #[cfg(test)]
 mod tests;
-pub mod watch;
+pub(crate) mod watch;
 
 use std::time::Duration;
 

@@ -115,14 +115,11 @@ impl<K: Ord + Clone> Queue<K> {
     }
 
     /// When `key` is due, if it waits.
+    #[cfg(test)]
     pub fn due_at(&self, key: &K) -> Option<Instant> {
         self.due.get(key).copied()
     }
 
-    /// Whether a reconcile of `key` runs now.
-    pub fn is_running(&self, key: &K) -> bool {
-        self.running.contains(key)
-    }
 
     /// Keys running now.
     pub fn running(&self) -> usize {

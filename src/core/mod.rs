@@ -17,12 +17,12 @@
 pub mod agents;
 pub mod container;
 pub mod egress;
-pub mod env;
-pub mod image_build;
+pub(crate) mod env;
+pub(crate) mod image_build;
 pub mod intercept;
 pub mod layout;
 pub mod logins;
 pub mod selector;
-pub mod session;
+pub(crate) mod session;
 pub mod transcript;
 pub mod untrusted;

@@ -4,9 +4,9 @@
 //! `engines` finds where container engines keep their data and sockets; `mounts` reads the
 //! mount table, which shows what a folder really is when a bind mount gives it another name.
 
-pub mod access;
-pub mod engines;
-pub mod mounts;
+pub(crate) mod access;
+pub(crate) mod engines;
+pub(crate) mod mounts;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -12,7 +12,7 @@
 //! login the new access token is `app::login_keeper` (it writes proxies' files: above
 //! `egress`).
 
-pub mod http;
+pub(crate) mod http;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

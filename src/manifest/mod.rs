@@ -6,14 +6,14 @@
 
 pub mod edit;
 pub mod export;
-pub mod load;
-pub mod paths;
+pub(crate) mod load;
+pub(crate) mod paths;
 pub mod quantity;
 pub mod raw;
 pub mod reach;
 pub(crate) mod rules;
 pub mod validate;
-pub mod yaml;
+pub(crate) mod yaml;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -2,12 +2,12 @@
 //! the transcript folders, the sockets. Produces the plain `Observed` value the planner reads;
 //! `facts` reads what status shows beyond the plan, after a look.
 
-pub mod cache;
+pub(crate) mod cache;
 mod facts;
 mod host;
 #[cfg(test)]
 mod tests;
-pub mod transcripts;
+pub(crate) mod transcripts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 
 mod action;
 mod members;
-pub mod observed;
+pub(crate) mod observed;
 mod options;
 mod sessions;
 pub mod spec;

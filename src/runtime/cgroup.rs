@@ -26,6 +26,7 @@ pub fn membership(pid: u32) -> Option<String> {
 }
 
 /// The limits in force for the process `pid`, read through the host's /sys/fs/cgroup.
+#[cfg(test)]
 pub fn enforced(pid: u32) -> Enforced {
     membership(pid)
         .map(|text| enforced_on(&text))
@@ -90,13 +91,6 @@ fn read_small(path: &Path) -> Option<String> {
 }
 
 pub use crate::core::container::Usage;
-
-/// The usage of the cgroup of process `pid` (a container's first process).
-pub fn usage(pid: u32) -> Usage {
-    membership(pid)
-        .map(|text| usage_on(&text))
-        .unwrap_or_default()
-}
 
 /// `usage` of container `id` whose first process is `pid`: its figures only when its cgroup
 /// is its own (`container_usage_on`).

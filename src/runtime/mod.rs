@@ -7,12 +7,12 @@
 //! step after create removes the container, so nothing that was not checked ever runs.
 
 pub mod agents;
-pub mod build;
-pub mod cgroup;
+pub(crate) mod build;
+pub(crate) mod cgroup;
 mod checks;
 mod errors;
 pub mod gate;
-pub mod image;
+pub(crate) mod image;
 pub mod pin;
 pub mod procfs;
 mod release;

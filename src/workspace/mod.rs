@@ -13,7 +13,7 @@
 //! diff drivers name nothing; `index-pack --strict` checks every object it receives.
 
 pub mod copy;
-pub mod git;
+pub(crate) mod git;
 mod refs;
 mod review;
 mod snapshots;
