@@ -17,13 +17,13 @@ use crate::backend::BackendError;
 use crate::board::Actor;
 use crate::core::container::{ExitReason, LastExit, labels, replacement_name, rfc3339};
 use crate::core::intercept::EgressPolicy;
-use crate::egress;
 use crate::files;
 use crate::model::PullPolicy;
 use crate::plan::spec::{DesiredMember, DesiredSession};
 use crate::plan::{Action, ContainerRef, Plan, Promotion, ResumeEntry, StartReason};
 use crate::report::{drift_text, start_text};
 use crate::runtime::{ProxyStarting, RunError, Runtime, image};
+use crate::servers::egress;
 use crate::sessions;
 use crate::store::Record;
 
@@ -140,7 +140,7 @@ pub enum ActionError {
         member: String,
         /// What failed.
         #[source]
-        source: crate::requests::servers::StartError,
+        source: crate::servers::helper::StartError,
     },
     /// An action that cannot be carried out as planned, or a task that panicked, in words.
     #[error("main session `{session}`: {message}")]
@@ -1289,7 +1289,7 @@ impl Executor<'_> {
         let (state_dir, store_owner) = (self.rt.state_dir.clone(), self.rt.owner);
         let (t, m) = (team.to_string(), member.to_string());
         blocking(member, move || {
-            crate::requests::servers::start(&state_dir, &t, &m, store_owner, owner)
+            crate::servers::helper::start(&state_dir, &t, &m, store_owner, owner)
         })
         .await?
         .map_err(|source| ActionError::Helpers {
@@ -1300,9 +1300,9 @@ impl Executor<'_> {
 
     /// Stops a member's helper server.
     async fn stop_helper_server(&self, team: &str, member: &str) -> Result<(), ActionError> {
-        let paths = crate::requests::servers::Paths::new(&self.rt.state_dir, team, member);
+        let paths = crate::servers::helper::Paths::new(&self.rt.state_dir, team, member);
         let pid = paths.pid.clone();
-        blocking(member, move || crate::requests::servers::stop(&paths))
+        blocking(member, move || crate::servers::helper::stop(&paths))
             .await?
             .map_err(|source| ActionError::Io {
                 member: member.to_string(),

@@ -162,7 +162,7 @@ pub async fn delete(
                 }
             }
         }
-        crate::requests::servers::stop_team(&app.host.state_dir, &t.name);
+        crate::servers::helper::stop_team(&app.host.state_dir, &t.name);
         let run = team_run_dir(&app.host.state_dir, &t.name);
         clear_team_dir(&run, purge).map_err(|source| AppError::Io {
             path: run.clone(),

@@ -27,12 +27,12 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::log::{Event, Verdict as Logged};
-use super::proxy::{CONNECT_TIMEOUT, HEAD_TIMEOUT, State};
-use super::{InterceptFile, Leaf};
+use super::{CONNECT_TIMEOUT, HEAD_TIMEOUT, State};
 use crate::core::egress::{Entry, Host, Target};
 use crate::core::intercept::Intercept;
 use crate::core::intercept::judge::{self, GitService, Verdict};
+use crate::servers::egress::log::{Event, Verdict as Logged};
+use crate::servers::egress::{InterceptFile, Leaf};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
