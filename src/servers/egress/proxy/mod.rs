@@ -29,7 +29,7 @@ use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
 use crate::core::intercept::Intercept;
 use crate::core::layout;
 use handshakes::Handshakes;
-use intercept::{self as icpt, Route};
+use intercept::{self as icpt, Proxy as _, Route};
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -354,28 +354,6 @@ impl State {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
-    /// configurations and secret; `None` when that host is no longer intercepted.
-    fn intercept_in_force(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<Option<(Intercept, Arc<icpt::Prepared>)>, String> {
-        let rules = self.rules()?;
-        match icpt::route(&rules.1, host, port, true) {
-            Route::Intercept(i) => {
-                let file = self.intercepts()?;
-                let p = self
-                    .prepared
-                    .lock()
-                    .expect("prepared lock")
-                    .get(&i, &file)?;
-                Ok(Some((*i, p)))
-            }
-            Route::Tunnel | Route::Refuse(_) => Ok(None),
-        }
-    }
-
     /// Builds the TLS configurations of every host the policy intercepts, as the member's
     /// first CONNECT to each would; what fails is left for that CONNECT to refuse.
     fn prepare_all(&self) {
@@ -405,6 +383,30 @@ impl State {
                     && (Host::parse(host).is_some_and(|h| list.allows(&h, port))
                         || self.learns(host, port))
             }
+        }
+    }
+}
+
+impl icpt::Proxy for State {
+    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
+    /// configurations and secret; `None` when that host is no longer intercepted.
+    fn intercept_in_force(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Option<(Intercept, Arc<icpt::Prepared>)>, String> {
+        let rules = self.rules()?;
+        match icpt::route(&rules.1, host, port, true) {
+            Route::Intercept(i) => {
+                let file = self.intercepts()?;
+                let p = self
+                    .prepared
+                    .lock()
+                    .expect("prepared lock")
+                    .get(&i, &file)?;
+                Ok(Some((*i, p)))
+            }
+            Route::Tunnel | Route::Refuse(_) => Ok(None),
         }
     }
 
@@ -900,6 +902,10 @@ async fn intercepted(
         upstream,
         prepared,
         permit,
+        limits: icpt::Limits {
+            head: HEAD_TIMEOUT,
+            connect: CONNECT_TIMEOUT,
+        },
     };
     icpt::serve(member, accepted, state).await;
 }
