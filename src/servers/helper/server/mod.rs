@@ -2,8 +2,9 @@
 //! the member's alone (in its control folder, 0600, its user's), so whoever connects is judged
 //! as that member and no other.
 //!
-//! It speaks just enough HTTP/1.1 for busybox `wget --post-data` (through the bridge the gate
-//! starts on `ATEAM_HELPERS_URL`) and for `curl --unix-socket`:
+//! It speaks just enough HTTP/1.1 (heads parsed by `httparse`, as the egress proxy's are) for
+//! busybox `wget --post-data` (through the bridge the gate starts on `ATEAM_HELPERS_URL`) and
+//! for `curl --unix-socket`:
 //!
 //! - `POST /helpers` with a `Request` as JSON: 201 and the member made, or the rule broken
 //!   (400, 403, 409, 422) as `{"refused": ..., "rule": ..., "field": ...}`;
