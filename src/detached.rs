@@ -57,7 +57,7 @@ pub enum Detach {
 }
 
 /// Which step of a launch failed. Each daemon words it as its own error (`ProxyError`,
-/// `requests::servers::StartError`), so what a person reads is the daemon's.
+/// `servers::helper::StartError`), so what a person reads is the daemon's.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LaunchError {

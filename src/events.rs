@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::core::container::rfc3339;
 use crate::core::layout;
 use crate::core::untrusted::shown;
-use crate::egress::log as egress_log;
 use crate::files::{self, Owner};
+use crate::servers::egress::log as egress_log;
 
 /// Size at which a team's events file is rotated: two files of this size at most.
 pub const MAX_EVENTS_BYTES: u64 = 1024 * 1024;
@@ -365,7 +365,7 @@ pub fn stranger_recorded(state_dir: &Path, team: &str, container: &str) -> bool 
 
 /// A member's egress refusals as events: refusals of one `host:port` that follow each other
 /// within `COLLAPSE_WITHIN` are one event, with their count, first and last time. `log` is
-/// what `egress::log::read` returns (already escaped), oldest first.
+/// what `servers::egress::log::read` returns (already escaped), oldest first.
 pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();
     // (host, port) -> index in `out` of its latest run.

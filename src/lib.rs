@@ -6,8 +6,9 @@
 //!   its Prometheus metrics; it calls `app` as a command does;
 //! - `app`: what a command or the controller asks for: read and judge manifests, find the
 //!   engine, look and plan, apply (and wait), delete, and status as one call (`app::status`,
-//!   which `status`, `status -w`, `top` and the metrics all read); and `app::helper_server`,
-//!   the per-member helper server that judges a member's requests and converges as apply does;
+//!   which `status`, `status -w`, `top` and the metrics all read); and, of this layer though
+//!   it lives in `servers`, `servers::helper::server`, the per-member helper server that judges
+//!   a member's requests and converges as apply does;
 //! - `observe` and `execute`: the reconcile loop's I/O: one look at the engine, the
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
@@ -18,13 +19,15 @@
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup,
 //!   the agents' builds in the host's agent cache: fetched, checked, mounted read-only);
 //! - `requests`: helper members a member asks for at run time, the pure part: judged as
-//!   manifests, recorded, merged into what is desired; and starting and stopping the helper
-//!   servers (`requests::servers`), as execute carries out the plan;
+//!   manifests, recorded, merged into what is desired;
 //! - `report`: diff and status as text and data;
 //! - `approvals`: what a member was refused that the person could grant (pending
 //!   approvals, with stable ids), and the person's answers kept in the state folder;
-//! - `egress`: a member's egress proxy: the detached `ateam egress-proxy` itself (allowlist,
-//!   interception with the team's CA, its log) and starting, refreshing and stopping it;
+//! - `servers`: the processes ateam runs per member, beside its container: `servers::egress`,
+//!   a member's egress proxy (the detached `ateam egress-proxy` itself: allowlist,
+//!   interception with the team's CA, its log; and starting, refreshing and stopping it), and
+//!   `servers::helper`, starting and stopping the helper servers as execute carries out the
+//!   plan (the server itself, `servers::helper::server`, is of `app`'s layer, above);
 //! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
 //!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
@@ -67,7 +70,6 @@ pub mod build_context;
 pub mod controller;
 pub mod core;
 pub mod detached;
-pub mod egress;
 pub mod events;
 pub mod execute;
 pub mod files;
@@ -81,6 +83,7 @@ pub mod policy;
 pub mod report;
 pub mod requests;
 pub mod runtime;
+pub mod servers;
 pub mod sessions;
 pub mod store;
 pub mod transcripts;

@@ -233,7 +233,7 @@ fn a_closed_port_is_a_failure_not_a_refusal() {
 
 /// Issue 34: a member refused once sends 2.5 MiB of allowed and failed requests, enough
 /// to rotate its refusal out of a 1 MiB log and its `.1`; the refusal has a log of its own,
-/// and `status`'s reading of it (`egress::log::read`, `refusals`) still finds it.
+/// and `status`'s reading of it (`servers::egress::log::read`, `refusals`) still finds it.
 #[test]
 fn a_refusal_survives_a_flood_of_allowed_and_failed_requests() {
     let closed = {
@@ -277,11 +277,11 @@ fn a_refusal_survives_a_flood_of_allowed_and_failed_requests() {
         last = now;
     }
     assert!(
-        size(&ateam::egress::log::rotated(&log)) > 0,
+        size(&ateam::servers::egress::log::rotated(&log)) > 0,
         "the log rotated"
     );
-    let events = ateam::egress::log::read(&log);
-    let refused = ateam::egress::log::refusals(&events, 0.0);
+    let events = ateam::servers::egress::log::read(&log);
+    let refused = ateam::servers::egress::log::refusals(&events, 0.0);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(
         (refused[0].host.as_str(), refused[0].count),

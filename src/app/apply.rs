@@ -145,10 +145,12 @@ pub async fn apply(
     // What the proxies refused before this apply is history for `status`.
     for t in &desired.teams {
         for m in &t.members {
-            let paths = crate::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
-            crate::egress::mark_applied(&paths, started).map_err(|source| AppError::Io {
-                path: paths.policy.clone(),
-                source,
+            let paths = crate::servers::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
+            crate::servers::egress::mark_applied(&paths, started).map_err(|source| {
+                AppError::Io {
+                    path: paths.policy.clone(),
+                    source,
+                }
             })?;
         }
     }
@@ -177,9 +179,10 @@ fn refresh_injected(
 ) {
     for m in &desired.members {
         let Some(e) = &m.egress else { continue };
-        let paths = crate::egress::Paths::new(&app.host.state_dir, &m.team, &m.member);
+        let paths = crate::servers::egress::Paths::new(&app.host.state_dir, &m.team, &m.member);
         let logins = (app.host.state_dir.as_path(), app.owner);
-        if let Err(err) = crate::egress::refresh_secrets(&paths, &e.policy, secret, logins) {
+        if let Err(err) = crate::servers::egress::refresh_secrets(&paths, &e.policy, secret, logins)
+        {
             // A missing value is refused where the member is created or its proxy started;
             // here it only means the proxy keeps what it has.
             tracing::warn!(member = %m.member, error = %err, "injected secrets not refreshed");

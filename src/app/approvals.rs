@@ -138,8 +138,8 @@ pub fn list(app: &App, team: Option<&str>) -> Result<Vec<Found>, AppError> {
             .iter()
             .filter(|m| matches!(m.access.network, Network::Allow(_)))
         {
-            let paths = crate::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
-            let events = crate::egress::log::read(&paths.log);
+            let paths = crate::servers::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
+            let events = crate::servers::egress::log::read(&paths.log);
             for p in crate::approvals::of_member(&app.host.state_dir, t, m, &events) {
                 out.push(Found {
                     team: t.clone(),
@@ -183,14 +183,16 @@ pub fn deny_once(
     let path = layout::member_approvals_path(&app.host.state_dir, &f.team.name, &f.member.name);
     let _lock = app.store.lock(false, waiting).map_err(AppError::from)?;
     let mut r = record::load(&path)?;
-    r.dismissed
-        .insert(f.pending.id.clone(), crate::egress::log::Event::now());
+    r.dismissed.insert(
+        f.pending.id.clone(),
+        crate::servers::egress::log::Event::now(),
+    );
     record::save(&path, &r, app.owner)?;
     Ok(())
 }
 
 /// Allow once: recorded in the state folder for the member's present start (its gate's
-/// release), and given to its proxy (`egress::OnceFile`), which lets it through from its
+/// release), and given to its proxy (`servers::egress::OnceFile`), which lets it through from its
 /// next connection; gone at the member's next start, whose release is another.
 pub fn allow_once(
     app: &App,
@@ -215,11 +217,11 @@ pub fn allow_once(
             id: f.pending.id.clone(),
             want: f.pending.want.clone(),
             start: start.clone(),
-            at: crate::egress::log::Event::now(),
+            at: crate::servers::egress::log::Event::now(),
         });
     }
     record::save(&path, &r, app.owner)?;
-    let mut once = crate::egress::OnceFile {
+    let mut once = crate::servers::egress::OnceFile {
         start,
         ..Default::default()
     };
@@ -228,15 +230,15 @@ pub fn allow_once(
             Want::Host { entry } => once.allow.push(entry.clone()),
             Want::Request { host, .. } => {
                 once.rules
-                    .extend(o.want.rule().map(|rule| crate::egress::OnceRule {
+                    .extend(o.want.rule().map(|rule| crate::servers::egress::OnceRule {
                         host: host.clone(),
                         rule,
                     }))
             }
         }
     }
-    let paths = crate::egress::Paths::new(state, team, member);
-    crate::egress::write_once(&paths, &once).map_err(|source| ApprovalError::Io {
+    let paths = crate::servers::egress::Paths::new(state, team, member);
+    crate::servers::egress::write_once(&paths, &once).map_err(|source| ApprovalError::Io {
         path: paths.dir.clone(),
         source,
     })
@@ -454,7 +456,7 @@ pub const MAX_LEARN: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Starts a learning run for every member with an allow list of `desired`, until `until`
 /// (seconds since the epoch): its proxy lets through what the person could approve
-/// (`egress::LearnFile`) and logs it as an ask. Returns how many members learn.
+/// (`servers::egress::LearnFile`) and logs it as an ask. Returns how many members learn.
 pub fn learn(
     app: &App,
     desired: &crate::model::Desired,
@@ -479,15 +481,17 @@ pub fn learn(
                     ),
                 },
             };
-            let paths = crate::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
-            let file = crate::egress::LearnFile {
+            let paths = crate::servers::egress::Paths::new(&app.host.state_dir, &t.name, &m.name);
+            let file = crate::servers::egress::LearnFile {
                 until,
                 parent,
                 parent_ruled,
             };
-            crate::egress::write_learn(&paths, &file).map_err(|source| ApprovalError::Io {
-                path: paths.dir.clone(),
-                source,
+            crate::servers::egress::write_learn(&paths, &file).map_err(|source| {
+                ApprovalError::Io {
+                    path: paths.dir.clone(),
+                    source,
+                }
             })?;
             n += 1;
         }

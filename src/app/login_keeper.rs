@@ -15,9 +15,9 @@ use crate::core::intercept::injected_logins;
 use crate::core::layout;
 use crate::core::logins::{LoginKind, refresh_at};
 use crate::detached::{Launch, PROXY_ENV};
-use crate::egress::{self, Paths};
 use crate::files::{self, Owner};
 use crate::logins::{LoginError, lock, now_ms, values_of};
+use crate::servers::egress::{self, Paths};
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LoginError + '_ {
     move |source| LoginError::Io {

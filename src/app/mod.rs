@@ -8,7 +8,6 @@ pub mod apply;
 pub mod approvals;
 pub mod delete;
 pub mod doctor;
-pub mod helper_server;
 pub mod login_keeper;
 pub mod restart;
 pub mod status;

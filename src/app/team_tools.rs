@@ -21,7 +21,7 @@ use crate::board::store::{Board, BoardError};
 use crate::board::{Actor, Refused, Roster, TaskOp, TaskState};
 use crate::files::Owner;
 
-use super::helper_server::{self, Bucket};
+use crate::servers::helper::server::{self as helper_server, Bucket};
 
 /// Changes a session makes at once, then a steady pace: a session writing in a loop is
 /// slowed, and the board stays quick for the others.

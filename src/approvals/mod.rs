@@ -1,11 +1,11 @@
 //! Pending approvals: what a member was refused that the person could grant, collapsed by
 //! what it would grant, each with a short id stable across looks. Pure: the refusals come
-//! from the egress log (`egress::log::read`), the answers already given from `record`.
+//! from the egress log (`servers::egress::log::read`), the answers already given from `record`.
 //!
 //! An approval is one of two asks (`Want`): an entry for the allow list (a host, a port), or
 //! one more http rule (a method and a path) on a host with rules. What `status` would never
 //! offer (loopback, link-local, metadata and private addresses, ports that serve more than
-//! the web; `egress::log::withheld`), what the member's parent could not grant (the same
+//! the web; `servers::egress::log::withheld`), what the member's parent could not grant (the same
 //! judge as a child's grant, `core::intercept::covers`), and what the rules refused for a
 //! reason another rule would not change, is listed with why, and never approvable here.
 //!
@@ -24,8 +24,10 @@ use sha2::{Digest, Sha256};
 use crate::core::egress::{Allowlist, Entry, Host, Target};
 use crate::core::intercept::{EgressPolicy, HttpRule, Intercept, covers, judge};
 use crate::core::layout;
-use crate::egress::log::{Event, NOT_LISTED, OTHERS, Refusal, Verdict, entry_for, withheld};
 use crate::model::{AccessGrant, Member, Network, Parent, Team};
+use crate::servers::egress::log::{
+    Event, NOT_LISTED, OTHERS, Refusal, Verdict, entry_for, withheld,
+};
 
 /// What an approval would grant.
 #[derive(
@@ -35,7 +37,7 @@ use crate::model::{AccessGrant, Member, Network, Parent, Team};
 pub enum Want {
     /// An entry of the grant's allow list: `host`, `host:port`, an address with its port.
     Host {
-        /// The entry, as `status` would suggest it (`egress::log::entry_for`).
+        /// The entry, as `status` would suggest it (`servers::egress::log::entry_for`).
         entry: String,
     },
     /// One request to a host with rules: a rule `{methods: [method], paths: [path]}` more.

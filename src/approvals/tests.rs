@@ -284,8 +284,8 @@ fn what_the_grant_denies_is_never_asked_nor_suggested() {
             entry: "b.example".into()
         }
     );
-    let refusals = crate::egress::log::refusals(&events, 0.0);
-    let s = crate::egress::log::suggest("t", &g, &refusals, None);
+    let refusals = crate::servers::egress::log::refusals(&events, 0.0);
+    let s = crate::servers::egress::log::suggest("t", &g, &refusals, None);
     let grant = s.grant.unwrap();
     assert!(grant.contains("b.example"), "{grant}");
     assert!(

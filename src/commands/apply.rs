@@ -156,7 +156,7 @@ fn start_learning(
 /// Warns of a host service a grant names that another uid's listener holds now (the proxy
 /// would refuse it).
 fn host_service_warnings(app: &ateam::app::App, desired: &ateam::model::Desired) {
-    for line in ateam::egress::listeners::held_by_others(desired, &app.host) {
+    for line in ateam::servers::egress::listeners::held_by_others(desired, &app.host) {
         eprintln!("{line}");
     }
 }

@@ -62,7 +62,7 @@ fn list(app: &ateam::app::App, team: Option<&str>, output: Output) -> anyhow::Re
             if found.is_empty() {
                 outln!("no pending approvals");
             }
-            let now = ateam::egress::log::Event::now();
+            let now = ateam::servers::egress::log::Event::now();
             for f in &found {
                 outln!("{}", ateam::approvals::line(&f.pending, now));
             }

@@ -4,7 +4,7 @@
 use anyhow::{Context, bail};
 
 use crate::cli::Global;
-use ateam::egress::{self, Paths, proxy};
+use ateam::servers::egress::{self, Paths, proxy};
 
 use super::common::app;
 use super::exit::Exit;

@@ -143,7 +143,7 @@ fn approval_events(state_dir: &std::path::Path, t: &ateam::model::Team) -> Vec<E
         .iter()
         .filter(|m| matches!(m.access.network, ateam::model::Network::Allow(_)))
     {
-        let log = ateam::egress::log::read(&layout::egress_log_path(&layout::egress_dir(
+        let log = ateam::servers::egress::log::read(&layout::egress_log_path(&layout::egress_dir(
             state_dir, &t.name, &m.name,
         )));
         for p in ateam::approvals::of_member(state_dir, t, m, &log) {
@@ -236,7 +236,7 @@ fn fingerprint(ctx: &App, teams: &[String]) -> Vec<(PathBuf, u64, i64, i64, u64)
             }
         }
         let own = layout::team_events_path(state_dir, t);
-        paths.push(ateam::egress::log::rotated(&own));
+        paths.push(ateam::servers::egress::log::rotated(&own));
         paths.push(own);
         let run_dir = layout::team_run_dir(state_dir, t);
         for m in std::fs::read_dir(layout::members_dir(&run_dir))
@@ -248,10 +248,10 @@ fn fingerprint(ctx: &App, teams: &[String]) -> Vec<(PathBuf, u64, i64, i64, u64)
                 continue;
             };
             let log = layout::egress_log_path(&layout::egress_dir_in(&run_dir, &member));
-            let refused = ateam::egress::log::refused(&log);
-            paths.push(ateam::egress::log::rotated(&log));
+            let refused = ateam::servers::egress::log::refused(&log);
+            paths.push(ateam::servers::egress::log::rotated(&log));
             paths.push(log);
-            paths.push(ateam::egress::log::rotated(&refused));
+            paths.push(ateam::servers::egress::log::rotated(&refused));
             paths.push(refused);
         }
     }

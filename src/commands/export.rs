@@ -1,12 +1,10 @@
-//! `export --team NAME`: the team as it now stands, as manifests; and the hidden
-//! `helper-server` that apply starts for each member of a team with `helperRequests: true`.
+//! `export --team NAME`: the team as it now stands, as manifests.
 
 use std::path::Path;
 
 use anyhow::Context;
 
 use crate::cli::Global;
-use ateam::app::helper_server as server;
 use ateam::manifest::export::{team_objects, to_yaml};
 
 use super::common::app;
@@ -33,30 +31,5 @@ pub fn run(global: &Global, team: &str, output: Option<&Path>) -> anyhow::Result
         }
         None => out!("{text}"),
     }
-    Ok(Exit::Ok)
-}
-
-pub fn helper_server(
-    global: &Global,
-    team: String,
-    member: String,
-    socket_owner: &str,
-) -> anyhow::Result<Exit> {
-    let ctx = app(global);
-    let owner: ateam::model::UserId = socket_owner
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!(e))
-        .context("--socket-owner")?;
-    ateam::detached::limit_self(ateam::requests::servers::MAX_DATA);
-    server::run(server::Config {
-        state_dir: ctx.host.state_dir.clone(),
-        team,
-        member,
-        socket_owner: ateam::files::Owner {
-            uid: owner.uid,
-            gid: owner.gid,
-        },
-    })
-    .context("helper server")?;
     Ok(Exit::Ok)
 }

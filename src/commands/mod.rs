@@ -30,6 +30,7 @@ mod egress;
 mod events;
 pub mod exit;
 mod export;
+mod helper_server;
 mod login;
 mod member;
 mod output;
@@ -134,7 +135,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             team,
             member,
             socket_owner,
-        } => export::helper_server(g, team, member, &socket_owner),
+        } => helper_server::run(g, team, member, &socket_owner),
         Command::EgressProxy {
             socket,
             policy,
@@ -143,7 +144,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             user,
             detach,
         } => egress::proxy(
-            ateam::egress::proxy::Config {
+            ateam::servers::egress::proxy::Config {
                 socket,
                 policy,
                 log,

@@ -881,7 +881,7 @@ async fn egress_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
                 };
                 let mut silent: Vec<&str> = sockets
                     .iter()
-                    .filter(|(_, socket)| !crate::egress::answers(socket))
+                    .filter(|(_, socket)| !crate::servers::egress::answers(socket))
                     .map(|(team, _)| team.as_str())
                     .collect();
                 silent.dedup();

@@ -120,7 +120,6 @@ impl<K: Ord + Clone> Queue<K> {
         self.due.get(key).copied()
     }
 
-
     /// Keys running now.
     pub fn running(&self) -> usize {
         self.running.len()

@@ -1,6 +1,6 @@
 //! The egress allowlist as data: what an entry of `network: {allow: [...]}` means, whether a
 //! request matches it, and which addresses are never reached unless named exactly. Pure: the
-//! manifest validation and the host-side proxy (`crate::egress`) judge by the same code.
+//! manifest validation and the host-side proxy (`crate::servers::egress`) judge by the same code.
 //!
 //! An entry is `host`, `host:port`, `*.domain`, `*.domain:port`, an IPv4 address (with or
 //! without a port) or an IPv6 address in brackets (`[::1]:8080`). Without a port an entry

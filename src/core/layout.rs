@@ -181,7 +181,7 @@ pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf
 /// The socket's name in the control folder (inside a member: `/.ateam/egress.sock`).
 pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
 
-/// A team's CA for intercepted egress (`egress::tls`): its certificate and its key, 0600 and
+/// A team's CA for intercepted egress (`servers::egress::tls`): its certificate and its key, 0600 and
 /// the store owner's, in a 0700 folder no member mounts and no proxy reads.
 pub fn team_ca_dir(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("egress-ca")
@@ -223,7 +223,7 @@ pub fn egress_pid_path(egress_dir: &Path) -> PathBuf {
 }
 
 /// Allowed and failed connections, JSON lines; rotated to `log.jsonl.1`. Refusals are
-/// beside it, in `log-refused.jsonl` (`egress::log::refused`), so that no noise rotates
+/// beside it, in `log-refused.jsonl` (`servers::egress::log::refused`), so that no noise rotates
 /// them away.
 pub fn egress_log_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("log.jsonl")
@@ -234,7 +234,7 @@ pub fn egress_err_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("proxy.err")
 }
 
-/// What an intercepting proxy holds besides its policy (`egress::InterceptFile`): its
+/// What an intercepting proxy holds besides its policy (`servers::egress::InterceptFile`): its
 /// leaves and injected secrets, 0600 and the member's uid, read by the proxy by this name
 /// in its folder.
 pub const EGRESS_INTERCEPT_NAME: &str = "intercept.json";

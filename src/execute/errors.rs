@@ -1,8 +1,8 @@
 //! What went wrong for one member while its actions were carried out.
 
 use crate::backend::BackendError;
-use crate::egress;
 use crate::runtime::RunError;
+use crate::servers::egress;
 use crate::sessions;
 
 /// What went wrong for one member; the others went on.
@@ -48,7 +48,7 @@ pub enum ActionError {
         member: String,
         /// What failed.
         #[source]
-        source: crate::requests::servers::StartError,
+        source: crate::servers::helper::StartError,
     },
     /// An action that cannot be carried out as planned, or a task that panicked, in words.
     #[error("main session `{session}`: {message}")]

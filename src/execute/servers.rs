@@ -3,12 +3,12 @@
 
 use super::{ActionError, Executor, blocking};
 use crate::core::intercept::EgressPolicy;
-use crate::egress;
 use crate::files;
 use crate::plan::spec::DesiredMember;
 use crate::plan::{Action, ServerOp};
-use crate::requests::servers as helpers;
 use crate::runtime::ProxyStarting;
+use crate::servers::egress;
+use crate::servers::helper as helpers;
 
 impl Executor<'_> {
     /// Carries out a `ServerOp`.

@@ -50,7 +50,7 @@ impl Executor<'_> {
                 Ok(())
             }
             TeamOp::StopHelperServers => {
-                crate::requests::servers::stop_team(&self.rt.state_dir, team);
+                crate::servers::helper::stop_team(&self.rt.state_dir, team);
                 Ok(())
             }
             TeamOp::ClearRunDir { path, all } => clear_team_dir(path, *all).map_err(io(path)),

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::core::layout;
-use crate::egress::{self, Paths};
 use crate::files;
 use crate::host::Host;
 use crate::model::{Desired, Member, Network, Team};
@@ -19,6 +18,7 @@ use crate::report::{
     StatusFacts, TranscriptUsage, session_transcript,
 };
 use crate::runtime::cgroup::Usage;
+use crate::servers::egress::{self, Paths};
 use crate::store::Record;
 
 /// How far back `EgressStatus::last_minute` counts, in seconds.

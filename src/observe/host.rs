@@ -192,7 +192,7 @@ pub(super) fn servers(desired: &DesiredState, only: Option<&str>) -> Servers {
             if let Some(e) = &m.egress {
                 let path =
                     layout::egress_policy_path(&layout::egress_dir_in(&t.run_dir, &m.member));
-                if let Some(p) = crate::egress::read_policy(&path) {
+                if let Some(p) = crate::servers::egress::read_policy(&path) {
                     egress_policies.insert(e.socket.clone(), p.policy());
                 }
             }

@@ -16,8 +16,8 @@ use std::time::SystemTime;
 use super::documents::ControllerStatus;
 use super::rows::{EgressCounts, Usage};
 use crate::core::container::LastExit;
-use crate::egress::log::Refusal;
 use crate::plan::ObservedContainer;
+use crate::servers::egress::log::Refusal;
 
 /// Everything status shows that is neither the model, what the engine said, nor the plan.
 #[derive(Debug, Clone)]

@@ -27,8 +27,8 @@ pub enum RowKind {
 pub struct EgressStatus {
     /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
     pub proxy: String,
-    /// The most refused destinations (at most `egress::log::SHOWN`), most frequent first.
-    pub refused: Vec<crate::egress::log::Refusal>,
+    /// The most refused destinations (at most `servers::egress::log::SHOWN`), most frequent first.
+    pub refused: Vec<crate::servers::egress::log::Refusal>,
     /// The refused destinations not in `refused`, and how many refusals they had.
     pub refused_left_out: LeftOut,
     /// The AccessGrant that would allow the most refused, ready to paste: never with a
@@ -59,8 +59,8 @@ pub struct EgressCounts {
 
 impl EgressCounts {
     /// The decisions among `events` made since `since` (seconds since the epoch).
-    pub fn of(events: &[crate::egress::log::Event], since: f64) -> EgressCounts {
-        use crate::egress::log::Verdict;
+    pub fn of(events: &[crate::servers::egress::log::Event], since: f64) -> EgressCounts {
+        use crate::servers::egress::log::Verdict;
         let mut c = EgressCounts::default();
         for e in events.iter().filter(|e| e.ts >= since) {
             match e.verdict {
@@ -111,10 +111,10 @@ impl EgressStatus {
         &mut self,
         team: &str,
         grant: &AccessGrant,
-        mut refused: Vec<crate::egress::log::Refusal>,
+        mut refused: Vec<crate::servers::egress::log::Refusal>,
         source: Option<&str>,
     ) {
-        use crate::egress::log::{SHOWN, suggest};
+        use crate::servers::egress::log::{SHOWN, suggest};
         let s = suggest(team, grant, &refused, source);
         self.suggested_grant = s.grant;
         self.not_suggested = s.withheld;

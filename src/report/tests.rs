@@ -299,7 +299,7 @@ fn a_requested_member_shows_who_asked_for_it() {
 /// and the grant to paste never holds a local or metadata address or a dangerous port.
 #[test]
 fn refusals_are_bounded_and_local_addresses_are_never_offered_silently() {
-    use crate::egress::log::{Event, SHOWN, Verdict, refusals};
+    use crate::servers::egress::log::{Event, SHOWN, Verdict, refusals};
     let t = team(&["a"]);
     let (mut s, _) = status(&t, &in_sync(&t), None);
     let ev = |host: String, port: u16| Event {

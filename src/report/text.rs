@@ -114,7 +114,7 @@ fn last_exit_cell(e: &LastExit, now: SystemTime) -> String {
 }
 
 /// The refusals and the grants to paste, below the status table: a bounded number of lines
-/// per member (`egress::log::SHOWN` destinations, as many new entries, as many warnings).
+/// per member (`servers::egress::log::SHOWN` destinations, as many new entries, as many warnings).
 pub fn render_refusals(teams: &[TeamStatus]) -> String {
     let mut out = String::new();
     for t in teams {
@@ -173,7 +173,7 @@ pub fn render_refusals(teams: &[TeamStatus]) -> String {
 /// The pending approvals, below the refusals: at most `approvals::SHOWN` per member.
 fn render_approvals(teams: &[TeamStatus]) -> String {
     use crate::approvals::{SHOWN, line};
-    let now = crate::egress::log::Event::now();
+    let now = crate::servers::egress::log::Event::now();
     let mut out = String::new();
     for t in teams {
         for m in &t.members {

@@ -18,12 +18,8 @@
 //! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
 //!
 //! This module is the pure part: judging, recording, merging. `ateam helper-server`, the
-//! per-member process behind `/.ateam/helpers.sock` that judges and converges, sits above
-//! (`app::helper_server`: it brings the member up with apply's `converge`).
-//!
-//! - `servers`: starting, finding and stopping those processes, as the egress proxies are.
-
-pub mod servers;
+//! per-member process behind `/.ateam/helpers.sock` that judges and converges, and its
+//! starting and stopping, are `servers::helper`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -38,7 +38,7 @@ pub enum RunError {
         member: String,
         /// What failed.
         #[source]
-        source: crate::egress::ProxyError,
+        source: crate::servers::egress::ProxyError,
     },
     /// Its egress proxy, started while its container was made, did not come up.
     #[error("member `{member}`: {source}")]
@@ -47,7 +47,7 @@ pub enum RunError {
         member: String,
         /// What failed.
         #[source]
-        source: crate::egress::ProxyError,
+        source: crate::servers::egress::ProxyError,
     },
     /// The engine refused or failed a call.
     #[error("member `{member}`: {source}")]

@@ -38,7 +38,7 @@ use pin::Pinned;
 /// A member's egress proxy being started (on the blocking pool) while its container is made:
 /// `Ok` once it answers on the member's socket with the member's policy.
 pub type ProxyStarting = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(), crate::egress::ProxyError>> + Send>,
+    Box<dyn std::future::Future<Output = Result<(), crate::servers::egress::ProxyError>> + Send>,
 >;
 
 /// A member ready to be created: folders pinned, control folder written, request built.
@@ -424,13 +424,13 @@ impl Runtime {
                 read.pem
             }
         };
-        let paths = crate::egress::Paths::new(&self.state_dir, &m.team, &m.member);
+        let paths = crate::servers::egress::Paths::new(&self.state_dir, &m.team, &m.member);
         let member_owner = self.member_owner(m)?;
         let fail = |source| RunError::Ca {
             member: m.member.clone(),
             source,
         };
-        let path = crate::egress::image_roots_path(&paths);
+        let path = crate::servers::egress::image_roots_path(&paths);
         files::member_dir(&paths.dir, self.owner, member_owner)
             .and_then(|()| {
                 files::write_atomic_in_member_dir(&path, roots.as_bytes(), 0o644, self.owner)
@@ -440,9 +440,14 @@ impl Runtime {
                 path: path.clone(),
                 source,
             })?;
-        let ca = crate::egress::tls::TeamCa::load_or_create(&self.state_dir, &m.team, self.owner)
-            .map_err(|e| fail(e.into()))?;
-        crate::egress::write_member_ca(&paths, &m.ctl_dir, &ca.cert_pem, self.owner).map_err(fail)
+        let ca = crate::servers::egress::tls::TeamCa::load_or_create(
+            &self.state_dir,
+            &m.team,
+            self.owner,
+        )
+        .map_err(|e| fail(e.into()))?;
+        crate::servers::egress::write_member_ca(&paths, &m.ctl_dir, &ca.cert_pem, self.owner)
+            .map_err(fail)
     }
 
     /// Starts an existing container of `m` again (restart policy), with the same checks after

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use crate::backend::Backend;
 use crate::core::container::Mount;
-use crate::egress;
 use crate::files::{self, Owner};
+use crate::servers::egress;
 
 /// Where images keep their roots, Debian's and Alpine's first, then Fedora's and others'.
 const CANDIDATES: [&str; 4] = [

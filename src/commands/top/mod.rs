@@ -293,8 +293,8 @@ async fn fetch_detail(
             _ => vec!["no container: no output".into()],
         },
         View::Egress => {
-            let paths = ateam::egress::Paths::new(&ctx.host.state_dir, team, name);
-            let events = ateam::egress::log::read(&paths.log);
+            let paths = ateam::servers::egress::Paths::new(&ctx.host.state_dir, team, name);
+            let events = ateam::servers::egress::log::read(&paths.log);
             let from = events.len().saturating_sub(DETAIL_LINES);
             if events.is_empty() {
                 vec!["no egress decisions (no proxy, or nothing asked yet)".into()]
@@ -367,13 +367,13 @@ fn agent_transcript(ctx: &App, team: &str, name: &str) -> Vec<String> {
 }
 
 /// One egress decision on a line (its fields were made safe to show when read).
-fn decision_line(e: &ateam::egress::log::Event) -> String {
+fn decision_line(e: &ateam::servers::egress::log::Event) -> String {
     let at = std::time::UNIX_EPOCH + Duration::from_secs_f64(e.ts.max(0.0));
     let when = humantime::format_rfc3339_seconds(at).to_string();
     let verdict = match e.verdict {
-        ateam::egress::log::Verdict::Allowed => "allowed",
-        ateam::egress::log::Verdict::Refused => "REFUSED",
-        ateam::egress::log::Verdict::Failed => "failed",
+        ateam::servers::egress::log::Verdict::Allowed => "allowed",
+        ateam::servers::egress::log::Verdict::Refused => "REFUSED",
+        ateam::servers::egress::log::Verdict::Failed => "failed",
     };
     let mut l = format!(
         "{} {verdict} {} {}:{}",

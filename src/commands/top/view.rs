@@ -230,7 +230,7 @@ fn draw_detail(f: &mut Frame, d: &Dashboard, detail: &Detail, area: Rect) {
             1 => String::new(),
             n => format!(" (and {} more: ateam approvals)", n - 1),
         };
-        let now = ateam::egress::log::Event::now();
+        let now = ateam::servers::egress::log::Event::now();
         lines.push(Line::from(format!(
             "pending approval (p answers): {}{more}",
             ateam::approvals::line(p, now)

@@ -4,6 +4,13 @@
 //! got, and connects to the very address it judged, so a name cannot be made to resolve to
 //! something else between check and use. Every decision is one line in the member's egress
 //! log. One process per member: a member is only ever judged by its own list.
+//!
+//! - `intercept`: its path for a host with rules, and `handshakes`, the bound on that TLS work;
+//! - `relay`: how it moves an allowed connection's bytes (splice(2), or copying).
+
+mod handshakes;
+mod intercept;
+mod relay;
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
@@ -15,22 +22,22 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 
-use super::handshakes::Handshakes;
-use super::intercept::{self as icpt, Route};
 use super::listeners::{self, Owners};
 use super::log::{Event, Log, Verdict};
 use super::{InterceptFile, PolicyFile, ProxyError};
 use crate::core::egress::{Allowlist, HOST_SERVICE, HOST_SERVICE_ADDRS, Host};
 use crate::core::intercept::Intercept;
 use crate::core::layout;
+use handshakes::Handshakes;
+use intercept::{self as icpt, Proxy as _, Route};
 
 /// Longest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a member has to send its request head: a connection that sends nothing holds a
 /// slot this long at most.
-pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long resolving a name, and then connecting, may take.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once, at most; more are answered 503 and closed at once, so that
 /// a member holding thousands open costs the host a bounded number of descriptors and no
 /// spinning. An agent uses a handful.
@@ -135,7 +142,7 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-pub(super) struct State {
+struct State {
     /// The member's control folder: its gate's release file names the start running now.
     ctl_dir: Dir,
     /// The policy file's folder and name.
@@ -347,28 +354,6 @@ impl State {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
-    /// configurations and secret; `None` when that host is no longer intercepted.
-    pub(super) fn intercept_in_force(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<Option<(Intercept, Arc<icpt::Prepared>)>, String> {
-        let rules = self.rules()?;
-        match icpt::route(&rules.1, host, port, true) {
-            Route::Intercept(i) => {
-                let file = self.intercepts()?;
-                let p = self
-                    .prepared
-                    .lock()
-                    .expect("prepared lock")
-                    .get(&i, &file)?;
-                Ok(Some((*i, p)))
-            }
-            Route::Tunnel | Route::Refuse(_) => Ok(None),
-        }
-    }
-
     /// Builds the TLS configurations of every host the policy intercepts, as the member's
     /// first CONNECT to each would; what fails is left for that CONNECT to refuse.
     fn prepare_all(&self) {
@@ -400,10 +385,34 @@ impl State {
             }
         }
     }
+}
+
+impl icpt::Proxy for State {
+    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
+    /// configurations and secret; `None` when that host is no longer intercepted.
+    fn intercept_in_force(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Option<(Intercept, Arc<icpt::Prepared>)>, String> {
+        let rules = self.rules()?;
+        match icpt::route(&rules.1, host, port, true) {
+            Route::Intercept(i) => {
+                let file = self.intercepts()?;
+                let p = self
+                    .prepared
+                    .lock()
+                    .expect("prepared lock")
+                    .get(&i, &file)?;
+                Ok(Some((*i, p)))
+            }
+            Route::Tunnel | Route::Refuse(_) => Ok(None),
+        }
+    }
 
     /// Resolves once `host:port` is no longer allowed as its connection was made: looked at
     /// whenever the policy is read anew (at a request, and at each housekeeping tick).
-    pub(super) async fn revoked(&self, host: &str, port: u16, intercepted: bool) {
+    async fn revoked(&self, host: &str, port: u16, intercepted: bool) {
         let mut rx = self.generation.subscribe();
         loop {
             if rx.changed().await.is_err() {
@@ -415,7 +424,7 @@ impl State {
         }
     }
 
-    pub(super) fn record(&self, e: Event) {
+    fn record(&self, e: Event) {
         self.log.lock().expect("log lock").write(&e);
     }
 }
@@ -847,7 +856,7 @@ async fn connected(mut conn: UnixStream, rest: &[u8], req: &Request, mut upstrea
     if sent.is_err() || (!rest.is_empty() && upstream.write_all(rest).await.is_err()) {
         return;
     }
-    let _ = super::relay::relay(&conn, &upstream).await;
+    let _ = relay::relay(&conn, &upstream).await;
 }
 
 /// A CONNECT to a host with rules: its certificate and secret read (or 503), then the
@@ -893,6 +902,10 @@ async fn intercepted(
         upstream,
         prepared,
         permit,
+        limits: icpt::Limits {
+            head: HEAD_TIMEOUT,
+            connect: CONNECT_TIMEOUT,
+        },
     };
     icpt::serve(member, accepted, state).await;
 }

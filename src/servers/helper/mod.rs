@@ -3,6 +3,10 @@
 //! socket answers (observe), started when it does not and stopped (its socket removed) when
 //! its member is no longer wanted or the team turns requests off (the plan's
 //! `StartHelperServer` and `StopHelperServer`, carried out here).
+//!
+//! - `server`: the server itself (`ateam helper-server`, a hidden command).
+
+pub mod server;
 
 use std::path::{Path, PathBuf};
 
@@ -13,13 +17,8 @@ use crate::files::{self, Owner};
 /// Whether something answers on the socket: the server's liveness.
 pub use crate::detached::answers;
 
-/// A helper server's data (heap and thread stacks): it judges one request at a time and
-/// serves four connections at most, in well under 100 MiB; this is the backstop
-/// (`detached::limit_self`).
-pub const MAX_DATA: u64 = 1 << 30;
-
 /// Why a member's helper server could not be started (by apply or the controller); what
-/// fails inside the server itself is `app::helper_server::ListenError`.
+/// fails inside the server itself is `server::ListenError`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {

@@ -1,6 +1,6 @@
 //! A request judged and, accepted, granted: judged without the store's lock, judged again
 //! under it, recorded, and its member brought up by apply's own `converge` (which is why the
-//! server lives in `app`), the record undone when it could not start.
+//! server is of `app`'s layer), the record undone when it could not start.
 
 use serde_json::json;
 
@@ -16,7 +16,7 @@ use crate::requests::{self, Refusal, Request};
 /// hostile member, in a loop) never holds up an apply (`apply --no-wait` fails while the
 /// lock is held); then, accepted, judges it again under the lock (another apply may have
 /// changed the team meanwhile), records it and brings its member up.
-pub(super) fn handle(cfg: &Config, req: &Request) -> Answer {
+pub(super) fn grant(cfg: &Config, req: &Request) -> Answer {
     let app = App::new(Some(cfg.state_dir.clone()), None);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -58,7 +58,7 @@ async fn bring_up(
     let desired = Desired { teams: vec![team] };
     // No value of apply's environment is here: an injected secret's value comes from the
     // requester's own proxy, which injects it for the same host.
-    let held = crate::egress::held_secrets(&crate::egress::Paths::new(
+    let held = crate::servers::egress::held_secrets(&crate::servers::egress::Paths::new(
         &cfg.state_dir,
         &cfg.team,
         &cfg.member,
@@ -185,7 +185,7 @@ fn asked(cfg: &Config, team: &Team, req: &Request, r: &Refusal) -> serde_json::V
     };
     let path = crate::core::layout::member_helper_asks_path(&cfg.state_dir, &cfg.team, &cfg.member);
     let name: String = req.name.chars().take(64).collect();
-    let now = crate::egress::log::Event::now();
+    let now = crate::servers::egress::log::Event::now();
     if let Err(e) = crate::approvals::asks::record(&path, &wanted, &name, now, owner) {
         tracing::warn!(error = %e, "a helper request's asks were not recorded");
         return body;

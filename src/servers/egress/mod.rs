@@ -3,22 +3,20 @@
 //! not, given a new allowlist by rewriting its policy file (no new container), and stopped,
 //! its socket removed, when its member goes.
 //!
-//! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command);
+//! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command), with its parts:
+//!   `proxy::intercept` and `proxy::handshakes` (a host with rules, and the bound on its TLS
+//!   work) and `proxy::relay` (how it moves an allowed connection's bytes: splice(2), or
+//!   copying);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
 //! - `listeners`: who owns a socket on the host, from the kernel's TCP table;
-//! - `relay`: how the proxy moves an allowed connection's bytes (splice(2), or copying);
-//! - `intercept`, `handshakes`: a host with rules, and the bound on its TLS work.
 //!
 //! Inside the member, the bridge (`bridge/main.rs`, started by the gate) listens on
 //! `plan::spec::BRIDGE_LISTEN` and forwards each connection to the socket, mounted at
 //! `/.ateam/egress.sock`.
 
-mod handshakes;
-mod intercept;
 pub mod listeners;
 pub mod log;
 pub mod proxy;
-mod relay;
 pub mod tls;
 
 use std::io::Read;

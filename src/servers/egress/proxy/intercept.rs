@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
@@ -27,14 +28,39 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::log::{Event, Verdict as Logged};
-use super::proxy::{CONNECT_TIMEOUT, HEAD_TIMEOUT, State};
-use super::{InterceptFile, Leaf};
 use crate::core::egress::{Entry, Host, Target};
 use crate::core::intercept::Intercept;
 use crate::core::intercept::judge::{self, GitService, Verdict};
+use crate::servers::egress::log::{Event, Verdict as Logged};
+use crate::servers::egress::{InterceptFile, Leaf};
 
 type Body = BoxBody<Bytes, hyper::Error>;
+
+/// What an intercepted connection needs of the proxy that accepted it, which the proxy
+/// passes in (its state, `Accepted::limits`): this module needs nothing else of the proxy's,
+/// and the proxy needs only its entry points (`route`, `Cache`, `serve`).
+pub(super) trait Proxy: Send + Sync + 'static {
+    /// The intercept in force for what a connection's CONNECT asked for, with its TLS
+    /// configurations and secret; `None` when that host is no longer intercepted.
+    fn intercept_in_force(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Option<(Intercept, Arc<Prepared>)>, String>;
+    /// Resolves once `host:port` is no longer allowed as its connection was made.
+    fn revoked(&self, host: &str, port: u16, intercepted: bool) -> impl Future<Output = ()> + Send;
+    /// Writes one line of the member's egress log.
+    fn record(&self, e: Event);
+}
+
+/// The proxy's time limits, as an intercepted connection meets them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Limits {
+    /// For the member's TLS handshake, and for each request head.
+    pub(super) head: Duration,
+    /// For connecting to the upstream again.
+    pub(super) connect: Duration,
+}
 
 /// What becomes of a request for `host:port`, given the policy's intercepts.
 pub(super) enum Route {
@@ -222,6 +248,8 @@ struct Conn {
     port: u16,
     addr: SocketAddr,
     upstream: tokio::sync::Mutex<Upstream>,
+    /// How long connecting to the upstream again may take.
+    connect_timeout: Duration,
 }
 
 struct Upstream {
@@ -243,11 +271,12 @@ pub(super) struct Accepted {
     pub(super) upstream: (SocketAddr, TcpStream),
     pub(super) prepared: Arc<Prepared>,
     pub(super) permit: tokio::sync::OwnedSemaphorePermit,
+    pub(super) limits: Limits,
 }
 
 /// Serves the member's TLS connection until it closes, or until its host is no longer
 /// intercepted (revoked by an apply): then it is closed, even while idle.
-pub(super) async fn serve<S>(member: S, a: Accepted, state: Arc<State>)
+pub(super) async fn serve<S, P: Proxy>(member: S, a: Accepted, state: Arc<P>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -258,6 +287,7 @@ where
         upstream: (addr, tcp),
         prepared,
         permit,
+        limits,
     } = a;
     let name = server_name(&i);
     let refuse = |status: u16, reason: String| {
@@ -272,7 +302,7 @@ where
         ));
     };
     let start = match tokio::time::timeout(
-        HEAD_TIMEOUT,
+        limits.head,
         tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), member),
     )
     .await
@@ -286,13 +316,12 @@ where
     {
         return refuse(403, format!("the TLS server name {sni} is not {name}"));
     }
-    let tls = match tokio::time::timeout(HEAD_TIMEOUT, start.into_stream(prepared.server.clone()))
-        .await
-    {
-        Ok(Ok(t)) => t,
-        Ok(Err(e)) => return refuse(400, format!("TLS with the member failed: {e}")),
-        Err(_) => return refuse(408, "the member's TLS handshake did not end in time".into()),
-    };
+    let tls =
+        match tokio::time::timeout(limits.head, start.into_stream(prepared.server.clone())).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return refuse(400, format!("TLS with the member failed: {e}")),
+            Err(_) => return refuse(408, "the member's TLS handshake did not end in time".into()),
+        };
     drop((permit, prepared));
     let conn = Arc::new(Conn {
         host,
@@ -303,20 +332,21 @@ where
             sender: None,
             client: None,
         }),
+        connect_timeout: limits.connect,
     });
     let svc = {
         let (conn, state) = (conn.clone(), state.clone());
         hyper::service::service_fn(move |req| {
             let conn = conn.clone();
             let state = state.clone();
-            async move { Ok::<_, Infallible>(one(&conn, &state, req).await) }
+            async move { Ok::<_, Infallible>(one(&conn, &*state, req).await) }
         })
     };
     let mut tls = tls;
     let served = {
         let serving = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(HEAD_TIMEOUT)
+            .header_read_timeout(limits.head)
             // Exact, unlike the buffer's bound (about 400 KiB), which holds only while a head
             // is incomplete: one that arrived whole in one read (a loaded machine) passed it.
             .max_header_size(MAX_HEAD_BYTES)
@@ -395,7 +425,7 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// One request: judged by the intercept in force now (a revoked host closes the
 /// connection; a changed secret or rule applies from this request on), then answered here
 /// or sent on.
-async fn one(c: &Conn, state: &State, mut req: Request<Incoming>) -> Response<Body> {
+async fn one<P: Proxy>(c: &Conn, state: &P, mut req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     // Origin-form only: an absolute URI or an authority is not what a glob judged.
@@ -559,7 +589,7 @@ async fn send(
         up.sender = None;
         let tcp = match up.first.take() {
             Some(t) => t,
-            None => tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(c.addr))
+            None => tokio::time::timeout(c.connect_timeout, TcpStream::connect(c.addr))
                 .await
                 .map_err(|_| format!("connecting to {} timed out", c.addr))?
                 .map_err(|e| format!("cannot connect to {}: {e}", c.addr))?,

@@ -2,8 +2,9 @@
 //! the member's alone (in its control folder, 0600, its user's), so whoever connects is judged
 //! as that member and no other.
 //!
-//! It speaks just enough HTTP/1.1 for busybox `wget --post-data` (through the bridge the gate
-//! starts on `ATEAM_HELPERS_URL`) and for `curl --unix-socket`:
+//! It speaks just enough HTTP/1.1 (heads parsed by `httparse`, as the egress proxy's are) for
+//! busybox `wget --post-data` (through the bridge the gate starts on `ATEAM_HELPERS_URL`) and
+//! for `curl --unix-socket`:
 //!
 //! - `POST /helpers` with a `Request` as JSON: 201 and the member made, or the rule broken
 //!   (400, 403, 409, 422) as `{"refused": ..., "rule": ..., "field": ...}`;
@@ -14,10 +15,14 @@
 //! to the rest), requests beyond a burst and a pace are answered 429 after a pause
 //! (`Bucket`), and requests are judged one at a time, without the store's lock until one is
 //! accepted (a refusal must not hold up an apply).
+//!
+//! - `http`: one request read within those limits, one answer written;
+//! - `grant`: a request judged and, accepted, its member brought up;
+//! - `tools`: the team's tools (MCP) on the member's second socket.
 
-mod handle;
+mod grant;
 mod http;
-mod mcp;
+mod tools;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -33,6 +38,11 @@ use crate::requests::{self, Refusal, Request};
 
 use http::{CLOSED_EMPTY, respond};
 pub use http::{HttpRequest, read_request};
+
+/// A helper server's data (heap and thread stacks): it judges one request at a time and
+/// serves four connections at most, in well under 100 MiB; this is the backstop
+/// (`detached::limit_self`).
+pub const MAX_DATA: u64 = 1 << 30;
 
 const READ_WITHIN: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS: usize = 4;
@@ -102,7 +112,7 @@ pub struct Config {
 
 /// Why the helper server could not begin to listen (its socket, its pid file); reported by
 /// `ateam helper-server` itself, into `server.err`. Starting it from apply or the controller
-/// fails as `requests::servers::StartError`.
+/// fails as `servers::helper::StartError`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListenError {
@@ -117,10 +127,11 @@ pub enum ListenError {
     },
 }
 
-/// Listens until killed.
+/// Listens until killed, its data bounded by `MAX_DATA`.
 pub fn run(cfg: Config) -> Result<(), ListenError> {
+    crate::detached::limit_self(MAX_DATA);
     let _ = rustix::process::setsid();
-    let paths = requests::servers::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
+    let paths = super::Paths::new(&cfg.state_dir, &cfg.team, &cfg.member);
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ListenError::Io { path, source }
@@ -137,7 +148,7 @@ pub fn run(cfg: Config) -> Result<(), ListenError> {
     // The team's tools, on the member's second socket: failing to listen there leaves
     // helper requests served, and says why in the server's standard error.
     let cfg = Arc::new(cfg);
-    if let Err(e) = mcp::listen(&cfg) {
+    if let Err(e) = tools::listen(&cfg) {
         eprintln!("ateam helper-server: the team's tools: {e}");
     }
     let busy = Arc::new(AtomicUsize::new(0));
@@ -200,7 +211,7 @@ static ONE_AT_A_TIME: std::sync::LazyLock<Mutex<crate::events::Quieter>> =
 /// Judges a request, grants it if it may be, and records what came of it as an event.
 pub fn judge_and_grant(cfg: &Config, req: &Request) -> Answer {
     let mut one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let answer = handle::handle(cfg, req);
+    let answer = grant::grant(cfg, req);
     record(cfg, req, &answer, &mut one);
     answer
 }
