@@ -83,5 +83,6 @@ pub mod requests;
 pub mod runtime;
 pub mod sessions;
 pub mod store;
+mod test_hooks;
 pub mod transcripts;
 pub mod workspace;
