@@ -13,11 +13,11 @@ use crate::files;
 /// How long a started daemon has to answer on its socket.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The `ateam` binary that runs the detached processes: this one, unless `ATEAM_EGRESS_EXE`
-/// names another (a program that links the library, such as a test, is not `ateam`).
+/// The `ateam` binary that runs the detached processes: this one, unless a debug build is
+/// told another (`test_hooks::egress_exe`: a program that links the library is not `ateam`).
 pub fn exe() -> std::io::Result<PathBuf> {
-    match std::env::var_os("ATEAM_EGRESS_EXE") {
-        Some(p) => Ok(PathBuf::from(p)),
+    match crate::test_hooks::egress_exe() {
+        Some(p) => Ok(p),
         None => std::env::current_exe(),
     }
 }
@@ -232,6 +232,8 @@ pub const SERVER_ENV: &[&str] = &[
     "CONTAINER_HOST",
     "SUDO_UID",
     "SUDO_GID",
+    // `test_hooks::egress_exe` (debug builds): the proxies a helper server starts run the
+    // same binary as apply's.
     "ATEAM_EGRESS_EXE",
     "RUST_LOG",
 ];

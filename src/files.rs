@@ -235,12 +235,10 @@ impl Dir {
     /// folder or file beneath it (no symlink, no `..` out) and it is a regular file: a FIFO
     /// or a device is refused without blocking.
     pub fn open_regular(&self, rel: &Path) -> std::io::Result<File> {
-        let fd = rustix::fs::openat2(
-            &self.fd,
+        let fd = open_beneath(
+            self.fd(),
             rel,
             OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
         let st = rustix::fs::fstat(&fd)?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -255,15 +253,24 @@ impl Dir {
     /// Opens the folder `rel` below this one as `open_regular` opens a file: no symlink on
     /// the way, nothing outside.
     pub fn open_dir(&self, rel: &Path) -> std::io::Result<Dir> {
-        let fd = rustix::fs::openat2(
-            &self.fd,
-            rel,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(not_a_folder)?;
+        let fd = open_beneath(self.fd(), rel, FOLDER_BENEATH).map_err(not_a_folder)?;
         Ok(Dir { fd })
+    }
+
+    /// The text of the symlink `rel` below this folder: the link itself is read, never
+    /// followed, and the folders on the way to it are reached as `open_dir` reaches them.
+    pub fn read_link(&self, rel: &Path) -> std::io::Result<OsString> {
+        use std::os::unix::ffi::OsStringExt;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let name = rel.file_name().unwrap_or_default();
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let pfd = open_beneath(self.fd(), parent, FOLDER_BENEATH)?;
+        let target = rustix::fs::readlinkat(&pfd, name, Vec::new())?;
+        Ok(OsString::from_vec(target.into_bytes()))
     }
 
     /// At most `max` bytes of `rel` from `offset` on, read as `open_regular` opens it, and the
@@ -433,6 +440,62 @@ fn walk_in(
         }
     }
     complete
+}
+
+/// How a folder below a `Dir` is opened for reading.
+const FOLDER_BENEATH: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+/// `openat2` of `rel` below `at`, resolved only beneath it and through no symlink or magic
+/// link (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): every read below a
+/// `Dir` is opened so.
+fn open_beneath(at: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        at,
+        rel,
+        flags,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// A handle (`O_PATH`) on the folder at `path`, looked up through no symlink in any component
+/// (`O_NOFOLLOW | O_DIRECTORY`, `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): what a granted
+/// folder is judged and pinned by (`host::access`, `runtime::pin`). A symlink on the way
+/// fails with `ELOOP` (or `EXDEV`), something not a folder with `ENOTDIR`.
+pub fn folder_handle(path: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+}
+
+/// A handle (`O_PATH`) on `rel` resolved inside `root` as if `root` were `/`
+/// (`RESOLVE_IN_ROOT`: an absolute symlink met on the way means one below `root`, `..` stops
+/// at it): how a path inside a container (`/proc/<pid>/root`) is looked at (`runtime::procfs`).
+pub fn handle_in_root(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT,
+    )
+}
+
+/// What `statx` says of an open handle itself (`AT_EMPTY_PATH`, the basic fields).
+pub fn handle_stat(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
+    rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::BASIC_STATS,
+    )
 }
 
 /// A symlink or another file where a folder was expected: say so plainly.

@@ -86,5 +86,6 @@ pub mod runtime;
 pub mod servers;
 pub mod sessions;
 pub mod store;
+mod test_hooks;
 pub mod transcripts;
 pub mod workspace;

@@ -62,6 +62,53 @@ pub struct Team {
     pub members: Vec<Member>,
 }
 
+impl Team {
+    /// A team named `name` whose transcripts live in `session_dir`, with what a manifest that
+    /// says nothing more gives (the limits `manifest::validate` defaults to: 10 members, 3
+    /// deep) and nothing else: no labels, the default engine, no user, root and unenforced
+    /// limits not allowed, no image, no helper requests, no board, and no manifests,
+    /// sessions, grants or members. For tests and programs that build a team in code; the
+    /// `with_*` setters change one field each.
+    pub fn named(name: impl Into<String>, session_dir: impl Into<PathBuf>) -> Team {
+        Team {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            backend: BackendChoice::default(),
+            user: None,
+            allow_root_user: false,
+            image: None,
+            max_members: 10,
+            max_depth: 3,
+            session_dir: session_dir.into(),
+            allow_unenforced_limits: false,
+            helper_requests: false,
+            board: false,
+            manifests: vec![],
+            sessions: vec![],
+            grants: vec![],
+            members: vec![],
+        }
+    }
+
+    /// The team with these members.
+    pub fn with_members(mut self, members: Vec<Member>) -> Team {
+        self.members = members;
+        self
+    }
+
+    /// The team, its members allowed to run as uid or gid 0 or not.
+    pub fn with_allow_root_user(mut self, allow: bool) -> Team {
+        self.allow_root_user = allow;
+        self
+    }
+
+    /// The team, its members allowed to start where their limits are not enforced or not.
+    pub fn with_allow_unenforced_limits(mut self, allow: bool) -> Team {
+        self.allow_unenforced_limits = allow;
+        self
+    }
+}
+
 /// A session a person drives on the host, with the person's own access; members report to it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MainSession {

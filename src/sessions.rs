@@ -506,21 +506,16 @@ fn advance(
     test_hook(step)
 }
 
-/// For the tests of interrupted and failed promotions (debug builds only):
-/// `ATEAM_TEST_PROMOTION=crash-after:<step>` ends the process as a kill would, right after the
-/// step is recorded; `fail-after:<step>` makes the promotion fail there.
+/// For the tests of interrupted and failed promotions (`test_hooks::promotion_fault`, debug
+/// builds only): ends the process as a kill would, right after the step is recorded, or makes
+/// the promotion fail there.
 fn test_hook(step: PromotionStep) -> Result<(), SessionError> {
-    if cfg!(debug_assertions)
-        && let Ok(v) = std::env::var("ATEAM_TEST_PROMOTION")
-    {
-        if v == format!("crash-after:{}", step.as_str()) {
-            std::process::exit(137);
-        }
-        if v == format!("fail-after:{}", step.as_str()) {
-            return Err(SessionError::Injected(step.as_str()));
-        }
+    use crate::test_hooks::PromotionFault;
+    match crate::test_hooks::promotion_fault(step.as_str()) {
+        Some(PromotionFault::Crash) => std::process::exit(137),
+        Some(PromotionFault::Fail) => Err(SessionError::Injected(step.as_str())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// How many lines of each member's transcript the resume file quotes, and how much of the

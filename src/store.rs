@@ -626,24 +626,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let store = Store::new(t.path().join("state"), me());
         assert!(store.teams().unwrap().is_empty());
-        let team = Team {
-            name: "demo".into(),
-            labels: Default::default(),
-            backend: Default::default(),
-            user: None,
-            allow_root_user: false,
-            image: None,
-            max_members: 10,
-            max_depth: 3,
-            session_dir: "/x".into(),
-            allow_unenforced_limits: false,
-            helper_requests: false,
-            board: false,
-            manifests: vec![],
-            sessions: vec![],
-            grants: vec![],
-            members: vec![],
-        };
+        let team = Team::named("demo", "/x");
         store.save_team(&team).unwrap();
         assert_eq!(store.teams().unwrap(), vec![team]);
         store.forget_team("demo").unwrap();

@@ -16,7 +16,7 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -27,10 +27,15 @@ use common::{Engine, rootless_user, text};
 const NAME: &str = "loopback.ateam.test";
 const PORT: u16 = 18093;
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 fn manifest_text(team: &str) -> String {
@@ -66,17 +71,8 @@ spec: {{parent: lead, access: net-a, command: [sleep, "100000"], resources: {{me
 
 impl World {
     fn new(engine: Engine) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-approvals-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "appr-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in [
+        let w = World(common::World::new(engine, "approvals", "appr-"));
+        w.dirs(&[
             "work",
             "state",
             "state2",
@@ -84,28 +80,21 @@ impl World {
             "sessions2",
             "m",
             "other",
-        ] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        ]);
         std::fs::write(w.manifest(), manifest_text(&w.team)).unwrap();
         // The person's own folders, as the person made them: on rootless Podman the
         // unprivileged user's (its state folder, its manifests, which it may edit).
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in [
-                "",
-                "work",
-                "state",
-                "state2",
-                "sessions",
-                "sessions2",
-                "m",
-                "other",
-                "m/team.yaml",
-            ] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        w.give(&[
+            "",
+            "work",
+            "state",
+            "state2",
+            "sessions",
+            "sessions2",
+            "m",
+            "other",
+            "m/team.yaml",
+        ]);
         w
     }
 
@@ -134,10 +123,6 @@ impl World {
         common::terminal::Terminal::new(&self.root(), 120, 30, &command)
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
     fn manifest(&self) -> PathBuf {
         self.root().join("m/team.yaml")
     }
@@ -149,23 +134,6 @@ impl World {
             .stdin(Stdio::null())
             .output()
             .unwrap()
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        self.ateam_in("state", args)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ateam(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{:?}: {args:?}:\n{}\n{}",
-            self.engine,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
     }
 
     fn inside(&self, member: &str, script: &str) -> String {
@@ -226,20 +194,13 @@ impl World {
     }
 }
 
+/// The second team, in `state2`; the common world ends the first.
 impl Drop for World {
     fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
         let _ = self.ateam_in(
             "state2",
             &["delete", "--team", &format!("{}-w", self.team), "--purge"],
         );
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

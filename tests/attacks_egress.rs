@@ -55,10 +55,15 @@ fn serve(body: &'static str) -> u16 {
     port
 }
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
@@ -70,19 +75,12 @@ impl World {
 
     /// The same team, its grant allowing `allow` (YAML flow items).
     fn applied_allowing(engine: Engine, tag: &str, allow: &str, secret: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-attack-egress-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        let w = World(common::World::new(
+            engine,
+            "attack-egress",
+            &format!("{tag}-"),
+        ));
+        w.dirs(&["work", "state", "sessions"]);
         let yaml = format!(
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -107,12 +105,7 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], secretEnv: [{SECR
             team = w.team
         );
         std::fs::write(w.manifest(), yaml).unwrap();
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions", "team.yaml"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        w.give(&["", "work", "state", "sessions", "team.yaml"]);
         let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()], secret);
         assert_eq!(
             out.status.code(),
@@ -122,10 +115,6 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], secretEnv: [{SECR
             text(&out.stderr)
         );
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn manifest(&self) -> PathBuf {
@@ -197,19 +186,6 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], secretEnv: [{SECR
             .trim()
             .parse()
             .unwrap()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"], "-");
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

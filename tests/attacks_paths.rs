@@ -13,7 +13,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 #[macro_use]
@@ -47,27 +47,21 @@ fn session(name: &str, extra: &str) -> String {
     )
 }
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str, members: &[&str]) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-paths-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["repo", "docs", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        let w = World(common::World::new(engine, "paths", &format!("{tag}-")));
+        w.dirs(&["repo", "docs", "state", "sessions"]);
         if engine == Engine::Rootless {
             for d in ["", "repo", "docs", "state", "sessions"] {
                 w.give(&w.root().join(d));
@@ -77,10 +71,6 @@ impl World {
         }
         w.write_manifest(&team_yaml(&w.team, &session("lead", ""), members));
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     /// What the person running ateam owns: root, or the rootless user.
@@ -98,15 +88,6 @@ impl World {
     fn write_manifest(&self, yaml: &str) {
         std::fs::write(self.manifest(), yaml).unwrap();
         self.give(&self.manifest());
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
     }
 
     fn apply(&self) -> Output {
@@ -157,14 +138,6 @@ impl World {
             text(&out.stderr)
         );
         text(&out.stdout)
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        common::remove_team(self.engine, &self.team, &self.root(), || {
-            let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        });
     }
 }
 

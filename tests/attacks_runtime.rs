@@ -21,35 +21,24 @@ use common::{Engine, rootless_user, text, var};
 
 const SECRET: &str = "s3cr3t-value-22";
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     /// A team with one member `worker` (extra YAML for its spec after `extra`); its write
     /// grant `repo` is left as `repo` says: `Some((uid, gid))` to chown it, `None` root's.
     fn new(engine: Engine, tag: &str, extra: &str, repo: Option<(u32, u32)>) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-runtime-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["repo", "docs", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "docs", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        let w = World(common::World::new(engine, "runtime", &format!("{tag}-")));
+        w.dirs(&["repo", "docs", "state", "sessions"]);
+        w.give(&["", "docs", "state", "sessions"]);
         if let Some((uid, gid)) = repo {
             std::os::unix::fs::chown(w.root().join("repo"), Some(uid), Some(gid)).unwrap();
         }
@@ -76,11 +65,7 @@ spec: {{parent: lead, access: rw, secretEnv: [T22_SECRET], resources: {{memory: 
 ",
             team = w.team
         );
-        std::fs::write(w.manifest(), yaml).unwrap();
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(w.manifest(), Some(uid), Some(gid)).unwrap();
-        }
+        w.0.write("team.yaml", &yaml);
         w
     }
 
@@ -94,10 +79,6 @@ spec: {{parent: lead, access: rw, secretEnv: [T22_SECRET], resources: {{memory: 
             }
             Engine::Docker | Engine::Podman => (65534, 65534),
         }
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn manifest(&self) -> PathBuf {
@@ -202,22 +183,6 @@ spec: {{parent: lead, access: rw, secretEnv: [T22_SECRET], resources: {{memory: 
         self.ateam(&[
             "exec", "worker", "--team", &self.team, "--", "sh", "-c", script,
         ])
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        for id in self.ids() {
-            let _ = self.cli(&["rm", "-f", &id]);
-        }
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

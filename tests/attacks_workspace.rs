@@ -26,10 +26,15 @@ use common::{Engine, rootless_user, text};
 /// The longest any one ateam command may take here: every refusal must be prompt.
 const BOUND: Duration = Duration::from_secs(60);
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
@@ -37,16 +42,7 @@ impl World {
     /// world-writable `marks` folder outside every mount, and the team of `members` (name,
     /// script; `@MARKS@` and `@ROOT@` in a script name those folders).
     fn new(engine: Engine, tag: &str, members: &[(&str, &str)]) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-ws-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
+        let w = World(common::World::new(engine, "ws", &format!("{tag}-")));
         let repo = w.repo();
         std::fs::create_dir_all(repo.join("src")).unwrap();
         std::fs::write(repo.join("README"), "the project\n").unwrap();
@@ -54,9 +50,7 @@ impl World {
         git_in(&repo, &["init", "-q", "-b", "main"]);
         git_in(&repo, &["add", "-A"]);
         git_in(&repo, &["commit", "-qm", "first"]);
-        for d in ["state", "sessions", "marks"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        w.dirs(&["state", "sessions", "marks"]);
         let mut yaml = format!(
             "apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -80,10 +74,6 @@ spec: {{cwd: ./repo, command: [sleep, \"100000\"]}}
         chown_tree(&w.root(), w.person());
         std::fs::set_permissions(w.marks(), std::fs::Permissions::from_mode(0o777)).unwrap();
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn repo(&self) -> PathBuf {
@@ -237,14 +227,6 @@ spec: {{cwd: ./repo, command: [sleep, \"100000\"]}}
             .uid(uid)
             .gid(gid);
         bounded(c, &format!("host git {args:?}"))
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        common::remove_team(self.engine, &self.team, &self.root(), || {
-            let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        });
     }
 }
 

@@ -15,8 +15,7 @@
 )]
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -25,33 +24,22 @@ mod common;
 use common::mcp::{self, answer, call, init, initialized, ok_answer};
 use common::{Engine, rootless_user, text};
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-board-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "board-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        let w = World(common::World::new(engine, "board", "board-"));
+        w.dirs(&["work", "state", "sessions"]);
+        w.give(&["", "work", "state", "sessions"]);
         let yaml = format!(
             r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -80,44 +68,8 @@ spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory
 "#,
             team = w.team
         );
-        let p = w.root().join("team.yaml");
-        std::fs::write(&p, yaml).unwrap();
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
-        }
+        w.write("team.yaml", &yaml);
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn command(&self) -> Command {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.current_dir(self.root());
-        c
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        self.command()
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ateam(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{:?}: {args:?} failed:\n{}\n{}",
-            self.engine,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
     }
 
     /// One MCP session of `lead` through `ateam mcp`: the calls, in order, each answered
@@ -178,19 +130,6 @@ spec: {{parent: lead, access: g, command: [sleep, "100000"], resources: {{memory
             .unwrap();
         let out = child.wait_with_output().unwrap();
         format!("{}{}", text(&out.stdout), text(&out.stderr))
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

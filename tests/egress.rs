@@ -18,7 +18,7 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -50,38 +50,23 @@ fn serve(body: &'static str) -> u16 {
     port
 }
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-egress-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        let w = World(common::World::new(engine, "egress", &format!("{tag}-")));
+        w.dirs(&["work", "state", "sessions"]);
+        w.give(&["", "work", "state", "sessions"]);
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn manifest(&self) -> PathBuf {
@@ -131,11 +116,7 @@ spec: {{parent: lead, access: net-b, command: [sleep, "100000"], resources: {{me
             a = list(a),
             b = list(b)
         );
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
-        }
+        self.0.write("team.yaml", &yaml);
     }
 
     /// The team with one member `o` whose grant says `network: open`.
@@ -163,11 +144,7 @@ spec: {{parent: lead, access: wide, command: [sleep, "100000"], resources: {{mem
 "#,
             team = self.team
         );
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
-        }
+        self.0.write("team.yaml", &yaml);
     }
 
     /// The engine's own CLI.
@@ -178,15 +155,6 @@ spec: {{parent: lead, access: wide, command: [sleep, "100000"], resources: {{mem
             .output()
             .unwrap();
         format!("{}{}", text(&out.stdout), text(&out.stderr))
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
     }
 
     fn apply(&self) -> String {
@@ -261,19 +229,6 @@ spec: {{parent: lead, access: wide, command: [sleep, "100000"], resources: {{mem
             .trim()
             .parse()
             .ok()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 mod common;
@@ -82,38 +82,23 @@ fn git_repo(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-clients-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-        }
+        let w = World(common::World::new(engine, "clients", &format!("{tag}-")));
+        w.dirs(&["work", "state", "sessions"]);
+        w.give(&["", "work", "state", "sessions"]);
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn manifest(&self) -> PathBuf {
@@ -151,20 +136,7 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], resources: {{memo
 "#,
             team = self.team,
         );
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
-        }
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        self.0.write("team.yaml", &yaml);
     }
 
     fn apply(&self) -> Output {
@@ -222,19 +194,6 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], resources: {{memo
         let out = self.ateam(&args);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         text(&out.stdout)
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

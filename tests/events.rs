@@ -10,7 +10,6 @@
 )]
 
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,11 +18,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod common;
 use common::{Engine, text};
 
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own: the controllers it started.
 struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+    w: common::World,
     children: Vec<Child>,
+}
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.w
+    }
 }
 
 /// A member of the World's team: they share the one folder `g` writes (one writer per
@@ -36,31 +42,14 @@ fn member(name: &str, extra: &str) -> String {
 
 impl World {
     fn new(engine: Engine) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-events-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "ev{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
         let w = World {
-            engine,
-            dir,
-            team,
+            w: common::World::new(engine, "events", "ev"),
             children: vec![],
         };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        w.dirs(&["work", "state", "sessions"]);
         // Members run as nobody (ateam runs as root here): their write grant is theirs.
         std::os::unix::fs::chown(w.root().join("work"), Some(65534), Some(65534)).unwrap();
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn write(&self, members: &[String]) {
@@ -195,22 +184,11 @@ spec: {{write: [./work], network: {{allow: [example.com]}}}}
 }
 
 impl Drop for World {
+    /// The controllers; the common world then ends the team.
     fn drop(&mut self) {
         for mut c in self.children.drain(..) {
             let _ = c.kill();
             let _ = c.wait();
-        }
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        for id in self
-            .cli(&[
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=ateam.dev/team={}", self.team),
-            ])
-            .split_whitespace()
-        {
-            let _ = self.cli(&["rm", "-f", id]);
         }
     }
 }

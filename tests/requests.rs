@@ -17,38 +17,29 @@
 )]
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 use common::{Engine, rootless_user, text};
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-requests-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["work", "work/sub", "other", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        let w = World(common::World::new(engine, "requests", &format!("{tag}-")));
+        w.dirs(&["work", "work/sub", "other", "state", "sessions"]);
         if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "work", "work/sub", "other", "state", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
+            w.give(&["", "work", "work/sub", "other", "state", "sessions"]);
         } else {
             // Rootful engines run members as nobody here (ateam runs as root, without sudo):
             // their write grant must be writable by nobody, or apply refuses it.
@@ -58,25 +49,6 @@ impl World {
             std::fs::set_permissions(w.root().join("work/sub"), open).unwrap();
         }
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.root().join(name)
-    }
-
-    /// Writes `name` in the test's folder (as the rootless user's, for rootless Podman).
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, text).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
-        }
-        p
     }
 
     /// The team: member `a` writes ./work and reads ./other, may reach example.com (so it
@@ -183,28 +155,6 @@ spec: {{parent: {parent}, access: g, command: [sleep, "100000"], resources: {{me
         format!("{}{}", text(&out.stdout), text(&out.stderr))
     }
 
-    fn ateam(&self, args: &[&str]) -> Output {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.ateam(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{:?}: {args:?} failed:\n{}\n{}",
-            self.engine,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    }
-
     /// stdout and stderr of a shell script run inside `member`, as the member.
     fn inside(&self, member: &str, script: &str) -> String {
         let out = self.ateam(&[
@@ -248,19 +198,6 @@ spec: {{parent: {parent}, access: g, command: [sleep, "100000"], resources: {{me
             .join(&self.team)
             .join("requested")
             .join(format!("{name}.json"))
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

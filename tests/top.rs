@@ -11,7 +11,6 @@
 )]
 
 use std::io::BufRead;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -24,24 +23,21 @@ use common::{Engine, text, var};
 on_every_engine!(docker: top_shows_a_team_at_work_and_q_gives_the_terminal_back, status_watch_prints_each_change);
 on_every_engine!(podman: top_shows_a_team_at_work_and_q_gives_the_terminal_back, status_watch_prints_each_change);
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and what is
+/// this crate's own.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-top-")
-            .tempdir()
-            .unwrap();
-        let e = format!("{engine:?}").to_lowercase();
-        let team = format!("{tag}{}{}", &e[..1], std::process::id() % 100000);
-        let w = World { engine, dir, team };
-        for d in ["work", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        let w = World(common::World::new(engine, "top", tag).without_purge());
+        w.dirs(&["work", "state", "sessions"]);
         std::os::unix::fs::chown(w.root().join("work"), Some(65534), Some(65534)).unwrap();
         // alpha and beta both write ./work, and say they share it: one writer per folder is
         // not what these cases are about.
@@ -75,10 +71,6 @@ spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids
         );
         std::fs::write(w.root().join("team.yaml"), yaml).unwrap();
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -145,8 +137,9 @@ spec: {{parent: lead, access: g, restart: Never, resources: {{memory: 64Mi, pids
 }
 
 impl Drop for World {
+    /// The team (`delete`, no purge), then the lead's tmux server.
     fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team]);
+        self.0.remove();
         let socket = self
             .root()
             .join(format!("state/teams/{}/sessions/lead/tmux.sock", self.team));

@@ -1003,24 +1003,7 @@ mod tests {
             std::fs::write(&file, text).expect("write");
             Manifests::read(std::slice::from_ref(&file)).expect("read")
         };
-        let team = |name: &str| Team {
-            name: name.into(),
-            labels: Default::default(),
-            backend: Default::default(),
-            user: None,
-            allow_root_user: false,
-            image: None,
-            max_members: 10,
-            max_depth: 3,
-            session_dir: dir.path().join("sessions"),
-            allow_unenforced_limits: false,
-            helper_requests: false,
-            board: false,
-            manifests: vec![],
-            sessions: vec![],
-            grants: vec![],
-            members: vec![],
-        };
+        let team = |name: &str| Team::named(name, dir.path().join("sessions"));
         let now = Instant::now();
         let judged = Judged {
             read: read("kind: Team\n"),

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat2, statx};
+use std::os::fd::AsFd;
 
 use crate::model::UserId;
 
@@ -169,19 +169,8 @@ pub fn check_writable_tree(
 /// The owner and mode of the folder at `path`, opened without following any symlink (as a
 /// grant is pinned: `runtime::pin`).
 pub fn owned(path: &Path) -> std::io::Result<Owned> {
-    let fd = openat2(
-        CWD,
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )?;
-    let st = statx(
-        &fd,
-        "",
-        rustix::fs::AtFlags::EMPTY_PATH,
-        StatxFlags::BASIC_STATS,
-    )?;
+    let fd = crate::files::folder_handle(path)?;
+    let st = crate::files::handle_stat(fd.as_fd())?;
     Ok(Owned {
         uid: st.stx_uid,
         gid: st.stx_gid,

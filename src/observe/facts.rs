@@ -337,24 +337,7 @@ mod tests {
         let transcript = dir.join("sessions/members/a");
         std::fs::create_dir_all(&transcript).unwrap();
         std::fs::write(transcript.join("log"), "hello").unwrap();
-        let team = Team {
-            name: "t".into(),
-            labels: Default::default(),
-            backend: Default::default(),
-            user: None,
-            allow_root_user: false,
-            image: None,
-            max_members: 10,
-            max_depth: 3,
-            session_dir: dir.join("sessions"),
-            allow_unenforced_limits: false,
-            helper_requests: false,
-            board: false,
-            manifests: vec![],
-            sessions: vec![],
-            grants: vec![],
-            members: vec![member(dir)],
-        };
+        let team = Team::named("t", dir.join("sessions")).with_members(vec![member(dir)]);
         let host = Host {
             uid: 1000,
             gid: 1000,

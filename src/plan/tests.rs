@@ -64,24 +64,7 @@ pub(crate) fn member(name: &str) -> Member {
 
 fn team(members: Vec<Member>) -> Desired {
     Desired {
-        teams: vec![Team {
-            name: "t".into(),
-            labels: Default::default(),
-            backend: Default::default(),
-            user: None,
-            allow_root_user: false,
-            image: None,
-            max_members: 10,
-            max_depth: 3,
-            session_dir: "/home/u/sessions".into(),
-            allow_unenforced_limits: false,
-            helper_requests: false,
-            board: false,
-            manifests: vec![],
-            sessions: vec![],
-            grants: vec![],
-            members,
-        }],
+        teams: vec![Team::named("t", "/home/u/sessions").with_members(members)],
     }
 }
 

@@ -56,24 +56,7 @@ fn team(members: &[&str]) -> Team {
         origin: Default::default(),
         share_writes: false,
     };
-    Team {
-        name: "t".into(),
-        labels: Default::default(),
-        backend: Default::default(),
-        user: None,
-        allow_root_user: false,
-        image: None,
-        max_members: 10,
-        max_depth: 3,
-        session_dir: "/home/u/sessions".into(),
-        allow_unenforced_limits: false,
-        helper_requests: false,
-        board: false,
-        manifests: vec![],
-        sessions: vec![],
-        grants: vec![],
-        members: members.iter().map(|m| member(m)).collect(),
-    }
+    Team::named("t", "/home/u/sessions").with_members(members.iter().map(|m| member(m)).collect())
 }
 
 /// Every member of `t` running as ateam made it, with its transcript folder.

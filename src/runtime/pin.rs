@@ -3,10 +3,10 @@
 //! This closes the gap between validation and the engine's mount: a folder swapped for a
 //! symlink in between is caught before any member code runs.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat2, statx};
+use rustix::fs::{AtFlags, CWD, StatxFlags, statx};
 
 use crate::core::container::EngineKind;
 use crate::core::container::Mount;
@@ -59,27 +59,19 @@ pub enum PinError {
     },
 }
 
-/// Opens `path` as a directory, refusing symlinks in every component (openat2 with
-/// RESOLVE_NO_SYMLINKS), and records its device and inode.
+/// Opens `path` as a directory, refusing symlinks in every component
+/// (`files::folder_handle`: openat2 with RESOLVE_NO_SYMLINKS), and records its device and inode.
 pub fn pin(path: &Path) -> Result<Pinned, PinError> {
     let err = |reason: String| PinError::Open {
         path: path.to_path_buf(),
         reason,
     };
-    let fd = openat2(
-        CWD,
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| match e {
+    let fd = crate::files::folder_handle(path).map_err(|e| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => err("a component is a symlink".into()),
         rustix::io::Errno::NOTDIR => err("not a directory".into()),
         other => err(other.to_string()),
     })?;
-    let st = statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
-        .map_err(|e| err(e.to_string()))?;
+    let st = crate::files::handle_stat(fd.as_fd()).map_err(|e| err(e.to_string()))?;
     Ok(Pinned {
         path: path.to_path_buf(),
         dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),

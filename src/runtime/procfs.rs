@@ -228,9 +228,8 @@ fn first_of_own_namespace(pid: u32) -> bool {
 /// PATH when it has no slash, resolved inside the container's root (RESOLVE_IN_ROOT, so an
 /// absolute symlink such as /bin/sh -> /bin/busybox means the container's busybox).
 pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
-    use rustix::fs::{
-        AtFlags, CWD, Mode, OFlags, ResolveFlags, StatxFlags, openat, openat2, statx,
-    };
+    use rustix::fs::{CWD, Mode, OFlags, openat};
+    use std::os::fd::AsFd;
     let Ok(root) = openat(
         CWD,
         format!("/proc/{pid}/root"),
@@ -258,19 +257,13 @@ pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
     };
     candidates.iter().any(|c| {
         let rel = c.strip_prefix("/").unwrap_or(c);
-        openat2(
-            &root,
-            rel,
-            OFlags::PATH | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::IN_ROOT,
-        )
-        .and_then(|fd| statx(&fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS))
-        .map(|st| {
-            let mode = u32::from(st.stx_mode);
-            mode & 0o170000 == 0o100000 && mode & 0o111 != 0
-        })
-        .unwrap_or(false)
+        crate::files::handle_in_root(root.as_fd(), rel)
+            .and_then(|fd| crate::files::handle_stat(fd.as_fd()))
+            .map(|st| {
+                let mode = u32::from(st.stx_mode);
+                mode & 0o170000 == 0o100000 && mode & 0o111 != 0
+            })
+            .unwrap_or(false)
     })
 }
 

@@ -159,24 +159,12 @@ impl Rig {
 /// A team `t` of one member, its session folder in `root`; limits unenforced allowed.
 fn team(m: crate::model::Member, root: &Path) -> Desired {
     Desired {
-        teams: vec![Team {
-            name: TEAM.into(),
-            labels: Default::default(),
-            backend: Default::default(),
-            user: None,
-            allow_root_user: true,
-            image: None,
-            max_members: 10,
-            max_depth: 3,
-            session_dir: root.join("sessions"),
-            allow_unenforced_limits: true,
-            helper_requests: false,
-            board: false,
-            manifests: vec![],
-            sessions: vec![],
-            grants: vec![],
-            members: vec![m],
-        }],
+        teams: vec![
+            Team::named(TEAM, root.join("sessions"))
+                .with_allow_root_user(true)
+                .with_allow_unenforced_limits(true)
+                .with_members(vec![m]),
+        ],
     }
 }
 

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::FileType;
 
 use super::{Snapshot, WorkspaceError, io};
 use crate::files::{self, Bounds, Dir, Owner};
@@ -211,29 +211,10 @@ fn copy_file(
 
 /// A symlink is kept as a link (its text), never followed.
 fn copy_link(dir: &Dir, rel: &Path, to: &Path) -> Result<(), WorkspaceError> {
-    let parent = rel.parent().unwrap_or(Path::new(""));
-    let name = rel.file_name().unwrap_or_default();
-    let pfd = rustix::fs::openat2(
-        dir.fd(),
-        if parent.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent
-        },
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| WorkspaceError::Io {
+    let target = dir.read_link(rel).map_err(|e| WorkspaceError::Io {
         path: rel.to_path_buf(),
-        source: e.into(),
+        source: e,
     })?;
-    let target =
-        rustix::fs::readlinkat(&pfd, name, Vec::new()).map_err(|e| WorkspaceError::Io {
-            path: rel.to_path_buf(),
-            source: e.into(),
-        })?;
-    let target: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(target.as_bytes());
     std::os::unix::fs::symlink(target, to).map_err(io(to))
 }
 

@@ -1,6 +1,7 @@
 //! What the engine test binaries that run on all three engines share: which engine, the
 //! environment `scripts/engines.sh` leaves, and the commands that run ateam and the engine's
-//! own CLI as that engine's user (root, or the rootless user through runuser).
+//! own CLI as that engine's user (root, or the rootless user through runuser), and `World`,
+//! the part of each crate's test world they have in common.
 
 // Each test binary uses its own part of this.
 #![allow(dead_code)]
@@ -14,6 +15,11 @@ pub mod mcp;
 pub mod private_engine;
 pub mod standin;
 pub mod terminal;
+pub mod world;
+
+// Not every test binary has a `World`.
+#[allow(unused_imports)]
+pub use world::World;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Engine {

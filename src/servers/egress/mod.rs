@@ -31,7 +31,7 @@ use crate::files::{self, Owner};
 
 /// Whether something answers on the socket: the proxy's liveness.
 pub use crate::detached::answers;
-/// The `ateam` binary that runs proxies (`ATEAM_EGRESS_EXE` for a test).
+/// The `ateam` binary that runs proxies (`detached::exe`).
 pub use crate::detached::exe;
 
 /// Why a member's egress proxy could not be set up, started or run.
