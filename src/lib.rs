@@ -31,7 +31,7 @@
 //! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
 //!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
 //! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
-//! - `manifest`: read YAML files, check every rule, build the trusted `model::Desired`;
+//! - `manifest`: read YAML files, check every rule, build the trusted `model::Model`;
 //! - `transcripts`: agents' own transcripts in a member's transcript folder, found and read
 //!   within bounds, never through a link (what they say is `core::transcript`'s);
 //! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
@@ -66,7 +66,7 @@ pub mod app;
 pub mod approvals;
 pub mod backend;
 pub mod board;
-pub mod build_context;
+pub(crate) mod build_context;
 pub mod controller;
 pub mod core;
 pub mod detached;

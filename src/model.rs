@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Everything a set of manifests asks for, grouped by team.
+/// Everything a set of manifests asks for, validated and grouped by team: the trusted model.
+/// (The planner's view of it, members and sessions flattened with their specs, is
+/// `plan::DesiredState`.)
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Desired {
+pub struct Model {
     /// The teams, each with everything that belongs to it.
     pub teams: Vec<Team>,
 }

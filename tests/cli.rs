@@ -542,7 +542,7 @@ fn validate_show_yaml_reads_back_as_the_model() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let docs = yaml_rust2::YamlLoader::load_from_str(&text(&out.stdout)).unwrap();
     assert_eq!(docs.len(), 1);
-    let shown: ateam::model::Desired = serde_json::from_value(yaml_to_json(&docs[0])).unwrap();
+    let shown: ateam::model::Model = serde_json::from_value(yaml_to_json(&docs[0])).unwrap();
     let state = tempfile::tempdir().unwrap();
     let host = ateam::host::Host::detect(Some(state.path().to_path_buf()));
     let built = ateam::app::Manifests::read(&[file])

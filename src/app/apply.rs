@@ -9,7 +9,7 @@ use crate::backend::{BackendError, EngineKind, Summary, logs_text};
 use crate::core::container::{is_replacement, labels};
 use crate::core::layout;
 use crate::execute::{Executor, Failure, Progress, default_concurrency};
-use crate::model::Desired;
+use crate::model::Model;
 use crate::model::RestartPolicy;
 use crate::plan::{ContainerState, Finding, Plan, PlanOptions, Refusal};
 use crate::store::{Record, StoreError};
@@ -109,7 +109,7 @@ pub async fn apply(
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
-    judged: impl FnOnce(&Desired),
+    judged: impl FnOnce(&Model),
 ) -> Result<ApplyReport, AppError> {
     let (mut lock, desired, early) = match app.store.try_lock_existing() {
         // Free, as it mostly is: judged once, under it, while the engine lists what it holds
@@ -194,7 +194,7 @@ fn refresh_injected(
 /// The caller holds the store's lock.
 pub async fn converge(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     o: ApplyOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
@@ -209,7 +209,7 @@ pub async fn converge(
 /// the restarts it paces from it in between.)
 pub async fn prepare(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     opts: PlanOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<Look, AppError> {
@@ -219,7 +219,7 @@ pub async fn prepare(
 /// `prepare`, with the list `early` asked ahead (`App::begin_look`).
 async fn prepare_from(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     opts: PlanOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     early: Option<crate::app::EarlyList>,
@@ -252,7 +252,7 @@ fn refused(r: &Refusal) -> AppError {
 /// teams, carry out `look.plan`, forget the dropped helpers, and say who does not run.
 pub async fn carry_out(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     look: Look,
     o: &ApplyOptions,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),

@@ -457,11 +457,7 @@ pub const MAX_LEARN: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Starts a learning run for every member with an allow list of `desired`, until `until`
 /// (seconds since the epoch): its proxy lets through what the person could approve
 /// (`servers::egress::LearnFile`) and logs it as an ask. Returns how many members learn.
-pub fn learn(
-    app: &App,
-    desired: &crate::model::Desired,
-    until: f64,
-) -> Result<usize, ApprovalError> {
+pub fn learn(app: &App, desired: &crate::model::Model, until: f64) -> Result<usize, ApprovalError> {
     let mut n = 0;
     for t in &desired.teams {
         for m in t

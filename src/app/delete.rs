@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::core::container::team_network_name;
 use crate::core::layout::{session_socket_in, session_socket_path, sessions_dir, team_run_dir};
 use crate::execute::{ActionError, Executor, Failure, Progress, default_concurrency};
-use crate::model::{Desired, Team};
+use crate::model::{Model, Team};
 use crate::plan::{Action, Finding, Plan, PlanOptions, TeamOp};
 
 /// One team deleted.
@@ -38,10 +38,10 @@ pub enum DeleteReport {
 
 /// The team `delete --team NAME` acts on: as applied, else as a delete without `--purge`
 /// left it, so that `--purge` still removes the transcripts that delete kept.
-pub fn team_to_delete(app: &App, name: &str) -> Result<Desired, AppError> {
+pub fn team_to_delete(app: &App, name: &str) -> Result<Model, AppError> {
     match app.applied(Some(name)) {
         Err(e @ AppError::NotApplied { .. }) => match app.store.deleted(name)? {
-            Some(t) => Ok(Desired { teams: vec![t] }),
+            Some(t) => Ok(Model { teams: vec![t] }),
             None => Err(e),
         },
         other => other,
@@ -54,7 +54,7 @@ pub fn team_to_delete(app: &App, name: &str) -> Result<Desired, AppError> {
 /// removal is the executor's (`execute::team` for what is not a container).
 pub async fn delete(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     purge: bool,
     no_wait: bool,
     progress: &dyn Progress,

@@ -125,7 +125,7 @@ pub async fn doctor(app: &App, manifests: Option<&Manifests>) -> Vec<Check> {
 /// What apply would refuse before its first change (limits this engine cannot enforce,
 /// secrets not set, folders the members or the person cannot write), all of it, as apply
 /// says it: `valid on this host` is not all an apply needs.
-async fn would_refuse(app: &App, desired: &crate::model::Desired) -> Vec<Check> {
+async fn would_refuse(app: &App, desired: &crate::model::Model) -> Vec<Check> {
     let Ok(look) = app.look(desired, crate::plan::PlanOptions::default()).await else {
         // No engine answers: the engine's own check says so.
         return Vec::new();

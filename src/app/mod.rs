@@ -23,7 +23,7 @@ use crate::backend::{Backend, BackendError, EngineInfo};
 use crate::files::Owner;
 use crate::host::Host;
 use crate::manifest::{self, ManifestError, Problem, Source};
-use crate::model::{BackendChoice, Desired, Team};
+use crate::model::{BackendChoice, Model, Team};
 use crate::observe::observe_listed;
 use crate::plan::spec::{DesiredState, desired_state};
 use crate::plan::{Observed, Plan, PlanOptions, plan};
@@ -132,7 +132,7 @@ impl Manifests {
     }
 
     /// Every rule, judged on this host and against the teams `applied` before.
-    pub fn validate(&self, host: &Host, applied: &[Team]) -> Result<Desired, ManifestError> {
+    pub fn validate(&self, host: &Host, applied: &[Team]) -> Result<Model, ManifestError> {
         let mut problems = self.unreadable.clone();
         match manifest::validate::validate_given(&self.sources, &self.given, host, applied) {
             Ok(d) if problems.is_empty() => Ok(d),
@@ -196,7 +196,7 @@ pub struct Look {
     /// What would make it match.
     pub plan: Plan,
     /// The teams looked at, with the helpers their members asked for (`requests::merge`).
-    pub model: Desired,
+    pub model: Model,
     /// Requested members no longer wanted: the plan removes their containers, and a
     /// converge forgets their records.
     pub dropped: Vec<crate::requests::Dropped>,
@@ -223,7 +223,7 @@ impl App {
 
     /// Validates `manifests` against the store as it is now (apply calls this again once it
     /// holds the lock: another apply may have stored a team meanwhile).
-    pub fn judge(&self, manifests: &Manifests) -> Result<Desired, AppError> {
+    pub fn judge(&self, manifests: &Manifests) -> Result<Model, AppError> {
         self.judge_against(manifests, &self.store.teams()?)
     }
 
@@ -232,18 +232,18 @@ impl App {
         &self,
         manifests: &Manifests,
         applied: &[crate::model::Team],
-    ) -> Result<Desired, AppError> {
+    ) -> Result<Model, AppError> {
         self.host.engine_dirs.prefetch();
         Ok(manifests.validate(&self.host, applied)?)
     }
 
     /// Reads and judges manifests.
-    pub fn load(&self, paths: &[PathBuf]) -> Result<Desired, AppError> {
+    pub fn load(&self, paths: &[PathBuf]) -> Result<Model, AppError> {
         self.judge(&Manifests::read(paths)?)
     }
 
     /// The teams last applied, optionally only `name`.
-    pub fn applied(&self, name: Option<&str>) -> Result<Desired, AppError> {
+    pub fn applied(&self, name: Option<&str>) -> Result<Model, AppError> {
         let mut teams = self.store.teams()?;
         if let Some(n) = name {
             teams.retain(|t| t.name == n);
@@ -254,21 +254,21 @@ impl App {
                 });
             }
         }
-        Ok(Desired { teams })
+        Ok(Model { teams })
     }
 
     /// `applied`, with the helpers its members asked for (`requests::merge`): every member
     /// that is wanted now, for the commands that find one by name (exec, logs, attach).
-    pub fn applied_with_requests(&self, name: Option<&str>) -> Result<Desired, AppError> {
+    pub fn applied_with_requests(&self, name: Option<&str>) -> Result<Model, AppError> {
         Ok(crate::requests::merge(&self.applied(name)?, &self.host.state_dir).0)
     }
 
     /// `applied_with_requests`, and the teams deleted without `--purge` (their record of
     /// events and egress stays until then): for the commands that read that record.
-    pub fn applied_or_deleted(&self, name: Option<&str>) -> Result<Desired, AppError> {
+    pub fn applied_or_deleted(&self, name: Option<&str>) -> Result<Model, AppError> {
         let mut d = match self.applied_with_requests(name) {
             Ok(d) => d,
-            Err(AppError::NotApplied { .. }) => Desired { teams: vec![] },
+            Err(AppError::NotApplied { .. }) => Model { teams: vec![] },
             Err(e) => return Err(e),
         };
         let names = match name {
@@ -292,7 +292,7 @@ impl App {
     }
 
     /// `desired`, as containers and sessions on this host.
-    pub fn desired_state(&self, desired: &Desired) -> DesiredState {
+    pub fn desired_state(&self, desired: &Model) -> DesiredState {
         desired_state(desired, &self.host)
     }
 
@@ -349,7 +349,7 @@ impl App {
     /// Finds the engine, looks at the machine for `desired` (and the helpers its members
     /// asked for) and plans. The helpers no longer wanted join `opts.dropped`: the plan
     /// removes them, and is final as returned.
-    pub async fn look(&self, desired: &Desired, opts: PlanOptions) -> Result<Look, AppError> {
+    pub async fn look(&self, desired: &Model, opts: PlanOptions) -> Result<Look, AppError> {
         self.look_from(desired, opts, None).await
     }
 
@@ -390,7 +390,7 @@ impl App {
     /// engine.
     pub async fn look_from(
         &self,
-        desired: &Desired,
+        desired: &Model,
         mut opts: PlanOptions,
         early: Option<EarlyList>,
     ) -> Result<Look, AppError> {

@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::core::selector::Selector;
-use crate::model::Desired;
+use crate::model::Model;
 use crate::observe::{EarlyFacts, controller_status, status_facts};
 use crate::plan::PlanOptions;
 use crate::report::{RowKind, StatusDocument, TeamStatus, WorkspaceStatus, team_status};
@@ -21,7 +21,7 @@ use super::{App, AppError, EarlyList};
 /// narrowed to `selector`'s.
 pub async fn status(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     selector: Option<&Selector>,
 ) -> Result<StatusDocument, AppError> {
     status_from(app, desired, selector, None).await
@@ -31,7 +31,7 @@ pub async fn status(
 /// the teams: `ateam status` at 200 members waits 35 ms on Docker's list and little else.
 pub async fn status_from(
     app: &App,
-    desired: &Desired,
+    desired: &Model,
     selector: Option<&Selector>,
     early_list: Option<EarlyList>,
 ) -> Result<StatusDocument, AppError> {
@@ -76,7 +76,7 @@ type Cached = HashMap<PathBuf, (Instant, WorkspaceStatus)>;
 
 /// Each writer's row gets its workspace's figures (`workspace::changes`), at most
 /// `WORKSPACE_TTL` old.
-async fn fill_workspaces(app: &App, model: &Desired, teams: &mut [TeamStatus]) {
+async fn fill_workspaces(app: &App, model: &Model, teams: &mut [TeamStatus]) {
     static CACHE: OnceLock<Mutex<Cached>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     for (t, status) in model.teams.iter().zip(teams.iter_mut()) {
@@ -141,7 +141,7 @@ async fn workspace_status(place: &crate::workspace::Place) -> WorkspaceStatus {
 /// Keeps the rows of main sessions and members whose labels match (rows nothing describes,
 /// an orphan or a kept transcript, have no labels), and the teams left with any; each team's
 /// verdict is then its selected rows'.
-fn select(teams: &mut Vec<TeamStatus>, desired: &Desired, sel: &Selector) {
+fn select(teams: &mut Vec<TeamStatus>, desired: &Model, sel: &Selector) {
     for t in teams.iter_mut() {
         let Some(model) = desired.teams.iter().find(|m| m.name == t.team) else {
             continue;

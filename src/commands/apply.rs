@@ -41,7 +41,7 @@ pub async fn run(global: &Global, files: &Files, o: Opts) -> anyhow::Result<Exit
         only: None,
     };
     // Judged once, by apply: its warnings are said before any change.
-    let warn = |desired: &ateam::model::Desired| host_service_warnings(&app, desired);
+    let warn = |desired: &ateam::model::Model| host_service_warnings(&app, desired);
     let report = apply(&app, &manifests, opts, &secret, &display, waiting, warn).await?;
     // What apply leaves alone, in the same words as diff.
     for line in report.left_alone.iter().filter_map(finding_text) {
@@ -155,7 +155,7 @@ fn start_learning(
 
 /// Warns of a host service a grant names that another uid's listener holds now (the proxy
 /// would refuse it).
-fn host_service_warnings(app: &ateam::app::App, desired: &ateam::model::Desired) {
+fn host_service_warnings(app: &ateam::app::App, desired: &ateam::model::Model) {
     for line in ateam::servers::egress::listeners::held_by_others(desired, &app.host) {
         eprintln!("{line}");
     }

@@ -22,7 +22,7 @@ use super::exit::Exit;
 
 /// The one applied team with a member `member`, and that member.
 pub fn member_of<'a>(
-    applied: &'a ateam::model::Desired,
+    applied: &'a ateam::model::Model,
     member: &str,
 ) -> anyhow::Result<(&'a ateam::model::Team, &'a ateam::model::Member)> {
     let mut found = applied
@@ -354,7 +354,7 @@ pub async fn attach(global: &Global, team: Option<&str>, name: &str) -> anyhow::
 const DETACH_KEYS: (&str, &str) = ("ctrl-]", "Ctrl-]");
 
 /// Whether `name` is a member that runs its agent's terminal UI.
-fn is_interactive(applied: &ateam::model::Desired, team: Option<&str>, name: &str) -> bool {
+fn is_interactive(applied: &ateam::model::Model, team: Option<&str>, name: &str) -> bool {
     applied
         .teams
         .iter()

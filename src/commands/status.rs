@@ -8,7 +8,7 @@ use anyhow::bail;
 use crate::cli::{Global, OptionalFiles, Output};
 use ateam::app::App;
 use ateam::core::selector::Selector;
-use ateam::model::Desired;
+use ateam::model::Model;
 use ateam::report::{StatusDocument, render_controller, render_refusals, render_status};
 
 use super::common::app;
@@ -39,7 +39,7 @@ pub async fn run(global: &Global, args: Args<'_>) -> anyhow::Result<Exit> {
 }
 
 /// The teams asked for and their status.
-async fn look(ctx: &App, args: &Args<'_>) -> anyhow::Result<(Desired, StatusDocument)> {
+async fn look(ctx: &App, args: &Args<'_>) -> anyhow::Result<(Model, StatusDocument)> {
     // The engine lists while the teams are read.
     let early = ctx.begin_look();
     let mut desired = if args.files.files.is_empty() {
@@ -90,7 +90,7 @@ async fn watch(ctx: &App, args: &Args<'_>) -> anyhow::Result<Exit> {
 fn print(
     ctx: &App,
     args: &Args<'_>,
-    desired: &Desired,
+    desired: &Model,
     doc: &StatusDocument,
     again: bool,
 ) -> anyhow::Result<()> {

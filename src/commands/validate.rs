@@ -41,7 +41,7 @@ pub fn run(global: &Global, files: &Files, show: Option<ShowFormat>) -> anyhow::
 }
 
 /// A warning for each allow entry that names loopback by address (see `Entry::advice`).
-fn advice(desired: &ateam::model::Desired) -> Vec<String> {
+fn advice(desired: &ateam::model::Model) -> Vec<String> {
     let mut out = Vec::new();
     for t in &desired.teams {
         for g in &t.grants {

@@ -29,7 +29,7 @@ use crate::core::container::{ContainerState, labels};
 use crate::core::layout::store_id;
 use crate::execute::Quiet;
 use crate::manifest::ManifestError;
-use crate::model::{Desired, Team};
+use crate::model::{Model, Team};
 use crate::plan::{ContainerOp, Observed, Plan, PlanOptions, StartReason};
 use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
@@ -276,7 +276,7 @@ impl Reconciler {
             no_wait: false,
             only: only.map(str::to_string),
         };
-        let desired = Desired { teams: vec![team] };
+        let desired = Model { teams: vec![team] };
         let (now, wall) = (Instant::now(), SystemTime::now());
         let plan = PlanOptions {
             deferred: self.state().crash.holds(name, now, wall),
@@ -436,7 +436,7 @@ impl Reconciler {
             team = name,
             "no manifest names this team any more: removing its containers"
         );
-        let desired = Desired {
+        let desired = Model {
             teams: vec![stored],
         };
         // Its turn first: `delete` takes the store's lock itself.

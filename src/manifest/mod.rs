@@ -1,7 +1,7 @@
 //! Manifests: reading YAML files, checking them, and producing the trusted model.
 //!
 //! `load::read_sources` finds and reads the files, `yaml` parses them keeping positions, `raw`
-//! is the format, `validate` applies every rule and builds `crate::model::Desired`. All problems
+//! is the format, `validate` applies every rule and builds `crate::model::Model`. All problems
 //! of a run are collected and reported together, each with its file, line, object and field.
 
 pub mod edit;

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::core::layout;
 use crate::files;
 use crate::host::Host;
-use crate::model::{Desired, Member, Network, Team};
+use crate::model::{Member, Model, Network, Team};
 use crate::observe::cache::Cache;
 use crate::observe::transcripts::TranscriptCache;
 use crate::plan::Observed;
@@ -42,7 +42,7 @@ impl EarlyFacts {
     /// looks share one, and walk a folder again only when due).
     pub fn read(
         host: &Host,
-        desired: &Desired,
+        desired: &Model,
         now: SystemTime,
         walks: &TranscriptCache,
     ) -> EarlyFacts {
@@ -78,7 +78,7 @@ fn since(now: SystemTime) -> f64 {
 /// and transcript folders are read through `walks`.
 pub fn status_facts(
     host: &Host,
-    model: &Desired,
+    model: &Model,
     observed: &Observed,
     now: SystemTime,
     early: EarlyFacts,
@@ -256,7 +256,7 @@ fn session_facts(state_dir: &Path, team: &str, name: &str) -> SessionFacts {
 
 /// The transcript folders status shows: the sessions' and members' of the model, and those
 /// observe found (among them the kept transcripts of members no manifest wants).
-fn transcript_dirs(model: &Desired, observed: &Observed) -> std::collections::BTreeSet<PathBuf> {
+fn transcript_dirs(model: &Model, observed: &Observed) -> std::collections::BTreeSet<PathBuf> {
     let mut dirs = observed.transcript_dirs.clone();
     for t in &model.teams {
         dirs.extend(t.sessions.iter().map(|s| session_transcript(t, s)));
@@ -352,7 +352,7 @@ mod tests {
             ..Default::default()
         };
         let now = UNIX_EPOCH + std::time::Duration::from_secs(1000);
-        let model = Desired { teams: vec![team] };
+        let model = Model { teams: vec![team] };
         let walks = TranscriptCache::default();
         let f = status_facts(&host, &model, &observed, now, EarlyFacts::default(), &walks);
         assert_eq!(f.now, now);
@@ -371,7 +371,7 @@ mod tests {
 
         // Read early (while the look waits for the engine), the same facts; a member the
         // early read did not know (a helper asked for since) is read then.
-        let early = EarlyFacts::read(&host, &Desired { teams: vec![] }, now, &walks);
+        let early = EarlyFacts::read(&host, &Model { teams: vec![] }, now, &walks);
         assert!(early.members.is_empty());
         let early = EarlyFacts::read(&host, &model, now, &walks);
         assert_eq!(early.members.len(), 1);

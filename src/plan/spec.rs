@@ -21,7 +21,7 @@ use crate::core::layout::{
     store_id, team_run_dir, transcript_dir as transcript_dir_of,
 };
 use crate::host::Host;
-use crate::model::{Desired, Member, Network, PullPolicy, RestartPolicy, Team};
+use crate::model::{Member, Model, Network, PullPolicy, RestartPolicy, Team};
 
 /// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
 /// member has its own network namespace). `HTTP_PROXY` and friends point here.
@@ -316,13 +316,13 @@ pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
 }
 
 /// The planner's view of a validated set of manifests.
-pub fn desired_state(desired: &Desired, host: &Host) -> DesiredState {
+pub fn desired_state(desired: &Model, host: &Host) -> DesiredState {
     desired_state_of(desired, host, None)
 }
 
 /// `desired_state`, with only the members named `only` when given (one member's look:
 /// each member's spec and its hash cost the same whether or not it is looked at).
-pub fn desired_state_of(desired: &Desired, host: &Host, only: Option<&str>) -> DesiredState {
+pub fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>) -> DesiredState {
     let mut members = Vec::new();
     let mut sessions = Vec::new();
     for team in &desired.teams {

@@ -8,7 +8,7 @@ use super::*;
 use crate::core::container::labels;
 use crate::core::intercept::EgressPolicy;
 use crate::host::Host;
-use crate::model::{AccessGrant, Desired, Member, Network, Parent, RestartPolicy, Team};
+use crate::model::{AccessGrant, Member, Model, Network, Parent, RestartPolicy, Team};
 use crate::policy;
 
 /// A table row: what to change, and the change the planner must name.
@@ -62,8 +62,8 @@ pub(crate) fn member(name: &str) -> Member {
     }
 }
 
-fn team(members: Vec<Member>) -> Desired {
-    Desired {
+fn team(members: Vec<Member>) -> Model {
+    Model {
         teams: vec![Team::named("t", "/home/u/sessions").with_members(members)],
     }
 }

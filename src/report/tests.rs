@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use super::*;
 use crate::core::container::ContainerState;
 use crate::host::Host;
-use crate::model::{Desired, Member, RestartPolicy};
+use crate::model::{Member, Model, RestartPolicy};
 use crate::plan::spec::desired_state;
 use crate::plan::{PlanOptions, plan};
 
@@ -62,7 +62,7 @@ fn team(members: &[&str]) -> Team {
 /// Every member of `t` running as ateam made it, with its transcript folder.
 fn in_sync(t: &Team) -> Observed {
     let d = desired_state(
-        &Desired {
+        &Model {
             teams: vec![t.clone()],
         },
         &host(),
@@ -119,7 +119,7 @@ fn in_sync(t: &Team) -> Observed {
 
 fn status(t: &Team, o: &Observed, record: Option<LastExit>) -> (TeamStatus, Plan) {
     let d = desired_state(
-        &Desired {
+        &Model {
             teams: vec![t.clone()],
         },
         &host(),
@@ -482,7 +482,7 @@ fn facts_reach_the_rows_and_the_controller_line() {
     let t = team(&["a", "b"]);
     let o = in_sync(&t);
     let d = desired_state(
-        &Desired {
+        &Model {
             teams: vec![t.clone()],
         },
         &host(),
@@ -573,7 +573,7 @@ fn diff_shows_the_agents_build_and_its_mount() {
         model_host: None,
     });
     let d = desired_state(
-        &Desired {
+        &Model {
             teams: vec![t.clone()],
         },
         &host(),
@@ -638,7 +638,7 @@ fn an_agent_that_exits_0_after_a_refused_write_shows_as_failed() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
     let seen = |len: usize, o: &Observed| {
         let d = desired_state(
-            &Desired {
+            &Model {
                 teams: vec![t.clone()],
             },
             &host(),

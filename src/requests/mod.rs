@@ -32,7 +32,7 @@ use crate::host::Host;
 use crate::manifest::export::{self, Manifest};
 use crate::manifest::raw::{NetworkSpec, Resources};
 use crate::manifest::{Problem, Source, quantity};
-use crate::model::{Desired, Member, Origin, Parent, RestartPolicy, Team};
+use crate::model::{Member, Model, Origin, Parent, RestartPolicy, Team};
 
 /// What a member sends to ask for a helper (JSON). Unknown fields are errors, as in manifests.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -206,7 +206,7 @@ pub use crate::plan::Dropped;
 /// helper's chain of requesters is followed link by link through the records, so it lives
 /// only while every link does. Turning `helperRequests` off leaves a team exactly as its
 /// manifests say.
-pub fn merge(desired: &Desired, state_dir: &Path) -> (Desired, Vec<Dropped>) {
+pub fn merge(desired: &Model, state_dir: &Path) -> (Model, Vec<Dropped>) {
     let mut out = desired.clone();
     let mut dropped = Vec::new();
     for team in &mut out.teams {

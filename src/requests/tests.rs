@@ -36,7 +36,7 @@ impl Fixture {
         }
     }
 
-    fn validate(&self, text: &str) -> Result<Desired, Vec<Problem>> {
+    fn validate(&self, text: &str) -> Result<Model, Vec<Problem>> {
         let src = Source {
             path: "team.yaml".into(),
             dir: self.root.clone(),
@@ -287,7 +287,7 @@ fn records_merge_while_their_requester_is_wanted() {
         gid: rustix::process::getgid().as_raw(),
     };
     save(&f.host.state_dir, "t", &child, owner).unwrap();
-    let desired = Desired {
+    let desired = Model {
         teams: vec![team.clone()],
     };
     let (merged, dropped) = merge(&desired, &f.host.state_dir);
@@ -298,7 +298,7 @@ fn records_merge_while_their_requester_is_wanted() {
     let mut without = team.clone();
     without.members.clear();
     let (merged, dropped) = merge(
-        &Desired {
+        &Model {
             teams: vec![without],
         },
         &f.host.state_dir,
@@ -313,7 +313,7 @@ fn records_merge_while_their_requester_is_wanted() {
     wide.access.network = Network::Allow(vec!["api.example.com".into()]);
     save(&f.host.state_dir, "t", &wide, owner).unwrap();
     let (_, dropped) = merge(
-        &Desired {
+        &Model {
             teams: vec![narrowed],
         },
         &f.host.state_dir,
@@ -327,7 +327,7 @@ fn records_merge_while_their_requester_is_wanted() {
     session.promoted_from = Some(a.name.clone());
     promoted.sessions.push(session);
     let (merged, dropped) = merge(
-        &Desired {
+        &Model {
             teams: vec![promoted],
         },
         &f.host.state_dir,
@@ -341,11 +341,11 @@ fn records_merge_while_their_requester_is_wanted() {
     // Requests turned off, or no room left: dropped.
     let mut off = team.clone();
     off.helper_requests = false;
-    let (_, dropped) = merge(&Desired { teams: vec![off] }, &f.host.state_dir);
+    let (_, dropped) = merge(&Model { teams: vec![off] }, &f.host.state_dir);
     assert!(dropped[0].why.contains("no longer allows"), "{dropped:?}");
     let mut full = team.clone();
     full.max_members = 1;
-    let (_, dropped) = merge(&Desired { teams: vec![full] }, &f.host.state_dir);
+    let (_, dropped) = merge(&Model { teams: vec![full] }, &f.host.state_dir);
     assert!(dropped[0].why.contains("maxMembers 1"), "{dropped:?}");
     forget(&f.host.state_dir, "t", "h1").unwrap();
     assert!(records(&f.host.state_dir, "t").is_empty());
@@ -378,7 +378,7 @@ fn an_export_validates_back_to_the_same_team() {
     assert_eq!(
         crate::plan::spec::desired_state(&again, &f.host).members,
         crate::plan::spec::desired_state(
-            &Desired {
+            &Model {
                 teams: vec![team.clone()]
             },
             &f.host
@@ -458,10 +458,9 @@ fn a_helpers_chain_is_followed_link_by_link() {
     assert_eq!(h0.depth, 3);
     save(&f.host.state_dir, "t", &h1, owner).unwrap();
     save(&f.host.state_dir, "t", &h0, owner).unwrap();
-    let names = |d: &Desired| -> Vec<String> {
-        d.teams[0].members.iter().map(|m| m.name.clone()).collect()
-    };
-    let desired = |t: &Team| Desired {
+    let names =
+        |d: &Model| -> Vec<String> { d.teams[0].members.iter().map(|m| m.name.clone()).collect() };
+    let desired = |t: &Team| Model {
         teams: vec![t.clone()],
     };
     let (merged, dropped) = merge(&desired(&team), &f.host.state_dir);

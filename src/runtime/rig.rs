@@ -16,7 +16,7 @@ use crate::backend::fake::FakeBackend;
 use crate::backend::{EngineInfo, Inspected, Summary};
 use crate::core::container::{CTL_TARGET, ContainerState};
 use crate::files::Owner;
-use crate::model::{Desired, Team, UserId};
+use crate::model::{Model, Team, UserId};
 use crate::plan::spec::{DesiredMember, DesiredState, desired_state};
 use crate::store::Record;
 
@@ -157,8 +157,8 @@ impl Rig {
 }
 
 /// A team `t` of one member, its session folder in `root`; limits unenforced allowed.
-fn team(m: crate::model::Member, root: &Path) -> Desired {
-    Desired {
+fn team(m: crate::model::Member, root: &Path) -> Model {
+    Model {
         teams: vec![
             Team::named(TEAM, root.join("sessions"))
                 .with_allow_root_user(true)

@@ -22,7 +22,7 @@ use super::yaml::Document;
 use super::{Problem, Source, did_you_mean};
 use crate::core::layout::MAX_SOCKET_PATH;
 use crate::host::{EngineDir, Host, engines};
-use crate::model::{self, Desired, UserId};
+use crate::model::{self, Model, UserId};
 
 mod agents;
 mod grants;
@@ -178,7 +178,7 @@ pub fn validate(
     sources: &[Source],
     host: &Host,
     applied: &[model::Team],
-) -> Result<Desired, Vec<Problem>> {
+) -> Result<Model, Vec<Problem>> {
     let mut given: Vec<PathBuf> = Vec::new();
     for g in sources.iter().filter_map(|s| s.given.as_ref()) {
         if !given.contains(g) {
@@ -195,7 +195,7 @@ pub fn validate_given(
     given: &[PathBuf],
     host: &Host,
     applied: &[model::Team],
-) -> Result<Desired, Vec<Problem>> {
+) -> Result<Model, Vec<Problem>> {
     let started = Instant::now();
     let mut problems = Vec::new();
     let mut broken = Broken::new();
@@ -273,7 +273,7 @@ fn build(
     applied: &[model::Team],
     given: &[PathBuf],
     problems: &mut Vec<Problem>,
-) -> Desired {
+) -> Model {
     let grouped = teams::group(objects, broken, problems);
     let redefined = grouped.redefined(broken);
     let engine_dirs: Vec<EngineDir> = engines::defaults()
@@ -299,7 +299,7 @@ fn build(
         builds: Vec::new(),
         problems,
     };
-    let mut desired = Desired::default();
+    let mut desired = Model::default();
     for t in stages.teams(grouped) {
         let team = stages.team(t);
         desired.teams.push(team);

@@ -203,7 +203,7 @@ pub fn on_this_host(ip: IpAddr, own: &[IpAddr]) -> bool {
 /// For `apply`: a warning for each host service a grant names (`host.ateam.internal:PORT`,
 /// a loopback or own address with a port) that a listener of another uid holds right now.
 /// Advice, not a refusal: the proxy judges each connection when it is made.
-pub fn held_by_others(desired: &crate::model::Desired, host: &crate::host::Host) -> Vec<String> {
+pub fn held_by_others(desired: &crate::model::Model, host: &crate::host::Host) -> Vec<String> {
     use crate::core::egress::{Entry, HOST_SERVICE, HOST_SERVICE_ADDRS, Target};
     let Ok(table) = table() else {
         return Vec::new();

@@ -9,7 +9,7 @@ use crate::app::apply::{ApplyOptions, ApplyReport, Outcome, converge};
 use crate::app::{App, AppError};
 use crate::core::container::rfc3339;
 use crate::execute::{Failure, Quiet};
-use crate::model::{Desired, Member, Team};
+use crate::model::{Member, Model, Team};
 use crate::requests::{self, Refusal, Request};
 
 /// Judges `req` once without the store's lock, so that a refusal (the common case for a
@@ -55,7 +55,7 @@ async fn bring_up(
     team: Team,
     name: &str,
 ) -> Result<ApplyReport, AppError> {
-    let desired = Desired { teams: vec![team] };
+    let desired = Model { teams: vec![team] };
     // No value of apply's environment is here: an injected secret's value comes from the
     // requester's own proxy, which injects it for the same host.
     let held = crate::servers::egress::held_secrets(&crate::servers::egress::Paths::new(
@@ -143,7 +143,7 @@ fn judged(
             json!({"refused": format!("team `{}` is no longer applied", cfg.team)}),
         ));
     };
-    let merged: Vec<_> = requests::merge(&Desired { teams: stored }, &cfg.state_dir)
+    let merged: Vec<_> = requests::merge(&Model { teams: stored }, &cfg.state_dir)
         .0
         .teams;
     let Some(this) = merged.iter().find(|t| t.name == cfg.team) else {
