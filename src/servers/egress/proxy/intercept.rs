@@ -481,63 +481,13 @@ async fn one<P: Proxy>(c: &Conn, state: &P, mut req: Request<Incoming>) -> Respo
         }
     };
     let h = req.headers_mut();
-    // Headers `Connection` names are of this hop too.
-    let nominated: Vec<String> = h
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .filter(|n| !n.is_empty())
-        .collect();
-    for name in remove
-        .iter()
-        .chain(&nominated)
-        .map(String::as_str)
-        .chain(HOP_BY_HOP)
-    {
-        h.remove(name);
-    }
-    if !h.contains_key(http::header::HOST) {
-        let host = match c.port {
-            443 => name.clone(),
-            p => format!("{name}:{p}"),
-        };
-        if let Ok(v) = host.parse() {
-            h.insert(http::header::HOST, v);
+    strip_hop(h, &remove, &name, c.port);
+    let injected = match inject_credential(h, inject.as_ref(), &prepared) {
+        Ok(said) => said,
+        Err(why) => {
+            log(503, Some(why.clone()));
+            return refusal(503, &why, None);
         }
-    }
-    let injected = match (&inject, &prepared.secret) {
-        (Some(cred), Some(value)) => {
-            let (hname, v) = judge::injected(cred, value);
-            match (
-                http::HeaderName::from_bytes(hname.as_bytes()),
-                http::HeaderValue::from_str(&v),
-            ) {
-                (Ok(n), Ok(mut v)) => {
-                    v.set_sensitive(true);
-                    h.insert(n, v);
-                }
-                _ => {
-                    let why = format!(
-                        "the value of secret {} is not a header value",
-                        cred.secret()
-                    );
-                    log(503, Some(why.clone()));
-                    return refusal(503, &why, None);
-                }
-            }
-            if let Some((header, id)) = &prepared.account
-                && let Ok(v) = http::HeaderValue::from_str(id)
-            {
-                h.insert(*header, v);
-            }
-            Some(match cred.login() {
-                Some(l) => format!("injected the {} login", l.name()),
-                None => format!("injected secret {}", cred.secret()),
-            })
-        }
-        _ => None,
     };
     // Trailers arrive after the body, too late to be judged before the head went on: none is
     // sent (hyper would send those the `Trailer` header names, planted credentials too).
@@ -561,6 +511,74 @@ async fn one<P: Proxy>(c: &Conn, state: &P, mut req: Request<Incoming>) -> Respo
             refusal(502, &why, None)
         }
     }
+}
+
+/// Takes off what is of this hop (the judge's `remove`, what `Connection` names, the
+/// hop-by-hop headers) and names the host when the client did not.
+fn strip_hop(h: &mut http::HeaderMap, remove: &[String], name: &str, port: u16) {
+    // Headers `Connection` names are of this hop too.
+    let nominated: Vec<String> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for n in remove
+        .iter()
+        .chain(&nominated)
+        .map(String::as_str)
+        .chain(HOP_BY_HOP)
+    {
+        h.remove(n);
+    }
+    if !h.contains_key(http::header::HOST) {
+        let host = match port {
+            443 => name.to_string(),
+            p => format!("{name}:{p}"),
+        };
+        if let Ok(v) = host.parse() {
+            h.insert(http::header::HOST, v);
+        }
+    }
+}
+
+/// Puts the credential the judge chose into the request (marked sensitive), with its
+/// account header; what the log says of it. `Err`: the secret's value is not a header value.
+fn inject_credential(
+    h: &mut http::HeaderMap,
+    inject: Option<&crate::core::intercept::Credential>,
+    prepared: &Prepared,
+) -> Result<Option<String>, String> {
+    let (Some(cred), Some(value)) = (inject, &prepared.secret) else {
+        return Ok(None);
+    };
+    let (hname, v) = judge::injected(cred, value);
+    match (
+        http::HeaderName::from_bytes(hname.as_bytes()),
+        http::HeaderValue::from_str(&v),
+    ) {
+        (Ok(n), Ok(mut v)) => {
+            v.set_sensitive(true);
+            h.insert(n, v);
+        }
+        _ => {
+            return Err(format!(
+                "the value of secret {} is not a header value",
+                cred.secret()
+            ));
+        }
+    }
+    if let Some((header, id)) = &prepared.account
+        && let Ok(v) = http::HeaderValue::from_str(id)
+    {
+        h.insert(*header, v);
+    }
+    Ok(Some(match cred.login() {
+        Some(l) => format!("injected the {} login", l.name()),
+        None => format!("injected secret {}", cred.secret()),
+    }))
 }
 
 /// Headers of one hop, never sent on; `trailer` and `te` announce trailers, which are not.
