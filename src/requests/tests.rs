@@ -4,8 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::files::Owner;
+use crate::host::Host;
 use crate::manifest::export::{team_objects, to_yaml};
-use crate::model::Network;
+use crate::manifest::{Problem, Source};
+use crate::model::{Model, Network, Origin, Parent, Team};
 
 struct Fixture {
     _dir: tempfile::TempDir,
