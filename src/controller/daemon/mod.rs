@@ -7,17 +7,21 @@
 //! members are brought up side by side within one reconcile; restarts are paced per member
 //! by the crash-loop policy all the same.
 
+mod probes;
+mod restarts;
+
+pub(super) use restarts::Restarts;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::backoff::{CrashLoop, CrashLoopConfig, ErrorBackoffConfig};
+use super::backoff::{CrashLoopConfig, ErrorBackoffConfig};
 use super::exits::Exits;
 use super::metrics::{Metrics, ReconcileResult, StatusSource};
 use super::queue::QueueConfig;
@@ -26,11 +30,10 @@ use crate::app::apply::{ApplyOptions, Outcome, carry_out, prepare};
 use crate::app::delete::delete;
 use crate::app::{App, AppError, Manifests};
 use crate::core::container::{ContainerState, labels};
-use crate::core::layout::store_id;
 use crate::execute::Quiet;
 use crate::manifest::ManifestError;
 use crate::model::{Model, Team};
-use crate::plan::{ContainerOp, Observed, Plan, PlanOptions, StartReason};
+use crate::plan::{Observed, Plan, PlanOptions};
 use crate::store::controller::{self as status, ControllerRecord, LastReconcile};
 
 /// What the controller reconciles.
@@ -129,6 +132,10 @@ pub struct Reconciler {
     started: SystemTime,
     /// Its reconciles' turns at the store's lock (`lock_store`).
     turn: tokio::sync::Mutex<()>,
+    /// One write of the record at a time, each of the record as it is when written: two
+    /// reconciles that end together (a team's and a refused reload) would otherwise write
+    /// in the other order than they read, and the older record would stay.
+    record_file: Mutex<()>,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -141,6 +148,7 @@ impl Reconciler {
     }
 
     fn save_record(&self) {
+        let _one = self.record_file.lock().unwrap_or_else(|p| p.into_inner());
         let record = self.state().record.clone();
         if let Err(e) = status::write(&self.app.host.state_dir, &record, self.app.owner) {
             warn!(error = %e, "cannot write the controller's record");
@@ -485,89 +493,6 @@ impl Reconciler {
     }
 }
 
-/// Every member's crash-loop record, by `(team, member)`: asked before planning (`holds`),
-/// told what the plan did after (`record`). The first exit is restarted at once (as the
-/// kubelet does); each quick exit after it waits 10 s, 20 s, … up to 5 min; a run of 10 min
-/// resets the count (`backoff::CrashLoop`).
-#[derive(Debug, Default)]
-pub(super) struct Restarts(BTreeMap<(String, String), CrashLoop>);
-
-/// A restart that began to wait.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Waiting {
-    pub team: String,
-    pub member: String,
-    pub delay: Duration,
-    /// Since ateam last started it.
-    pub ran_for: Duration,
-}
-
-impl Restarts {
-    /// The planner's input for `team` (`PlanOptions::deferred`): each member whose restart,
-    /// were one due at `now`, would wait; until when, on the wall clock (`wall` is `now`).
-    pub(super) fn holds(
-        &self,
-        team: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> BTreeMap<(String, String), SystemTime> {
-        self.0
-            .iter()
-            .filter(|((t, _), _)| t == team)
-            .filter_map(|(key, c)| c.hold(now).map(|until| (key.clone(), wall + (until - now))))
-            .collect()
-    }
-
-    /// What the plan made at `now` (the time `holds` was asked): its restarts began, its
-    /// deferrals wait. Returns the deferrals that began to wait now.
-    pub(super) fn record(
-        &mut self,
-        plan: &Plan,
-        cfg: CrashLoopConfig,
-        now: Instant,
-    ) -> Vec<Waiting> {
-        for a in &plan.actions {
-            if let Some(ContainerOp::Start {
-                reason: StartReason::Restart { .. },
-                ..
-            }) = a.container_op()
-            {
-                self.0
-                    .entry((a.team.clone(), a.subject.clone()))
-                    .or_insert_with(|| CrashLoop::new(cfg))
-                    .started(now);
-            }
-        }
-        let mut began = Vec::new();
-        for d in &plan.deferred {
-            let Some(c) = self.0.get_mut(&(d.team.clone(), d.member.clone())) else {
-                continue;
-            };
-            let ran_for = c.ran_for(now);
-            if let Some(until) = c.hold(now)
-                && c.wait(until)
-            {
-                began.push(Waiting {
-                    team: d.team.clone(),
-                    member: d.member.clone(),
-                    delay: until - now,
-                    ran_for,
-                });
-            }
-        }
-        began
-    }
-
-    /// `team/member` of each restart waiting out its delay.
-    pub(super) fn waiting(&self) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(_, c)| c.due().is_some())
-            .map(|((t, m), _)| format!("{t}/{m}"))
-            .collect()
-    }
-}
-
 /// The metrics' status figures: `ateam status` of the applied teams this controller keeps.
 impl StatusSource for Reconciler {
     async fn status(&self) -> Result<crate::report::StatusDocument, AppError> {
@@ -681,6 +606,7 @@ pub async fn run(
         opts,
         started: SystemTime::now(),
         turn: tokio::sync::Mutex::new(()),
+        record_file: Mutex::new(()),
         state: Mutex::new(State {
             record,
             ..Default::default()
@@ -732,10 +658,10 @@ async fn run_loop(
     shutdown: CancellationToken,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(engine_events(r.clone(), shutdown.clone()));
-    tasks.spawn(resync(r.clone(), shutdown.clone()));
-    tasks.spawn(egress_probe(r.clone(), shutdown.clone()));
-    tasks.spawn(board_probe(r.clone(), shutdown.clone()));
+    tasks.spawn(probes::engine_events(r.clone(), shutdown.clone()));
+    tasks.spawn(probes::resync(r.clone(), shutdown.clone()));
+    tasks.spawn(probes::egress_probe(r.clone(), shutdown.clone()));
+    tasks.spawn(probes::board_probe(r.clone(), shutdown.clone()));
     let counters = metrics.as_ref().map(|(_, m)| m.clone());
     if let Some((listener, m)) = metrics {
         tasks.spawn(super::metrics::serve(
@@ -792,185 +718,6 @@ pub enum ControllerError {
     /// `--once` read manifests it refused (one line per problem); nothing was changed.
     #[error("the manifests are invalid; nothing was changed:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),
-}
-
-/// Every team, and the manifests, again and again: what events missed is caught here.
-async fn resync(r: Arc<Reconciler>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(r.opts.resync);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                let _ = r.handle.schedule(Key::Manifests);
-                for t in r.all_teams() {
-                    let _ = r.handle.schedule(Key::Team(t));
-                }
-            }
-        }
-    }
-}
-
-/// How often the controller looks whether a team's board changed.
-const BOARD_PROBE: Duration = Duration::from_secs(1);
-
-/// A board changes by its sessions' calls, which send the engine no event: the times of each
-/// board-team's task and message files are looked at every `BOARD_PROBE`, and a team whose
-/// board changed is reconciled (its plan wakes an ended agent the board has news for, or
-/// returns tasks).
-async fn board_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(BOARD_PROBE);
-    let mut seen: BTreeMap<String, Vec<Option<std::time::SystemTime>>> = BTreeMap::new();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                let teams: Vec<String> = {
-                    let st = r.state();
-                    st.teams.values().filter(|t| t.board).map(|t| t.name.clone()).collect()
-                };
-                for team in teams {
-                    let dir = crate::core::layout::team_run_dir(&r.app.host.state_dir, &team)
-                        .join("board");
-                    let times: Vec<Option<std::time::SystemTime>> = ["tasks.json", "messages.json"]
-                        .iter()
-                        .map(|f| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok())
-                        .collect();
-                    let changed = seen.get(&team).is_some_and(|was| *was != times);
-                    seen.insert(team.clone(), times);
-                    if changed {
-                        let _ = r.handle.schedule(Key::Team(team));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// How often the controller looks whether each egress proxy answers.
-const EGRESS_PROBE: Duration = Duration::from_secs(2);
-
-/// Egress proxies are not the engine's: a dead one sends no event. Their sockets are probed
-/// every `EGRESS_PROBE`, and the team of a silent one reconciled: its plan starts the proxy.
-async fn egress_probe(r: Arc<Reconciler>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(EGRESS_PROBE);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = tick.tick() => {
-                // The sockets alone, not the teams: a clone of a team of 200 every 2 s was a
-                // seventh of the controller's idle CPU.
-                let sockets: Vec<(String, PathBuf)> = {
-                    let st = r.state();
-                    st.teams
-                        .values()
-                        .flat_map(|t| {
-                            t.members
-                                .iter()
-                                .filter(|m| matches!(m.access.network, crate::model::Network::Allow(_)))
-                                .map(|m| {
-                                    let socket = crate::core::layout::egress_socket_path(
-                                        &r.app.host.state_dir,
-                                        &t.name,
-                                        &m.name,
-                                    );
-                                    (t.name.clone(), socket)
-                                })
-                        })
-                        .collect()
-                };
-                let mut silent: Vec<&str> = sockets
-                    .iter()
-                    .filter(|(_, socket)| !crate::servers::egress::answers(socket))
-                    .map(|(team, _)| team.as_str())
-                    .collect();
-                silent.dedup();
-                for team in silent {
-                    debug!(team, "an egress proxy does not answer");
-                    let _ = r.handle.schedule(Key::Team(team.to_string()));
-                }
-            }
-        }
-    }
-}
-
-/// The engine's events for this store's containers: each names a container; its team's
-/// labels say which team to look at again. When the stream ends (the engine went away),
-/// wait and connect again, growing the wait up to 30 s; on return, look at every team.
-async fn engine_events(r: Arc<Reconciler>, shutdown: CancellationToken) {
-    let ours = BTreeMap::from([
-        (labels::MANAGED_BY.to_string(), "ateam".to_string()),
-        (labels::STORE.to_string(), store_id(&r.app.host.state_dir)),
-    ]);
-    let mut wait = Duration::from_secs(1);
-    loop {
-        let teams: Vec<Team> = {
-            let st = r.state();
-            st.teams.values().cloned().collect()
-        };
-        let connected = if teams.is_empty() {
-            None
-        } else {
-            match r.app.connect(&teams).await {
-                Ok((backend, _)) => match backend.events(&ours).await {
-                    Ok(stream) => Some(stream),
-                    Err(e) => {
-                        warn!(error = %e, "engine events unavailable");
-                        None
-                    }
-                },
-                Err(e) => {
-                    warn!(error = %e, "engine unavailable; retrying");
-                    None
-                }
-            }
-        };
-        if let Some(mut stream) = connected {
-            wait = Duration::from_secs(1);
-            for t in r.all_teams() {
-                let _ = r.handle.schedule(Key::Team(t));
-            }
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    next = stream.next() => match next {
-                        Some(Ok(event)) => {
-                            // Not debounced: a member that died is restarted now (a burst
-                            // of events for it still runs one reconcile at a time), looked
-                            // at alone; its team as a whole after the debounce.
-                            match event.team {
-                                Some(t) => {
-                                    if let Some(m) = &event.member {
-                                        let _ = r.handle.schedule_after(member_key(&t, m), Duration::ZERO);
-                                        let _ = r.handle.schedule(Key::Team(t));
-                                    } else {
-                                        let _ = r.handle.schedule_after(Key::Team(t), Duration::ZERO);
-                                    }
-                                }
-                                // No team label: every team, to be sure.
-                                None => for t in r.all_teams() {
-                                    let _ = r.handle.schedule(Key::Team(t));
-                                },
-                            }
-                        }
-                        Some(Err(e)) => {
-                            warn!(error = %e, "engine event stream broke");
-                            break;
-                        }
-                        None => {
-                            warn!("engine event stream ended");
-                            break;
-                        }
-                    },
-                }
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
-        }
-        wait = (wait * 2).min(Duration::from_secs(30));
-    }
 }
 
 #[cfg(test)]
