@@ -13,8 +13,6 @@
 //!   transcripts and the sockets; carrying out a plan with bounded concurrency;
 //! - `sessions`: main sessions on the host (tmux), their resume files, and promotions
 //!   (a member becoming a main session) step by step with their rollback;
-//! - `events`: what apply, the controller and the helper servers did and why, per team,
-//!   bounded in the state folder (it reads the egress proxies' refusals back as events);
 //! - `runtime`: the side effects of bringing a member up (pinning granted folders, the start
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup,
 //!   the agents' builds in the host's agent cache: fetched, checked, mounted read-only);
@@ -23,6 +21,12 @@
 //! - `report`: diff and status as text and data;
 //! - `approvals`: what a member was refused that the person could grant (pending
 //!   approvals, with stable ids), and the person's answers kept in the state folder;
+//! - `plan`: the pure planning step, `plan(desired, observed) -> Plan` (what is on the
+//!   board wakes a member, so it reads the board's types);
+//! - `board`: the team's board (tasks and messages its sessions hand each other): its rules,
+//!   and its store in the state folder, whose changes are recorded as events;
+//! - `events`: what apply, the controller and the helper servers did and why, per team,
+//!   bounded in the state folder (it reads the egress proxies' refusals back as events);
 //! - `servers`: the processes ateam runs per member, beside its container: `servers::egress`,
 //!   a member's egress proxy (the detached `ateam egress-proxy` itself: allowlist,
 //!   interception with the team's CA, its log; and starting, refreshing and stopping it), and
@@ -30,7 +34,6 @@
 //!   plan (the server itself, `servers::helper::server`, is of `app`'s layer, above);
 //! - `logins`: the person's subscription logins, ateam's alone: the store, its lock and the
 //!   refresh (the keeper that refreshes them ahead of expiry is `app::login_keeper`);
-//! - `plan`: the pure planning step, `plan(desired, observed) -> Plan`;
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Model`;
 //! - `transcripts`: agents' own transcripts in a member's transcript folder, found and read
 //!   within bounds, never through a link (what they say is `core::transcript`'s);
@@ -42,12 +45,12 @@
 //!   engine's inspect result against it;
 //! - `host`: facts about this machine the rules need (uid, home, memory, state folder, the
 //!   container engines' folders, the mount table);
-//! - `model`: what the manifests ask for, after validation (its egress rules are
-//!   `core::intercept`'s types);
-//! - `core`: the container types every layer shares, every path of the state folder
-//!   (`core::layout`), and the environment variables ateam owns in a member (`core::env`);
 //! - `workspace`: a writer's own repository beside the person's, its snapshots, and what
 //!   ateam shows and collects of it, with git never running a member's config or hooks;
+//! - `model`: what the manifests ask for, after validation (its egress rules are
+//!   `core::intercept`'s types), and an agent's command and model host from it;
+//! - `core`: the container types every layer shares, every path of the state folder
+//!   (`core::layout`), and the environment variables ateam owns in a member (`core::env`);
 //! - `detached`: launching, finding and stopping the per-member processes ateam detaches
 //!   (egress proxies, helper servers); `files`: private folders and atomic writes.
 //!

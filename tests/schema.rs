@@ -75,7 +75,7 @@ fn schema_covers_every_kind_and_denies_unknown_fields() {
 /// with its own message.)
 #[test]
 fn quantity_patterns_agree_with_validation() {
-    use ateam::manifest::quantity::{parse_cpus, parse_memory};
+    use ateam::core::quantity::{parse_cpus, parse_memory};
     let schema = ateam::manifest::raw::json_schema();
     let pattern = |def: &str| {
         regex::Regex::new(

@@ -18,8 +18,8 @@ use super::{App, Manifests};
 use crate::backend::BackendError;
 use crate::backend::connect::{Candidate, Engine, Env, candidates, connect_to, start_hint};
 use crate::backend::host_cgroup_version;
+use crate::core::quantity::human_bytes;
 use crate::host::{memory_available, which};
-use crate::manifest::quantity::human_bytes;
 use crate::manifest::validate::{DEFAULT_MEMORY, MEMORY_SHARE};
 use crate::model::{BackendChoice, Team};
 

@@ -20,7 +20,7 @@ use crate::cli::Global;
 const POLL: Duration = Duration::from_millis(500);
 
 /// Gives `member`'s agent its next task: the agent's own resume of its newest session
-/// (`core::agents::next_task`), run by the same container at its next start, which ateam
+/// (`model::Agent::next_task`), run by the same container at its next start, which ateam
 /// makes now, with the same checks as any start. A running agent finishes its current task
 /// first: this waits for it. With `wait`, also waits for the task to end and passes on its
 /// exit code.
@@ -47,7 +47,8 @@ pub async fn task(
     if text.trim().is_empty() {
         bail!("the task is empty: say what the agent is to do next");
     }
-    let next = ateam::core::agents::next_task(agent, text, &m.transcript_dir, &m.cwd)
+    let next = agent
+        .next_task(text, &m.transcript_dir, &m.cwd)
         .with_context(|| format!("`{}` is not an agent ateam knows", agent.name))?;
     let team_name = t.name.clone();
     let desired = ctx.applied(Some(&team_name))?;

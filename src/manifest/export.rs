@@ -203,7 +203,7 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
         let mut m = m.clone();
         // The model host `agent:` added is written as `agent:`, not in the grant.
         if let Some(h) = m.agent.as_ref().and_then(|a| a.model_host.as_deref()) {
-            crate::core::agents::without_model_host(&mut m.access, h);
+            m.access.remove_model_host(h);
         }
         if !m.access.name.is_empty() {
             // A grant no AccessGrant of the team defines (a requested member's) is written
@@ -316,7 +316,7 @@ fn without_agent(
     transcripts: &std::path::Path,
     cwd: &std::path::Path,
 ) {
-    let Some(x) = crate::core::agents::expand_agent(a, transcripts, cwd) else {
+    let Some(x) = a.expand(transcripts, cwd) else {
         return;
     };
     spec.command = None;

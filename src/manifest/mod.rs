@@ -8,7 +8,6 @@ pub mod edit;
 pub mod export;
 pub(crate) mod load;
 pub(crate) mod paths;
-pub mod quantity;
 pub mod raw;
 pub mod reach;
 pub(crate) mod rules;

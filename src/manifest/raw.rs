@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use super::quantity;
+use crate::core::quantity;
 pub use crate::model::{BackendChoice, PullPolicy, RestartPolicy};
 
 /// The one `apiVersion` this version of ateam reads and writes.

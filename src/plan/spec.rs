@@ -5,7 +5,7 @@
 //! at run time without touching the container (the restart policy) lives beside it, not in it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -379,7 +379,7 @@ pub fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>) -> Des
                         policy: EgressPolicy {
                             allow: allow.clone(),
                             intercept: m.access.intercept.clone(),
-                            applied_by: host.appliers(team_folder(team).as_deref()),
+                            applied_by: host.appliers(team.folder().as_deref()),
                             host_listeners: m.access.host_listeners.clone(),
                             deny: m.access.deny.clone(),
                         },
@@ -403,18 +403,13 @@ pub fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>) -> Des
                     .as_ref()
                     .filter(|a| team.board && !a.interactive)
                     .and_then(|a| {
-                        crate::core::agents::next_task(
-                            a,
-                            crate::core::agents::WAKE_TASK,
-                            &m.transcript_dir,
-                            &m.cwd,
-                        )
+                        a.next_task(crate::core::agents::WAKE_TASK, &m.transcript_dir, &m.cwd)
                     })
                     .map(|x| x.command),
                 login_file: m
                     .agent
                     .as_ref()
-                    .and_then(|a| crate::core::agents::expand_agent(a, &m.transcript_dir, &m.cwd))
+                    .and_then(|a| a.expand(&m.transcript_dir, &m.cwd))
                     .and_then(|x| x.login_file),
                 copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
                     folders: m.access.write.clone(),
@@ -446,16 +441,5 @@ fn spec_network(n: &crate::model::Network, team_net: impl FnOnce() -> String) ->
         crate::model::Network::None => SpecNetwork::None,
         crate::model::Network::Allow(_) => SpecNetwork::Proxy,
         crate::model::Network::Open => SpecNetwork::Open(team_net()),
-    }
-}
-
-/// The folder the team was applied from (its first `-f` path, or that file's folder): whose
-/// owner a root apply is for when no sudo user says (`Host::appliers`).
-pub fn team_folder(team: &Team) -> Option<PathBuf> {
-    let first = team.manifests.first()?;
-    if first.is_dir() {
-        Some(first.clone())
-    } else {
-        first.parent().map(Path::to_path_buf)
     }
 }

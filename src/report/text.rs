@@ -7,8 +7,8 @@ use std::time::SystemTime;
 use super::documents::ControllerStatus;
 use super::rows::{Grants, MemberStatus, NetworkMode, RowKind, TeamStatus};
 use crate::core::container::{ExitReason, LastExit};
+use crate::core::quantity::human_bytes;
 use crate::core::transcript::Verdict;
-use crate::manifest::quantity::human_bytes;
 
 impl Grants {
     /// For the table: folder names and the network, `ro:repo,docs rw:work net:none`.

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::core::layout;
+use crate::core::quantity;
 use crate::host::Host;
 use crate::manifest::export::{self, Manifest};
 use crate::manifest::raw::{NetworkSpec, Resources};
-use crate::manifest::{Problem, Source, quantity};
+use crate::manifest::{Problem, Source};
 use crate::model::{Member, Origin, Parent, Team};
 
 use super::records::record_path;

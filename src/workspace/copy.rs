@@ -185,7 +185,7 @@ fn copy_file(
         WorkspaceError::Refused(format!(
             "the write grants of {} hold more than snapshotWrites allows ({}): raise it, or take files out",
             p.member,
-            crate::manifest::quantity::human_bytes(p.max_bytes)
+            crate::core::quantity::human_bytes(p.max_bytes)
         ))
     };
     if len > *budget {

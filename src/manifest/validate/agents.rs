@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::{Build, Parsed};
-use crate::core::agents::{self, AgentKind, AgentLogin, expand_agent};
+use crate::core::agents::{self, AgentKind, AgentLogin};
 use crate::manifest::raw;
 use crate::model;
 
@@ -70,7 +70,7 @@ impl Build<'_> {
             model_ca: None,
             model_host: None,
         };
-        let Some(x) = expand_agent(&agent, transcripts, cwd) else {
+        let Some(x) = agent.expand(transcripts, cwd) else {
             return (None, None);
         };
         agent.home = x.home.clone();
@@ -133,7 +133,7 @@ impl Build<'_> {
         }
     }
 
-    /// Adds the model host of the member's agent to its grant (`core::agents::with_model_host`):
+    /// Adds the model host of the member's agent to its grant (`AccessGrant::add_model_host`):
     /// the modelUrl's host or the vendor's, with the key or login the proxy injects there, and
     /// the `modelCA` it is trusted by. Records in `agent` what it added, for `export`.
     pub(super) fn agent_egress(
@@ -155,7 +155,7 @@ impl Build<'_> {
         match agents::model_host(kind, agent.model_url.as_deref(), agent.login, ca) {
             Ok(host) => {
                 let name = host.host.clone();
-                agent.model_host = agents::with_model_host(access, host).then_some(name);
+                agent.model_host = access.add_model_host(host).then_some(name);
             }
             Err(e) => self
                 .problems
@@ -186,7 +186,7 @@ impl Build<'_> {
             crate::manifest::rules::upstream_ca(ca, &o.src.dir, &self.host.home).ok()
         });
         if let Ok(host) = agents::model_host(kind, a.model_url.as_deref(), login, ca) {
-            agents::with_model_host(&mut grant, host);
+            grant.add_model_host(host);
         }
         grant
     }

@@ -2,8 +2,8 @@
 //! store's teams that stay, must fit in a share of the host's memory.
 
 use super::{Build, Parsed};
+use crate::core::quantity::{human_bytes, parse_cpus, parse_memory};
 use crate::host::Host;
-use crate::manifest::quantity::{human_bytes, parse_cpus, parse_memory};
 use crate::manifest::raw::{self, Quantity};
 use crate::model;
 

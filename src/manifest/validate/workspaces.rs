@@ -88,7 +88,7 @@ impl Build<'_> {
     ) -> Option<u64> {
         let q = m.snapshot_writes.as_ref()?;
         let field = "spec.snapshotWrites";
-        match crate::manifest::quantity::parse_memory(&super::limits::quantity_text(q)) {
+        match crate::core::quantity::parse_memory(&super::limits::quantity_text(q)) {
             Ok(_) if access.write.is_empty() => {
                 self.problems.push(o.value_problem(
                     field,

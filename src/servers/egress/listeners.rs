@@ -213,7 +213,7 @@ pub fn held_by_others(desired: &crate::model::Model, host: &crate::host::Host) -
         .unwrap_or_default();
     let mut out = Vec::new();
     for t in &desired.teams {
-        let applied_by = host.appliers(crate::plan::spec::team_folder(t).as_deref());
+        let applied_by = host.appliers(t.folder().as_deref());
         for g in &t.grants {
             let crate::model::Network::Allow(list) = &g.network else {
                 continue;

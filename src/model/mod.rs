@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod agents;
+
 /// Everything a set of manifests asks for, validated and grouped by team: the trusted model.
 /// (The planner's view of it, members and sessions flattened with their specs, is
 /// `plan::DesiredState`.)
@@ -65,6 +67,17 @@ pub struct Team {
 }
 
 impl Team {
+    /// The folder the team was applied from (its first `-f` path, or that file's folder):
+    /// whose owner a root apply is for when no sudo user says (`Host::appliers`).
+    pub fn folder(&self) -> Option<PathBuf> {
+        let first = self.manifests.first()?;
+        if first.is_dir() {
+            Some(first.clone())
+        } else {
+            first.parent().map(std::path::Path::to_path_buf)
+        }
+    }
+
     /// A team named `name` whose transcripts live in `session_dir`, with what a manifest that
     /// says nothing more gives (the limits `manifest::validate` defaults to: 10 members, 3
     /// deep) and nothing else: no labels, the default engine, no user, root and unenforced
@@ -329,7 +342,7 @@ pub struct Agent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_ca: Option<String>,
     /// The allow entry `agent:` added to the member's grant for its model host
-    /// (`core::agents::with_model_host`); `None` when the grant named it already, or is open.
+    /// (`AccessGrant::add_model_host`); `None` when the grant named it already, or is open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_host: Option<String>,
 }
