@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::files;
 
 /// How long a started daemon has to answer on its socket.
-pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `ateam` binary that runs the detached processes: this one, unless a debug build is
 /// told another (`test_hooks::egress_exe`: a program that links the library is not `ateam`).
@@ -32,7 +32,7 @@ pub fn answers(socket: &Path) -> bool {
 /// ateam's environment than `keep` (apply's holds every `secretEnv` value), or a terminal,
 /// and what each says on standard error is kept where the error that follows reads it.
 #[derive(Debug)]
-pub struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     /// Finds the program (`exe`, or `std::env::current_exe` for a launcher already running
     /// the right binary).
     pub program: fn() -> std::io::Result<PathBuf>,
@@ -166,7 +166,7 @@ impl Launch<'_> {
 
 /// The pid in `pid_file`, when that process lives and its arguments are `ours` (a pid reused
 /// by another program since is never taken for ours).
-pub fn running_pid(pid_file: &Path, ours: impl Fn(&[&[u8]]) -> bool) -> Option<u32> {
+pub(crate) fn running_pid(pid_file: &Path, ours: impl Fn(&[&[u8]]) -> bool) -> Option<u32> {
     // (Never through a link or from a FIFO: an egress folder belongs to the member's uid.)
     let pid: u32 = files::read_small(pid_file, 64)?.trim().parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -177,7 +177,7 @@ pub fn running_pid(pid_file: &Path, ours: impl Fn(&[&[u8]]) -> bool) -> Option<u
 /// Whether process `pid` runs a binary that was deleted or replaced since it started (an
 /// upgrade of ateam): the kernel then says `... (deleted)` for its `/proc/<pid>/exe`. False
 /// when that cannot be read (another user's process, or gone): never a reason to act.
-pub fn runs_a_replaced_binary(pid: u32) -> bool {
+pub(crate) fn runs_a_replaced_binary(pid: u32) -> bool {
     std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.as_os_str().as_encoded_bytes().ends_with(b" (deleted)"))
         .unwrap_or(false)
@@ -185,7 +185,7 @@ pub fn runs_a_replaced_binary(pid: u32) -> bool {
 
 /// `runs_a_replaced_binary` for the process of a pid file (never read through a link or from
 /// a FIFO: an egress folder belongs to the member's uid).
-pub fn pid_runs_a_replaced_binary(pid_file: &Path) -> bool {
+pub(crate) fn pid_runs_a_replaced_binary(pid_file: &Path) -> bool {
     files::read_small(pid_file, 64)
         .and_then(|s| s.trim().parse::<u32>().ok())
         .is_some_and(runs_a_replaced_binary)
@@ -216,13 +216,13 @@ pub fn stop(
 
 /// What an egress proxy keeps of its starter's environment: nothing but how much to log. It
 /// needs no other variable, and `apply`'s environment holds every `secretEnv` value.
-pub const PROXY_ENV: &[&str] = &["RUST_LOG"];
+pub(crate) const PROXY_ENV: &[&str] = &["RUST_LOG"];
 
 /// What a helper server keeps: what finds the engine and judges grants as `apply` did (the
 /// engine sockets, the user's folders, the sudo caller that decides a member's default user),
 /// how to start a new member's proxy, and how much to log. Never a secret: requested helpers
 /// have no `secretEnv`.
-pub const SERVER_ENV: &[&str] = &[
+pub(crate) const SERVER_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "XDG_RUNTIME_DIR",
@@ -239,7 +239,7 @@ pub const SERVER_ENV: &[&str] = &[
 ];
 
 /// Gives `cmd` a cleared environment with only the variables of `keep` that this process has.
-pub fn clear_env(cmd: &mut std::process::Command, keep: &[&str]) {
+pub(crate) fn clear_env(cmd: &mut std::process::Command, keep: &[&str]) {
     cmd.env_clear();
     for k in keep {
         if let Some(v) = std::env::var_os(k) {
@@ -289,7 +289,7 @@ pub fn limit_self(max_data: u64) -> u64 {
 /// ENOMEM): the pending connection stays readable, so retrying at once spins a core. The
 /// pause grows from 10 ms to 1 s and starts again after an accept that worked.
 #[derive(Debug, Default)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     next: Option<Duration>,
 }
 

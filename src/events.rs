@@ -33,13 +33,13 @@ use crate::files::{self, Owner};
 use crate::servers::egress::log as egress_log;
 
 /// Size at which a team's events file is rotated: two files of this size at most.
-pub const MAX_EVENTS_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_EVENTS_BYTES: u64 = 1024 * 1024;
 
 /// Longest reason kept (in bytes): an error quoting what a member chose stays one line.
-pub const MAX_REASON: usize = 1024;
+pub(crate) const MAX_REASON: usize = 1024;
 
 /// Refusals of one host by one member closer than this to each other are one event.
-pub const COLLAPSE_WITHIN: Duration = Duration::from_secs(60);
+pub(crate) const COLLAPSE_WITHIN: Duration = Duration::from_secs(60);
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -356,7 +356,7 @@ fn read_path(path: &Path) -> Vec<Event> {
 
 /// Whether a `stranger-seen` of this container is among the team's events already (so that
 /// each reconcile that sees it does not say it again).
-pub fn stranger_recorded(state_dir: &Path, team: &str, container: &str) -> bool {
+pub(crate) fn stranger_recorded(state_dir: &Path, team: &str, container: &str) -> bool {
     let short: String = container.chars().take(12).collect();
     read(state_dir, team)
         .iter()
@@ -366,7 +366,7 @@ pub fn stranger_recorded(state_dir: &Path, team: &str, container: &str) -> bool 
 /// A member's egress refusals as events: refusals of one `host:port` that follow each other
 /// within `COLLAPSE_WITHIN` are one event, with their count, first and last time. `log` is
 /// what `servers::egress::log::read` returns (already escaped), oldest first.
-pub fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> Vec<Event> {
+pub(crate) fn egress_refusals(team: &str, member: &str, log: &[egress_log::Event]) -> Vec<Event> {
     let mut out: Vec<Event> = Vec::new();
     // (host, port) -> index in `out` of its latest run.
     let mut open: std::collections::HashMap<(&str, u16), usize> = Default::default();
@@ -411,7 +411,7 @@ pub const AGENT_SESSIONS: usize = 10;
 /// The ended tasks of an agent member's session as events: `agent-done`, or `agent-failed`
 /// with why (its error, the tools that failed), at the time each ended (else `fallback`,
 /// the session's last change). Text the member wrote comes back escaped.
-pub fn agent_task_events(
+pub(crate) fn agent_task_events(
     team: &str,
     member: &str,
     agent: &str,
@@ -529,7 +529,7 @@ pub fn team_events(
 /// were left out since. A member knocking in a loop must not push the team's history out of
 /// the bounded file. Keys are few (refusal rules); at most `MAX_KEYS` are kept.
 #[derive(Debug, Default)]
-pub struct Quieter {
+pub(crate) struct Quieter {
     seen: std::collections::HashMap<String, (std::time::Instant, u64)>,
 }
 
@@ -537,7 +537,7 @@ const MAX_KEYS: usize = 64;
 
 impl Quieter {
     /// `Some(left out since the last written)` to write it now; `None` to leave it out.
-    pub fn admit(&mut self, key: &str, now: std::time::Instant) -> Option<u64> {
+    pub(crate) fn admit(&mut self, key: &str, now: std::time::Instant) -> Option<u64> {
         if let Some((last, skipped)) = self.seen.get_mut(key) {
             if now.duration_since(*last) < COLLAPSE_WITHIN {
                 *skipped += 1;

@@ -156,7 +156,7 @@ impl Dir {
 
     /// Opens a folder of the person's or of ateam's own, following symlinks the person made
     /// (a state folder may be a link).
-    pub fn open_trusted(path: &Path) -> std::io::Result<Dir> {
+    pub(crate) fn open_trusted(path: &Path) -> std::io::Result<Dir> {
         Self::open_with(path, OFlags::empty())
     }
 
@@ -234,7 +234,7 @@ impl Dir {
     /// Opens `rel` (a path inside this folder) for reading, only if every component is a real
     /// folder or file beneath it (no symlink, no `..` out) and it is a regular file: a FIFO
     /// or a device is refused without blocking.
-    pub fn open_regular(&self, rel: &Path) -> std::io::Result<File> {
+    pub(crate) fn open_regular(&self, rel: &Path) -> std::io::Result<File> {
         let fd = open_beneath(
             self.fd(),
             rel,
@@ -252,7 +252,7 @@ impl Dir {
 
     /// Opens the folder `rel` below this one as `open_regular` opens a file: no symlink on
     /// the way, nothing outside.
-    pub fn open_dir(&self, rel: &Path) -> std::io::Result<Dir> {
+    pub(crate) fn open_dir(&self, rel: &Path) -> std::io::Result<Dir> {
         let fd = open_beneath(self.fd(), rel, FOLDER_BENEATH).map_err(not_a_folder)?;
         Ok(Dir { fd })
     }
@@ -275,7 +275,12 @@ impl Dir {
 
     /// At most `max` bytes of `rel` from `offset` on, read as `open_regular` opens it, and the
     /// file's size then (a file that shrank below `offset` gives no bytes).
-    pub fn read_range(&self, rel: &Path, offset: u64, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    pub(crate) fn read_range(
+        &self,
+        rel: &Path,
+        offset: u64,
+        max: u64,
+    ) -> std::io::Result<(Vec<u8>, u64)> {
         use std::io::{Seek, SeekFrom};
         let mut f = self.open_regular(rel)?;
         let len = f.metadata()?.len();
@@ -290,7 +295,7 @@ impl Dir {
     }
 
     /// The last `max` bytes of `rel` (read as `open_regular` opens it), and where they begin.
-    pub fn read_last(&self, rel: &Path, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    pub(crate) fn read_last(&self, rel: &Path, max: u64) -> std::io::Result<(Vec<u8>, u64)> {
         use std::io::{Seek, SeekFrom};
         let mut f = self.open_regular(rel)?;
         let start = f.metadata()?.len().saturating_sub(max);
@@ -316,7 +321,7 @@ impl Dir {
 
     /// The regular files below this folder that `wanted` takes (by their path inside it),
     /// newest first, at most `keep` of them, found by a bounded walk that follows no link.
-    pub fn newest_files(
+    pub(crate) fn newest_files(
         &self,
         bounds: Bounds,
         keep: usize,
@@ -335,7 +340,7 @@ impl Dir {
     }
 
     /// The first `max` bytes of `rel`, read as `open_regular` opens it.
-    pub fn read_regular(&self, rel: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_regular(&self, rel: &Path, max: u64) -> std::io::Result<Vec<u8>> {
         // Sized up front: a growing buffer reads a small file in many small `read`s.
         let mut buf = Vec::with_capacity(usize::try_from(max.min(4096)).unwrap_or(4096));
         self.open_regular(rel)?.take(max).read_to_end(&mut buf)?;
@@ -370,7 +375,7 @@ impl Dir {
     /// `walk`, calling `f` for the folders alone: the others are told apart by what the
     /// folder's listing says of them, with no `stat` each (a tree of 100,000 files costs a
     /// tenth of the time). Their entries still count against `bounds`.
-    pub fn walk_dirs(&self, bounds: Bounds, mut f: impl FnMut(&Entry)) -> bool {
+    pub(crate) fn walk_dirs(&self, bounds: Bounds, mut f: impl FnMut(&Entry)) -> bool {
         let mut seen = 0;
         walk_in(
             &self.fd,
@@ -465,7 +470,7 @@ fn open_beneath(at: BorrowedFd<'_>, rel: &Path, flags: OFlags) -> rustix::io::Re
 /// (`O_NOFOLLOW | O_DIRECTORY`, `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`): what a granted
 /// folder is judged and pinned by (`host::access`, `runtime::pin`). A symlink on the way
 /// fails with `ELOOP` (or `EXDEV`), something not a folder with `ENOTDIR`.
-pub fn folder_handle(path: &Path) -> rustix::io::Result<OwnedFd> {
+pub(crate) fn folder_handle(path: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat2(
         rustix::fs::CWD,
         path,
@@ -478,7 +483,7 @@ pub fn folder_handle(path: &Path) -> rustix::io::Result<OwnedFd> {
 /// A handle (`O_PATH`) on `rel` resolved inside `root` as if `root` were `/`
 /// (`RESOLVE_IN_ROOT`: an absolute symlink met on the way means one below `root`, `..` stops
 /// at it): how a path inside a container (`/proc/<pid>/root`) is looked at (`runtime::procfs`).
-pub fn handle_in_root(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<OwnedFd> {
+pub(crate) fn handle_in_root(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<OwnedFd> {
     rustix::fs::openat2(
         root,
         rel,
@@ -489,7 +494,7 @@ pub fn handle_in_root(root: BorrowedFd<'_>, rel: &Path) -> rustix::io::Result<Ow
 }
 
 /// What `statx` says of an open handle itself (`AT_EMPTY_PATH`, the basic fields).
-pub fn handle_stat(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
+pub(crate) fn handle_stat(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(
         fd,
         "",
@@ -511,7 +516,7 @@ fn not_a_folder(e: Errno) -> std::io::Error {
 
 /// Creates `dir` and any missing parents; every folder this creates is 0700 and the owner's.
 /// An existing folder is left as it is (it may be the user's own, with its own mode).
-pub fn private_dir(dir: &Path, owner: Owner) -> std::io::Result<()> {
+pub(crate) fn private_dir(dir: &Path, owner: Owner) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -537,7 +542,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, owner: Owner) -> std::
 
 /// `write_atomic` into a folder a member owns (its control folder): the folder itself is
 /// opened without following a link, as `Dir::open` does.
-pub fn write_atomic_in_member_dir(
+pub(crate) fn write_atomic_in_member_dir(
     path: &Path,
     bytes: &[u8],
     mode: u32,
@@ -581,7 +586,7 @@ pub fn member_dir(dir: &Path, parent: Owner, owner: Owner) -> std::io::Result<()
 /// Hands an existing regular file to `owner` (a file left by a process that ran as the
 /// member's old uid, such as its proxy's log): no link followed, no FIFO opened; a file that
 /// is not there is fine.
-pub fn give_file(path: &Path, owner: Owner) -> std::io::Result<()> {
+pub(crate) fn give_file(path: &Path, owner: Owner) -> std::io::Result<()> {
     match open_regular(path) {
         Ok(f) => owner.apply(f.as_fd()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -591,7 +596,7 @@ pub fn give_file(path: &Path, owner: Owner) -> std::io::Result<()> {
 
 /// Opens a file in a folder whose last component may belong to a member's uid (its egress
 /// folder, its control folder) as `Dir::open_regular` does: no link, no FIFO.
-pub fn open_regular(path: &Path) -> std::io::Result<File> {
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<File> {
     let (dir, name) = split(path)?;
     Dir::open(dir)?.open_regular(Path::new(name))
 }
@@ -599,21 +604,21 @@ pub fn open_regular(path: &Path) -> std::io::Result<File> {
 /// Reads a file of the kernel's (`/proc`, `/sys/fs/cgroup`), whose size says nothing: into a
 /// page-sized buffer at once, so a file of a few hundred bytes costs two `read`s, not the
 /// seven of `fs::read`'s growing probes (a look at 200 members reads 1000 of them).
-pub fn read_kernel(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_kernel(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(4096);
     File::open(path)?.read_to_end(&mut buf)?;
     Ok(buf)
 }
 
 /// `read_kernel`, as text.
-pub fn read_kernel_text(path: &Path) -> std::io::Result<String> {
+pub(crate) fn read_kernel_text(path: &Path) -> std::io::Result<String> {
     String::from_utf8(read_kernel(path)?)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Reads a small file of a member's control folder (`restarts`, `go`): no symlink, no FIFO,
 /// at most `max` bytes. Whatever is wrong reads as nothing.
-pub fn read_small(path: &Path, max: u64) -> Option<String> {
+pub(crate) fn read_small(path: &Path, max: u64) -> Option<String> {
     let (dir, name) = split(path).ok()?;
     let bytes = Dir::open(dir)
         .ok()?
@@ -626,7 +631,7 @@ pub fn read_small(path: &Path, max: u64) -> Option<String> {
 /// from the start (by umask, not a `chmod` by path) and handed to `owner` with a `chown` that
 /// never follows a link: a member that swaps the socket for a symlink meanwhile gets its own
 /// link changed, and the bind is refused. Returns the listener and the socket's inode.
-pub fn bind_private_socket(
+pub(crate) fn bind_private_socket(
     path: &Path,
     owner: Option<Owner>,
 ) -> std::io::Result<(std::os::unix::net::UnixListener, u64)> {
@@ -670,7 +675,7 @@ pub fn bind_private_socket(
 }
 
 /// Opens (creating, 0600) a lock file to flock; its content is left as it is.
-pub fn open_lock(path: &Path) -> std::io::Result<File> {
+pub(crate) fn open_lock(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -688,7 +693,7 @@ fn libc_nofollow() -> i32 {
 /// Opens (creating, 0600, handed to `owner`) a file of ateam's to append to: each `write`
 /// lands whole at its end whoever else appends (readable too, to look at its last line). A
 /// symlink there is refused, not followed.
-pub fn open_append(path: &Path, owner: Owner) -> std::io::Result<File> {
+pub(crate) fn open_append(path: &Path, owner: Owner) -> std::io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .append(true)
@@ -702,7 +707,7 @@ pub fn open_append(path: &Path, owner: Owner) -> std::io::Result<File> {
 
 /// Creates or truncates a log file ateam hands to a process it starts (its standard error),
 /// in a folder that may belong to a member's uid: a symlink there is refused, not followed.
-pub fn create_log(path: &Path) -> std::io::Result<File> {
+pub(crate) fn create_log(path: &Path) -> std::io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create(true)
@@ -713,7 +718,7 @@ pub fn create_log(path: &Path) -> std::io::Result<File> {
 }
 
 /// Removes a file if it is there.
-pub fn remove_if_present(path: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_if_present(path: &Path) -> std::io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,

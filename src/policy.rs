@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::core::container::Effective;
+pub(crate) use crate::core::container::Effective;
 use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount, SpecNetwork};
 
 /// One way a container differs from the policy.
@@ -402,7 +402,7 @@ fn same_image(found: &str, want: &str) -> bool {
 /// The tmpfs mounts as `engine` takes them. Podman (4.3) knows no `uid=`/`gid=` tmpfs option:
 /// its `U` makes the tmpfs the container user's, which is the same thing here (the spec's
 /// owner is always the member's user, and that user is checked apart).
-pub fn engine_tmpfs(
+pub(crate) fn engine_tmpfs(
     tmpfs: &std::collections::BTreeMap<String, String>,
     engine: EngineKind,
 ) -> std::collections::BTreeMap<String, String> {
@@ -535,7 +535,7 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
 
 /// The entrypoint of every member: ateam's start gate, which runs the member's command once
 /// ateam has checked the started container (see gate/main.rs).
-pub const GATE_ENTRYPOINT: [&str; 2] = ["/.ateam/gate", "--"];
+pub(crate) const GATE_ENTRYPOINT: [&str; 2] = ["/.ateam/gate", "--"];
 
 /// What `ateam exec` puts before a command: the gate, which runs it only in a start ateam
 /// released (see gate/main.rs); `ateam exec` adds `--alive FILE` before the `--`, so that
@@ -544,7 +544,7 @@ pub const GATE_EXEC: [&str; 3] = ["/.ateam/gate", "--exec", "--"];
 
 /// The create request for a member: the hardening is all here, so that both backends make the
 /// same container. `cmd` is the member's command (or the image's own, resolved by the caller).
-pub fn create_request(
+pub(crate) fn create_request(
     spec: &ContainerSpec,
     labels: std::collections::BTreeMap<String, String>,
     cmd: Vec<String>,

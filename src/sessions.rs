@@ -80,7 +80,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
 }
 
 /// Whether the session's terminal answers on its socket.
-pub fn is_running(socket: &Path) -> bool {
+pub(crate) fn is_running(socket: &Path) -> bool {
     UnixStream::connect(socket).is_ok()
 }
 
@@ -260,7 +260,7 @@ fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
 }
 
 /// When ateam last started the session (seconds since the epoch), if it did.
-pub fn started_at(session_dir: &Path) -> Option<i64> {
+pub(crate) fn started_at(session_dir: &Path) -> Option<i64> {
     let s = std::fs::read_to_string(layout::session_started_path(session_dir)).ok()?;
     s.trim().parse().ok()
 }
@@ -467,7 +467,7 @@ fn set_aside_planted_resume(dir: &Path) -> Result<(), SessionError> {
 /// Undoes a promotion as far as it went: the session's terminal stopped, the transcript back
 /// at the member's place, the journal gone. The member's containers stay stopped (apply
 /// starts them if a manifest wants the member).
-pub fn roll_back(rt: &Runtime, j: &Promotion) -> Result<(), SessionError> {
+pub(crate) fn roll_back(rt: &Runtime, j: &Promotion) -> Result<(), SessionError> {
     let dir = layout::session_dir(&rt.state_dir, &j.team, &j.name);
     stop(&layout::session_socket_path(
         &rt.state_dir,

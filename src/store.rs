@@ -89,7 +89,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 /// `version` beside the record's own. Records of 0.1.0 have none and read as version 0; a
 /// record of a later version is refused rather than misread. Bump it, and convert here, when
 /// a change to a record would not read back with serde defaults.
-pub const RECORD_VERSION: u64 = 1;
+pub(crate) const RECORD_VERSION: u64 = 1;
 
 fn versioned<T: serde::Serialize>(record: &T, pretty: bool) -> Vec<u8> {
     let mut v = serde_json::to_value(record).expect("a record serializes");
@@ -148,7 +148,7 @@ pub struct Lock {
 
 impl Lock {
     /// Writes who holds it, for the next one that waits.
-    pub fn announce(&mut self) -> std::io::Result<()> {
+    pub(crate) fn announce(&mut self) -> std::io::Result<()> {
         self.file.set_len(0)?;
         writeln!(self.file, "pid {}", std::process::id())
     }
@@ -209,7 +209,7 @@ impl Store {
     /// The lock, if its file exists and nobody holds it: taken without creating, waiting or
     /// writing anything, so that manifests judged under it and refused leave the store as it
     /// was.
-    pub fn try_lock_existing(&self) -> Option<Lock> {
+    pub(crate) fn try_lock_existing(&self) -> Option<Lock> {
         let path = layout::lock_path(&self.dir);
         let file = OpenOptions::new().read(true).write(true).open(path).ok()?;
         flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
@@ -222,7 +222,7 @@ impl Store {
 
     /// Records what was applied for a team (after its apply converged or partly did: the
     /// record is what the user asked for, which status compares against).
-    pub fn save_team(&self, team: &Team) -> Result<(), StoreError> {
+    pub(crate) fn save_team(&self, team: &Team) -> Result<(), StoreError> {
         let path = self.team_file(&team.name);
         let dir = path.parent().unwrap_or(&self.dir).to_path_buf();
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
@@ -242,7 +242,7 @@ impl Store {
 
     /// Remembers which engine a team was applied on, so that status, logs and delete find
     /// it again without the environment that apply ran in.
-    pub fn save_engine(&self, team: &str, engine: &EngineRecord) -> Result<(), StoreError> {
+    pub(crate) fn save_engine(&self, team: &str, engine: &EngineRecord) -> Result<(), StoreError> {
         let path = layout::engine_path(&self.dir, team);
         let dir = layout::team_run_dir(&self.dir, team);
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
@@ -273,7 +273,7 @@ impl Store {
 
     /// Remembers a team deleted without `--purge` (its containers gone, its transcripts
     /// kept), so that a later `delete --team NAME --purge` knows where they are.
-    pub fn save_deleted(&self, team: &Team) -> Result<(), StoreError> {
+    pub(crate) fn save_deleted(&self, team: &Team) -> Result<(), StoreError> {
         let path = layout::deleted_path(&self.dir, &team.name);
         let dir = layout::team_run_dir(&self.dir, &team.name);
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
@@ -281,7 +281,7 @@ impl Store {
     }
 
     /// Marks `team` deleted by the person, now (`layout::deleted_mark_path`).
-    pub fn mark_deleted(&self, team: &str) -> Result<(), StoreError> {
+    pub(crate) fn mark_deleted(&self, team: &str) -> Result<(), StoreError> {
         let path = layout::deleted_mark_path(&self.dir, team);
         let dir = layout::team_run_dir(&self.dir, team);
         files::private_dir(&dir, self.owner).map_err(io(&dir))?;
@@ -291,14 +291,14 @@ impl Store {
     }
 
     /// When the person deleted `team`, if it was not applied since.
-    pub fn deleted_at(&self, team: &str) -> Option<std::time::SystemTime> {
+    pub(crate) fn deleted_at(&self, team: &str) -> Option<std::time::SystemTime> {
         std::fs::symlink_metadata(layout::deleted_mark_path(&self.dir, team))
             .and_then(|m| m.modified())
             .ok()
     }
 
     /// Forgets the mark of `mark_deleted` (a controller's own prune is no person's word).
-    pub fn unmark_deleted(&self, team: &str) -> Result<(), StoreError> {
+    pub(crate) fn unmark_deleted(&self, team: &str) -> Result<(), StoreError> {
         let path = layout::deleted_mark_path(&self.dir, team);
         files::remove_if_present(&path).map_err(io(&path))
     }
@@ -314,7 +314,7 @@ impl Store {
     }
 
     /// Forgets that `team` was applied: its model and its engine record.
-    pub fn forget_team(&self, team: &str) -> Result<(), StoreError> {
+    pub(crate) fn forget_team(&self, team: &str) -> Result<(), StoreError> {
         files::remove_if_present(&layout::engine_path(&self.dir, team)).map_err(io(&self.dir))?;
         files::remove_if_present(&self.team_file(team)).map_err(io(&self.team_file(team)))
     }
@@ -332,7 +332,7 @@ impl Store {
 
     /// The names of the teams' folders, sorted, none of their files read: a folder may be
     /// a deleted team's (`teams` reads which are applied).
-    pub fn team_names(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) fn team_names(&self) -> Result<Vec<String>, StoreError> {
         let root = layout::teams_dir(&self.dir);
         let mut names: Vec<String> = match std::fs::read_dir(&root) {
             Ok(rd) => rd
@@ -354,7 +354,11 @@ impl Store {
     /// Refuses to go on when a member record of `team` was written by a later ateam
     /// (`Record::check_version`), before anything is changed; `only`: that member's alone (a
     /// look at one member changes nothing of the others).
-    pub fn check_member_records(&self, team: &str, only: Option<&str>) -> Result<(), StoreError> {
+    pub(crate) fn check_member_records(
+        &self,
+        team: &str,
+        only: Option<&str>,
+    ) -> Result<(), StoreError> {
         let run = layout::team_run_dir(&self.dir, team);
         if let Some(member) = only {
             return Record::check_version(&layout::member_record_path(&run, member));
@@ -398,7 +402,7 @@ pub struct Record {
 
 impl Record {
     /// The format this ateam writes and reads.
-    pub const VERSION: u32 = 1;
+    pub(crate) const VERSION: u32 = 1;
 
     /// The record at `path`; empty when there is none or it cannot be read (then nothing is
     /// trusted, the safe side).
@@ -446,7 +450,7 @@ impl Record {
     }
 
     /// Keeps how the member last ended, atomically (the ids stay as they are).
-    pub fn set_last_exit(path: &Path, last: LastExit, owner: Owner) -> std::io::Result<()> {
+    pub(crate) fn set_last_exit(path: &Path, last: LastExit, owner: Owner) -> std::io::Result<()> {
         let mut r = Record::load(path);
         r.last_exit = Some(last);
         r.save(path, owner)

@@ -16,10 +16,10 @@ use crate::files::{Bounds, Dir};
 
 /// How much of a session's end is read to judge its latest task (status, events): a task
 /// that began before it is judged on what it holds.
-pub const JUDGE_WINDOW: u64 = 1 << 20;
+pub(crate) const JUDGE_WINDOW: u64 = 1 << 20;
 
 /// Sessions looked at, newest first, at most.
-pub const MAX_SESSIONS: usize = 50;
+pub(crate) const MAX_SESSIONS: usize = 50;
 
 /// An agent member's state folder, as ateam lays it out: which agent, where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,7 +176,7 @@ impl AgentFacts {
 }
 
 /// `a`'s newest session, judged.
-pub fn agent_facts(a: &AgentHome) -> AgentFacts {
+pub(crate) fn agent_facts(a: &AgentHome) -> AgentFacts {
     let Some(s) = sessions(a).into_iter().next() else {
         return AgentFacts::default();
     };

@@ -30,7 +30,7 @@ pub struct ApplyOptions {
 
 impl ApplyOptions {
     /// What the planner is told of these options.
-    pub fn plan_options(&self) -> PlanOptions {
+    pub(crate) fn plan_options(&self) -> PlanOptions {
         PlanOptions {
             prune: self.prune,
             only: self.only.clone(),
@@ -250,7 +250,7 @@ fn refused(r: &Refusal) -> AppError {
 
 /// The second half of a converge: check what can be checked before any change, record the
 /// teams, carry out `look.plan`, forget the dropped helpers, and say who does not run.
-pub async fn carry_out(
+pub(crate) async fn carry_out(
     app: &App,
     desired: &Model,
     look: Look,

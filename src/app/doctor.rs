@@ -370,7 +370,7 @@ fn rootless_setup(uid: u32, podman: bool) -> Vec<Check> {
 
 /// The user's subordinate uid and gid ranges (`/etc/subuid`, `/etc/subgid`: `name:start:count`
 /// lines, where the name may also be the uid).
-pub fn subids(name: Option<&str>, uid: u32, subuid: &str, subgid: &str) -> Check {
+pub(crate) fn subids(name: Option<&str>, uid: u32, subuid: &str, subgid: &str) -> Check {
     let count = |text: &str| -> u64 {
         text.lines()
             .filter_map(|l| {
@@ -458,7 +458,7 @@ fn cgroups(uid: u32, rootless: bool) -> Vec<Check> {
 
 /// cgroup v2: `root` is the root cgroup's `cgroup.controllers`; `user`, for a rootless user,
 /// that of their systemd user service (`None` inside: not found).
-pub fn cgroup_v2(root: &str, user: Option<Option<String>>) -> Vec<Check> {
+pub(crate) fn cgroup_v2(root: &str, user: Option<Option<String>>) -> Vec<Check> {
     let has = |text: &str, c: &str| text.split_whitespace().any(|x| x == c);
     let missing = |text: &str| -> Vec<&str> {
         ["memory", "pids"]
@@ -515,7 +515,7 @@ pub fn cgroup_v2(root: &str, user: Option<Option<String>>) -> Vec<Check> {
 
 /// cgroup v1: `proc_cgroups` is `/proc/cgroups`; `memsw` whether swap accounting is on;
 /// `rootless` whether the user runs rootless Podman (which cannot enforce limits on v1).
-pub fn cgroup_v1(proc_cgroups: &str, memsw: bool, rootless: bool) -> Vec<Check> {
+pub(crate) fn cgroup_v1(proc_cgroups: &str, memsw: bool, rootless: bool) -> Vec<Check> {
     let enabled = |c: &str| {
         proc_cgroups.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -662,7 +662,12 @@ fn team_caps(t: &Team) -> (usize, u64) {
 }
 
 /// `total` and `available` host memory; `members` whose caps add up to `committed`.
-pub fn memory_verdict(total: u64, available: Option<u64>, members: usize, committed: u64) -> Check {
+pub(crate) fn memory_verdict(
+    total: u64,
+    available: Option<u64>,
+    members: usize,
+    committed: u64,
+) -> Check {
     let budget = (total as f64 * MEMORY_SHARE) as u64;
     let share = (MEMORY_SHARE * 100.0).round();
     let free = available.map_or_else(String::new, |a| format!("; {} free now", human_bytes(a)));

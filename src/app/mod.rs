@@ -228,7 +228,7 @@ impl App {
     }
 
     /// `judge`, against the teams `applied` read from the store.
-    pub fn judge_against(
+    pub(crate) fn judge_against(
         &self,
         manifests: &Manifests,
         applied: &[crate::model::Team],
@@ -388,7 +388,7 @@ impl App {
 
     /// `look`, with the list `early` asked ahead, used when the teams connect to that very
     /// engine.
-    pub async fn look_from(
+    pub(crate) async fn look_from(
         &self,
         desired: &Model,
         mut opts: PlanOptions,
@@ -419,7 +419,11 @@ impl App {
     }
 
     /// Records the engine `teams` were applied on.
-    pub fn remember_engine(&self, teams: &[Team], backend: &dyn Backend) -> Result<(), AppError> {
+    pub(crate) fn remember_engine(
+        &self,
+        teams: &[Team],
+        backend: &dyn Backend,
+    ) -> Result<(), AppError> {
         for t in teams {
             let record = EngineRecord {
                 engine: backend.kind().engine(),

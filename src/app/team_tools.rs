@@ -74,7 +74,7 @@ impl Default for Pace {
 /// `team_task`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TaskArgs {
+pub(crate) struct TaskArgs {
     /// create, list, read, edit, claim, start, release, complete or reopen.
     pub action: TaskAction,
     /// The task (all but create and list).
@@ -98,7 +98,7 @@ pub struct TaskArgs {
 /// What `team_task` does.
 #[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub enum TaskAction {
+pub(crate) enum TaskAction {
     /// A new task.
     Create,
     /// The tasks (without their history).
@@ -122,7 +122,7 @@ pub enum TaskAction {
 /// `team_message`'s arguments.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MessageArgs {
+pub(crate) struct MessageArgs {
     /// send, history or search.
     pub action: MessageAction,
     /// send: who is told (session names); none: everyone. Everyone can read every message.
@@ -140,7 +140,7 @@ pub struct MessageArgs {
 /// What `team_message` does.
 #[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub enum MessageAction {
+pub(crate) enum MessageAction {
     /// Send a message.
     Send,
     /// The latest messages (marks them read).
@@ -151,7 +151,7 @@ pub enum MessageAction {
 
 /// `team_agent`'s arguments: a helper request, as `POST /helpers` takes it.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The request: `{"name": ..., "image": ..., "command": [...], "access": {...}}`, no
     /// wider than the caller (docs/helpers.md).
     pub request: Value,

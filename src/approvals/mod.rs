@@ -152,7 +152,7 @@ pub fn pending(s: &Subject, events: &[Event], answered: &record::Record) -> Vec<
 }
 
 /// `pending`, with the hosts its helper requests asked for (`asks`) as asks of its grant.
-pub fn pending_with(
+pub(crate) fn pending_with(
     s: &Subject,
     events: &[Event],
     asks: &[asks::Ask],
@@ -250,7 +250,7 @@ pub fn pending_with(
 }
 
 /// How many pending approvals `status` lists per member (`ateam approvals` lists them all).
-pub const SHOWN: usize = 10;
+pub(crate) const SHOWN: usize = 10;
 
 /// One approval in words, for `status` and `ateam approvals`: its id, what it would grant,
 /// how often and when it was asked (`now`: seconds since the epoch), and whether it can be
@@ -488,7 +488,7 @@ fn request_blocked(i: &Intercept, method: &str, path: &str) -> Option<String> {
 }
 
 /// The grant with `want` granted: its allow list with the entry, or its host with the rule.
-pub fn widened(grant: &AccessGrant, want: &Want) -> EgressPolicy {
+pub(crate) fn widened(grant: &AccessGrant, want: &Want) -> EgressPolicy {
     let list = match &grant.network {
         Network::Allow(l) => l.clone(),
         Network::None | Network::Open => Vec::new(),

@@ -39,7 +39,7 @@ pub struct Env {
 
 impl Env {
     /// The environment of this process, for the user `uid`.
-    pub fn from_process(uid: u32) -> Env {
+    pub(crate) fn from_process(uid: u32) -> Env {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         Env {
             docker_host: var("DOCKER_HOST"),
@@ -52,7 +52,7 @@ impl Env {
 
 /// Where to look, in order. An explicit variable is taken as the user's choice and comes
 /// first; then rootless Podman (the most contained), rootful Podman, Docker.
-pub fn candidates(choice: BackendChoice, env: &Env) -> Vec<Candidate> {
+pub(crate) fn candidates(choice: BackendChoice, env: &Env) -> Vec<Candidate> {
     let mut podman = Vec::new();
     if let Some(h) = &env.container_host {
         podman.push(Candidate {
@@ -116,7 +116,7 @@ pub async fn connect_to(c: &Candidate) -> Result<(Arc<dyn Backend>, EngineInfo),
 }
 
 /// `connect_to`, with the engine's `ping` kept in `memo` when it says who it is.
-pub async fn connect_to_with(
+pub(crate) async fn connect_to_with(
     c: &Candidate,
     memo: Option<&Memo>,
 ) -> Result<(Arc<dyn Backend>, EngineInfo), BackendError> {
@@ -240,7 +240,7 @@ pub async fn connect(
 }
 
 /// What to run so that an engine answers.
-pub fn start_hint(env: &Env) -> String {
+pub(crate) fn start_hint(env: &Env) -> String {
     let podman_installed = which("podman").is_some();
     let docker_installed = which("dockerd").is_some();
     let sock = if env.uid == 0 {

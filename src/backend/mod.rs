@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::core::container::EngineKind;
 use crate::core::container::{ContainerState, Effective, LastExit};
-pub use crate::core::container::{CreateRequest, EngineKind, PidFiles};
+pub(crate) use crate::core::container::{CreateRequest, PidFiles};
 
 /// What `ping` learns about an engine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -229,16 +230,16 @@ impl PathStat {
     }
 
     /// A regular file with an execute bit: something `execve` can run.
-    pub fn is_executable_file(&self) -> bool {
+    pub(crate) fn is_executable_file(&self) -> bool {
         self.mode & Self::MODE_TYPE == 0 && self.mode & 0o111 != 0
     }
 }
 
 /// The label of a probe container (`Backend::create_probe`): the store that made it.
-pub const PROBE_LABEL: &str = "ateam.dev/probe";
+pub(crate) const PROBE_LABEL: &str = "ateam.dev/probe";
 
 /// A probe's command: nothing at that path, so that it could not run even if started.
-pub const PROBE_COMMAND: &str = "/.ateam-probe-never-runs";
+pub(crate) const PROBE_COMMAND: &str = "/.ateam-probe-never-runs";
 
 /// The output of a command run in a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -332,7 +333,7 @@ pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 
 /// Where `logs` writes output as it arrives. (Spelled out with `for<'b>`: async-trait would
 /// otherwise tie the chunk's lifetime to the call.)
-pub type LogSink<'a> = dyn for<'b> FnMut(&'b [u8]) + Send + 'a;
+pub(crate) type LogSink<'a> = dyn for<'b> FnMut(&'b [u8]) + Send + 'a;
 
 /// Which output `logs` gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -453,7 +454,7 @@ pub async fn logs_text(backend: &dyn Backend, id: &str, tail: usize) -> Result<S
 }
 
 /// The cgroup version of this host: 2 when /sys/fs/cgroup is a cgroup2 mount.
-pub fn host_cgroup_version() -> u8 {
+pub(crate) fn host_cgroup_version() -> u8 {
     const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
     // f_type's integer type differs between platforms.
     #[allow(clippy::unnecessary_cast)]
@@ -464,7 +465,7 @@ pub fn host_cgroup_version() -> u8 {
 }
 
 /// Maps an engine's status word to the state model.
-pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
+pub(crate) fn state_from(status: &str, exit_code: i64) -> ContainerState {
     match status {
         // Podman's word while a stop waits for the process (up to the stop timeout): it still
         // runs. Read as "never started", a look during a `podman restart` planned a start of
@@ -482,7 +483,7 @@ pub fn state_from(status: &str, exit_code: i64) -> ContainerState {
 
 /// `image` with `:latest` when it names no tag and no digest: an engine asked for a bare name
 /// would fetch every tag.
-pub fn with_tag(image: &str) -> String {
+pub(crate) fn with_tag(image: &str) -> String {
     let last = image.rsplit('/').next().unwrap_or(image);
     if last.contains(':') || last.contains('@') {
         image.to_string()
@@ -493,7 +494,7 @@ pub fn with_tag(image: &str) -> String {
 
 /// The first entry of an archive the engine sent for one path: its bytes if it is a regular
 /// file of at most `max` bytes.
-pub fn file_in_archive(tar_bytes: &[u8], max: u64) -> Option<Vec<u8>> {
+pub(crate) fn file_in_archive(tar_bytes: &[u8], max: u64) -> Option<Vec<u8>> {
     use std::io::Read;
     let mut archive = tar::Archive::new(tar_bytes);
     let mut entry = archive.entries().ok()?.next()?.ok()?;

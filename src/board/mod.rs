@@ -21,20 +21,20 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Longest task title, in bytes.
-pub const MAX_TITLE: usize = 200;
+pub(crate) const MAX_TITLE: usize = 200;
 /// Longest task body or note, in bytes.
-pub const MAX_BODY: usize = 16 * 1024;
+pub(crate) const MAX_BODY: usize = 16 * 1024;
 /// Longest message, in bytes.
-pub const MAX_MESSAGE: usize = 8 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 8 * 1024;
 /// Tasks a board holds (done ones included): past it, `create` is refused until the person
 /// removes done tasks (`ateam tasks prune`).
-pub const MAX_TASKS: usize = 2000;
+pub(crate) const MAX_TASKS: usize = 2000;
 /// Changes kept in a task's history (the oldest are dropped).
-pub const MAX_HISTORY: usize = 64;
+pub(crate) const MAX_HISTORY: usize = 64;
 /// Dependencies one task may name.
-pub const MAX_DEPENDS: usize = 32;
+pub(crate) const MAX_DEPENDS: usize = 32;
 /// Recipients one message may name.
-pub const MAX_RECIPIENTS: usize = 32;
+pub(crate) const MAX_RECIPIENTS: usize = 32;
 
 /// Who acts on the board.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -160,7 +160,7 @@ pub struct Message {
 
 impl Message {
     /// Whether `who` is among those told of it (not its own sender).
-    pub fn is_for(&self, who: &Actor) -> bool {
+    pub(crate) fn is_for(&self, who: &Actor) -> bool {
         if &self.from == who {
             return false;
         }
@@ -288,7 +288,7 @@ pub struct Roster {
 
 impl Roster {
     /// The session named `name`, if the team has it.
-    pub fn actor(&self, name: &str) -> Option<Actor> {
+    pub(crate) fn actor(&self, name: &str) -> Option<Actor> {
         if self.members.contains(name) {
             Some(Actor::Member(name.to_string()))
         } else if self.mains.contains(name) {
@@ -300,7 +300,7 @@ impl Roster {
 }
 
 /// Text a session writes: bounded, and no NUL (the rest is kept and shown escaped).
-pub fn check_text(what: &str, s: &str, max: usize) -> Result<(), Refused> {
+pub(crate) fn check_text(what: &str, s: &str, max: usize) -> Result<(), Refused> {
     if s.len() > max {
         return Err(Refused::Bound(format!(
             "the {what} is {} bytes; at most {max} are kept",
@@ -561,7 +561,7 @@ impl Tasks {
 
     /// Returns every task `owner` has claimed or started to `todo`, with `why` (a session
     /// that left, crashed or was replaced holds no work). Returns their ids.
-    pub fn give_back(&mut self, owner: &Actor, why: &str, now: u64) -> Vec<u64> {
+    pub(crate) fn give_back(&mut self, owner: &Actor, why: &str, now: u64) -> Vec<u64> {
         let mut ids = Vec::new();
         for t in &mut self.tasks {
             if t.owner.as_ref() == Some(owner)
@@ -585,7 +585,7 @@ impl Tasks {
 
     /// Hands every task `from` owns to `to` (a member promoted to the main session of its
     /// name keeps its work; a session taken over hands it to its heir). Returns their ids.
-    pub fn hand_over(&mut self, from: &Actor, to: &Actor, why: &str, now: u64) -> Vec<u64> {
+    pub(crate) fn hand_over(&mut self, from: &Actor, to: &Actor, why: &str, now: u64) -> Vec<u64> {
         let mut ids = Vec::new();
         for t in &mut self.tasks {
             if t.owner.as_ref() == Some(from) && t.state != TaskState::Done {

@@ -26,12 +26,12 @@ use crate::core::layout;
 use crate::files::{self, Owner};
 
 /// Size at which the message log is rotated: two files of this size at most.
-pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_LOG_BYTES: u64 = 1024 * 1024;
 /// Largest tasks file read (MAX_TASKS tasks of the largest size is more: `create` refuses
 /// before).
 const MAX_TASKS_BYTES: u64 = 64 * 1024 * 1024;
 /// Messages one `history` or `search` returns at most.
-pub const MAX_LISTED: usize = 100;
+pub(crate) const MAX_LISTED: usize = 100;
 
 /// Why the board could not be read or written (not a refusal: those are `Refused`).
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +87,7 @@ pub struct News {
 
 impl News {
     /// Whether there is something it was not woken for yet.
-    pub fn is_new(&self) -> bool {
+    pub(crate) fn is_new(&self) -> bool {
         self.mark.0 > self.woken.0 || self.mark.1 > self.woken.1
     }
 }
@@ -95,7 +95,7 @@ impl News {
 /// What is new for a session: messages to it it has not read, tasks for it still to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Unread {
+pub(crate) struct Unread {
     /// Messages to it (or to everyone) newer than the newest it read.
     pub messages: usize,
     /// Tasks it owns that are `todo` or `claimed`.
@@ -162,7 +162,7 @@ impl Board {
     }
 
     /// The board of the team whose folder is `run_dir` (`layout::team_run_dir`).
-    pub fn in_run_dir(run_dir: &Path, owner: Owner) -> Board {
+    pub(crate) fn in_run_dir(run_dir: &Path, owner: Owner) -> Board {
         Board {
             dir: run_dir.join("board"),
             owner,
@@ -188,7 +188,7 @@ impl Board {
 
     /// What `who` has on the board that it was not woken for (nothing when there is no
     /// board yet).
-    pub fn news(&self, who: &Actor) -> Result<News, BoardError> {
+    pub(crate) fn news(&self, who: &Actor) -> Result<News, BoardError> {
         if !self.dir.exists() {
             return Ok(News::default());
         }
@@ -216,7 +216,7 @@ impl Board {
     }
 
     /// Notes that `who` was woken for `mark`.
-    pub fn mark_woken(&self, who: &Actor, mark: (u64, u64)) -> Result<(), BoardError> {
+    pub(crate) fn mark_woken(&self, who: &Actor, mark: (u64, u64)) -> Result<(), BoardError> {
         self.locked(|| {
             let mut meta: Meta = self.read_json("messages.json", MAX_LOG_BYTES)?;
             meta.woken.insert(who.key(), mark);
@@ -292,7 +292,7 @@ impl Board {
     }
 
     /// Returns `owner`'s claimed and started tasks to `todo`, saying why.
-    pub fn give_back(&self, owner: &Actor, why: &str) -> Result<Vec<u64>, BoardError> {
+    pub(crate) fn give_back(&self, owner: &Actor, why: &str) -> Result<Vec<u64>, BoardError> {
         if !self.path("tasks.json").exists() {
             return Ok(Vec::new());
         }
@@ -307,7 +307,12 @@ impl Board {
     }
 
     /// Hands `from`'s open tasks to `to`, saying why.
-    pub fn hand_over(&self, from: &Actor, to: &Actor, why: &str) -> Result<Vec<u64>, BoardError> {
+    pub(crate) fn hand_over(
+        &self,
+        from: &Actor,
+        to: &Actor,
+        why: &str,
+    ) -> Result<Vec<u64>, BoardError> {
         if !self.path("tasks.json").exists() {
             return Ok(Vec::new());
         }
@@ -435,7 +440,7 @@ impl Board {
     }
 
     /// What is new for `by`.
-    pub fn unread(&self, by: &Actor) -> Result<Unread, BoardError> {
+    pub(crate) fn unread(&self, by: &Actor) -> Result<Unread, BoardError> {
         let meta: Meta = self.read_json("messages.json", MAX_LOG_BYTES)?;
         let mark = meta.read.get(&by.key()).copied().unwrap_or(0);
         let messages = self

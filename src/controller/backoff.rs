@@ -124,7 +124,7 @@ fn mix(seed: u64, attempt: u32) -> u64 {
 
 /// One object's failures in a row, and the delay each asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ErrorBackoff {
+pub(crate) struct ErrorBackoff {
     config: ErrorBackoffConfig,
     seed: u64,
     failures: u32,
@@ -141,12 +141,13 @@ impl ErrorBackoff {
     }
 
     /// Count one more failure and return how long to wait before the next try.
-    pub fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
         self.config.delay(self.failures, self.seed)
     }
 
     /// A reconcile succeeded: the next failure waits the first delay again.
+    #[cfg(test)]
     pub fn reset(&mut self) {
         self.failures = 0;
     }
@@ -198,7 +199,7 @@ impl CrashLoopConfig {
     }
 
     /// Whether a run this long ends the crash loop.
-    pub fn resets(&self, ran_for: Duration) -> bool {
+    pub(crate) fn resets(&self, ran_for: Duration) -> bool {
         ran_for >= self.reset_after
     }
 }
@@ -264,7 +265,7 @@ impl CrashLoop {
     }
 
     /// How long since ateam last started it (`Duration::MAX` if it never did).
-    pub fn ran_for(&self, now: Instant) -> Duration {
+    pub(crate) fn ran_for(&self, now: Instant) -> Duration {
         self.last_start
             .map_or(Duration::MAX, |s| now.saturating_duration_since(s))
     }
@@ -275,7 +276,8 @@ impl CrashLoop {
     }
 
     /// Restarts in the current streak.
-    pub fn streak(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn streak(&self) -> u32 {
         self.streak
     }
 }

@@ -49,6 +49,6 @@ pub enum Next {
 
 /// What to do after a reconcile of one object failed once more: wait per the object's
 /// backoff (which counts the failure), then try again.
-pub fn error_policy(backoff: &mut ErrorBackoff) -> Next {
+pub(crate) fn error_policy(backoff: &mut ErrorBackoff) -> Next {
     Next::Requeue(backoff.next_delay())
 }

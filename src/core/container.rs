@@ -35,7 +35,7 @@ impl SpecNetwork {
 /// Label keys that ateam puts on every container it makes.
 pub mod labels {
     /// Always `ateam`: marks a container, network or helper as ateam's.
-    pub const MANAGED_BY: &str = "ateam.dev/managed-by";
+    pub(crate) const MANAGED_BY: &str = "ateam.dev/managed-by";
     /// The name of the store that made it, so that two stores on one engine leave each other alone.
     pub const STORE: &str = "ateam.dev/store";
     /// The member's team.
@@ -43,16 +43,16 @@ pub mod labels {
     /// The member's name.
     pub const MEMBER: &str = "ateam.dev/member";
     /// `ContainerSpec::hash` of the spec it was made from: drift at a glance.
-    pub const SPEC_HASH: &str = "ateam.dev/spec-hash";
+    pub(crate) const SPEC_HASH: &str = "ateam.dev/spec-hash";
     /// The whole spec as JSON, so that drift can name the field that changed.
     pub const SPEC: &str = "ateam.dev/spec";
     /// On a replacement being brought up: the id of the container it replaces.
-    pub const REPLACES: &str = "ateam.dev/replaces";
+    pub(crate) const REPLACES: &str = "ateam.dev/replaces";
 }
 
 /// The temporary name of a member's replacement, until the old container is gone. `_` never
 /// appears in a team or member name (DNS-1123 labels), so this can equal no member's name.
-pub fn replacement_name(name: &str) -> String {
+pub(crate) fn replacement_name(name: &str) -> String {
     format!("{name}_next")
 }
 
@@ -64,10 +64,10 @@ pub fn is_replacement(member_name: &str, c_name: &str, labels: &BTreeMap<String,
 }
 
 /// The home folder inside a member: a private tmpfs.
-pub const MEMBER_HOME: &str = "/home/agent";
+pub(crate) const MEMBER_HOME: &str = "/home/agent";
 
 /// Where ateam's control folder (start gate, secrets) appears inside a member.
-pub const CTL_TARGET: &str = "/.ateam";
+pub(crate) const CTL_TARGET: &str = "/.ateam";
 
 /// A bind mount. Grants and transcripts sit at the same path inside as outside, so that paths
 /// in messages and transcripts mean the same thing on both sides.
@@ -146,7 +146,7 @@ impl ContainerSpec {
 /// The engine network of a team whose members have `network: open`: one per team (and per
 /// store), so that members of other teams, and whatever sits on the engine's shared default
 /// bridge, are not reachable from it.
-pub fn team_network_name(store: &str, team: &str) -> String {
+pub(crate) fn team_network_name(store: &str, team: &str) -> String {
     format!("ateam-{store}-{team}")
 }
 

@@ -18,22 +18,22 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The ports an entry without a port allows.
-pub const DEFAULT_PORTS: [u16; 2] = [443, 80];
+pub(crate) const DEFAULT_PORTS: [u16; 2] = [443, 80];
 
 /// The name by which a member reaches a port on the host's loopback through its proxy.
-pub const HOST_SERVICE: &str = "host.ateam.internal";
+pub(crate) const HOST_SERVICE: &str = "host.ateam.internal";
 
 /// The domain ateam keeps for its own names: no entry names anything else below it.
 const RESERVED_DOMAIN: &str = "ateam.internal";
 
 /// Where `host.ateam.internal:PORT` connects, in this order.
-pub const HOST_SERVICE_ADDRS: [IpAddr; 2] = [
+pub(crate) const HOST_SERVICE_ADDRS: [IpAddr; 2] = [
     IpAddr::V4(Ipv4Addr::LOCALHOST),
     IpAddr::V6(Ipv6Addr::LOCALHOST),
 ];
 
 /// Whether `name` (lower case, no trailing dot) is ateam's, or below ateam's domain.
-pub fn reserved(name: &str) -> bool {
+pub(crate) fn reserved(name: &str) -> bool {
     name == RESERVED_DOMAIN || name.ends_with(&format!(".{RESERVED_DOMAIN}"))
 }
 
@@ -149,7 +149,7 @@ impl Entry {
     }
 
     /// Whether this entry allows port `p`.
-    pub fn allows_port(&self, p: u16) -> bool {
+    pub(crate) fn allows_port(&self, p: u16) -> bool {
         match self.port {
             Some(mine) => mine == p,
             None => DEFAULT_PORTS.contains(&p),
@@ -211,7 +211,7 @@ impl Entry {
 
     /// Whether this entry names an address exactly, with a port: the one way to reach an
     /// address that is otherwise refused (loopback, private, the host's own...).
-    pub fn exact_address(&self) -> Option<(IpAddr, u16)> {
+    pub(crate) fn exact_address(&self) -> Option<(IpAddr, u16)> {
         match (&self.target, self.port) {
             (Target::Ip(ip), Some(p)) => Some((canonical(*ip), p)),
             _ => None,
@@ -277,7 +277,7 @@ impl fmt::Display for Host {
 
 /// A parsed allowlist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist {
+pub(crate) struct Allowlist {
     /// The entries, in the order written.
     pub entries: Vec<Entry>,
 }
@@ -300,14 +300,14 @@ impl Allowlist {
 
     /// Whether the list has `host.ateam.internal:PORT` for this very port (no other entry
     /// reaches the host's loopback by that name).
-    pub fn allows_host_service(&self, port: u16) -> bool {
+    pub(crate) fn allows_host_service(&self, port: u16) -> bool {
         self.entries.iter().any(|e| {
             matches!(&e.target, Target::Name(n) if n == HOST_SERVICE) && e.port == Some(port)
         })
     }
 
     /// Whether the list names this address and port exactly.
-    pub fn names_exactly(&self, ip: IpAddr, port: u16) -> bool {
+    pub(crate) fn names_exactly(&self, ip: IpAddr, port: u16) -> bool {
         let ip = canonical(ip);
         self.entries
             .iter()
@@ -316,7 +316,12 @@ impl Allowlist {
 
     /// Whether an address may be connected to, for a request already allowed by name.
     /// `own` are the host's own addresses. The error is the reason, for a person.
-    pub fn judge_address(&self, ip: IpAddr, port: u16, own: &[IpAddr]) -> Result<(), String> {
+    pub(crate) fn judge_address(
+        &self,
+        ip: IpAddr,
+        port: u16,
+        own: &[IpAddr],
+    ) -> Result<(), String> {
         let c = canonical(ip);
         let why = special(c).or_else(|| {
             own.iter()
@@ -382,7 +387,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// Why an address is not a public one, if it is not: these are refused unless named exactly.
-pub fn special(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn special(ip: IpAddr) -> Option<&'static str> {
     match canonical(ip) {
         IpAddr::V4(a) => {
             let o = a.octets();

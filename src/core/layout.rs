@@ -53,7 +53,7 @@ pub fn store_id(state_dir: &Path) -> String {
 
 /// What probes found in the image of this id (`runtime::image::Probe`); none for an id that
 /// is not a plain digest.
-pub fn image_probe_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
+pub(crate) fn image_probe_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
     let id = image_id.strip_prefix("sha256:").unwrap_or(image_id);
     (!id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| state_dir.join("images").join(format!("{id}.json")))
@@ -61,7 +61,7 @@ pub fn image_probe_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
 
 /// Where the roots read from an image are kept (`runtime::roots`), beside its probe's
 /// findings: `<state>/images/<id>.roots.pem`.
-pub fn image_roots_cache_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
+pub(crate) fn image_roots_cache_path(state_dir: &Path, image_id: &str) -> Option<PathBuf> {
     image_probe_path(state_dir, image_id).map(|p| p.with_extension("roots.pem"))
 }
 
@@ -75,27 +75,27 @@ pub fn member_ctl_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
 
 /// The start gate's release file in a member's control folder (inside: `/.ateam/go`, which
 /// `gate/main.rs` reads): the container id and start it lets run (`runtime::gate`).
-pub fn gate_release_path(ctl_dir: &Path) -> PathBuf {
+pub(crate) fn gate_release_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join(GATE_RELEASE_NAME)
 }
 
 /// `gate_release_path`'s name in the control folder (the egress proxy reads it there).
-pub const GATE_RELEASE_NAME: &str = "go";
+pub(crate) const GATE_RELEASE_NAME: &str = "go";
 
 /// The member's secrets (`name=value`, NUL-separated) in its control folder, which the gate
 /// gives the member's command.
-pub fn secrets_path(ctl_dir: &Path) -> PathBuf {
+pub(crate) fn secrets_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join("secrets")
 }
 
 /// The next task `ateam task` gave a member's container, in its control folder (inside:
 /// `/.ateam/task`, which the gate reads).
-pub fn task_path(ctl_dir: &Path) -> PathBuf {
+pub(crate) fn task_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join("task")
 }
 
 /// How often ateam restarted a member by its restart policy, in its control folder.
-pub fn restarts_path(ctl_dir: &Path) -> PathBuf {
+pub(crate) fn restarts_path(ctl_dir: &Path) -> PathBuf {
     ctl_dir.join("restarts")
 }
 
@@ -107,7 +107,7 @@ pub fn member_record_path(run_dir: &Path, member: &str) -> PathBuf {
 
 /// The person's answers to a member's pending approvals (`approvals::record`): ateam's
 /// user's, 0600, beside the control folder and never mounted into the member.
-pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     members_dir(&team_run_dir(state_dir, team))
         .join(member)
         .join("approvals.json")
@@ -115,7 +115,7 @@ pub fn member_approvals_path(state_dir: &Path, team: &str, member: &str) -> Path
 
 /// The hosts a member's helper requests asked for that its grant does not allow
 /// (`approvals::asks`): ateam's user's, 0600, beside the answers, never mounted.
-pub fn member_helper_asks_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn member_helper_asks_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     members_dir(&team_run_dir(state_dir, team))
         .join(member)
         .join("helper-asks.json")
@@ -123,14 +123,14 @@ pub fn member_helper_asks_path(state_dir: &Path, team: &str, member: &str) -> Pa
 
 /// What a member's proxy lets through besides its policy for the member's present start
 /// only (allow once): the member's uid's, 0600, read by the proxy by this name in its folder.
-pub const EGRESS_ONCE_NAME: &str = "once.json";
+pub(crate) const EGRESS_ONCE_NAME: &str = "once.json";
 
 /// A learning run's bounds (`ateam apply --learn`): until when, and within what, the proxy
 /// lets through what the list does not name but the person could approve.
-pub const EGRESS_LEARN_NAME: &str = "learn.json";
+pub(crate) const EGRESS_LEARN_NAME: &str = "learn.json";
 
 /// `EGRESS_ONCE_NAME` in the proxy's folder.
-pub fn egress_dir_once_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_dir_once_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join(EGRESS_ONCE_NAME)
 }
 
@@ -146,7 +146,7 @@ pub fn session_socket_path(state_dir: &Path, team: &str, session: &str) -> PathB
 
 /// `session_socket_path`, from the session's folder (`session_dir`, or an entry of
 /// `sessions_dir`).
-pub fn session_socket_in(session_dir: &Path) -> PathBuf {
+pub(crate) fn session_socket_in(session_dir: &Path) -> PathBuf {
     session_dir.join("tmux.sock")
 }
 
@@ -156,50 +156,50 @@ pub fn session_dir(state_dir: &Path, team: &str, session: &str) -> PathBuf {
 }
 
 /// `session_dir`, from the team's folder (`team_run_dir`).
-pub fn session_dir_in(run_dir: &Path, session: &str) -> PathBuf {
+pub(crate) fn session_dir_in(run_dir: &Path, session: &str) -> PathBuf {
     sessions_dir(run_dir).join(session)
 }
 
 /// The folder of a team's main sessions' own files (one folder per session, even of one
 /// the manifests no longer name).
-pub fn sessions_dir(run_dir: &Path) -> PathBuf {
+pub(crate) fn sessions_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("sessions")
 }
 
 /// Longest path a Unix socket can be bound at: `sun_path` holds 108 bytes, NUL included.
 /// Validation checks every socket path against it, so that a long name or state folder is
 /// refused up front rather than failing when tmux or the egress proxy tries to listen.
-pub const MAX_SOCKET_PATH: usize = 107;
+pub(crate) const MAX_SOCKET_PATH: usize = 107;
 
 /// Where a member's egress proxy listens: in its control folder, which is mounted into that
 /// member alone (at `/.ateam`), is 0700 and belongs to the user the member runs as. The folder
 /// is mounted, not the socket file, so a restarted proxy's new socket is seen inside.
-pub fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn egress_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     member_ctl_dir(state_dir, team, member).join(EGRESS_SOCKET_NAME)
 }
 
 /// The socket's name in the control folder (inside a member: `/.ateam/egress.sock`).
-pub const EGRESS_SOCKET_NAME: &str = "egress.sock";
+pub(crate) const EGRESS_SOCKET_NAME: &str = "egress.sock";
 
 /// A team's CA for intercepted egress (`servers::egress::tls`): its certificate and its key, 0600 and
 /// the store owner's, in a 0700 folder no member mounts and no proxy reads.
-pub fn team_ca_dir(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn team_ca_dir(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("egress-ca")
 }
 
 /// The team CA's certificate, in `team_ca_dir`.
-pub const TEAM_CA_CERT_NAME: &str = "ca.pem";
+pub(crate) const TEAM_CA_CERT_NAME: &str = "ca.pem";
 
 /// The team CA's key, in `team_ca_dir`.
-pub const TEAM_CA_KEY_NAME: &str = "ca.key";
+pub(crate) const TEAM_CA_KEY_NAME: &str = "ca.key";
 
 /// In a member's control folder (inside: `/.ateam/`): its team's CA alone, for clients that
 /// add a CA to their own roots (Node's `NODE_EXTRA_CA_CERTS`).
-pub const CA_CERT_NAME: &str = "ca.pem";
+pub(crate) const CA_CERT_NAME: &str = "ca.pem";
 
 /// In a member's control folder: the image's own roots followed by its team's CA, for clients
 /// that take one bundle in place of the system's (`SSL_CERT_FILE`, `CURL_CA_BUNDLE`, ...).
-pub const CA_BUNDLE_NAME: &str = "ca-bundle.pem";
+pub(crate) const CA_BUNDLE_NAME: &str = "ca-bundle.pem";
 
 /// A member's egress proxy's own files: its allowlist, pid file and log. Never mounted.
 pub fn egress_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
@@ -213,12 +213,12 @@ pub fn egress_dir_in(run_dir: &Path, member: &str) -> PathBuf {
 
 /// The allowlist the proxy reads (rewritten atomically by apply; the proxy re-reads it when
 /// it changes, so a new list needs no new container).
-pub fn egress_policy_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_policy_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("policy.json")
 }
 
 /// The running proxy's pid.
-pub fn egress_pid_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_pid_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("proxy.pid")
 }
 
@@ -230,65 +230,65 @@ pub fn egress_log_path(egress_dir: &Path) -> PathBuf {
 }
 
 /// What the proxy said on standard error when it last started.
-pub fn egress_err_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_err_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("proxy.err")
 }
 
 /// What an intercepting proxy holds besides its policy (`servers::egress::InterceptFile`): its
 /// leaves and injected secrets, 0600 and the member's uid, read by the proxy by this name
 /// in its folder.
-pub const EGRESS_INTERCEPT_NAME: &str = "intercept.json";
+pub(crate) const EGRESS_INTERCEPT_NAME: &str = "intercept.json";
 
 /// `EGRESS_INTERCEPT_NAME` in the proxy's folder.
-pub fn egress_intercept_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_intercept_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join(EGRESS_INTERCEPT_NAME)
 }
 
 /// The image's own roots, as found in the member's container when it was made (the first
 /// half of the member's `ca-bundle.pem`).
-pub fn egress_image_roots_path(egress_dir: &Path) -> PathBuf {
+pub(crate) fn egress_image_roots_path(egress_dir: &Path) -> PathBuf {
     egress_dir.join("image-roots.pem")
 }
 
 /// The person's subscription logins (`crate::logins`): 0700, the store owner's, never
 /// mounted into a member nor read by a proxy.
-pub fn logins_dir(state_dir: &Path) -> PathBuf {
+pub(crate) fn logins_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("logins")
 }
 
 /// One login, in `logins_dir`: `claude.json`, `codex.json`.
-pub fn login_path(logins_dir: &Path, kind: &str) -> PathBuf {
+pub(crate) fn login_path(logins_dir: &Path, kind: &str) -> PathBuf {
     logins_dir.join(format!("{kind}.json"))
 }
 
 /// flock'ed by whoever reads, refreshes or replaces a login: one refresh at a time, so a
 /// rotated refresh token is spent once.
-pub fn logins_lock_path(logins_dir: &Path) -> PathBuf {
+pub(crate) fn logins_lock_path(logins_dir: &Path) -> PathBuf {
     logins_dir.join("lock")
 }
 
 /// flock'ed by the running login keeper for as long as it runs: one keeper per store.
-pub fn keeper_lock_path(logins_dir: &Path) -> PathBuf {
+pub(crate) fn keeper_lock_path(logins_dir: &Path) -> PathBuf {
     logins_dir.join("keeper.lock")
 }
 
 /// What the login keeper said on standard error when it last started.
-pub fn keeper_err_path(logins_dir: &Path) -> PathBuf {
+pub(crate) fn keeper_err_path(logins_dir: &Path) -> PathBuf {
     logins_dir.join("keeper.err")
 }
 
 /// The lock that keeps two applies (or deletes) of one store from interleaving.
-pub fn lock_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn lock_path(state_dir: &Path) -> PathBuf {
     state_dir.join("lock")
 }
 
 /// Held by the one controller of a state folder while it runs.
-pub fn controller_lock_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn controller_lock_path(state_dir: &Path) -> PathBuf {
     state_dir.join("controller.lock")
 }
 
 /// What the controller tells status: pid, since, last reconcile, errors.
-pub fn controller_record_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn controller_record_path(state_dir: &Path) -> PathBuf {
     state_dir.join("controller.json")
 }
 
@@ -298,7 +298,7 @@ pub fn gate_dir(state_dir: &Path) -> PathBuf {
 }
 
 /// What each engine said of itself, kept between runs (`backend::connect::Memo`).
-pub fn engine_memo_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn engine_memo_path(state_dir: &Path) -> PathBuf {
     state_dir.join("engines.json")
 }
 
@@ -308,19 +308,19 @@ pub fn teams_dir(state_dir: &Path) -> PathBuf {
 }
 
 /// The model of a team last applied.
-pub fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn applied_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("applied.json")
 }
 
 /// When the person deleted the team (its time is the file's): a controller that ran since
 /// before leaves the team deleted until an apply removes this.
-pub fn deleted_mark_path(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn deleted_mark_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("deleted-at")
 }
 
 /// A team deleted without `--purge`: its last applied model, which says where the transcripts
 /// that were kept are.
-pub fn deleted_path(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn deleted_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("deleted.json")
 }
 
@@ -331,12 +331,12 @@ pub fn team_events_path(state_dir: &Path, team: &str) -> PathBuf {
 }
 
 /// The engine a team was applied on.
-pub fn engine_path(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn engine_path(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("engine.json")
 }
 
 /// The inspects of a team's running containers, kept between looks (see `observe::cache`).
-pub fn inspect_cache_path(run_dir: &Path) -> PathBuf {
+pub(crate) fn inspect_cache_path(run_dir: &Path) -> PathBuf {
     run_dir.join("inspected.json")
 }
 
@@ -347,20 +347,20 @@ pub fn members_dir(run_dir: &Path) -> PathBuf {
 
 /// Where a team's members' transcripts live: `<sessionDir>/members`, beside the main
 /// sessions' transcripts at the top of the sessionDir.
-pub fn transcripts_dir(session_dir: &Path) -> PathBuf {
+pub(crate) fn transcripts_dir(session_dir: &Path) -> PathBuf {
     session_dir.join("members")
 }
 
 /// Where a team's writers' repositories live: `<sessionDir>/workspaces` (so no main session
 /// may be called `workspaces`), each `<member>`, and ateam's shadow repositories beside them
 /// in `.ateam` (a name no member can have).
-pub fn workspaces_dir(session_dir: &Path) -> PathBuf {
+pub(crate) fn workspaces_dir(session_dir: &Path) -> PathBuf {
     session_dir.join("workspaces")
 }
 
 /// Where a member's copy snapshots of its write grants are kept (`Member.snapshotWrites`):
 /// `<sessionDir>/snapshots/<member>` (so no main session may be called `snapshots`).
-pub fn copy_snapshots_dir(session_dir: &Path, member: &str) -> PathBuf {
+pub(crate) fn copy_snapshots_dir(session_dir: &Path, member: &str) -> PathBuf {
     session_dir.join("snapshots").join(member)
 }
 
@@ -379,7 +379,7 @@ pub fn workspace_shadow(session_dir: &Path, member: &str) -> PathBuf {
 
 /// A main session's transcript folder: at the top of the sessionDir (so no main session may
 /// be called `members`).
-pub fn session_transcript_dir(session_dir: &Path, session: &str) -> PathBuf {
+pub(crate) fn session_transcript_dir(session_dir: &Path, session: &str) -> PathBuf {
     session_dir.join(session)
 }
 
@@ -389,12 +389,12 @@ pub fn promotion_path(session_dir: &Path) -> PathBuf {
 }
 
 /// When ateam started a main session's terminal (seconds since the epoch), for `status`.
-pub fn session_started_path(session_dir: &Path) -> PathBuf {
+pub(crate) fn session_started_path(session_dir: &Path) -> PathBuf {
     session_dir.join("started")
 }
 
 /// What a session that takes over another finds in its transcript folder.
-pub const RESUME_FILE: &str = "RESUME.md";
+pub(crate) const RESUME_FILE: &str = "RESUME.md";
 
 /// A member's transcript folder.
 pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {
@@ -403,41 +403,41 @@ pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {
 
 /// Where the helper members a team's members asked for are recorded, one file each
 /// (`<state>/teams/<team>/requested/<name>.json`, see `crate::requests`).
-pub fn requested_dir(state_dir: &Path, team: &str) -> PathBuf {
+pub(crate) fn requested_dir(state_dir: &Path, team: &str) -> PathBuf {
     team_run_dir(state_dir, team).join("requested")
 }
 
 /// The record of one requested helper, in `requested_dir`.
-pub fn requested_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
+pub(crate) fn requested_path(state_dir: &Path, team: &str, name: &str) -> PathBuf {
     requested_dir(state_dir, team).join(format!("{name}.json"))
 }
 
 /// The socket's name in the control folder (inside a member: `/.ateam/helpers.sock`).
-pub const HELPERS_SOCKET_NAME: &str = "helpers.sock";
+pub(crate) const HELPERS_SOCKET_NAME: &str = "helpers.sock";
 
 /// Where a member's helper server listens: in its control folder, as the egress socket, so
 /// that it is mounted into that member alone and the server knows who asks.
-pub fn helpers_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn helpers_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     member_ctl_dir(state_dir, team, member).join(HELPERS_SOCKET_NAME)
 }
 
 /// The team's tools' socket in the control folder (inside a member: `/.ateam/mcp.sock`).
-pub const MCP_SOCKET_NAME: &str = "mcp.sock";
+pub(crate) const MCP_SOCKET_NAME: &str = "mcp.sock";
 
 /// Where a member reaches the team's tools (MCP), served by its helper server.
-pub fn mcp_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn mcp_socket_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     member_ctl_dir(state_dir, team, member).join(MCP_SOCKET_NAME)
 }
 
 /// A member's helper server's own files (pid file, its standard error). Never mounted.
-pub fn helpers_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+pub(crate) fn helpers_dir(state_dir: &Path, team: &str, member: &str) -> PathBuf {
     members_dir(&team_run_dir(state_dir, team))
         .join(member)
         .join("helpers")
 }
 
 /// A member's helper server's pid file, from the team's folder (`team_run_dir`).
-pub fn helpers_pid_path(run_dir: &Path, member: &str) -> PathBuf {
+pub(crate) fn helpers_pid_path(run_dir: &Path, member: &str) -> PathBuf {
     members_dir(run_dir)
         .join(member)
         .join("helpers")
@@ -446,6 +446,6 @@ pub fn helpers_pid_path(run_dir: &Path, member: &str) -> PathBuf {
 
 /// What a member's helper server said on standard error when it last started, in its
 /// folder (`helpers_dir`).
-pub fn helpers_err_path(helpers_dir: &Path) -> PathBuf {
+pub(crate) fn helpers_err_path(helpers_dir: &Path) -> PathBuf {
     helpers_dir.join("server.err")
 }

@@ -27,7 +27,7 @@ pub const KINDS: [LoginKind; 2] = [LoginKind::Claude, LoginKind::Codex];
 
 /// The hosts where the agents' logins are made and refreshed. A member that uses a login
 /// reaches none of them, by any route and on any port: ateam alone refreshes.
-pub const TOKEN_HOSTS: [&str; 4] = [
+pub(crate) const TOKEN_HOSTS: [&str; 4] = [
     "platform.claude.com",
     "console.anthropic.com",
     "auth.openai.com",
@@ -64,7 +64,7 @@ impl LoginKind {
 
     /// The name its access token has among a proxy's injected values (`intercept.json`). Not
     /// a variable name (`:`), so no `secretEnv` can be it.
-    pub fn secret_name(self) -> &'static str {
+    pub(crate) fn secret_name(self) -> &'static str {
         match self {
             LoginKind::Claude => "login:claude",
             LoginKind::Codex => "login:codex",
@@ -73,7 +73,7 @@ impl LoginKind {
 
     /// The name of its account id among a proxy's injected values, for a login whose
     /// requests name the account (Codex's `chatgpt-account-id`).
-    pub fn account_secret_name(self) -> Option<&'static str> {
+    pub(crate) fn account_secret_name(self) -> Option<&'static str> {
         match self {
             LoginKind::Claude => None,
             LoginKind::Codex => Some("login:codex:account"),
@@ -81,7 +81,7 @@ impl LoginKind {
     }
 
     /// The header that names the account, set by the proxy with the real id.
-    pub fn account_header(self) -> Option<&'static str> {
+    pub(crate) fn account_header(self) -> Option<&'static str> {
         match self {
             LoginKind::Claude => None,
             LoginKind::Codex => Some("chatgpt-account-id"),
@@ -89,7 +89,7 @@ impl LoginKind {
     }
 
     /// Where the vendor refreshes it (`ateam login import --token-url` names another).
-    pub fn default_token_url(self) -> &'static str {
+    pub(crate) fn default_token_url(self) -> &'static str {
         match self {
             LoginKind::Claude => "https://platform.claude.com/v1/oauth/token",
             LoginKind::Codex => "https://auth.openai.com/oauth/token",
@@ -97,7 +97,7 @@ impl LoginKind {
     }
 
     /// The OAuth client the agent's login was made with (its refresh must name it).
-    pub fn client_id(self) -> &'static str {
+    pub(crate) fn client_id(self) -> &'static str {
         match self {
             LoginKind::Claude => "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
             LoginKind::Codex => "app_EMoamEEZ73f0CkXaXp7hrann",
@@ -114,7 +114,7 @@ impl LoginKind {
 
     /// What the member sends as its bearer token: shaped as the agent's own (Claude Code
     /// takes `sk-ant-oat01-` for an OAuth token; Codex a JWT), worth nothing anywhere.
-    pub fn placeholder_bearer(self) -> String {
+    pub(crate) fn placeholder_bearer(self) -> String {
         match self {
             LoginKind::Claude => "sk-ant-oat01-ateam-placeholder".to_string(),
             LoginKind::Codex => jwt(&serde_json::json!({
@@ -129,7 +129,7 @@ impl LoginKind {
 }
 
 /// The account id a member's Codex names (the proxy puts the real one in its place).
-pub const PLACEHOLDER_ACCOUNT: &str = "ateam-placeholder-account";
+pub(crate) const PLACEHOLDER_ACCOUNT: &str = "ateam-placeholder-account";
 
 /// A JWT of `claims`, signed by nobody (`alg: none` would make some parsers refuse it, so
 /// the header says RS256 and the signature is a placeholder: nothing here verifies it).
@@ -145,7 +145,7 @@ fn jwt(claims: &serde_json::Value) -> String {
 }
 
 /// The claims of a JWT, unverified (ateam reads its own login's expiry and account).
-pub fn jwt_claims(token: &str) -> Option<serde_json::Value> {
+pub(crate) fn jwt_claims(token: &str) -> Option<serde_json::Value> {
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
@@ -156,7 +156,7 @@ pub fn jwt_claims(token: &str) -> Option<serde_json::Value> {
 /// Codex's `auth.json` for a member: the shape Codex reads for a ChatGPT login, every token a
 /// placeholder (far-future expiry, so Codex never refreshes), `last_refresh` now (`now_rfc3339`),
 /// and `plan` (the person's plan type, which Codex shows and may choose models by).
-pub fn codex_placeholder_auth(now_rfc3339: &str, plan: Option<&str>) -> String {
+pub(crate) fn codex_placeholder_auth(now_rfc3339: &str, plan: Option<&str>) -> String {
     let auth = serde_json::json!({
         "chatgpt_account_id": PLACEHOLDER_ACCOUNT,
         "chatgpt_plan_type": plan.unwrap_or("plus"),
@@ -188,11 +188,11 @@ pub fn codex_placeholder_auth(now_rfc3339: &str, plan: Option<&str>) -> String {
 }
 
 /// The variable Claude Code reads an OAuth token from: the member's holds the placeholder.
-pub const CLAUDE_TOKEN_VAR: &str = "CLAUDE_CODE_OAUTH_TOKEN";
+pub(crate) const CLAUDE_TOKEN_VAR: &str = "CLAUDE_CODE_OAUTH_TOKEN";
 
 /// Why a member may not reach `host` (a name as a request gave it), when it uses a login:
 /// where logins are refreshed, ateam alone goes.
-pub fn refused_host(host: &str) -> Option<String> {
+pub(crate) fn refused_host(host: &str) -> Option<String> {
     let h = host.trim_end_matches('.').to_ascii_lowercase();
     TOKEN_HOSTS.contains(&h.as_str()).then(|| {
         format!(
@@ -203,7 +203,7 @@ pub fn refused_host(host: &str) -> Option<String> {
 
 /// Whether `path` (without its query) is a token or revocation endpoint: refused on the
 /// host that carries a login, whose requests get the real token.
-pub fn is_token_path(path: &str) -> bool {
+pub(crate) fn is_token_path(path: &str) -> bool {
     let p = path.trim_end_matches('/').to_ascii_lowercase();
     p.ends_with("/oauth/token") || p.ends_with("/oauth/revoke")
 }
@@ -407,7 +407,7 @@ fn chatgpt_claim(name: &'static str) -> impl Fn(&str) -> Option<String> {
 }
 
 /// The plan a Codex login is on, from its id token (`chatgpt_plan_type`).
-pub fn codex_plan(login: &Login) -> Option<String> {
+pub(crate) fn codex_plan(login: &Login) -> Option<String> {
     login
         .id_token
         .as_deref()
@@ -452,7 +452,7 @@ pub fn refresh_at(login: &Login) -> Option<u64> {
 }
 
 /// The body of a refresh of `login` (JSON, as each agent sends its own).
-pub fn refresh_body(login: &Login, refresh_token: &str) -> serde_json::Value {
+pub(crate) fn refresh_body(login: &Login, refresh_token: &str) -> serde_json::Value {
     let mut body = serde_json::json!({
         "grant_type": "refresh_token",
         "refresh_token": refresh_token,

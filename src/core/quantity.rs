@@ -8,9 +8,9 @@
 //! flags what validation refuses.
 
 /// A memory quantity, as a regular expression (the JSON Schema's `pattern`).
-pub const MEMORY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+pub(crate) const MEMORY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
 /// A CPU quantity: CPUs (`1.5`) or thousandths of one (`500m`).
-pub const CPUS_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?m?$";
+pub(crate) const CPUS_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?m?$";
 
 /// The suffixes, each with its multiplier and what it is called in messages.
 const SUFFIXES: [(&str, f64); 12] = [
@@ -122,7 +122,7 @@ pub fn parse_cpus(s: &str) -> Result<u64, String> {
 }
 
 /// Human form of a byte count, for messages.
-pub fn human_bytes(b: u64) -> String {
+pub(crate) fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut i = 0;

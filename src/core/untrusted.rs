@@ -16,14 +16,14 @@ fn steers(c: char) -> bool {
 }
 
 /// Whether any character of `s` could steer how it is shown (`shown` would escape it).
-pub fn steering(s: &str) -> bool {
+pub(crate) fn steering(s: &str) -> bool {
     s.chars().any(steers)
 }
 
 /// Whether `s` holds a character that could steer how it is shown other than a tab or a line
 /// end: what a member may put in a command or an environment value, which ateam writes back
 /// as YAML (`export`), escaping controls but not bidi overrides.
-pub fn hidden_steering(s: &str) -> bool {
+pub(crate) fn hidden_steering(s: &str) -> bool {
     s.chars()
         .any(|c| steers(c) && !matches!(c, '\t' | '\n' | '\r'))
 }

@@ -34,7 +34,7 @@ pub use errors::ActionError;
 use events::{about, events_of};
 
 /// The default bound on members brought up at once: min(8, 2 x CPUs).
-pub fn default_concurrency() -> usize {
+pub(crate) fn default_concurrency() -> usize {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -115,7 +115,7 @@ pub struct Failure {
 }
 
 /// Carries out a plan's actions on the runtime's engine.
-pub struct Executor<'a> {
+pub(crate) struct Executor<'a> {
     /// The engine, store and user to act with.
     pub rt: &'a Runtime,
     /// Members acted on at once (`default_concurrency`).

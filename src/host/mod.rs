@@ -24,14 +24,6 @@ pub struct EngineDirs {
 }
 
 impl EngineDirs {
-    /// Exactly these (tests, and hosts described rather than read).
-    pub fn known(dirs: Vec<EngineDir>) -> EngineDirs {
-        EngineDirs {
-            env: None,
-            found: Arc::new(OnceLock::from(dirs)),
-        }
-    }
-
     /// Those of this machine, as `env` describes it, when first asked for.
     pub fn detect(env: engines::UserEnv) -> EngineDirs {
         EngineDirs {
@@ -43,7 +35,7 @@ impl EngineDirs {
     /// Starts finding the folders on a thread of their own, if they are not found yet: the
     /// scan of every process (13 ms at 200 members) then runs while the manifests are
     /// parsed, and `get` waits only for what is left of it.
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         if self.found.get().is_some() || self.env.is_none() {
             return;
         }
@@ -95,7 +87,7 @@ impl Host {
     /// Who members run as when neither the Member nor its Team says `user`: the caller; when
     /// the caller is root, the user who ran sudo; else `nobody`. Never root by default: a
     /// member running as root owns every root-owned file in its grants.
-    pub fn default_member_user(&self) -> UserId {
+    pub(crate) fn default_member_user(&self) -> UserId {
         let caller = UserId {
             uid: self.uid,
             gid: self.gid,
@@ -121,7 +113,7 @@ impl Host {
     /// `host.ateam.internal:PORT` may reach: ateam's own uid; when that is root, also the
     /// user it runs for by default (who ran sudo, or else the owner of the team's
     /// `folder`), since a root apply is that person's. Never `nobody`: it is everyone's.
-    pub fn appliers(&self, folder: Option<&Path>) -> Vec<u32> {
+    pub(crate) fn appliers(&self, folder: Option<&Path>) -> Vec<u32> {
         let mut out = vec![self.uid];
         if self.uid != 0 {
             return out;
@@ -141,7 +133,7 @@ impl Host {
     /// Who members of a team whose manifest lies in `folder` run as, when neither the Member
     /// nor the Team says `user` and the caller is root with no sudo user: the folder's owner
     /// (the person whose checkout it is), unless that is root. `None`: the default holds.
-    pub fn folder_owner_user(&self, folder: &Path) -> Option<UserId> {
+    pub(crate) fn folder_owner_user(&self, folder: &Path) -> Option<UserId> {
         use std::os::unix::fs::MetadataExt;
         let caller = UserId {
             uid: self.uid,
@@ -204,7 +196,7 @@ fn sudo_user() -> Option<UserId> {
 }
 
 /// `$XDG_STATE_HOME/ateam`, or `~/.local/state/ateam`.
-pub fn default_state_dir(home: &Path) -> PathBuf {
+pub(crate) fn default_state_dir(home: &Path) -> PathBuf {
     match std::env::var_os("XDG_STATE_HOME") {
         Some(x) if !x.is_empty() => PathBuf::from(x).join("ateam"),
         _ => home.join(".local/state/ateam"),
@@ -229,7 +221,7 @@ fn memory_total() -> Option<u64> {
 }
 
 /// Memory the kernel could give to new work now (`MemAvailable`), in bytes.
-pub fn memory_available() -> Option<u64> {
+pub(crate) fn memory_available() -> Option<u64> {
     meminfo("MemAvailable:")
 }
 

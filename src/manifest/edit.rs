@@ -12,14 +12,14 @@ use super::load::read_sources;
 /// The text of the AccessGrant `name` of team `team` as the manifests at `paths` say it now
 /// (the comments just before it included), if one of them defines it. `-` (standard input)
 /// is never read here.
-pub fn grant_document(paths: &[PathBuf], team: &str, name: &str) -> Option<String> {
+pub(crate) fn grant_document(paths: &[PathBuf], team: &str, name: &str) -> Option<String> {
     grant_file(paths, team, name).map(|g| g.document)
 }
 
 /// Where the AccessGrant `name` of team `team` is defined among the manifests at `paths`: the
 /// file (as read: no link left its folder), the whole file's text, and the grant's document.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrantFile {
+pub(crate) struct GrantFile {
     /// The file, as the walk of the `-f` paths named it.
     pub path: PathBuf,
     /// Its whole text, as read.
@@ -29,7 +29,7 @@ pub struct GrantFile {
 }
 
 /// `grant_document`, with the file it is in.
-pub fn grant_file(paths: &[PathBuf], team: &str, name: &str) -> Option<GrantFile> {
+pub(crate) fn grant_file(paths: &[PathBuf], team: &str, name: &str) -> Option<GrantFile> {
     let files: Vec<PathBuf> = paths
         .iter()
         .filter(|p| p.as_os_str() != "-")
@@ -71,7 +71,11 @@ pub fn grant_file(paths: &[PathBuf], team: &str, name: &str) -> Option<GrantFile
 /// The whole file `text` with `entries` added at the end of the allow list of its
 /// AccessGrant `name` (the one `grant_file` found in it), every other byte as it was; `None`
 /// when the file defines no such grant with an allow list, or defines it twice.
-pub fn add_allow_entries_in_file(text: &str, name: &str, entries: &[String]) -> Option<String> {
+pub(crate) fn add_allow_entries_in_file(
+    text: &str,
+    name: &str,
+    entries: &[String],
+) -> Option<String> {
     edit_grant_in_file(text, name, |spec| {
         let allow = spec.get_mapping("network")?.get_sequence("allow")?;
         for e in entries {
@@ -84,7 +88,11 @@ pub fn add_allow_entries_in_file(text: &str, name: &str, entries: &[String]) -> 
 /// The whole file `text` with `entries` added at the end of the `spec.deny` list of its
 /// AccessGrant `name` (the list made, in the spec's own style, if it has none), every other
 /// byte as it was; `None` as for `add_allow_entries_in_file`.
-pub fn add_deny_entries_in_file(text: &str, name: &str, entries: &[String]) -> Option<String> {
+pub(crate) fn add_deny_entries_in_file(
+    text: &str,
+    name: &str,
+    entries: &[String],
+) -> Option<String> {
     edit_grant_in_file(text, name, |spec| {
         spec.get_mapping("network")?.get_sequence("allow")?;
         if let Some(deny) = spec.get_sequence("deny") {
@@ -110,7 +118,7 @@ pub fn add_deny_entries_in_file(text: &str, name: &str, entries: &[String]) -> O
 /// of the `http` rules of the host with rules `host` in the allow list of its AccessGrant
 /// `name` (the list made, in the entry's own style, if it has none); `None` when there is no
 /// such host with rules in that grant, or it is written twice.
-pub fn add_http_rule_in_file(
+pub(crate) fn add_http_rule_in_file(
     text: &str,
     name: &str,
     host: &str,
@@ -265,7 +273,7 @@ fn objects(file: &YamlFile) -> Vec<Object> {
 
 /// `document` (one AccessGrant's) with `entries` added at the end of its
 /// `spec.network.allow`, each quoted where YAML needs it; `None` when it has no such list.
-pub fn add_allow_entries(document: &str, entries: &[String]) -> Option<String> {
+pub(crate) fn add_allow_entries(document: &str, entries: &[String]) -> Option<String> {
     let doc = Document::from_str(document).ok()?;
     let allow = doc
         .as_mapping()?

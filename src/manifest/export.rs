@@ -20,7 +20,7 @@ use super::raw::{
 use crate::model::{AccessGrant, Member, Network, Origin, Parent, Team};
 
 /// The annotation an exported requested member carries: who asked for it, and when.
-pub const REQUESTED_BY: &str = "ateam.dev/requested-by";
+pub(crate) const REQUESTED_BY: &str = "ateam.dev/requested-by";
 
 /// One manifest object of any kind, ready to serialize.
 #[derive(Debug, Clone, Serialize)]
@@ -54,7 +54,7 @@ fn path_strings(v: &[std::path::PathBuf]) -> Vec<String> {
 }
 
 /// The AccessGrant object of `g`, in team `team`.
-pub fn grant_object(team: &str, g: &AccessGrant) -> Object<AccessGrantSpec> {
+pub(crate) fn grant_object(team: &str, g: &AccessGrant) -> Object<AccessGrantSpec> {
     object(
         "AccessGrant",
         &g.name,
@@ -102,7 +102,7 @@ fn memory(bytes: u64) -> Quantity {
 }
 
 /// The Member object of `m`, in `team`.
-pub fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
+pub(crate) fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
     let mut o = object(
         "Member",
         &m.name,

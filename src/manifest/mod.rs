@@ -20,7 +20,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 pub use load::{Source, read_sources};
-pub use validate::{is_name, validate};
+pub(crate) use validate::is_name;
+pub use validate::validate;
 
 /// One thing wrong in the manifests, located as precisely as we can.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,7 +49,7 @@ const MAX_SNIPPET_LINE: usize = 300;
 
 impl Problem {
     /// Takes the problem's line from `text`, the file it is in.
-    pub fn with_source(mut self, text: &str) -> Problem {
+    pub(crate) fn with_source(mut self, text: &str) -> Problem {
         if self.line > 0 {
             self.source_line = text
                 .lines()
@@ -165,7 +166,7 @@ fn render(problems: &[Problem]) -> String {
 }
 
 /// The closest of `candidates` to `word`, when it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {

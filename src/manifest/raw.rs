@@ -9,10 +9,11 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use crate::core::quantity;
-pub use crate::model::{BackendChoice, PullPolicy, RestartPolicy};
+pub(crate) use crate::model::RestartPolicy;
+pub use crate::model::{BackendChoice, PullPolicy};
 
 /// The one `apiVersion` this version of ateam reads and writes.
-pub const API_VERSION: &str = "ateam.dev/v1alpha1";
+pub(crate) const API_VERSION: &str = "ateam.dev/v1alpha1";
 
 /// Every object: `apiVersion`, `kind`, `metadata`, `spec`.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]

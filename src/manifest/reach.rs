@@ -20,7 +20,7 @@ use crate::model::Team;
 
 /// A folder no grant may reach, and how to say so.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forbidden {
+pub(crate) struct Forbidden {
     /// The folder, absolute.
     pub path: PathBuf,
     /// What it is: `the transcripts folder of team `a``.
@@ -127,7 +127,7 @@ const AGENTS: &str = "every member with `agent:` runs what is there";
 /// What grants and transcripts folders are judged against beyond the manifests themselves:
 /// the machine (engines' folders, ateam's state folder, the mount table) and every team in the
 /// store. Built once per validation.
-pub struct Fence<'a> {
+pub(crate) struct Fence<'a> {
     /// The mount table, or why it could not be read (then no grant passes: the check would be
     /// blind to bind mounts).
     mounts: Result<std::sync::Arc<Mounts>, String>,
@@ -232,7 +232,7 @@ impl<'a> Fence<'a> {
     /// A folder members may write (a write grant, or the team's transcripts folder, where each
     /// member owns its own) must not reach a manifest path nor the agent cache: the refusal
     /// names the first.
-    pub fn check_writable(&self, dir: &Path) -> Result<(), String> {
+    pub(crate) fn check_writable(&self, dir: &Path) -> Result<(), String> {
         let mounts = self.mounts()?;
         for f in self.manifests.iter().chain([&self.agents]) {
             if let Some(r) = reach(dir, &f.path, mounts) {
@@ -254,7 +254,7 @@ impl<'a> Fence<'a> {
     }
 
     /// A team being validated keeps its transcripts in `dir` (which passed its own rules).
-    pub fn add_session_dir(&mut self, team: &str, dir: &Path) {
+    pub(crate) fn add_session_dir(&mut self, team: &str, dir: &Path) {
         // Its own folder comes first: the team's current name for it wins over the store's.
         let path = real_path(dir);
         self.sessions.retain(|s| s.path != path);
@@ -262,7 +262,7 @@ impl<'a> Fence<'a> {
     }
 
     /// The mount table, where it could be read (else every grant is refused already).
-    pub fn mount_table(&self) -> Option<&Mounts> {
+    pub(crate) fn mount_table(&self) -> Option<&Mounts> {
         self.mounts.as_deref().ok()
     }
 
@@ -276,7 +276,7 @@ impl<'a> Fence<'a> {
 
     /// A granted folder must reach no engine folder, no transcripts folder and not ateam's
     /// state: the refusal names the first it reaches.
-    pub fn check_grant(&self, grant: &Path) -> Result<(), String> {
+    pub(crate) fn check_grant(&self, grant: &Path) -> Result<(), String> {
         let mounts = self.mounts()?;
         let all = self
             .engines
@@ -294,7 +294,7 @@ impl<'a> Fence<'a> {
     /// A team's transcripts folder must not meet an engine's folder, another team's
     /// transcripts folder (`teams`: those being validated, with theirs) or a folder that a
     /// team in the store grants its members.
-    pub fn check_session_dir(
+    pub(crate) fn check_session_dir(
         &self,
         team: &str,
         dir: &Path,

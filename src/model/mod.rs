@@ -106,19 +106,22 @@ impl Team {
     }
 
     /// The team with these members.
-    pub fn with_members(mut self, members: Vec<Member>) -> Team {
+    #[cfg(test)]
+    pub(crate) fn with_members(mut self, members: Vec<Member>) -> Team {
         self.members = members;
         self
     }
 
     /// The team, its members allowed to run as uid or gid 0 or not.
-    pub fn with_allow_root_user(mut self, allow: bool) -> Team {
+    #[cfg(test)]
+    pub(crate) fn with_allow_root_user(mut self, allow: bool) -> Team {
         self.allow_root_user = allow;
         self
     }
 
     /// The team, its members allowed to start where their limits are not enforced or not.
-    pub fn with_allow_unenforced_limits(mut self, allow: bool) -> Team {
+    #[cfg(test)]
+    pub(crate) fn with_allow_unenforced_limits(mut self, allow: bool) -> Team {
         self.allow_unenforced_limits = allow;
         self
     }
@@ -349,7 +352,7 @@ pub struct Agent {
 
 impl Agent {
     /// The build it runs and where the host keeps it; `None` for an old record.
-    pub fn cached(&self) -> Option<crate::core::agents::Cached> {
+    pub(crate) fn cached(&self) -> Option<crate::core::agents::Cached> {
         Some(crate::core::agents::Cached {
             build: crate::core::agents::Build {
                 kind: crate::core::agents::AgentKind::parse(&self.name)?,
@@ -400,7 +403,7 @@ pub enum Origin {
 
 impl Origin {
     /// Whether a manifest names it (also what records leave out when serialized).
-    pub fn is_manifest(&self) -> bool {
+    pub(crate) fn is_manifest(&self) -> bool {
         matches!(self, Origin::Manifest)
     }
 
@@ -424,7 +427,7 @@ pub struct UserId {
 
 impl UserId {
     /// `nobody:nogroup`: who members run as when ateam runs as root and nobody else is known.
-    pub const NOBODY: UserId = UserId {
+    pub(crate) const NOBODY: UserId = UserId {
         uid: 65534,
         gid: 65534,
     };

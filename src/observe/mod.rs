@@ -31,7 +31,7 @@ use host::{
 pub use transcripts::TranscriptCache;
 
 /// How many inspects run at once.
-pub const INSPECT_CONCURRENCY: usize = 16;
+pub(crate) const INSPECT_CONCURRENCY: usize = 16;
 
 /// The labels of the containers of the store `store` (`layout::store_id`): what a look lists.
 pub fn ours(store: &str) -> BTreeMap<String, String> {
@@ -42,7 +42,7 @@ pub fn ours(store: &str) -> BTreeMap<String, String> {
 }
 
 /// A list asked ahead of the look: none when it was not this engine's.
-pub type Ahead<'a> =
+pub(crate) type Ahead<'a> =
     futures_util::future::BoxFuture<'a, Option<Result<Vec<Summary>, BackendError>>>;
 
 /// Everything the planner needs to know about the machine for `desired`.
@@ -66,7 +66,7 @@ pub async fn observe(
 /// took 350 ms, a label-filtered one still 40-60 ms). No kept inspect is used or written then:
 /// the member's own are inspected anyway, and the team's kept ones stay as the last whole
 /// look left them.
-pub async fn observe_listed(
+pub(crate) async fn observe_listed(
     backend: &dyn Backend,
     info: &EngineInfo,
     desired: &DesiredState,

@@ -47,7 +47,7 @@ pub struct Plan {
 
 impl Plan {
     /// Nothing for apply to do (there may still be drift it leaves alone: `drifted`).
-    pub fn is_noop(&self) -> bool {
+    pub(crate) fn is_noop(&self) -> bool {
         self.actions.is_empty()
     }
 
@@ -60,12 +60,12 @@ impl Plan {
     }
 
     /// `drifted`, for one team.
-    pub fn team_drifted(&self, team: &str) -> bool {
+    pub(crate) fn team_drifted(&self, team: &str) -> bool {
         self.drift().any(|(t, _)| t == team)
     }
 
     /// `drifted`, for one member (or main session) of a team: what status marks on its row.
-    pub fn subject_drifted(&self, team: &str, subject: &str) -> bool {
+    pub(crate) fn subject_drifted(&self, team: &str, subject: &str) -> bool {
         self.drift().any(|(t, s)| t == team && s == subject)
     }
 
@@ -552,7 +552,7 @@ fn leaderless(desired: &DesiredState, observed: &Observed, plan: &Plan) -> Vec<R
 }
 
 /// Field-by-field differences; maps are walked into, lists are compared whole.
-pub fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
+pub(crate) fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();

@@ -25,11 +25,11 @@ use crate::model::{Member, Model, Network, PullPolicy, RestartPolicy, Team};
 
 /// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
 /// member has its own network namespace). `HTTP_PROXY` and friends point here.
-pub const BRIDGE_LISTEN: &str = "127.0.0.1:3128";
+pub(crate) const BRIDGE_LISTEN: &str = "127.0.0.1:3128";
 
 /// Where a member of a team with `helperRequests` reaches its helper server: a second bridge
 /// on its own loopback, joined to `/.ateam/helpers.sock`.
-pub const HELPERS_LISTEN: &str = "127.0.0.1:3129";
+pub(crate) const HELPERS_LISTEN: &str = "127.0.0.1:3129";
 
 /// What tells the gate to start the helpers bridge, and the agent where to ask
 /// (`crate::requests`). Wget through an HTTP proxy would not reach a loopback address, so
@@ -230,7 +230,7 @@ fn member_mounts(m: &Member, ctl: PathBuf) -> Vec<Mount> {
 }
 
 /// The container spec of member `m` of `team` on `host`: what drift is measured against.
-pub fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
+pub(crate) fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec {
     let mounts = member_mounts(m, member_ctl_dir(&host.state_dir, &team.name, &m.name));
     let mut env = m.env.clone();
     env.insert("HOME".into(), MEMBER_HOME.into());
@@ -322,7 +322,7 @@ pub fn desired_state(desired: &Model, host: &Host) -> DesiredState {
 
 /// `desired_state`, with only the members named `only` when given (one member's look:
 /// each member's spec and its hash cost the same whether or not it is looked at).
-pub fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>) -> DesiredState {
+pub(crate) fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>) -> DesiredState {
     let mut members = Vec::new();
     let mut sessions = Vec::new();
     for team in &desired.teams {

@@ -12,10 +12,10 @@ use crate::files::{
 };
 
 /// The static gate binary, embedded so that one `ateam` binary is all a user installs.
-pub const GATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-gate"));
+pub(crate) const GATE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-gate"));
 
 /// The static egress bridge, installed beside the gate in members with an allow list.
-pub const BRIDGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-bridge"));
+pub(crate) const BRIDGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ateam-bridge"));
 
 /// The file name of a binary in the shared folder: its content hash, so that an upgraded
 /// ateam never links an old one.
@@ -49,7 +49,7 @@ pub fn install(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
 }
 
 /// Puts the egress bridge into a member's control folder, as `install` does the gate.
-pub fn install_bridge(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
+pub(crate) fn install_bridge(ctl: &Path, shared: &Path, owner: Owner) -> std::io::Result<()> {
     install_binary(BRIDGE, bridge_name(), "bridge", ctl, shared, owner)
 }
 
@@ -128,18 +128,18 @@ pub fn is_released(ctl: &Path, id: &str, pid: Option<u32>) -> bool {
 
 /// `is_released`, with the running start's `procfs::start_token` already read (None when
 /// it could not be: not released).
-pub fn released_for(ctl: &Path, id: &str, now: Option<&str>) -> bool {
+pub(crate) fn released_for(ctl: &Path, id: &str, now: Option<&str>) -> bool {
     release_text(ctl).is_some_and(|text| names_start(&text, id, now))
 }
 
 /// The member's release file as it is now, if there is one (`released_for` in two steps: a
 /// look reads it while the engine lists).
-pub fn release_text(ctl: &Path) -> Option<String> {
+pub(crate) fn release_text(ctl: &Path) -> Option<String> {
     read_small(&gate_release_path(ctl), 4096)
 }
 
 /// Whether the release file's `text` lets the container `id` run in its start `now`.
-pub fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
+pub(crate) fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
     let Some(now) = now else { return false };
     match text.trim().split_once(' ') {
         Some((who, start)) => !who.is_empty() && id.starts_with(who) && start == now,

@@ -37,7 +37,7 @@ use pin::Pinned;
 
 /// A member's egress proxy being started (on the blocking pool) while its container is made:
 /// `Ok` once it answers on the member's socket with the member's policy.
-pub type ProxyStarting = std::pin::Pin<
+pub(crate) type ProxyStarting = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<(), crate::servers::egress::ProxyError>> + Send>,
 >;
 
@@ -334,7 +334,7 @@ impl Runtime {
     /// `launch`, while the member's egress proxy is being started (`proxy`, taken once the
     /// container is made): the gate is released only once the proxy answers. Left in place
     /// when the create fails, for the next attempt.
-    pub async fn launch_with(
+    pub(crate) async fn launch_with(
         &self,
         p: Prepared,
         name: Option<&str>,
@@ -463,7 +463,7 @@ impl Runtime {
 
     /// What `restart` does before the engine's start, none of it asking the engine (unless
     /// a folder cannot be pinned: then the container is removed): the member's folders pinned.
-    pub async fn before_restart(
+    pub(crate) async fn before_restart(
         &self,
         m: &DesiredMember,
         id: &str,
@@ -485,7 +485,7 @@ impl Runtime {
     }
 
     /// `restart`'s start and checks, with the folders `before_restart` pinned.
-    pub async fn restart_pinned(
+    pub(crate) async fn restart_pinned(
         &self,
         m: &DesiredMember,
         id: &str,

@@ -87,7 +87,7 @@ pub fn pin(path: &Path) -> Result<Pinned, PinError> {
 
 /// Device and inode of `target` as process `pid` sees it (through `/proc/<pid>/root`), not
 /// following a final symlink.
-pub fn seen_by(pid: u32, target: &Path) -> Result<(u64, u64), PinError> {
+pub(crate) fn seen_by(pid: u32, target: &Path) -> Result<(u64, u64), PinError> {
     let rel = target.strip_prefix("/").unwrap_or(target);
     let path = Path::new("/proc")
         .join(pid.to_string())
@@ -140,7 +140,7 @@ pub fn read_only_is_recursive(kind: EngineKind) -> bool {
 /// The first read-only mount of `mounts` that has a file system mounted strictly below its
 /// source, and that file system's mount point: the engines bind folders recursively, so the
 /// member gets it too, writable unless read-only mounts are recursive.
-pub fn mount_below_read_only<'a>(
+pub(crate) fn mount_below_read_only<'a>(
     mounts: &'a [Mount],
     table: &Mounts,
 ) -> Option<(&'a Mount, PathBuf)> {

@@ -31,7 +31,7 @@ pub fn status(pid: u32) -> std::io::Result<ProcStatus> {
 /// the host's: none when it is. What a member without a network (or behind its proxy) must
 /// have, read from the kernel rather than taken from the engine's word (Docker makes such a
 /// namespace for `NetworkDisabled`, without its network plumbing).
-pub fn loopback_only(pid: u32) -> Option<String> {
+pub(crate) fn loopback_only(pid: u32) -> Option<String> {
     let proc = Path::new("/proc").join(pid.to_string());
     let ns = |p: &Path| std::fs::read_link(p).map(|l| l.to_string_lossy().into_owned());
     match (ns(&proc.join("ns/net")), ns(Path::new("/proc/self/ns/net"))) {
@@ -89,7 +89,7 @@ fn parse(text: &str) -> ProcStatus {
 /// its first process (`pid`, the container's init), as the gate reads them from inside
 /// (`/proc/sys/kernel/random/boot_id`, `/proc/1/stat`). A release names it, so that it holds
 /// for one start only.
-pub fn start_token(pid: u32) -> std::io::Result<String> {
+pub(crate) fn start_token(pid: u32) -> std::io::Result<String> {
     let boot = boot_id()?;
     let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{pid}/stat")))?;
     let start = stat_start_time(&stat).ok_or_else(|| {
@@ -125,7 +125,7 @@ fn stat_start_time(stat: &str) -> Option<&str> {
 /// within any member's reach (they are in the engine's run folder); a file left from an
 /// earlier start names a process that is gone, or another one, which fails those checks.
 /// None then, and the caller asks the engine.
-pub fn init_from_files(files: &crate::backend::PidFiles, id: &str) -> Option<u32> {
+pub(crate) fn init_from_files(files: &crate::backend::PidFiles, id: &str) -> Option<u32> {
     let init = engine_pid(&files.init)?;
     let monitor = engine_pid(&files.monitor)?;
     let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{init}/stat"))).ok()?;
@@ -227,7 +227,7 @@ fn first_of_own_namespace(pid: u32) -> bool {
 /// Whether `program` names an executable file inside the container of `pid`: looked up in its
 /// PATH when it has no slash, resolved inside the container's root (RESOLVE_IN_ROOT, so an
 /// absolute symlink such as /bin/sh -> /bin/busybox means the container's busybox).
-pub fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
+pub(crate) fn runnable_in(pid: u32, program: &str, cwd: &Path) -> bool {
     use rustix::fs::{CWD, Mode, OFlags, openat};
     use std::os::fd::AsFd;
     let Ok(root) = openat(

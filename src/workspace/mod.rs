@@ -28,12 +28,12 @@ pub use snapshots::{reset, rollback, snapshot, snapshots};
 
 /// Whether the repository at `git_dir` has the ref `name`, read as files (validation's
 /// check of a base, with no git run).
-pub fn ref_exists(git_dir: &Path, name: &str) -> bool {
+pub(crate) fn ref_exists(git_dir: &Path, name: &str) -> bool {
     matches!(refs::read(git_dir, name), Ok(Some(_)))
 }
 
 /// Whether the repository at `git_dir` has a HEAD that names a commit (not an unborn branch).
-pub fn refs_head_exists(git_dir: &Path) -> bool {
+pub(crate) fn refs_head_exists(git_dir: &Path) -> bool {
     matches!(refs::head(git_dir, "HEAD"), Ok(Some(_)))
 }
 
@@ -364,7 +364,7 @@ fn copy_index(from: &Path, to: &Path, owner: Owner) -> Result<(), WorkspaceError
 /// the person's repository: `.git` and its `objects` real folders (no symlink), every folder
 /// of `objects` a real folder, its alternates exactly ateam's. Run before every command on
 /// it; while the member is stopped (a snapshot before a start) nothing can change after.
-pub fn vet(p: &Place) -> Result<(), WorkspaceError> {
+pub(crate) fn vet(p: &Place) -> Result<(), WorkspaceError> {
     let objects = p.member_git().join("objects");
     let dir = files::Dir::open(&p.ws.path)
         .and_then(|_| files::Dir::open(&p.member_git()))

@@ -121,7 +121,7 @@ impl Judged {
 }
 
 /// The reconcile function's world.
-pub struct Reconciler {
+pub(crate) struct Reconciler {
     app: App,
     opts: Options,
     state: Mutex<State>,

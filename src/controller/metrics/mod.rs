@@ -42,9 +42,9 @@ pub use serve::{CACHE_FOR, LOOK_TIMEOUT, ServeError, StatusSource, bind, serve};
 
 /// Per-member series in one scrape, over all teams: a team has at most `maxMembers` members,
 /// but rows a member can make (helpers, their kept transcripts) must not grow it unbounded.
-pub const MAX_MEMBER_SERIES: usize = 256;
+pub(crate) const MAX_MEMBER_SERIES: usize = 256;
 /// Distinct states per team (they are ateam's words, with an exit code in `exited N`).
-pub const MAX_STATES: usize = 32;
+pub(crate) const MAX_STATES: usize = 32;
 
 /// How a team's reconcile ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,7 +151,7 @@ impl Metrics {
     }
 
     /// The manifests were read: taken, or refused (`ok` false).
-    pub fn manifests_loaded(&self, ok: bool) {
+    pub(crate) fn manifests_loaded(&self, ok: bool) {
         let result = if ok { "ok" } else { "invalid" };
         self.loads.get_or_create(&LoadLabels { result }).inc();
     }

@@ -72,7 +72,7 @@ pub fn within(child: &EgressPolicy, parent: Option<&EgressPolicy>) -> Result<(),
 
 /// Does a request allowed by `child` always get through `parent` (same host), with no
 /// credential `parent` lacks.
-pub fn intercept_within(child: &Intercept, parent: &Intercept) -> Result<(), String> {
+pub(crate) fn intercept_within(child: &Intercept, parent: &Intercept) -> Result<(), String> {
     let host = &child.host;
     if let Some(c) = &child.credentials
         && parent.credentials.as_ref() != Some(c)
@@ -122,7 +122,7 @@ pub fn intercept_within(child: &Intercept, parent: &Intercept) -> Result<(), Str
 
 /// Every request `child` allows, `parent` allows: methods a subset, each path pattern equal
 /// to or under a parent pattern ending in `**`.
-pub fn http_covers(parent: &HttpRule, child: &HttpRule) -> bool {
+pub(crate) fn http_covers(parent: &HttpRule, child: &HttpRule) -> bool {
     let methods = parent.methods.is_empty()
         || (!child.methods.is_empty() && child.methods.iter().all(|m| parent.methods.contains(m)));
     let paths = parent.paths.is_empty()

@@ -10,7 +10,7 @@ use crate::core::logins::is_token_path;
 /// Headers that carry credentials: each must be absent or carry the member's placeholder,
 /// and all are removed before the request goes on. Names are compared folded (`folded`):
 /// `x_api_key` is `x-api-key` to WSGI, Rack and PHP.
-pub const CREDENTIAL_HEADERS: [&str; 7] = [
+pub(crate) const CREDENTIAL_HEADERS: [&str; 7] = [
     "authorization",
     "x-api-key",
     "api-key",
@@ -48,7 +48,7 @@ const METHOD_OVERRIDES: [&str; 3] = [
 
 /// A header's name as servers that fold spellings see it: lower case, `_` as `-` (CGI-style
 /// servers map both to one variable; nginx drops one of them, others keep both).
-pub fn folded(name: &str) -> String {
+pub(crate) fn folded(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'_' => '-',
@@ -59,7 +59,7 @@ pub fn folded(name: &str) -> String {
 
 /// `path` without its path parameters: `;...` cut from every segment, as Java servlet
 /// containers (JGit, Gerrit, Bitbucket Server) and other matrix-parameter servers read it.
-pub fn without_params(path: &str) -> String {
+pub(crate) fn without_params(path: &str) -> String {
     path.split('/')
         .map(|seg| seg.split(';').next().unwrap_or(""))
         .collect::<Vec<_>>()
@@ -88,7 +88,7 @@ impl GitService {
 /// A git smart-HTTP request: which repository (as in the path, without the leading `/`),
 /// which service, and whether it is the advertisement (`info/refs`) git prints errors of.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GitRequest {
+pub(crate) struct GitRequest {
     /// The repository's path, `.git` and all if the request has it.
     pub repo: String,
     /// Fetch or push.
@@ -401,14 +401,14 @@ const NOT_GIT: &str = "is not git smart HTTP, the only thing allowed";
 
 /// Whether the proxy's `reason` is a refusal by a host's rules (no rule matched), not by a
 /// header, an override or the git rule's repositories.
-pub fn refused_by_rules(reason: &str) -> bool {
+pub(crate) fn refused_by_rules(reason: &str) -> bool {
     reason.contains(OUTSIDE_RULES) || reason.contains(NOT_GIT)
 }
 
 /// Whether `i`'s rules let `method path` through (the path as logged, without its query),
 /// judged as the proxy judges a request without headers: what an approval of one request
 /// asks of the rules, and whether a rule added for it would be enough.
-pub fn rules_allow(i: &Intercept, method: &str, path: &str) -> bool {
+pub(crate) fn rules_allow(i: &Intercept, method: &str, path: &str) -> bool {
     safe_path(path).is_ok()
         && rules(i, method, path, None).is_ok()
         && rules(i, method, &without_params(path), None).is_ok()
@@ -464,7 +464,7 @@ fn looks_like_push(path: &str, query: Option<&str>) -> bool {
 }
 
 /// A smart-HTTP request of git on `/owner/name[.git]`, if it is one.
-pub fn git_request(method: &str, path: &str, query: Option<&str>) -> Option<GitRequest> {
+pub(crate) fn git_request(method: &str, path: &str, query: Option<&str>) -> Option<GitRequest> {
     let service = |s: &str| match s {
         "git-upload-pack" => Some(GitService::UploadPack),
         "git-receive-pack" => Some(GitService::ReceivePack),

@@ -138,7 +138,7 @@ pub fn placeholder(secret: &str) -> String {
 }
 
 /// The secrets a list of intercepts injects, each once.
-pub fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
+pub(crate) fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
     let mut out: Vec<&str> = intercepts
         .iter()
         .filter_map(|i| i.credentials.as_ref().map(Credential::secret))
@@ -149,7 +149,7 @@ pub fn injected_secrets(intercepts: &[Intercept]) -> Vec<&str> {
 }
 
 /// The logins a list of intercepts injects, each once.
-pub fn injected_logins(intercepts: &[Intercept]) -> Vec<crate::core::logins::LoginKind> {
+pub(crate) fn injected_logins(intercepts: &[Intercept]) -> Vec<crate::core::logins::LoginKind> {
     let mut out: Vec<_> = intercepts
         .iter()
         .filter_map(|i| i.credentials.as_ref().and_then(Credential::login))

@@ -24,14 +24,14 @@ use crate::core::agents::AgentKind;
 
 /// The longest line read (bytes): longer ones (a huge tool output) are counted as skipped,
 /// so a member cannot make a reader hold more than this for one line.
-pub const MAX_LINE: usize = 4 << 20;
+pub(crate) const MAX_LINE: usize = 4 << 20;
 
 /// The longest text kept of one item (bytes); the rest is cut (`…`). A reader shows a few
 /// lines of a tool's output anyway.
-pub const MAX_TEXT: usize = 64 << 10;
+pub(crate) const MAX_TEXT: usize = 64 << 10;
 
 /// Failed tool calls kept per task (the rest are counted).
-pub const MAX_FAILED: usize = 5;
+pub(crate) const MAX_FAILED: usize = 5;
 
 /// One thing the transcript says, in its order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -382,7 +382,7 @@ impl TaskSummary {
 
 /// Builds each task's summary as items come (`tasks`, and the renderer as it follows).
 #[derive(Debug, Default)]
-pub struct Judge {
+pub(crate) struct Judge {
     tasks: Vec<TaskSummary>,
     /// A prompt, call, result or error came since the last end.
     busy: bool,
@@ -482,7 +482,7 @@ impl Judge {
     }
 
     /// The tasks, taken.
-    pub fn into_tasks(self) -> Vec<TaskSummary> {
+    pub(crate) fn into_tasks(self) -> Vec<TaskSummary> {
         self.tasks
     }
 }
@@ -600,7 +600,7 @@ pub fn first_line(s: &str) -> &str {
 }
 
 /// At most `n` characters of `s`, `…` where cut.
-pub fn first_chars(s: &str, n: usize) -> String {
+pub(crate) fn first_chars(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
         None => s.to_string(),
         Some((end, _)) => format!("{}…", &s[..end]),

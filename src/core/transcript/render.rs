@@ -150,7 +150,7 @@ fn esc(s: &str) -> String {
 
 /// A call's main argument, short: the file, command, pattern or address it names; for a
 /// patch, the files it touches; else its arguments as written, cut.
-pub fn short_input(input: &str) -> String {
+pub(crate) fn short_input(input: &str) -> String {
     const KEYS: [&str; 12] = [
         "file_path",
         "path",

@@ -190,7 +190,7 @@ pub fn validate(
 
 /// `validate`, with every `-f` path (`load::given_path`) protected, also those where no
 /// manifest is yet: a member must not be able to add one there.
-pub fn validate_given(
+pub(crate) fn validate_given(
     sources: &[Source],
     given: &[PathBuf],
     host: &Host,
@@ -366,7 +366,7 @@ fn check_image(image: &str) -> Result<(), String> {
 
 /// Whether `name` is one a manifest may give (`check_dns_label`): what a label read back from
 /// the engine must be before it names a member's folders.
-pub fn is_name(name: &str) -> bool {
+pub(crate) fn is_name(name: &str) -> bool {
     check_dns_label(name).is_ok()
 }
 

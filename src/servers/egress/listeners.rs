@@ -101,7 +101,7 @@ fn address(s: &str) -> Option<SocketAddr> {
 /// The listeners a connection to `to` may reach: those bound to its address or to a
 /// wildcard, of its family or a dual-stack IPv6 one (the kernel picks among them; every one
 /// is judged). A connection to the unspecified address goes to loopback.
-pub fn listeners_for(table: &[Socket], to: SocketAddr) -> Vec<Socket> {
+pub(crate) fn listeners_for(table: &[Socket], to: SocketAddr) -> Vec<Socket> {
     let ip = match to.ip().to_canonical() {
         IpAddr::V4(a) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(a) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -126,7 +126,7 @@ pub fn listeners_for(table: &[Socket], to: SocketAddr) -> Vec<Socket> {
 
 /// The socket that accepted our connection from `ours` to `peer`: the row whose local
 /// address is our peer and whose remote address is us. Its uid is its listener's.
-pub fn accepted_by(table: &[Socket], ours: SocketAddr, peer: SocketAddr) -> Option<Socket> {
+pub(crate) fn accepted_by(table: &[Socket], ours: SocketAddr, peer: SocketAddr) -> Option<Socket> {
     let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
     let (ours, peer) = (canon(ours), canon(peer));
     table
@@ -138,7 +138,7 @@ pub fn accepted_by(table: &[Socket], ours: SocketAddr, peer: SocketAddr) -> Opti
 /// Whose listeners a member may reach on the host: the person who applied its team, and the
 /// uids its grant names (both from the proxy's policy file).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Owners {
+pub(crate) struct Owners {
     /// The person's uids; empty in a policy file of an older ateam.
     pub applied_by: Vec<u32>,
     /// The grant's `hostListeners`.
@@ -195,7 +195,7 @@ impl Owners {
 
 /// Whether a connection to `ip` stays on this host: loopback, the unspecified address
 /// (which reaches loopback), or one of the host's own addresses (`own`).
-pub fn on_this_host(ip: IpAddr, own: &[IpAddr]) -> bool {
+pub(crate) fn on_this_host(ip: IpAddr, own: &[IpAddr]) -> bool {
     let c = ip.to_canonical();
     c.is_loopback() || c.is_unspecified() || own.iter().any(|o| o.to_canonical() == c)
 }

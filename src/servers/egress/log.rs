@@ -24,20 +24,22 @@ use serde::{Deserialize, Serialize};
 use crate::core::untrusted::shown;
 
 /// The end of the proxy's reason for a host its member's allow list does not name.
-pub const NOT_LISTED: &str = "is not in this member's allow list";
+pub(crate) const NOT_LISTED: &str = "is not in this member's allow list";
 
 /// The end of the proxy's reason for a destination its member's grant denies.
-pub const DENIED: &str = "is in this member's deny list";
+pub(crate) const DENIED: &str = "is in this member's deny list";
 
 /// Size at which the log is rotated: two files of this size at most.
-pub const MAX_LOG_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_LOG_BYTES: u64 = 1024 * 1024;
 
 /// Size at which the refusal log is rotated: two files of this size at most.
-pub const MAX_REFUSED_BYTES: u64 = 2 * 1024 * 1024;
+pub(crate) const MAX_REFUSED_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Minutes of refusals the refusal log holds at least, whatever the member asks for: the
 /// rotated file alone holds `MAX_REFUSED_BYTES` less one line, `MAX_BYTES_PER_MINUTE` a minute.
-pub const KEPT_MINUTES: u64 = (MAX_REFUSED_BYTES - MAX_BYTES_PER_MINUTE) / MAX_BYTES_PER_MINUTE;
+#[cfg(test)]
+pub(crate) const KEPT_MINUTES: u64 =
+    (MAX_REFUSED_BYTES - MAX_BYTES_PER_MINUTE) / MAX_BYTES_PER_MINUTE;
 
 /// What the proxy decided for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -392,7 +394,7 @@ pub fn refusals(events: &[Event], since: f64) -> Vec<Refusal> {
 /// The allowlist entry that would let a refused request through: the name with its port
 /// unless the port is a default one; an address always with its port (only an exact entry
 /// reaches a local address).
-pub fn entry_for(r: &Refusal) -> String {
+pub(crate) fn entry_for(r: &Refusal) -> String {
     use crate::core::egress::{DEFAULT_PORTS, Host, reserved};
     match Host::parse(&r.host) {
         Some(h @ Host::Ip(_)) => format!("{h}:{}", r.port),
@@ -405,7 +407,7 @@ pub fn entry_for(r: &Refusal) -> String {
 
 /// How many refused destinations `status` lists, and how many entries its grant to paste
 /// adds: a member that knocks on thousands of hosts must not bury the status table.
-pub const SHOWN: usize = 10;
+pub(crate) const SHOWN: usize = 10;
 
 /// What a port serves, when opening it to a member gives away more than a web service.
 fn port_opens(port: u16) -> Option<&'static str> {
@@ -485,7 +487,7 @@ pub fn withheld(r: &Refusal) -> Option<String> {
 /// What `status` offers a person who sees refusals: the grant to paste, and what it leaves
 /// out and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Suggestion {
+pub(crate) struct Suggestion {
     /// The AccessGrant with at most `SHOWN` new entries (the most refused first), ready to
     /// paste into the manifest; `None` when nothing would be added.
     pub grant: Option<String>,
@@ -517,7 +519,7 @@ fn denied(grant: &crate::model::AccessGrant, r: &Refusal) -> bool {
 /// The grant with the refused hosts added (`refused`: most frequent first): `source`, the
 /// grant's document as the person's manifest says it now, with the entries added and all
 /// else as they wrote it; without one, the grant written out from the applied model.
-pub fn suggest(
+pub(crate) fn suggest(
     team: &str,
     grant: &crate::model::AccessGrant,
     refused: &[Refusal],

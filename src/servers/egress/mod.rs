@@ -159,7 +159,7 @@ impl PolicyFile {
 /// grant's `deny`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OnceFile {
+pub(crate) struct OnceFile {
     /// The gate's release text of the start it holds for (`container-id start-token`).
     pub start: String,
     /// Entries added to the allow list.
@@ -177,7 +177,7 @@ pub struct OnceFile {
 /// the grant denies. Each is logged `learned`, an ask for the person.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LearnFile {
+pub(crate) struct LearnFile {
     /// Seconds since the epoch.
     pub until: f64,
     /// The parent member's allow list; `None`: its parent is a main session (the person).
@@ -218,7 +218,7 @@ impl LearnFile {
 /// One http rule added to a host with rules, for one start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OnceRule {
+pub(crate) struct OnceRule {
     /// The host with rules (`Intercept::host`).
     pub host: String,
     /// The rule.
@@ -230,7 +230,7 @@ pub struct OnceRule {
 /// intercepted host, from the team's CA, and the values of the secrets it injects. Never
 /// read by `observe`, `status` or `export`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InterceptFile {
+pub(crate) struct InterceptFile {
     /// By `Intercept::host`.
     pub leaves: std::collections::BTreeMap<String, Leaf>,
     /// By secret name.
@@ -283,13 +283,13 @@ impl Paths {
 }
 
 /// The allowlist a proxy reads now (its `policy.json`), if the file is there and readable.
-pub fn read_policy(path: &Path) -> Option<PolicyFile> {
+pub(crate) fn read_policy(path: &Path) -> Option<PolicyFile> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 /// Writes what is allowed once, atomically, with the policy file's owner (the proxy's uid);
 /// the proxy sees it at its next connection.
-pub fn write_once(paths: &Paths, once: &OnceFile) -> std::io::Result<()> {
+pub(crate) fn write_once(paths: &Paths, once: &OnceFile) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(&paths.policy)?;
     let owner = Owner {
@@ -306,7 +306,7 @@ pub fn write_once(paths: &Paths, once: &OnceFile) -> std::io::Result<()> {
 }
 
 /// Writes a learning run's bounds, atomically, with the policy file's owner.
-pub fn write_learn(paths: &Paths, learn: &LearnFile) -> std::io::Result<()> {
+pub(crate) fn write_learn(paths: &Paths, learn: &LearnFile) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::symlink_metadata(&paths.policy)?;
     let owner = Owner {
@@ -323,13 +323,17 @@ pub fn write_learn(paths: &Paths, learn: &LearnFile) -> std::io::Result<()> {
 }
 
 /// Writes the allowlist atomically; the proxy sees the new file at its next connection.
-pub fn write_policy(paths: &Paths, policy: &PolicyFile, owner: Owner) -> std::io::Result<()> {
+pub(crate) fn write_policy(
+    paths: &Paths,
+    policy: &PolicyFile,
+    owner: Owner,
+) -> std::io::Result<()> {
     let json = serde_json::to_vec_pretty(policy).expect("a policy always serializes");
     files::write_atomic(&paths.policy, &json, 0o600, owner)
 }
 
 /// What `write_intercepts` needs besides the policy.
-pub struct InterceptContext<'a> {
+pub(crate) struct InterceptContext<'a> {
     /// ateam's state folder (the team's CA lives under it).
     pub state_dir: &'a Path,
     /// Team name.
@@ -349,7 +353,7 @@ pub struct InterceptContext<'a> {
 /// (`intercept.json`), and gives the member the CA to trust (`ca.pem`, and `ca-bundle.pem`
 /// with the image's roots, in its control folder). A policy without intercepts removes the
 /// file: no certificate or secret outlives the rule that needed it.
-pub fn write_intercepts(
+pub(crate) fn write_intercepts(
     paths: &Paths,
     policy: &EgressPolicy,
     cx: &InterceptContext<'_>,
@@ -428,7 +432,7 @@ fn read_intercepts(paths: &Paths) -> std::io::Result<(InterceptFile, Owner)> {
 /// The values of the secrets a member's proxy injects now: what a helper it asks for gets
 /// for the same credentials (a helper's rules are within its requester's, so it injects
 /// nothing its requester does not). Empty when there are none or the file is unreadable.
-pub fn held_secrets(paths: &Paths) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn held_secrets(paths: &Paths) -> std::collections::BTreeMap<String, String> {
     read_intercepts(paths)
         .map(|(held, _)| held.secrets)
         .unwrap_or_default()
@@ -437,7 +441,7 @@ pub fn held_secrets(paths: &Paths) -> std::collections::BTreeMap<String, String>
 /// Gives a running proxy the values its secrets have in this apply's environment, when they
 /// changed (a rotated API key), and its logins' current access tokens: no new container, no
 /// new proxy. True when it wrote.
-pub fn refresh_secrets(
+pub(crate) fn refresh_secrets(
     paths: &Paths,
     policy: &EgressPolicy,
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
@@ -517,7 +521,7 @@ fn injected_values(
 /// Gives a running proxy its logins' current values (`values`, by name) where it holds
 /// others: the keeper's, after a refresh. The caller holds the logins' lock. True when it
 /// wrote; the proxy uses them from its next request.
-pub fn put_login_values(
+pub(crate) fn put_login_values(
     paths: &Paths,
     values: &std::collections::BTreeMap<String, String>,
 ) -> Result<bool, ProxyError> {
@@ -550,7 +554,7 @@ pub fn put_login_values(
 
 /// The member's CA files, from its team's CA and the image's roots (`image_roots`, kept
 /// beside the proxy's files when the member's container was made).
-pub fn write_member_ca(
+pub(crate) fn write_member_ca(
     paths: &Paths,
     ctl_dir: &Path,
     ca_pem: &str,
@@ -568,10 +572,10 @@ pub fn write_member_ca(
 }
 
 /// Largest set of image roots kept (Debian's bundle is about 220 KiB).
-pub const IMAGE_ROOTS_MAX: u64 = 4 << 20;
+pub(crate) const IMAGE_ROOTS_MAX: u64 = 4 << 20;
 
 /// The image's own roots, as found in the member's container when it was made.
-pub fn image_roots_path(paths: &Paths) -> PathBuf {
+pub(crate) fn image_roots_path(paths: &Paths) -> PathBuf {
     layout::egress_image_roots_path(&paths.dir)
 }
 
@@ -740,7 +744,7 @@ pub fn stop(paths: &Paths) -> std::io::Result<()> {
 }
 
 /// The pid of this member's proxy, when it runs.
-pub fn running_pid(paths: &Paths) -> Option<u32> {
+pub(crate) fn running_pid(paths: &Paths) -> Option<u32> {
     detached::running_pid(&paths.pid, |args| {
         args.iter().any(|a| *a == b"egress-proxy")
             && args
@@ -751,7 +755,7 @@ pub fn running_pid(paths: &Paths) -> Option<u32> {
 
 /// When the refusals `status` shows begin: the last apply (which touches the policy file;
 /// the proxy's start or a new list rewrites it).
-pub fn since_last_apply(paths: &Paths) -> f64 {
+pub(crate) fn since_last_apply(paths: &Paths) -> f64 {
     std::fs::metadata(&paths.policy)
         .and_then(|m| m.modified())
         .ok()
@@ -763,7 +767,7 @@ pub fn since_last_apply(paths: &Paths) -> f64 {
 /// Marks the start of a new period of refusals for `status` at `at` (when the apply began, so
 /// that what members were refused while coming up counts): what was refused before is
 /// history (`logs --egress` still has it). Also makes the proxy read its list again.
-pub fn mark_applied(paths: &Paths, at: std::time::SystemTime) -> std::io::Result<()> {
+pub(crate) fn mark_applied(paths: &Paths, at: std::time::SystemTime) -> std::io::Result<()> {
     match std::fs::File::options().write(true).open(&paths.policy) {
         Ok(f) => f.set_modified(at),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -75,7 +75,11 @@ impl std::fmt::Debug for TeamCa {
 
 impl TeamCa {
     /// The team's CA, made the first time it is needed.
-    pub fn load_or_create(state_dir: &Path, team: &str, owner: Owner) -> Result<TeamCa, TlsError> {
+    pub(crate) fn load_or_create(
+        state_dir: &Path,
+        team: &str,
+        owner: Owner,
+    ) -> Result<TeamCa, TlsError> {
         let dir = layout::team_ca_dir(state_dir, team);
         if dir.join(TEAM_CA_KEY_NAME).exists() {
             return Self::load(&dir);
@@ -196,7 +200,7 @@ impl TeamCa {
 }
 
 /// The SHA-256 (hex) of the first certificate in `pem`.
-pub fn fingerprint_of(pem: &str) -> Option<String> {
+pub(crate) fn fingerprint_of(pem: &str) -> Option<String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let der = CertificateDer::pem_slice_iter(pem.as_bytes())
         .next()?
@@ -221,7 +225,7 @@ fn serial(key: &KeyPair, now: OffsetDateTime) -> SerialNumber {
 
 /// The certificates of a PEM text (the image's roots, an upstream CA): only CERTIFICATE
 /// blocks, each checked to parse, re-encoded; anything else in the text is dropped.
-pub fn certificates_in(pem: &[u8]) -> Vec<String> {
+pub(crate) fn certificates_in(pem: &[u8]) -> Vec<String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     CertificateDer::pem_slice_iter(pem)
         .filter_map(Result::ok)

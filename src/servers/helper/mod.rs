@@ -136,14 +136,14 @@ pub fn stop(paths: &Paths) -> std::io::Result<()> {
 
 /// The pid of this member's server, when it runs. (The pid file lives in the member's own
 /// folder, so a live helper-server with that pid is this member's.)
-pub fn running_pid(paths: &Paths) -> Option<u32> {
+pub(crate) fn running_pid(paths: &Paths) -> Option<u32> {
     detached::running_pid(&paths.pid, |args| {
         args.iter().any(|a| *a == b"helper-server")
     })
 }
 
 /// Stops every helper server of `team` (its deletion).
-pub fn stop_team(state_dir: &Path, team: &str) {
+pub(crate) fn stop_team(state_dir: &Path, team: &str) {
     let members = layout::members_dir(&layout::team_run_dir(state_dir, team));
     if let Ok(rd) = std::fs::read_dir(&members) {
         for e in rd.flatten() {

@@ -57,7 +57,7 @@ const TARPIT: Duration = Duration::from_millis(250);
 
 /// A token bucket: `burst` requests at once, then `per_second`.
 #[derive(Debug, Clone)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     last: Instant,
     burst: f64,
@@ -209,7 +209,7 @@ static ONE_AT_A_TIME: std::sync::LazyLock<Mutex<crate::events::Quieter>> =
     std::sync::LazyLock::new(Mutex::default);
 
 /// Judges a request, grants it if it may be, and records what came of it as an event.
-pub fn judge_and_grant(cfg: &Config, req: &Request) -> Answer {
+pub(crate) fn judge_and_grant(cfg: &Config, req: &Request) -> Answer {
     let mut one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let answer = grant::grant(cfg, req);
     record(cfg, req, &answer, &mut one);
