@@ -74,7 +74,6 @@ pub struct Context {
     pub tar: Vec<u8>,
     /// SHA-256 (hex) of the tar, the Dockerfile's path, the arguments and the target.
     pub hash: String,
-    /// The Dockerfile.
     pub dockerfile: String,
 }
 

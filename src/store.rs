@@ -19,7 +19,7 @@ use crate::model::Team;
 /// first records) and its address.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineRecord {
-    /// The engine.
+    /// Which engine: a later apply of the team asks the same one.
     pub engine: Engine,
     /// Its address (`unix:///path`, `tcp://host:port`).
     pub uri: String,

@@ -23,6 +23,10 @@ use crate::model::{Member, Network, Team};
 /// Why an answer was not carried out. Nothing was written unless the error says so.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum ApprovalError {
     /// No pending approval has this id.
     #[error("no pending approval `{id}` (`ateam approvals` lists them)")]
@@ -32,21 +36,14 @@ pub enum ApprovalError {
     },
     /// It is shown, but cannot be approved here.
     #[error("approval `{id}` cannot be approved here: {why}")]
-    NotApprovable {
-        /// Its id.
-        id: String,
-        /// Why.
-        why: String,
-    },
+    NotApprovable { id: String, why: String },
     /// The grant is in no manifest file the team was applied from.
     #[error(
         "AccessGrant `{grant}` of team `{team}` is in no manifest file the team was applied from ({}); add {want} to it by hand",
         .paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     NoManifest {
-        /// The team.
         team: String,
-        /// The grant.
         grant: String,
         /// Where the team was applied from.
         paths: Vec<PathBuf>,
@@ -59,7 +56,6 @@ pub enum ApprovalError {
     Unsafe {
         /// The file.
         path: PathBuf,
-        /// Why.
         why: String,
     },
     /// The file changed between the read and the write.
@@ -85,7 +81,6 @@ pub enum ApprovalError {
         "approval `{id}` asks for {want}: deny it once (its host's rules refuse it already), or change the grant by hand"
     )]
     ByHand {
-        /// Its id.
         id: String,
         /// What it asks, in words.
         want: String,
@@ -94,12 +89,7 @@ pub enum ApprovalError {
     #[error(
         "{team}/{member} is not running (its start gate holds): there is no start to allow it for"
     )]
-    NotRunning {
-        /// The team.
-        team: String,
-        /// The member.
-        member: String,
-    },
+    NotRunning { team: String, member: String },
     /// The manifest file could not be read or written.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -122,7 +112,7 @@ pub enum ApprovalError {
 pub struct Found {
     /// The member's team, as applied (with the helpers asked for).
     pub team: Team,
-    /// The member.
+    /// The member, as applied: the grant an approval widens is its own.
     pub member: Member,
     /// The approval.
     pub pending: Pending,

@@ -33,6 +33,10 @@ use crate::store::{EngineRecord, Store, StoreError};
 /// Why a request could not be carried out (drift is not an error: it is in the plan).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum AppError {
     /// The manifests could not be read, or are invalid.
     #[error(transparent)]
@@ -48,7 +52,6 @@ pub enum AppError {
         "team `{team}` was applied on {engine} at {uri}; pass --backend to use another engine: {source}"
     )]
     RecordedEngine {
-        /// The team.
         team: String,
         /// The engine it was applied on.
         engine: Engine,
@@ -64,7 +67,6 @@ pub enum AppError {
     /// A command names a team that this state folder has no record of.
     #[error("team `{team}` has not been applied with this state folder ({})", .state_dir.display())]
     NotApplied {
-        /// The team.
         team: String,
         /// The state folder.
         state_dir: PathBuf,
@@ -76,7 +78,6 @@ pub enum AppError {
         .members.join(", ")
     )]
     NoMainSession {
-        /// The team.
         team: String,
         /// The members that still run.
         members: Vec<String>,

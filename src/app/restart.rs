@@ -11,6 +11,10 @@ use crate::plan::PlanOptions;
 
 /// Why a restart did not happen, or did not bring the member up.
 #[derive(Debug, thiserror::Error)]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum RestartError {
     /// The team or engine could not be read, or the store's lock taken.
     #[error(transparent)]
@@ -18,7 +22,6 @@ pub enum RestartError {
     /// The applied team has no member of that name (a main session is not restarted here).
     #[error("team `{team}` has no member `{member}`{hint}")]
     NoSuchMember {
-        /// The team.
         team: String,
         /// The name asked for.
         member: String,

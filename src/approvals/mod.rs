@@ -122,9 +122,9 @@ pub enum ParentGrant<'a> {
     Session,
     /// A member, with its grant.
     Member {
-        /// Its name.
+        /// Its name, which the refusal's words give the person.
         name: &'a str,
-        /// Its grant.
+        /// What the member's approvals may not exceed.
         grant: &'a AccessGrant,
     },
 }
@@ -132,13 +132,13 @@ pub enum ParentGrant<'a> {
 /// The member whose refusals are judged.
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {
-    /// Its team.
+    /// Its team: approvals and their ids are per team.
     pub team: &'a str,
     /// Its name.
     pub member: &'a str,
     /// Its grant as applied.
     pub grant: &'a AccessGrant,
-    /// Its parent's.
+    /// Whose grant bounds what may be approved for it.
     pub parent: ParentGrant<'a>,
     /// The start of it running now (its gate's release text), if it runs: what the person
     /// allowed once for this start is not asked again.

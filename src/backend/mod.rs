@@ -102,9 +102,9 @@ pub struct Summary {
     pub id: String,
     /// Without a leading `/`.
     pub name: String,
-    /// Its labels.
+    /// ateam's labels on it: which team, member and spec it was made for.
     pub labels: BTreeMap<String, String>,
-    /// Its state.
+    /// Created, running, paused, restarting or exited, as the engine lists it.
     pub state: ContainerState,
     /// Seconds since the epoch.
     pub created: i64,
@@ -255,6 +255,10 @@ pub struct ExecOutput {
 /// Why an engine call failed, in terms a user can act on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum BackendError {
     /// Nothing answers on the socket.
     #[error("{engine} is not running: nothing answers on {socket}{hint}")]
@@ -269,7 +273,6 @@ pub enum BackendError {
     /// The socket exists but this user may not use it.
     #[error("permission denied on {socket}: {hint}")]
     PermissionDenied {
-        /// The socket.
         socket: String,
         /// How to get access.
         hint: String,
@@ -289,7 +292,6 @@ pub enum BackendError {
     ImageMissing {
         /// The engine, by name.
         engine: String,
-        /// The image.
         image: String,
     },
     /// Pulling an image (by its imagePullPolicy) failed.
@@ -297,7 +299,6 @@ pub enum BackendError {
     PullFailed {
         /// The engine, by name.
         engine: String,
-        /// The image.
         image: String,
         /// The engine's answer.
         message: String,
@@ -306,10 +307,7 @@ pub enum BackendError {
     #[error(
         "a container named `{name}` already exists and ateam did not make it; rename or remove it yourself (ateam never touches it)"
     )]
-    NameConflict {
-        /// The name.
-        name: String,
-    },
+    NameConflict { name: String },
     #[error("container {id} not found")]
     /// No container has that id (any more).
     NotFound {

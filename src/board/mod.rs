@@ -176,9 +176,9 @@ impl Message {
 pub enum TaskOp {
     /// A new task, for `owner` if named (a member may name only itself).
     Create {
-        /// Its title.
+        /// One line, bounded: what `ateam tasks` lists.
         title: String,
-        /// Its body.
+        /// What is to be done, bounded; the creator's data, shown escaped.
         body: String,
         /// Whom it is for.
         owner: Option<String>,

@@ -217,7 +217,7 @@ impl Build {
 /// A build in the host's agent cache, which a member mounts read-only at `AGENT_DIR`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cached {
-    /// The build.
+    /// Which agent, at which pinned version and hash.
     pub build: Build,
     /// Its folder in the cache (`<agents dir>/<Build::dir_name>`).
     pub dir: PathBuf,

@@ -376,7 +376,7 @@ pub struct CreateRequest {
     pub labels: BTreeMap<String, String>,
     /// Drop every capability.
     pub cap_drop_all: bool,
-    /// `no-new-privileges`.
+    /// Whether setuid binaries may gain privileges: never, for a member.
     pub no_new_privileges: bool,
     /// Read-only root filesystem.
     pub read_only_rootfs: bool,
@@ -410,7 +410,7 @@ pub struct Effective {
     pub cap_add: Vec<String>,
     /// Capabilities the process keeps (after drops); "ALL" dropped means empty here.
     pub cap_drop_all: bool,
-    /// `no-new-privileges`.
+    /// Whether the engine set `no-new-privileges`, which the policy requires.
     pub no_new_privileges: bool,
     /// Every `--security-opt`: seccomp, AppArmor and SELinux settings, `systempaths`.
     pub security_opt: Vec<String>,
@@ -437,7 +437,7 @@ pub struct Effective {
     /// The networks it is attached to, by name (Podman says `bridge` as its mode for any).
     #[serde(default)]
     pub networks: Vec<String>,
-    /// Bind mounts.
+    /// Host folders mounted in it: the policy checks them against the grant.
     pub bind_mounts: Vec<Mount>,
     /// Mount point -> options of tmpfs mounts.
     pub tmpfs: std::collections::BTreeMap<String, String>,
@@ -461,7 +461,7 @@ pub struct Effective {
     /// default, private). The policy allows private modes only: never `host`, never another
     /// container's (`container:<id>`), never a path.
     pub namespaces: std::collections::BTreeMap<String, String>,
-    /// Published ports.
+    /// Ports published on the host: a member publishes none.
     pub published_ports: Vec<String>,
 }
 

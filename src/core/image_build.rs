@@ -29,7 +29,6 @@ pub fn tag(hash: &str) -> String {
 /// or widens a container, and is not taken.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Devcontainer {
-    /// `image`.
     pub image: Option<String>,
     /// `build.dockerfile` (or the older top-level `dockerFile`), relative to the file.
     pub dockerfile: Option<String>,

@@ -54,7 +54,7 @@ impl LoginKind {
         }
     }
 
-    /// Its name.
+    /// How manifests and the command line spell it.
     pub fn name(self) -> &'static str {
         match self {
             LoginKind::Claude => "claude",

@@ -8,6 +8,10 @@ use crate::sessions;
 /// What went wrong for one member; the others went on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum ActionError {
     /// Bringing the member up failed.
     #[error(transparent)]
@@ -15,7 +19,6 @@ pub enum ActionError {
     /// An engine call failed.
     #[error("member `{member}`: {source}")]
     Backend {
-        /// The member.
         member: String,
         /// The engine's error.
         #[source]
@@ -24,7 +27,6 @@ pub enum ActionError {
     /// A file could not be read or written.
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
-        /// The member.
         member: String,
         /// The file.
         path: std::path::PathBuf,
@@ -35,7 +37,6 @@ pub enum ActionError {
     /// Its egress proxy could not be set up or started.
     #[error("member `{member}`: {source}")]
     Egress {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -44,7 +45,6 @@ pub enum ActionError {
     /// Its helper server could not be started.
     #[error("member `{member}`: its helper server: {source}")]
     Helpers {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -61,7 +61,6 @@ pub enum ActionError {
     /// A step of starting, stopping or promoting a main session failed.
     #[error("main session `{session}`: {source}")]
     SessionStep {
-        /// The session.
         session: String,
         /// What failed.
         #[source]

@@ -18,7 +18,7 @@ use crate::policy::Violation;
 /// One change to make. Removing a container stops it first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Action {
-    /// The team it is for.
+    /// The team it is for: actions are grouped, and their events kept, per team.
     pub team: String,
     /// The member, or the main session, it is for: the actions of one subject run in order.
     pub subject: String,
@@ -63,14 +63,14 @@ pub enum ContainerOp {
     },
     /// Start a stopped (or unverified) container, through the gate.
     Start {
-        /// The container.
+        /// Which container: the one the engine listed, by name and id.
         container: ContainerRef,
         /// Why.
         reason: StartReason,
     },
     /// Remove a container (stopped first).
     Remove {
-        /// The container.
+        /// Which container: the one the engine listed, by name and id.
         container: ContainerRef,
         /// Which kind of leftover it is: a stranger was never recorded, so nothing is forgotten.
         removal: Removal,
@@ -206,7 +206,7 @@ pub enum HostOp {
 pub enum TeamOp {
     /// Remove the team's own network (`network: open`), if it has one.
     RemoveNetwork {
-        /// Its name.
+        /// The network's name, as the engine knows it.
         name: String,
     },
     /// End the main sessions' terminals ateam started for it: the manifests' and any left

@@ -56,11 +56,11 @@ pub struct Observed {
 pub struct ObservedContainer {
     /// The engine's id.
     pub id: String,
-    /// Its name.
+    /// Its name, without a leading `/`: how the planner pairs it with a member.
     pub name: String,
-    /// Its labels.
+    /// ateam's labels on it: which team, member and spec it was made for.
     pub labels: BTreeMap<String, String>,
-    /// Its state.
+    /// Created, running, paused, restarting or exited, as the engine lists it.
     pub state: ContainerState,
     /// Seconds since the epoch when created; the newest of duplicates is kept.
     pub created: i64,

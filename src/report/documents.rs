@@ -179,7 +179,6 @@ pub struct Change {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Runs {
-    /// The image.
     pub image: String,
     /// Command and arguments.
     pub command: Option<Vec<String>>,
@@ -209,7 +208,7 @@ pub struct RunsMount {
 pub struct ContainerId {
     /// The engine's id.
     pub id: String,
-    /// Its name.
+    /// Its name, without a leading `/`.
     pub name: String,
 }
 

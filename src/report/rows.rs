@@ -276,7 +276,7 @@ pub struct MemberStatus {
     pub drifted: bool,
     /// The container's name.
     pub container: Option<String>,
-    /// The container's id.
+    /// The engine's id of that container, for `docker`/`podman` commands.
     pub container_id: Option<String>,
     /// When the container was created (RFC 3339).
     pub created_at: Option<String>,
@@ -352,7 +352,7 @@ pub struct AgentStatus {
 pub struct WorkspaceStatus {
     /// Its folder.
     pub path: PathBuf,
-    /// Its branch.
+    /// The branch the member works on in it.
     pub branch: String,
     /// Commits on the branch that the base has not.
     pub ahead: u64,

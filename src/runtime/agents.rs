@@ -25,6 +25,10 @@ const NPM_TIMEOUT: Duration = Duration::from_secs(600);
 /// Why an agent's build could not be brought into a member.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum AgentError {
     /// Not in the cache, and no npm to fetch it with.
     #[error(
@@ -32,7 +36,6 @@ pub enum AgentError {
         .build.kind.name(), .build.version, .dir.display(), .build.npm_spec(), .build.npm_spec(), .build.kind.name()
     )]
     NoNpm {
-        /// The build.
         build: Build,
         /// Where it would be.
         dir: PathBuf,

@@ -27,7 +27,6 @@ pub enum BuildError {
         what: String,
         /// The image.
         base: String,
-        /// The engine.
         engine: String,
     },
     /// The context no longer hashes as validation read it.
@@ -48,7 +47,6 @@ pub enum BuildError {
     Engine {
         /// The Dockerfile.
         what: String,
-        /// The tag.
         tag: String,
         /// The engine's answer.
         source: BackendError,

@@ -12,11 +12,14 @@ use super::pin::PinError;
 /// Why a member could not be brought up. The container, if one was made, is gone.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(
+    missing_docs,
+    reason = "a variant's fields are the values its message names; its doc says when it happens"
+)]
 pub enum RunError {
     /// Its agent's native build could not be fetched, or is not safe to mount.
     #[error("member `{member}`: its agent: {source}")]
     Agent {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -25,7 +28,6 @@ pub enum RunError {
     /// A writer's workspace could not be made or snapshotted: the start is held.
     #[error("member `{member}`: its workspace: {source}; the start is held")]
     Workspace {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -34,7 +36,6 @@ pub enum RunError {
     /// The CA files of a member with intercepted hosts.
     #[error("member `{member}`: its CA for intercepted hosts: {source}")]
     Ca {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -43,7 +44,6 @@ pub enum RunError {
     /// Its egress proxy, started while its container was made, did not come up.
     #[error("member `{member}`: {source}")]
     Egress {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -52,7 +52,6 @@ pub enum RunError {
     /// The engine refused or failed a call.
     #[error("member `{member}`: {source}")]
     Backend {
-        /// The member.
         member: String,
         /// The engine's error.
         #[source]
@@ -63,7 +62,6 @@ pub enum RunError {
         "member `{member}`: {engine} does not enforce memory and pids limits here (rootless Podman on cgroup v1), so it was not started; set `allowUnenforcedLimits: true` in the Team spec to run it anyway, or use rootful Podman, Docker or cgroup v2"
     )]
     LimitsNotEnforced {
-        /// The member.
         member: String,
         /// The engine, in words.
         engine: String,
@@ -71,24 +69,17 @@ pub enum RunError {
     #[error("member `{member}`: secretEnv `{name}` is not set in the environment of ateam")]
     /// A `secretEnv` variable is not set where ateam runs.
     MissingSecret {
-        /// The member.
         member: String,
         /// The variable.
         name: String,
     },
     #[error("member `{member}`: image `{image}` has no command; set spec.command")]
     /// Neither the manifest nor the image gives a command.
-    NoCommand {
-        /// The member.
-        member: String,
-        /// The image.
-        image: String,
-    },
+    NoCommand { member: String, image: String },
     /// Its image could not be looked at (it is not on the engine, most often): the
     /// engine's answer, shared by every member of that image.
     #[error("member `{member}`: {reason}")]
     Image {
-        /// The member.
         member: String,
         /// The engine's answer.
         reason: String,
@@ -100,13 +91,11 @@ pub enum RunError {
         .looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     CommandNotFound {
-        /// The member.
         member: String,
         /// The program looked for.
         command: String,
         /// The whole command, when the program missing is one a wrapper runs (`env`, `sh -c`).
         run_by: Option<String>,
-        /// The image.
         image: String,
         /// The paths it was looked for at.
         looked: Vec<PathBuf>,
@@ -116,7 +105,6 @@ pub enum RunError {
         "member `{member}`: rootless Podman runs members as you ({caller}), not as `{user}`; remove `user` from the Member and Team, or use rootful Podman or Docker"
     )]
     RootlessUser {
-        /// The member.
         member: String,
         /// The `user` the manifests ask for.
         user: String,
@@ -127,7 +115,6 @@ pub enum RunError {
     /// mount table.
     #[error("member `{member}`: {}: {source}", .path.display())]
     Io {
-        /// The member.
         member: String,
         /// The file.
         path: PathBuf,
@@ -140,7 +127,6 @@ pub enum RunError {
         "member `{member}`: {source}; the container was removed before the member's command ran"
     )]
     Pin {
-        /// The member.
         member: String,
         /// What failed.
         #[source]
@@ -152,7 +138,6 @@ pub enum RunError {
         .violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n")
     )]
     PolicyViolation {
-        /// The member.
         member: String,
         /// The container's id.
         id: String,
@@ -164,7 +149,6 @@ pub enum RunError {
     /// What the kernel says about the container's process is not what the policy asked for.
     #[error("member `{member}`: container {} was removed: {what}", &.id[..12.min(.id.len())])]
     Process {
-        /// The member.
         member: String,
         /// The container's id.
         id: String,
@@ -178,7 +162,6 @@ pub enum RunError {
         .mount.display(), .folder.display()
     )]
     WritableBelowReadOnly {
-        /// The member.
         member: String,
         /// The read-only folder.
         folder: PathBuf,
@@ -191,7 +174,6 @@ pub enum RunError {
     /// before any change, not half way through an apply.
     #[error("member `{member}`: its transcript folder {}: {why}; fix: {fix}", .path.display())]
     TranscriptFolder {
-        /// The member.
         member: String,
         /// The folder.
         path: PathBuf,
@@ -204,7 +186,6 @@ pub enum RunError {
     /// its first write while status said all is well.
     #[error("member `{member}`: its write grant {source}")]
     NotWritable {
-        /// The member.
         member: String,
         /// The folder and why.
         #[source]

@@ -44,7 +44,7 @@ pub(crate) type ProxyStarting = std::pin::Pin<
 /// A member ready to be created: folders pinned, control folder written, request built.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The member.
+    /// The member as desired: what the create request was built from.
     pub member: DesiredMember,
     /// The container to create.
     pub request: CreateRequest,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::layout;
 use crate::files::{self, Owner};
 
-/// The controller's record.
+/// What the running controller says of itself, for `status` (`controller.json`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControllerRecord {

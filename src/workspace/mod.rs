@@ -93,7 +93,7 @@ fn tampered(p: &Place, what: String) -> WorkspaceError {
 pub struct Place {
     /// The team, for messages and refs.
     pub team: String,
-    /// The member.
+    /// The member it is the workspace of: its branch and shadow refs are named after it.
     pub member: String,
     /// What the manifest asks for.
     pub ws: model::Workspace,

@@ -217,7 +217,7 @@ pub struct Snapshot {
 /// One member's figures.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MemberFigures {
-    /// Its team.
+    /// Its team: every series is labelled with team and member.
     pub team: String,
     /// Its name.
     pub member: String,

@@ -594,7 +594,7 @@ pub fn outcome(latest: Option<&TaskSummary>, run: Run) -> Outcome {
     }
 }
 
-/// The first line of `s`.
+/// The first line of a text an agent wrote, for a one-line summary.
 pub fn first_line(s: &str) -> &str {
     s.trim_start().lines().next().unwrap_or("")
 }

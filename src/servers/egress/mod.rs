@@ -221,7 +221,6 @@ impl LearnFile {
 pub(crate) struct OnceRule {
     /// The host with rules (`Intercept::host`).
     pub host: String,
-    /// The rule.
     pub rule: crate::core::intercept::HttpRule,
 }
 
