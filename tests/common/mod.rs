@@ -180,36 +180,6 @@ pub fn engine_command(engine: Engine, as_user: bool) -> Command {
     c
 }
 
-/// A test team's teardown: `delete --purge` (by `ateam`, the test's own command), then any
-/// container with its label left on `engine`, and on rootless Podman the files the engine's
-/// user made below `root` (subuids root cannot always remove otherwise).
-pub fn remove_team(engine: Engine, team: &str, root: &std::path::Path, ateam: impl FnOnce()) {
-    ateam();
-    let Ok(out) = engine_command(engine, false)
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=ateam.dev/team={team}"),
-        ])
-        .output()
-    else {
-        return;
-    };
-    for id in text(&out.stdout).split_whitespace() {
-        let _ = engine_command(engine, false)
-            .args(["rm", "-f", id])
-            .output();
-    }
-    if engine == Engine::Rootless {
-        let (name, _, _) = rootless_user();
-        let _ = Command::new("runuser")
-            .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-            .arg(root)
-            .output();
-    }
-}
-
 /// `on_every_engine!(docker: case_a, case_b)`: a module `docker` with one ignored test per
 /// case, each calling `case(Engine::...)` of the test file (the attack suites share it).
 #[allow(unused_macros)]
