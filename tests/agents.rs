@@ -57,31 +57,32 @@ const CODEX: Agent = Agent {
 type Model = StandIn;
 
 /// A copy of an example of examples/agents/ under a unique team name, pointed at the
-/// stand-in; deleted with --purge on drop, also when an assertion failed.
+/// stand-in; deleted with --purge on drop, also when an assertion failed: the common world
+/// (`common::World`: engine, folder, team, `ateam`, teardown) and the agents' keys.
 struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+    w: common::World,
     /// The agents' API key variables: only they are set, so members get them by `secretEnv`.
     key_vars: Vec<&'static str>,
+}
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.w
+    }
 }
 
 impl World {
     /// The agent's example; with `blocked`, a second member of the same agent beside its
     /// coder, whose task is to write in a folder it may only read (`blocked_member`).
     fn new(engine: Engine, agent: &Agent, model: &Model, blocked: bool) -> World {
-        let team = format!(
-            "ag{}{}{}",
-            &agent.name[..2],
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
         let example = Example {
             folder: agent.name,
             team: &format!("{}-agent", agent.name),
             key_vars: std::slice::from_ref(&agent.key_var),
         };
-        World::of(engine, &example, team, model, |root| {
+        let tag = format!("ag{}", &agent.name[..2]);
+        World::of(engine, &example, &tag, model, |root| {
             if !blocked {
                 return;
             }
@@ -94,28 +95,28 @@ impl World {
         })
     }
 
-    /// The example's copy, its Team renamed `team`; `prepare` runs on the copy before it is
-    /// handed to its owner.
+    /// The example's copy, its Team renamed after `tag` (`common::World::new`); `prepare`
+    /// runs on the copy before it is handed to its owner.
     fn of(
         engine: Engine,
         example: &Example,
-        team: String,
+        tag: &str,
         model: &Model,
         prepare: impl FnOnce(&Path),
     ) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-agents-")
-            .tempdir()
-            .unwrap();
+        let w = World {
+            w: common::World::new(engine, "agents", tag),
+            key_vars: example.key_vars.to_vec(),
+        };
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples/agents")
             .join(example.folder);
-        copy_dir(&src, dir.path());
-        let manifest = dir.path().join("team.yaml");
+        copy_dir(&src, &w.root());
+        let manifest = w.path("team.yaml");
         let text = std::fs::read_to_string(&manifest).unwrap();
         let text = text.replace(
             &format!("name: {}\n", example.team),
-            &format!("name: {team}\n"),
+            &format!("name: {}\n", w.team),
         );
         let mut text = model_address(&text, model.port);
         if engine == Engine::Rootless {
@@ -126,48 +127,32 @@ impl World {
             );
         }
         std::fs::write(&manifest, text).unwrap();
-        prepare(dir.path());
-        let w = World {
-            engine,
-            dir,
-            team,
-            key_vars: example.key_vars.to_vec(),
-        };
+        prepare(&w.root());
         // The user's own folder, as it would be had the user made the copy: on rootless
         // Podman the engine's user; under root, a user of the machine, whose folder a root
         // caller's members work in as that user (docs/manifests.md).
-        let (uid, gid) = match engine {
-            Engine::Rootless => {
-                let (_, uid, gid) = rootless_user();
-                (uid, gid)
-            }
-            Engine::Docker | Engine::Podman => (FOLDER_OWNER, FOLDER_OWNER),
-        };
+        let (uid, gid) = w.rootless_person().unwrap_or((FOLDER_OWNER, FOLDER_OWNER));
         chown_tree(&w.root(), uid, gid);
         w
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
     /// ateam as this engine's user runs it, with only the agents' keys in its environment
     /// (members get them by `secretEnv`).
-    fn ateam(&self, args: &[&str]) -> Output {
-        let state = self.root().join("state");
+    fn cmd(&self, args: &[&str]) -> Command {
         let keys: Vec<(&str, &str)> = self.key_vars.iter().map(|k| (*k, "test-key")).collect();
-        common::ateam_command_env(self.engine, &state, &keys)
-            .args(args)
-            .output()
-            .unwrap()
+        let mut c = self.command_env(&keys);
+        c.args(args);
+        c
+    }
+
+    fn ateam(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
     }
 
     /// `ateam ARGS` left running, its output piped; stopped on drop.
     fn ateam_spawn(&self, args: &[&str]) -> Running {
-        let state = self.root().join("state");
-        let keys: Vec<(&str, &str)> = self.key_vars.iter().map(|k| (*k, "test-key")).collect();
-        let mut child = common::ateam_command_env(self.engine, &state, &keys)
-            .args(args)
+        let mut child = self
+            .cmd(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -198,7 +183,7 @@ impl World {
     }
 
     fn manifest(&self) -> String {
-        self.root().join("team.yaml").display().to_string()
+        self.path("team.yaml").display().to_string()
     }
 
     /// The coder's row in `status -o json`.
@@ -220,20 +205,6 @@ impl World {
             .find(|m| m["name"] == name)
             .cloned()
             .unwrap_or_else(|| panic!("no {name} in status: {doc:#}"))
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "-f", &self.manifest(), "--purge"]);
-        // What the member wrote as a mapped uid the rootless user removes in its namespace.
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 
@@ -856,17 +827,12 @@ fn codex_edits_its_grant_through_its_proxy(engine: Engine) {
 fn an_agent_reaches_its_model_without_a_grant(engine: Engine) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path(), &[]);
-    let team = format!(
-        "agng{}{}",
-        &format!("{engine:?}").to_lowercase()[..1],
-        std::process::id() % 100000
-    );
     let example = Example {
         folder: "codex",
         team: "codex-agent",
         key_vars: &[CODEX.key_var],
     };
-    let w = World::of(engine, &example, team, &model, |root| {
+    let w = World::of(engine, &example, "agng", &model, |root| {
         let manifest = root.join("team.yaml");
         let text = std::fs::read_to_string(&manifest).unwrap();
         let (head, rest) = text.split_once("  network:\n").unwrap();
@@ -1044,14 +1010,9 @@ fn host_git(repo: &Path, args: &[&str]) -> String {
 fn agents_fix_a_failing_test_and_commit(engine: Engine) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path(), &[]);
-    let team = format!(
-        "fix{}{}",
-        &format!("{engine:?}").to_lowercase()[..1],
-        std::process::id() % 100000
-    );
     // The person's repository: the example's files, committed. No sessions folder yet: ateam
     // makes it, passable for the members' uid, whose git makes their workspaces through it.
-    let w = World::of(engine, &FIX_A_TEST, team, &model, |root| {
+    let w = World::of(engine, &FIX_A_TEST, "fix", &model, |root| {
         commit_the_repository(root);
     });
     let t0 = Instant::now();
@@ -1155,12 +1116,7 @@ fn agents_fix_a_failing_test_and_commit(engine: Engine) {
 fn agents_work_together_on_the_board(engine: Engine) {
     let scratch = tempfile::tempdir().unwrap();
     let model = Model::start(scratch.path(), &[]);
-    let team = format!(
-        "brd{}{}",
-        &format!("{engine:?}").to_lowercase()[..1],
-        std::process::id() % 100000
-    );
-    let w = World::of(engine, &FIX_A_TEST, team, &model, |root| {
+    let w = World::of(engine, &FIX_A_TEST, "brd", &model, |root| {
         commit_the_repository(root);
         let manifest = root.join("team.yaml");
         let text = std::fs::read_to_string(&manifest).unwrap();

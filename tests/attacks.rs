@@ -46,37 +46,28 @@ fn member_yaml(name: &str, extra: &str) -> String {
     )
 }
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and this
+/// crate's manifest and looks.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     /// A team named after `tag` with the given members (`name` or `name: extra yaml`).
     fn new(engine: Engine, tag: &str, members: &[&str]) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-attack-")
-            .tempdir()
-            .unwrap();
-        let team = format!(
-            "{tag}-{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let w = World { engine, dir, team };
-        for d in ["repo", "docs", "state", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        std::fs::write(w.root().join("docs/README"), "read me\n").unwrap();
+        let w = World(common::World::new(engine, "attack", &format!("{tag}-")));
+        w.dirs(&["repo", "docs", "state", "sessions"]);
+        std::fs::write(w.path("docs/README"), "read me\n").unwrap();
         if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "repo", "docs", "state", "sessions", "docs/README"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
+            w.give(&["", "repo", "docs", "state", "sessions", "docs/README"]);
         } else {
             // A root caller's members run as nobody: let them write their write grant.
-            std::os::unix::fs::chown(w.root().join("repo"), Some(65534), Some(65534)).unwrap();
+            std::os::unix::fs::chown(w.path("repo"), Some(65534), Some(65534)).unwrap();
         }
         let mut yaml = TEAM.replace("TEAM", &w.team).replace(" EXTRA", "");
         for m in members {
@@ -92,20 +83,12 @@ impl World {
         w
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
     fn manifest(&self) -> PathBuf {
-        self.root().join("team.yaml")
+        self.path("team.yaml")
     }
 
     fn write_manifest(&self, yaml: &str) {
-        std::fs::write(self.manifest(), yaml).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            std::os::unix::fs::chown(self.manifest(), Some(uid), Some(gid)).unwrap();
-        }
+        self.write("team.yaml", yaml);
     }
 
     fn edit(&self, f: impl FnOnce(&str) -> String) {
@@ -113,23 +96,12 @@ impl World {
         self.write_manifest(&f(&yaml));
     }
 
-    /// The ateam binary as this engine's user runs it.
-    fn ateam(&self, args: &[&str]) -> Output {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        c.args(args)
-            .current_dir(self.root())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
     /// `ateam ARGS` that may not end by itself (a console follows): its output, or none when
     /// it still ran after `limit` (then it is killed).
     fn ateam_for(&self, args: &[&str], limit: Duration) -> Option<Output> {
-        let mut c = common::ateam_command(self.engine, &self.root().join("state"));
-        let mut child = c
+        let mut child = self
+            .command()
             .args(args)
-            .current_dir(self.root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -162,10 +134,7 @@ impl World {
 
     /// The engine's own CLI, as a person would use it behind ateam's back.
     fn cli(&self, args: &[&str]) -> Output {
-        common::engine_command(self.engine, false)
-            .args(args)
-            .output()
-            .unwrap()
+        self.engine_cli().args(args).output().unwrap()
     }
 
     fn cli_ok(&self, args: &[&str]) -> String {
@@ -266,30 +235,6 @@ impl World {
         self.ateam(&[
             "exec", member, "--team", &self.team, "--", "sh", "-c", script,
         ])
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        // Whatever the case left (strangers have no record): by label.
-        let out = self.cli(&[
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=ateam.dev/team={}", self.team),
-        ]);
-        for id in text(&out.stdout).split_whitespace() {
-            let _ = self.cli(&["rm", "-f", id]);
-        }
-        // Files a member (another uid) wrote are removable by root; the rootless user's too.
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

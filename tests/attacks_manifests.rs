@@ -318,77 +318,57 @@ fn a_symlink_out_of_the_manifests_folder_is_never_read() {
 
 // ------------------------------------------------------------------- engines needed
 
-/// A lab for one engine: ateam as that engine's user, folders it owns.
+/// A lab for one engine: ateam as that engine's user, folders it owns. The common world
+/// (`common::World`: engine, folder, team, `ateam`, teardown) and what is this crate's own:
+/// the controller it runs.
 struct World {
-    engine: Engine,
-    lab: Lab,
-    team: String,
+    w: common::World,
     controller: Option<Child>,
+}
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.w
+    }
 }
 
 impl World {
     fn new(engine: Engine, tag: &str) -> World {
-        let lab = Lab::new();
-        let team = format!(
-            "{tag}{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
         let w = World {
-            engine,
-            lab,
-            team,
+            w: common::World::new(engine, "attack", tag),
             controller: None,
         };
-        let member_uid = if engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
-            for d in ["", "manifests", "repo", "sessions"] {
-                std::os::unix::fs::chown(w.root().join(d), Some(uid), Some(gid)).unwrap();
-            }
-            uid
-        } else {
-            65534
-        };
+        w.dirs(&["manifests", "repo", "sessions"]);
+        w.give(&["", "manifests", "repo", "sessions"]);
+        let member_uid = w.rootless_person().map_or(65534, |(uid, _)| uid);
         // The member's write grant is its own; so is the manifests folder, as a folder a
         // person shares with an agent would be: only ateam's rules keep the member out.
         for d in ["repo", "manifests"] {
-            std::os::unix::fs::chown(w.root().join(d), Some(member_uid), Some(member_uid)).unwrap();
+            std::os::unix::fs::chown(w.path(d), Some(member_uid), Some(member_uid)).unwrap();
         }
         w
     }
 
-    fn root(&self) -> PathBuf {
-        self.lab.root()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.root().join("state")
-    }
-
     fn write(&self, rel: &str, text: &str) {
         // As an editor saves: a temp file renamed over the old one.
-        let path = self.root().join(rel);
+        let path = self.path(rel);
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, text).unwrap();
-        if self.engine == Engine::Rootless {
-            let (_, uid, gid) = rootless_user();
+        if let Some((uid, gid)) = self.rootless_person() {
             std::os::unix::fs::chown(&tmp, Some(uid), Some(gid)).unwrap();
         }
         std::fs::rename(&tmp, &path).unwrap();
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = common::ateam_command(self.engine, &self.state());
-        c.args(args).current_dir(self.root()).stdin(Stdio::null());
+        let mut c = self.command();
+        c.args(args).stdin(Stdio::null());
         c
     }
 
-    fn ateam(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
     fn manifests(&self) -> String {
-        self.root().join("manifests").display().to_string()
+        self.path("manifests").display().to_string()
     }
 
     fn row(&self, member: &str) -> serde_json::Value {
@@ -401,7 +381,8 @@ impl World {
     }
 
     fn ids(&self) -> Vec<String> {
-        let out = common::engine_command(self.engine, false)
+        let out = self
+            .engine_cli()
             .args(["ps", "-aq", "--no-trunc", "--filter"])
             .arg(format!("label=ateam.dev/team={}", self.team))
             .output()
@@ -419,7 +400,7 @@ impl World {
                 start.elapsed() < Duration::from_secs(secs),
                 "{:?}: never {what}; controller log:\n{}",
                 self.engine,
-                std::fs::read_to_string(self.root().join("controller.log")).unwrap_or_default()
+                std::fs::read_to_string(self.path("controller.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -427,6 +408,8 @@ impl World {
 }
 
 impl Drop for World {
+    /// The controller, then the lead's terminal (before the common world removes the folder
+    /// its socket is in, on rootless Podman), then the team (the common world).
     fn drop(&mut self) {
         // SIGTERM, which runuser passes on to a rootless controller (SIGKILL would orphan it).
         if let Some(mut c) = self.controller.take() {
@@ -440,12 +423,6 @@ impl Drop for World {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        for id in self.ids() {
-            let _ = common::engine_command(self.engine, false)
-                .args(["rm", "-f", &id])
-                .output();
-        }
         let _ = Command::new("tmux")
             .arg("-S")
             .arg(ateam::core::layout::session_socket_path(
@@ -455,13 +432,6 @@ impl Drop for World {
             ))
             .arg("kill-server")
             .output();
-        if self.engine == Engine::Rootless {
-            let (name, _, _) = rootless_user();
-            let _ = Command::new("runuser")
-                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-                .arg(self.root())
-                .output();
-        }
     }
 }
 

@@ -8,20 +8,12 @@
     reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
 )]
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 use common::private_engine::PrivateEngine;
-
-fn var(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: source /run/ateam-ci/env"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{Engine, text};
 
 const TEAM: &str = r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -47,40 +39,37 @@ fn member(name: &str, extra: &str) -> String {
     )
 }
 
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown, the engine
+/// of the test's own when it has one) and what is this crate's own: the controller it runs.
 struct World {
-    engine: &'static str,
-    dir: tempfile::TempDir,
-    team: String,
+    w: common::World,
     controller: Option<Child>,
-    /// The engine's address, when not the shared one (a `PrivateEngine`).
-    uri: Option<String>,
+}
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.w
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut common::World {
+        &mut self.w
+    }
 }
 
 impl World {
-    fn new(engine: &'static str, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-ctl-")
-            .tempdir()
-            .unwrap();
-        let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
+    fn new(engine: Engine, tag: &str) -> World {
         let w = World {
-            engine,
-            dir,
-            team,
+            w: common::World::new(engine, "ctl", tag),
             controller: None,
-            uri: None,
         };
-        for d in ["repo", "sessions", "manifests"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+        w.dirs(&["repo", "sessions", "manifests"]);
         // Members run as nobody (ateam runs as root here): their write grant is theirs.
-        std::os::unix::fs::chown(w.root().join("repo"), Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(w.path("repo"), Some(65534), Some(65534)).unwrap();
         w.write("team.yaml", &TEAM.replace("TEAM", &w.team));
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     fn write(&self, name: &str, text: &str) {
@@ -92,26 +81,9 @@ impl World {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
-        c.arg("--backend")
-            .arg(self.engine)
-            .args(args)
-            .env("ATEAM_STATE_DIR", self.root().join("state"))
-            .env("DOCKER_HOST", self.uri_of("docker"))
-            .env("CONTAINER_HOST", self.uri_of("podman"))
-            .env_remove("SUDO_UID")
-            .env_remove("RUST_LOG")
-            .current_dir(self.root())
-            .stdin(Stdio::null());
+        let mut c = self.command();
+        c.args(args).env_remove("RUST_LOG").stdin(Stdio::null());
         c
-    }
-
-    fn uri_of(&self, engine: &str) -> String {
-        match (&self.uri, engine) {
-            (Some(u), e) if e == self.engine => u.clone(),
-            (_, "docker") => var("ATEAM_TEST_DOCKER"),
-            _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
-        }
     }
 
     fn ateam(&self, args: &[&str]) -> Output {
@@ -145,23 +117,13 @@ impl World {
         assert!(
             !log.lines()
                 .any(|l| l.contains("waiting for the store's lock") && l.contains(&own)),
-            "{}: waited on itself:\n{log}",
+            "{:?}: waited on itself:\n{log}",
             self.engine
         );
     }
 
     fn cli(&self, args: &[&str]) -> String {
-        let (bin, flag) = match self.engine {
-            "docker" => ("docker", "-H"),
-            _ => ("podman", "--url"),
-        };
-        let uri = self.uri_of(self.engine);
-        let out = Command::new(bin)
-            .arg(flag)
-            .arg(uri)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = self.engine_cli().args(args).output().unwrap();
         text(&out.stdout).trim().to_string()
     }
 
@@ -197,7 +159,7 @@ impl World {
             if start.elapsed() >= Duration::from_secs(secs) {
                 let status = self.ateam(&["status", &self.team]);
                 panic!(
-                    "{}: never {what}; status:\n{}{}\ncontroller log:\n{}",
+                    "{:?}: never {what}; status:\n{}{}\ncontroller log:\n{}",
                     self.engine,
                     text(&status.stdout),
                     text(&status.stderr),
@@ -241,29 +203,18 @@ impl World {
 }
 
 impl Drop for World {
+    /// The controller; the common world then ends the team.
     fn drop(&mut self) {
         if let Some(mut c) = self.controller.take() {
             let _ = c.kill();
             let _ = c.wait();
-        }
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        for id in self
-            .cli(&[
-                "ps",
-                "-aq",
-                "--filter",
-                &format!("label=ateam.dev/team={}", self.team),
-            ])
-            .split_whitespace()
-        {
-            let _ = self.cli(&["rm", "-f", id]);
         }
     }
 }
 
 /// Kill -9 a `restart: Always` member's process (as a crash would): it is back, having
 /// passed its gate, without anyone running apply.
-fn a_killed_member_comes_back(engine: &'static str) {
+fn a_killed_member_comes_back(engine: Engine) {
     let mut w = World::new(engine, "heal");
     w.write("worker.yaml", &member("worker", ""));
     w.start(&[]);
@@ -281,7 +232,7 @@ fn a_killed_member_comes_back(engine: &'static str) {
 }
 
 /// Editing one member's manifest replaces that member and no other.
-fn an_edit_replaces_only_that_member(engine: &'static str) {
+fn an_edit_replaces_only_that_member(engine: Engine) {
     let mut w = World::new(engine, "edit");
     w.write("a.yaml", &member("a", ""));
     w.write("b.yaml", &member("b", ""));
@@ -292,12 +243,12 @@ fn an_edit_replaces_only_that_member(engine: &'static str) {
     w.until("replaced a", 60, || {
         w.id("a").is_some_and(|id| id != a) && w.running("a")
     });
-    assert_eq!(w.id("b").unwrap(), b, "{engine}: b was touched");
+    assert_eq!(w.id("b").unwrap(), b, "{engine:?}: b was touched");
     w.never_waited_on_itself();
 }
 
 /// A broken edit tears nothing down: the last good state stays, status says why.
-fn a_broken_edit_tears_nothing_down(engine: &'static str) {
+fn a_broken_edit_tears_nothing_down(engine: Engine) {
     let mut w = World::new(engine, "broken");
     w.write("a.yaml", &member("a", ""));
     w.start(&[]);
@@ -314,7 +265,7 @@ fn a_broken_edit_tears_nothing_down(engine: &'static str) {
 }
 
 /// A removed manifest file: its member is reported, and removed only with --prune.
-fn a_removed_file_leaves_its_member_reported(engine: &'static str) {
+fn a_removed_file_leaves_its_member_reported(engine: Engine) {
     let mut w = World::new(engine, "gone");
     w.write("a.yaml", &member("a", ""));
     w.write("b.yaml", &member("b", ""));
@@ -329,7 +280,7 @@ fn a_removed_file_leaves_its_member_reported(engine: &'static str) {
     });
     // ...then give it time to do what it must not.
     std::thread::sleep(Duration::from_secs(2));
-    assert!(w.id("b").is_some(), "{engine}: removed without --prune");
+    assert!(w.id("b").is_some(), "{engine:?}: removed without --prune");
     assert_eq!(w.row("b")["state"], "orphan");
     assert_eq!(w.signal("-TERM"), Some(0));
     w.start(&["--prune"]);
@@ -339,7 +290,7 @@ fn a_removed_file_leaves_its_member_reported(engine: &'static str) {
 
 /// SIGTERM stops the controller cleanly; a second controller of the same state folder is
 /// refused while one runs; status says whether one runs.
-fn one_controller_per_state_folder_and_sigterm_stops_it(engine: &'static str) {
+fn one_controller_per_state_folder_and_sigterm_stops_it(engine: Engine) {
     let mut w = World::new(engine, "term");
     w.write("a.yaml", &member("a", ""));
     w.start(&[]);
@@ -362,7 +313,7 @@ fn one_controller_per_state_folder_and_sigterm_stops_it(engine: &'static str) {
 
 /// A member that crashes at once, again and again, is restarted at once the first time and
 /// then with growing delays (here 1 s, 2 s, 4 s ...), not in a tight loop.
-fn a_crash_looping_member_backs_off(engine: &'static str) {
+fn a_crash_looping_member_backs_off(engine: Engine) {
     let mut w = World::new(engine, "loop");
     w.write(
         "a.yaml",
@@ -379,7 +330,7 @@ fn a_crash_looping_member_backs_off(engine: &'static str) {
     // With 1, 2, 4 s delays, at most three more restarts fit in 5 s (a tight loop: dozens).
     assert!(
         restarts_now - restarts_then <= 3,
-        "{engine}: {restarts_then} -> {restarts_now} in {:?}",
+        "{engine:?}: {restarts_then} -> {restarts_now} in {:?}",
         at.elapsed()
     );
     assert!(
@@ -396,7 +347,7 @@ fn a_crash_looping_member_backs_off(engine: &'static str) {
 
 /// A member the controller restarts keeps how it last ended in status, while it runs
 /// again: the engine forgets the exit at the restart, the store keeps it.
-fn a_restarted_member_keeps_its_last_exit(engine: &'static str) {
+fn a_restarted_member_keeps_its_last_exit(engine: Engine) {
     let mut w = World::new(engine, "lastexit");
     w.write(
         "a.yaml",
@@ -415,7 +366,7 @@ fn a_restarted_member_keeps_its_last_exit(engine: &'static str) {
 
 /// SIGTERM while the controller brings up ten members: it finishes what runs and exits 0;
 /// the next controller converges with exactly one container per member.
-fn sigterm_during_a_big_bring_up_then_the_next_start_converges(engine: &'static str) {
+fn sigterm_during_a_big_bring_up_then_the_next_start_converges(engine: Engine) {
     let mut w = World::new(engine, "big");
     for i in 0..10 {
         w.write(&format!("m{i}.yaml"), &member(&format!("m{i}"), ""));
@@ -437,14 +388,14 @@ fn sigterm_during_a_big_bring_up_then_the_next_start_converges(engine: &'static 
             "--filter",
             &format!("label=ateam.dev/member=m{i}"),
         ]);
-        assert_eq!(ids.lines().count(), 1, "{engine}: m{i}: {ids}");
-        assert!(w.running(&format!("m{i}")), "{engine}: m{i}");
+        assert_eq!(ids.lines().count(), 1, "{engine:?}: m{i}: {ids}");
+        assert!(w.running(&format!("m{i}")), "{engine:?}: m{i}");
     }
 }
 
 /// A team applied into the same state folder from other manifests is not the controller's:
 /// even with --prune it is left running.
-fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
+fn a_team_from_other_manifests_is_left_alone(engine: Engine) {
     let w = World::new(engine, "mine");
     w.write("a.yaml", &member("a", ""));
     // Another team, applied by hand from a folder of its own, into the same store.
@@ -471,14 +422,14 @@ fn a_team_from_other_manifests_is_left_alone(engine: &'static str) {
         .iter()
         .find(|m| m["name"] == "b")
         .unwrap();
-    assert_eq!(b["state"], "running", "{engine}: {b}");
+    assert_eq!(b["state"], "running", "{engine:?}: {b}");
     let _ = w.ateam(&["delete", "--team", &other, "--purge"]);
 }
 
 /// Kill -9 a member's egress proxy: the controller sees its socket fall silent (no engine
 /// event tells) and starts it again, without anyone running apply and without a new
 /// container.
-fn a_killed_egress_proxy_comes_back(engine: &'static str) {
+fn a_killed_egress_proxy_comes_back(engine: Engine) {
     let mut w = World::new(engine, "proxy");
     w.write(
         "net.yaml",
@@ -513,8 +464,8 @@ fn a_killed_egress_proxy_comes_back(engine: &'static str) {
             .unwrap_or(false)
             && w.row("worker")["egress"]["proxy"] == "running"
     });
-    assert!(took < Duration::from_secs(15), "{engine}: {took:?}");
-    assert_eq!(w.id("worker"), id, "{engine}: the member was replaced");
+    assert!(took < Duration::from_secs(15), "{engine:?}: {took:?}");
+    assert_eq!(w.id("worker"), id, "{engine:?}: the member was replaced");
     assert!(w.log().contains("startEgressProxy"), "{}", w.log());
 }
 
@@ -633,7 +584,7 @@ fn figures_of_scrape(
 /// json` says: members by state, restarts (one member killed and healed), the egress decisions
 /// of a proxied member that made an allowed and a refused request, memory within a tolerance;
 /// reconciles are counted (an edit adds some); any other path is 404.
-fn the_metrics_match_status(engine: &'static str) {
+fn the_metrics_match_status(engine: Engine) {
     let mut w = World::new(engine, "metr");
     let web = serve_ok();
     w.write(
@@ -665,7 +616,7 @@ fn the_metrics_match_status(engine: &'static str) {
     ]);
     assert!(
         text(&allowed.stdout).contains("ok"),
-        "{engine}: {}",
+        "{engine:?}: {}",
         text(&allowed.stderr)
     );
     let refused = w.ateam(&[
@@ -680,7 +631,7 @@ fn the_metrics_match_status(engine: &'static str) {
     ]);
     assert!(
         !refused.status.success(),
-        "{engine}: the refused request got through"
+        "{engine:?}: the refused request got through"
     );
     // a: killed, and healed by the controller.
     let pid = w.pid("a");
@@ -711,20 +662,20 @@ fn the_metrics_match_status(engine: &'static str) {
         }
         assert!(
             start.elapsed() < Duration::from_secs(40),
-            "{engine}: the metrics never matched status:\nstatus  {want:?}\nmetrics {got:?}"
+            "{engine:?}: the metrics never matched status:\nstatus  {want:?}\nmetrics {got:?}"
         );
         std::thread::sleep(Duration::from_millis(500));
     };
     let fig = figures_of_status(&status());
     let get = |k: &str| fig.iter().find(|(n, _)| n == k).map(|x| x.1);
     // The story happened (the comparison above is not of zeros).
-    assert_eq!(get("restarts a"), Some(1.0), "{engine}: {fig:?}");
-    assert!(get("egress c allowed") >= Some(1.0), "{engine}: {fig:?}");
-    assert!(get("egress c refused") >= Some(1.0), "{engine}: {fig:?}");
+    assert_eq!(get("restarts a"), Some(1.0), "{engine:?}: {fig:?}");
+    assert!(get("egress c allowed") >= Some(1.0), "{engine:?}: {fig:?}");
+    assert!(get("egress c refused") >= Some(1.0), "{engine:?}: {fig:?}");
     assert_eq!(
         get("members member running"),
         Some(3.0),
-        "{engine}: {fig:?}"
+        "{engine:?}: {fig:?}"
     );
     assert_eq!(scraped["otherPath"], 404);
     assert_eq!(scraped["families"]["ateam_reconciles"], "counter");
@@ -761,15 +712,15 @@ fn the_metrics_match_status(engine: &'static str) {
         .unwrap();
         assert!(
             (got - want).abs() <= (want / 4.0).max(4.0 * 1024.0 * 1024.0),
-            "{engine}: {m}: {got} vs {want}"
+            "{engine:?}: {m}: {got} vs {want}"
         );
-        assert!(got > 0.0, "{engine}: {m}");
+        assert!(got > 0.0, "{engine:?}: {m}");
         let limit = sample(
             &s,
             "ateam_member_memory_limit_bytes",
             &[("team", &w.team), ("member", m)],
         );
-        assert_eq!(limit, Some(64.0 * 1024.0 * 1024.0), "{engine}: {m}");
+        assert_eq!(limit, Some(64.0 * 1024.0 * 1024.0), "{engine:?}: {m}");
         assert!(
             sample(
                 &s,
@@ -791,7 +742,7 @@ fn the_metrics_match_status(engine: &'static str) {
             .sum::<f64>()
     };
     let before = reconciles(&scrape(port));
-    assert!(before >= 1.0, "{engine}: no reconcile counted");
+    assert!(before >= 1.0, "{engine:?}: no reconcile counted");
     w.write("b.yaml", &member("b", "").replace("64Mi", "80Mi"));
     w.until("counted the edit's reconcile", 60, || {
         reconciles(&scrape(port)) > before
@@ -800,17 +751,17 @@ fn the_metrics_match_status(engine: &'static str) {
 
 /// The engine's service stops and starts again under a running controller: the controller
 /// says so, keeps trying, and puts the member back once the engine is there again.
-fn an_engine_restart_is_lived_through(engine: &'static str) {
+fn an_engine_restart_is_lived_through(engine: Engine) {
     // Declared first, dropped last: the world's clean-up still talks to it.
     let mut eng = PrivateEngine::new(engine);
     let mut w = World::new(engine, "engine");
-    w.uri = Some(eng.uri());
+    w.set_uri(Some(eng.uri()));
     w.write("worker.yaml", &member("worker", ""));
     w.start(&[]);
     w.until("ran the member", 60, || w.running("worker"));
     let pid = w.pid("worker");
     eng.stop();
-    if engine == "podman" {
+    if engine == Engine::Podman {
         // Podman's containers outlive its service: a crash while it is away...
         let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
         assert!(killed.success());
@@ -829,7 +780,7 @@ fn an_engine_restart_is_lived_through(engine: &'static str) {
 
 /// A promotion killed half way by `ateam apply` is finished by the controller: the member's
 /// transcript is at the session's place, the session runs, its child keeps its container.
-fn the_controller_finishes_an_interrupted_promotion(engine: &'static str) {
+fn the_controller_finishes_an_interrupted_promotion(engine: Engine) {
     let mut w = World::new(engine, "prom");
     w.write("a.yaml", &member("a", ""));
     w.write(
@@ -891,11 +842,11 @@ macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
             $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
-               fn $case() { super::$case("docker") } )*
+               fn $case() { super::$case(super::Engine::Docker) } )*
         }
         mod podman {
             $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
-               fn $case() { super::$case("podman") } )*
+               fn $case() { super::$case(super::Engine::Podman) } )*
         }
     };
 }

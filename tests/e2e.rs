@@ -9,7 +9,9 @@
 )]
 
 mod common;
+use common::standin::{chown_tree, copy_dir};
 use common::terminal::Terminal;
+use common::{Engine, text, var};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,41 +20,33 @@ use std::time::{Duration, Instant};
 
 use ateam::core::layout::store_id;
 
-struct World {
-    engine: &'static str,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) on a copy of
+/// the demo; its team is deleted without `--purge`, then every container of its store goes.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     /// A copy of examples/demo-team under a unique team name.
-    fn new(engine: &'static str, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-e2e-")
-            .tempdir()
-            .unwrap();
+    fn new(engine: Engine, tag: &str) -> World {
+        let w = World(common::World::new(engine, "e2e", tag).without_purge());
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-team");
-        copy_dir(&src, dir.path());
-        let _ = std::fs::remove_dir_all(dir.path().join("sessions/members"));
+        copy_dir(&src, &w.root());
+        let _ = std::fs::remove_dir_all(w.path("sessions/members"));
         // A person's checkout that root runs ateam in (no sudo): its members run as the
         // person, the owner of the Team's folder, and so can write the person's repository.
-        chown_tree(dir.path(), PERSON);
-        let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
-        let w = World { engine, dir, team };
+        chown_tree(&w.root(), PERSON.0, PERSON.1);
         w.edit(|t| t.replace("name: demo\n", &format!("name: {}\n", w.team)));
         w
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
     fn manifest(&self) -> PathBuf {
-        self.root().join("team.yaml")
-    }
-
-    fn state(&self) -> PathBuf {
-        self.root().join("state")
+        self.path("team.yaml")
     }
 
     fn edit(&self, f: impl FnOnce(&str) -> String) {
@@ -60,20 +54,17 @@ impl World {
         std::fs::write(self.manifest(), f(&text)).unwrap();
     }
 
+    /// ateam with an agent's key set, its output piped.
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(bin());
-        c.arg("--backend").arg(self.engine).args(args);
-        c.env("ATEAM_STATE_DIR", self.state())
-            .env("ANTHROPIC_API_KEY", "test-key");
-        let (docker, podman) = (var("ATEAM_TEST_DOCKER"), var("ATEAM_TEST_PODMAN_ROOTFUL"));
-        c.env("DOCKER_HOST", docker).env("CONTAINER_HOST", podman);
+        let mut c = self.command_env(&[("ANTHROPIC_API_KEY", "test-key")]);
+        c.args(args);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     }
 
     /// As a user in a new shell: no engine variables, no --backend.
     fn bare(&self, args: &[&str]) -> Output {
-        Command::new(bin())
+        Command::new(common::ateam_bin())
             .args(args)
             .env("ATEAM_STATE_DIR", self.state())
             .env_remove("DOCKER_HOST")
@@ -100,16 +91,7 @@ impl World {
 
     /// The engine's own CLI, for looking and for changes made behind ateam's back.
     fn engine_cli(&self, args: &[&str]) -> Output {
-        let (bin, flag, uri) = match self.engine {
-            "docker" => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
-        };
-        Command::new(bin)
-            .arg(flag)
-            .arg(uri)
-            .args(args)
-            .output()
-            .unwrap()
+        self.0.engine_cli().args(args).output().unwrap()
     }
 
     /// name -> id of every container of this store, running or not.
@@ -152,8 +134,10 @@ impl World {
 }
 
 impl Drop for World {
+    /// The team (`delete`, no purge), then whatever container of its store is left (a second
+    /// team's, a stranger's).
     fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team]);
+        self.0.remove();
         let names: Vec<String> = self.containers().into_keys().collect();
         if !names.is_empty() {
             let mut args = vec!["rm", "-f"];
@@ -163,36 +147,12 @@ impl Drop for World {
     }
 }
 
-fn var(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| {
-        panic!("{k} is not set: run scripts/engines.sh and source /run/ateam-ci/env")
-    })
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// Who owns the copy of the demo: a person, not root.
 const PERSON: (u32, u32) = (1000, 1000);
 
-fn chown_tree(p: &Path, (uid, gid): (u32, u32)) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
-    if p.is_dir() && !p.is_symlink() {
-        for e in std::fs::read_dir(p).unwrap() {
-            chown_tree(&e.unwrap().path(), (uid, gid));
-        }
-    }
-}
-
-/// The ateam binary under test (`ATEAM_TEST_BIN`, else this build's).
-fn bin() -> String {
-    std::env::var("ATEAM_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_ateam").to_string())
-}
-
 /// The demo's writer writes into its repository (asserted from inside), as the person whose
 /// checkout it is; what it writes is theirs on the host.
-fn the_demo_writer_writes_its_repository(engine: &'static str) {
+fn the_demo_writer_writes_its_repository(engine: Engine) {
     use std::os::unix::fs::MetadataExt;
     let w = World::new(engine, "writes");
     w.apply();
@@ -220,19 +180,6 @@ fn the_demo_writer_writes_its_repository(engine: &'static str) {
         "{}",
         text(&status.stdout)
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 fn wait_for(path: &Path, what: &str) {
@@ -265,7 +212,7 @@ fn state_of(status: &serde_json::Value, name: &str) -> String {
 
 // ----------------------------------------------------------------------------------- cases
 
-fn apply_is_idempotent_and_recreates_only_what_changed(engine: &'static str) {
+fn apply_is_idempotent_and_recreates_only_what_changed(engine: Engine) {
     let w = World::new(engine, "idem");
     let out = w.apply();
     assert!(
@@ -316,7 +263,7 @@ fn apply_is_idempotent_and_recreates_only_what_changed(engine: &'static str) {
     assert_eq!(diff.status.code(), Some(0), "{}", text(&diff.stdout));
 }
 
-fn status_names_every_drift_and_apply_converges(engine: &'static str) {
+fn status_names_every_drift_and_apply_converges(engine: Engine) {
     let w = World::new(engine, "drift");
     w.apply();
     // Status finds the engine the team was applied on, without -f, --backend or variables.
@@ -329,7 +276,7 @@ fn status_names_every_drift_and_apply_converges(engine: &'static str) {
         text(&ok.stderr)
     );
     assert!(
-        text(&ok.stdout).contains(&format!("TEAM {} ({engine})", w.team)),
+        text(&ok.stdout).contains(&format!("TEAM {} ({})", w.team, engine.backend())),
         "{}",
         text(&ok.stdout)
     );
@@ -429,7 +376,7 @@ fn status_names_every_drift_and_apply_converges(engine: &'static str) {
     );
 }
 
-fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
+fn delete_keeps_transcripts_and_purge_removes_them(engine: Engine) {
     let w = World::new(engine, "del");
     w.apply();
     wait_for(&w.transcript("reviewer"), "sleeping");
@@ -474,7 +421,7 @@ fn delete_keeps_transcripts_and_purge_removes_them(engine: &'static str) {
 
 /// `delete --team NAME --purge` after a plain delete removes the transcripts that delete kept
 /// (the team's record is gone by then), and leaves nothing of the team in the state folder.
-fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
+fn purge_after_a_plain_delete_removes_what_was_kept(engine: Engine) {
     let w = World::new(engine, "pur");
     w.apply();
     wait_for(&w.transcript("reviewer"), "sleeping");
@@ -526,7 +473,7 @@ fn purge_after_a_plain_delete_removes_what_was_kept(engine: &'static str) {
     );
 }
 
-fn logs_and_exec_look_inside(engine: &'static str) {
+fn logs_and_exec_look_inside(engine: Engine) {
     let w = World::new(engine, "look");
     w.apply();
     wait_for(&w.transcript("reviewer"), "sleeping");
@@ -603,7 +550,7 @@ fn logs_and_exec_look_inside(engine: &'static str) {
     );
 }
 
-fn a_member_held_at_its_gate_is_released_by_the_next_apply(engine: &'static str) {
+fn a_member_held_at_its_gate_is_released_by_the_next_apply(engine: Engine) {
     let w = World::new(engine, "gate");
     w.apply();
     wait_for(&w.transcript("tester"), "sleeping");
@@ -640,7 +587,7 @@ fn a_member_held_at_its_gate_is_released_by_the_next_apply(engine: &'static str)
     assert_eq!(state_of(&w.status_json(), "tester"), "running");
 }
 
-fn a_member_that_cannot_start_is_named_with_its_output(engine: &'static str) {
+fn a_member_that_cannot_start_is_named_with_its_output(engine: Engine) {
     let w = World::new(engine, "fail");
     // A command that is not in the image: refused before anything is made, for any member.
     w.edit(|t| {
@@ -742,7 +689,7 @@ fn converged_ten(w: &World) {
     }
 }
 
-fn a_killed_apply_is_finished_by_the_next_one(engine: &'static str) {
+fn a_killed_apply_is_finished_by_the_next_one(engine: Engine) {
     let w = World::new(engine, "kill");
     for (round, delay_ms) in [40u64, 150, 300, 500, 800, 1200].into_iter().enumerate() {
         // Even rounds change every member (recreate), odd rounds start from nothing.
@@ -775,7 +722,7 @@ fn a_killed_apply_is_finished_by_the_next_one(engine: &'static str) {
     }
 }
 
-fn concurrent_applies_serialize(engine: &'static str) {
+fn concurrent_applies_serialize(engine: Engine) {
     let w = World::new(engine, "conc");
     ten_members(&w, "64Mi");
     let children: Vec<Child> = (0..5)
@@ -845,7 +792,7 @@ fn log_events(stderr: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
+fn logs_name_each_action_and_stay_off_stdout(engine: Engine) {
     let w = World::new(engine, "log");
     let manifest = w.manifest();
     let apply = || {
@@ -927,8 +874,12 @@ fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
     // anchor: other tests on the same engine may have pushed it out, then all are asked.
     let count = |k: &str| observed["fields"][k].as_u64().unwrap_or(99);
     assert_eq!(count("inspected") + count("reused"), 3, "{observed}");
-    let kept: &[u64] = if engine == "podman" { &[3] } else { &[3, 0] };
-    assert!(kept.contains(&count("reused")), "{engine}: {observed}");
+    let kept: &[u64] = if engine == Engine::Podman {
+        &[3]
+    } else {
+        &[3, 0]
+    };
+    assert!(kept.contains(&count("reused")), "{engine:?}: {observed}");
     assert!(observed["fields"]["elapsed_ms"].is_number(), "{observed}");
 }
 
@@ -936,7 +887,7 @@ fn logs_name_each_action_and_stay_off_stdout(engine: &'static str) {
 /// scripts/engines.sh): `Never` refuses a missing image before any change, `IfNotPresent`
 /// pulls it once, `Always` pulls again before a member is made, so a tag's new content is
 /// what a replaced member runs.
-fn image_pull_policies_against_a_local_registry(engine: &'static str) {
+fn image_pull_policies_against_a_local_registry(engine: Engine) {
     let w = World::new(engine, "pull");
     let image = format!("{}/ateam-demo:{}", var("ATEAM_TEST_REGISTRY"), w.team);
     // Pushed from the shared Docker (the registry serves every engine), absent from this one.
@@ -989,7 +940,7 @@ fn image_pull_policies_against_a_local_registry(engine: &'static str) {
     docker(&["commit", "--change", "ENV V=2", &c, &image]);
     docker(&["rm", &c]);
     docker(&["push", &image]);
-    if engine == "docker" {
+    if engine == Engine::Docker {
         docker(&["tag", &v1, &image]);
     } else {
         docker(&["rmi", &image]);
@@ -1010,7 +961,7 @@ fn image_pull_policies_against_a_local_registry(engine: &'static str) {
 
 /// `-l` label selectors: status and logs pick members by their labels (the verdict is
 /// theirs alone), delete picks teams by the Team's labels.
-fn label_selectors_pick_members_and_teams(engine: &'static str) {
+fn label_selectors_pick_members_and_teams(engine: Engine) {
     let w = World::new(engine, "labels");
     // The Team (the first object) gets a label.
     w.edit(|t| {
@@ -1060,16 +1011,17 @@ fn label_selectors_pick_members_and_teams(engine: &'static str) {
 
 /// `attach` and `exec -it` as a person uses them, at a terminal: the way out is said first,
 /// what is typed reaches the session or the member, and detaching leaves the session running.
-fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
+fn attach_and_exec_it_at_a_terminal(engine: Engine) {
     let w = World::new(engine, "attach");
     w.apply();
     wait_for(&w.transcript("reviewer"), "sleeping");
     let env = format!(
-        "env ATEAM_STATE_DIR={} DOCKER_HOST={} CONTAINER_HOST={} {} --backend {engine}",
+        "env ATEAM_STATE_DIR={} DOCKER_HOST={} CONTAINER_HOST={} {} --backend {}",
         w.state().display(),
         var("ATEAM_TEST_DOCKER"),
         var("ATEAM_TEST_PODMAN_ROOTFUL"),
-        &bin(),
+        &common::ateam_bin(),
+        engine.backend(),
     );
     let term = Terminal::new(&w.root(), 160, 40, &format!("{env} attach lead"));
     term.wait_for("lead session");
@@ -1134,7 +1086,7 @@ fn attach_and_exec_it_at_a_terminal(engine: &'static str) {
 }
 
 /// `logs --since` and `--timestamps`.
-fn logs_since_and_timestamps(engine: &'static str) {
+fn logs_since_and_timestamps(engine: Engine) {
     let w = World::new(engine, "since");
     w.apply();
     wait_for(&w.transcript("reviewer"), "sleeping");
@@ -1164,8 +1116,9 @@ fn logs_since_and_timestamps(engine: &'static str) {
 
 /// On the CI machine's engines the doctor passes with the example team; a team whose image the
 /// engine does not have fails it, naming the image and how to get it there.
-fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
+fn doctor_finds_the_engine_and_the_image(engine: Engine) {
     let w = World::new(engine, "doc");
+    let name = engine.backend();
     let manifest = w.manifest();
     let out = w.ateam(&["doctor", "-f", manifest.to_str().unwrap()]);
     let stdout = text(&out.stdout);
@@ -1173,13 +1126,13 @@ fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
     assert!(
         stdout
             .lines()
-            .any(|l| l.starts_with(&format!("ok    engine    {engine} at "))),
+            .any(|l| l.starts_with(&format!("ok    engine    {name} at "))),
         "{stdout}"
     );
     let image = var("ATEAM_TEST_IMAGE");
     assert!(
         stdout.lines().any(|l| l.starts_with("ok    image")
-            && l.contains(&format!("image {image} on {engine}"))
+            && l.contains(&format!("image {image} on {name}"))
             && l.ends_with("present")),
         "{stdout}"
     );
@@ -1197,14 +1150,11 @@ fn doctor_finds_the_engine_and_the_image(engine: &'static str) {
     // is found through the state folder, and the socket tried is named.
     w.edit(|t| t.replace("image: ateam-not-here:0", "image: ateam-demo:latest"));
     w.apply();
-    let uri = match engine {
-        "docker" => var("ATEAM_TEST_DOCKER"),
-        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
-    };
+    let uri = common::engine_uri(engine);
     let stdout = text(&w.bare(&["doctor"]).stdout);
     assert!(
         stdout.lines().any(|l| l.starts_with(&format!(
-            "ok    engine    {engine} at {uri} (where this state folder's teams were applied)"
+            "ok    engine    {name} at {uri} (where this state folder's teams were applied)"
         ))),
         "{stdout}"
     );
@@ -1218,7 +1168,7 @@ macro_rules! e2e {
                 #[test]
                 #[ignore = "needs container engines: run scripts/test.sh"]
                 fn $case() {
-                    super::$case(stringify!($engine));
+                    super::$case(crate::common::engine_of(stringify!($engine)));
                 }
             )*
         }
@@ -1234,7 +1184,7 @@ macro_rules! every_engine {
 
 /// A main session gone from the manifests while its terminal runs: drift (`orphan`), kept
 /// until `apply --prune` ends it.
-fn a_session_no_manifest_wants_is_drift_until_pruned(engine: &'static str) {
+fn a_session_no_manifest_wants_is_drift_until_pruned(engine: Engine) {
     let w = World::new(engine, "os");
     let two = sessions_team(&w, "lead", WRITER_MEMBER).replacen(
         "---\napiVersion: ateam.dev/v1alpha1\nkind: AccessGrant",
@@ -1284,7 +1234,7 @@ fn a_session_no_manifest_wants_is_drift_until_pruned(engine: &'static str) {
 /// What the image probe found is kept by the image's id and read by the next apply: shown
 /// by poisoning it (the next create is refused as if the command were missing), then by
 /// removing it (looked up afresh, and kept again).
-fn image_probe_findings_are_kept_by_image_id(engine: &'static str) {
+fn image_probe_findings_are_kept_by_image_id(engine: Engine) {
     let w = World::new(engine, "ip");
     w.apply();
     let dir = w.state().join("images");
@@ -1499,7 +1449,7 @@ fn row<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
         .unwrap_or_else(|| panic!("{name} not in status: {status:#}"))
 }
 
-fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: &'static str) {
+fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: Engine) {
     let w = World::new(engine, "ro");
     w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
     w.apply();
@@ -1576,7 +1526,7 @@ fn roles_are_seen_from_inside_and_status_shows_the_sessions(engine: &'static str
     w.kill_sessions();
 }
 
-fn a_member_is_promoted_by_editing_the_manifest(engine: &'static str) {
+fn a_member_is_promoted_by_editing_the_manifest(engine: Engine) {
     let w = World::new(engine, "pr");
     w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
     w.apply();
@@ -1648,7 +1598,7 @@ fn a_member_is_promoted_by_editing_the_manifest(engine: &'static str) {
     w.kill_sessions();
 }
 
-fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
+fn an_interrupted_promotion_is_finished_or_rolled_back(engine: Engine) {
     let w = World::new(engine, "pi");
     let member = sessions_team(&w, "lead", WRITER_MEMBER);
     let promoted = sessions_team(&w, "lead", WRITER_PROMOTED);
@@ -1715,7 +1665,7 @@ fn an_interrupted_promotion_is_finished_or_rolled_back(engine: &'static str) {
     w.kill_sessions();
 }
 
-fn a_handover_writes_the_resume_file_and_reparents(engine: &'static str) {
+fn a_handover_writes_the_resume_file_and_reparents(engine: Engine) {
     let w = World::new(engine, "ho");
     w.write_manifest(&sessions_team(&w, "lead", WRITER_MEMBER));
     w.apply();
@@ -1849,13 +1799,13 @@ spec:
 /// a repository of its own (the person's objects shared read-only), commits on
 /// `ateam/<team>/<member>`; `changes` shows it, `collect` brings both into the person's
 /// repository, whose `.git` is byte-identical but for the refs ateam wrote (and objects).
-fn two_writers_commit_on_their_own_branches_and_the_person_collects_both(engine: &'static str) {
+fn two_writers_commit_on_their_own_branches_and_the_person_collects_both(engine: Engine) {
     let w = World::new(engine, "ws");
     let repo = w.root().join("workspace/repo");
     person_git(&repo, &["init", "-q", "-b", "main"]);
     person_git(&repo, &["add", "-A"]);
     person_git(&repo, &["commit", "-qm", "first"]);
-    chown_tree(&repo, PERSON);
+    chown_tree(&repo, PERSON.0, PERSON.1);
     let mut before = Vec::new();
     git_files(&repo.join(".git"), Path::new(""), &mut before);
     w.write_manifest(&format!(

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::faulty_socket::{Fault, FaultySocket};
 use common::private_engine::PrivateEngine;
-use common::{Engine, ateam_command, text, var};
+use common::{Engine, engine_uri, text};
 
 const TEAM: &str = r#"apiVersion: ateam.dev/v1alpha1
 kind: Team
@@ -36,36 +36,37 @@ metadata: {name: rw}
 spec: {write: [../repo]}
 "#;
 
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown, the engine
+/// of the test's own when it has one) and what is this crate's own: a state folder on a
+/// tmpfs of its own.
 struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
-    /// The engine's address, when not the shared one (a `PrivateEngine`).
-    uri: Option<String>,
+    w: common::World,
     /// The state folder is a tmpfs of this test's (unmounted on drop).
     mounted: bool,
+}
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.w
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut common::World {
+        &mut self.w
+    }
 }
 
 impl World {
     /// A world whose state folder is a tmpfs of `size` when given.
     fn new(engine: Engine, tag: &str, size: Option<&str>) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-faults-")
-            .tempdir()
-            .unwrap();
-        let e = if engine == Engine::Docker { "d" } else { "p" };
-        let team = format!("{tag}{e}{}", std::process::id() % 100000);
         let mut w = World {
-            engine,
-            dir,
-            team,
-            uri: None,
+            w: common::World::new(engine, "faults", tag),
             mounted: false,
         };
-        for d in ["repo", "sessions", "manifests", "state"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
-        std::os::unix::fs::chown(w.root().join("repo"), Some(65534), Some(65534)).unwrap();
+        w.dirs(&["repo", "sessions", "manifests", "state"]);
+        std::os::unix::fs::chown(w.path("repo"), Some(65534), Some(65534)).unwrap();
         if let Some(size) = size {
             let st = w.state();
             let out = Command::new("mount")
@@ -78,14 +79,6 @@ impl World {
             w.mounted = true;
         }
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.root().join("state")
     }
 
     /// The manifests: the team and `members` members (`m0`, `m1`, ...), sharing the one
@@ -101,11 +94,8 @@ impl World {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = ateam_command(self.engine, &self.state());
-        if let Some(uri) = &self.uri {
-            c.env("DOCKER_HOST", uri).env("CONTAINER_HOST", uri);
-        }
-        c.args(args).current_dir(self.root()).stdin(Stdio::null());
+        let mut c = self.command();
+        c.args(args).stdin(Stdio::null());
         c
     }
 
@@ -119,17 +109,7 @@ impl World {
     }
 
     fn cli(&self, args: &[&str]) -> String {
-        let (bin, flag, shared) = match self.engine {
-            Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
-        };
-        let uri = self.uri.clone().unwrap_or(shared);
-        let out = Command::new(bin)
-            .arg(flag)
-            .arg(uri)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = self.engine_cli().args(args).output().unwrap();
         text(&out.stdout).trim().to_string()
     }
 
@@ -193,12 +173,14 @@ impl World {
 }
 
 impl Drop for World {
+    /// The state folder writable and emptied of its filler, the team ended (the common
+    /// world), then the tmpfs unmounted.
     fn drop(&mut self) {
         if self.mounted {
             self.remount("rw");
             let _ = std::fs::remove_file(self.state().join("filler"));
         }
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
+        self.w.remove();
         if self.mounted {
             let _ = Command::new("umount").arg("-l").arg(self.state()).status();
         }
@@ -383,9 +365,9 @@ fn a_lock_left_by_a_dead_process_is_free(engine: Engine) {
 /// ready): the next apply, once it is back, converges with one container per member.
 fn the_engine_gone_mid_apply_then_the_next_apply_converges(engine: Engine) {
     // Declared first, dropped last: the world's clean-up still talks to it.
-    let mut eng = PrivateEngine::new("docker");
+    let mut eng = PrivateEngine::new(Engine::Docker);
     let mut w = World::new(engine, "gone", None);
-    w.uri = Some(eng.uri());
+    w.set_uri(Some(eng.uri()));
     w.members(10);
     let mut child = w
         .cmd(&["apply", "--concurrency", "2", "-f", "manifests"])
@@ -447,10 +429,7 @@ fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
     let path = w.root().join("manifests/team.yaml");
     let yaml = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, yaml.replace("memory: 32Mi", "memory: 48Mi")).unwrap();
-    let upstream = match engine {
-        Engine::Docker => var("ATEAM_TEST_DOCKER"),
-        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
-    };
+    let upstream = engine_uri(engine);
     let short = old[..12].to_string();
     let socket = FaultySocket::new(
         &upstream,
@@ -462,9 +441,9 @@ fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
             }
         }),
     );
-    w.uri = Some(socket.uri());
+    w.set_uri(Some(socket.uri()));
     let out = w.apply();
-    w.uri = None;
+    w.set_uri(None);
     let said = text(&out.stderr);
     assert!(
         socket.injected() > 0,
@@ -507,10 +486,7 @@ fn a_replacement_whose_old_container_stays_says_its_start(engine: Engine) {
 fn a_member_up_is_found_while_its_apply_goes_on(engine: Engine) {
     let mut w = World::new(engine, "early", None);
     w.members(2);
-    let upstream = match engine {
-        Engine::Docker => var("ATEAM_TEST_DOCKER"),
-        _ => var("ATEAM_TEST_PODMAN_ROOTFUL"),
-    };
+    let upstream = engine_uri(engine);
     let second = format!("ateam_{}_m1", w.team);
     let socket = FaultySocket::new(
         &upstream,
@@ -524,14 +500,14 @@ fn a_member_up_is_found_while_its_apply_goes_on(engine: Engine) {
             }
         }),
     );
-    w.uri = Some(socket.uri());
+    w.set_uri(Some(socket.uri()));
     let mut apply = w
         .cmd(&["apply", "--concurrency", "2", "-f", "manifests"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    w.uri = None;
+    w.set_uri(None);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last;
     loop {

@@ -19,7 +19,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::standin::chown_tree;
-use common::{Engine, ateam_command, engine_command, remove_team, rootless_user, text};
+use common::{Engine, text};
 
 /// The owner of the team's folder under a root caller: a user of the machine, whose uid the
 /// members run as.
@@ -46,10 +46,15 @@ const DEVCONTAINER: &str = r#"{
   "customizations": {"vscode": {"extensions": ["ms-python.python"]}},
 }"#;
 
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// The common world (`common::World`: engine, folder, team, `ateam`, teardown) and this
+/// crate's repository and the images its builds made.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
@@ -58,30 +63,15 @@ impl World {
     /// on the image its devcontainer.json defines and `plain` on the same Dockerfile named
     /// by `build:`.
     fn new(engine: Engine, name: &str) -> World {
-        let team = format!(
-            "ib{name}{}{}",
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-build-")
-            .tempdir()
-            .unwrap();
-        let w = World { engine, dir, team };
-        let app = w.root().join("app");
+        let w = World(common::World::new(engine, "build", &format!("ib{name}")));
+        let app = w.path("app");
         std::fs::create_dir_all(app.join(".devcontainer")).unwrap();
-        std::fs::create_dir_all(w.root().join("out")).unwrap();
+        std::fs::create_dir_all(w.path("out")).unwrap();
         std::fs::write(app.join(".devcontainer/Dockerfile"), DOCKERFILE).unwrap();
         std::fs::write(app.join(".devcontainer/devcontainer.json"), DEVCONTAINER).unwrap();
         std::fs::write(app.join("hello.txt"), format!("hello {}\n", w.team)).unwrap();
         std::fs::write(w.manifest_path(), w.manifest()).unwrap();
-        let (uid, gid) = match engine {
-            Engine::Rootless => {
-                let (_, uid, gid) = rootless_user();
-                (uid, gid)
-            }
-            Engine::Docker | Engine::Podman => (FOLDER_OWNER, FOLDER_OWNER),
-        };
+        let (uid, gid) = w.rootless_person().unwrap_or((FOLDER_OWNER, FOLDER_OWNER));
         chown_tree(&w.root(), uid, gid);
         w
     }
@@ -140,19 +130,8 @@ spec:
         )
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
     fn manifest_path(&self) -> PathBuf {
-        self.root().join("team.yaml")
-    }
-
-    fn ateam(&self, args: &[&str]) -> Output {
-        ateam_command(self.engine, &self.root().join("state"))
-            .args(args)
-            .output()
-            .unwrap()
+        self.path("team.yaml")
     }
 
     fn apply(&self) -> Output {
@@ -163,7 +142,8 @@ spec:
     /// The images of the team's containers, as the engine names them (Podman's
     /// `localhost/` left out).
     fn images(&self) -> Vec<String> {
-        let out = engine_command(self.engine, false)
+        let out = self
+            .engine_cli()
             .args([
                 "ps",
                 "-a",
@@ -206,20 +186,17 @@ spec:
     }
 
     fn remove_image(&self, image: &str) {
-        let _ = engine_command(self.engine, true)
+        let _ = common::engine_command(self.engine, true)
             .args(["rmi", "-f", image])
             .output();
     }
 }
 
 impl Drop for World {
+    /// The team (the common world), then the images its builds made.
     fn drop(&mut self) {
-        let m = self.manifest_path().display().to_string();
-        let root = self.root();
         let images = self.images();
-        remove_team(self.engine, &self.team, &root, || {
-            let _ = self.ateam(&["delete", "-f", &m, "--purge"]);
-        });
+        self.0.remove();
         for i in images.iter().filter(|i| i.contains("ateam-build")) {
             self.remove_image(i);
         }

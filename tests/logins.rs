@@ -23,7 +23,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::standin::{StandIn, chown_tree, copy_dir};
@@ -121,30 +121,30 @@ impl Provider {
 }
 
 /// A copy of examples/agents/<agent> under a unique team name, its member on the person's
-/// login instead of a key; deleted with --purge on drop.
-struct World {
-    engine: Engine,
-    dir: tempfile::TempDir,
-    team: String,
+/// login instead of a key: the common world (`common::World`: engine, folder, team, `ateam`,
+/// teardown with --purge) and this crate's looks.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
     fn new(engine: Engine, agent: &Agent, p: &Provider) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-logins-")
-            .tempdir()
-            .unwrap();
+        let w = World(common::World::new(
+            engine,
+            "logins",
+            &format!("lg{}", &agent.name[..2]),
+        ));
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples/agents")
             .join(agent.name);
-        copy_dir(&src, dir.path());
-        let team = format!(
-            "lg{}{}{}",
-            &agent.name[..2],
-            &format!("{engine:?}").to_lowercase()[..1],
-            std::process::id() % 100000
-        );
-        let manifest = dir.path().join("team.yaml");
+        copy_dir(&src, &w.root());
+        let team = &w.team;
+        let manifest = w.path("team.yaml");
         let mut text = std::fs::read_to_string(&manifest)
             .unwrap()
             .replace(
@@ -186,40 +186,17 @@ impl World {
         }
         std::fs::write(&manifest, text).unwrap();
         std::fs::write(
-            dir.path().join("workspace/repo/scan.sh"),
+            w.path("workspace/repo/scan.sh"),
             SCAN.replace("TOKEN_HOST", agent.token_host),
         )
         .unwrap();
-        let w = World { engine, dir, team };
-        let (uid, gid) = match engine {
-            Engine::Rootless => {
-                let (_, uid, gid) = rootless_user();
-                (uid, gid)
-            }
-            Engine::Docker | Engine::Podman => (FOLDER_OWNER, FOLDER_OWNER),
-        };
+        let (uid, gid) = w.rootless_person().unwrap_or((FOLDER_OWNER, FOLDER_OWNER));
         chown_tree(&w.root(), uid, gid);
         w
     }
 
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
-    }
-
-    fn state(&self) -> PathBuf {
-        self.root().join("state")
-    }
-
-    /// ateam as this engine's user runs it; no key anywhere in its environment.
-    fn ateam(&self, args: &[&str]) -> Output {
-        common::ateam_command(self.engine, &self.state())
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
     fn manifest(&self) -> String {
-        self.root().join("team.yaml").display().to_string()
+        self.path("team.yaml").display().to_string()
     }
 
     fn coder_state(&self) -> String {
@@ -234,15 +211,6 @@ impl World {
             .find(|m| m["name"] == "coder")
             .map(|m| m["state"].as_str().unwrap_or("").to_string())
             .unwrap_or_default()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let root = self.root();
-        common::remove_team(self.engine, &self.team, &root, || {
-            let _ = self.ateam(&["delete", "-f", &self.manifest(), "--purge"]);
-        });
     }
 }
 

@@ -14,13 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn var(k: &str) -> String {
-    std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: source /run/ateam-ci/env"))
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+mod common;
+use common::{Engine, text};
 
 fn both(o: &Output) -> String {
     format!(
@@ -222,31 +217,25 @@ fn member(name: &str, extra: &str) -> String {
     )
 }
 
-/// A team of its own in a folder of its own, on one engine.
-struct World {
-    engine: &'static str,
-    dir: tempfile::TempDir,
-    team: String,
+/// A team of its own in a folder of its own, on one engine: the common world
+/// (`common::World`: engine, folder, team, `ateam`, teardown with `--purge`) and this crate's
+/// manifests and looks.
+struct World(common::World);
+
+impl std::ops::Deref for World {
+    type Target = common::World;
+    fn deref(&self) -> &common::World {
+        &self.0
+    }
 }
 
 impl World {
-    fn new(engine: &'static str, tag: &str) -> World {
-        let dir = tempfile::Builder::new()
-            .prefix("ateam-verdict-")
-            .tempdir()
-            .unwrap();
-        let team = format!("{tag}{}{}", &engine[..1], std::process::id() % 100000);
-        let w = World { engine, dir, team };
-        for d in ["repo", "docs", "sessions"] {
-            std::fs::create_dir(w.root().join(d)).unwrap();
-        }
+    fn new(engine: Engine, tag: &str) -> World {
+        let w = World(common::World::new(engine, "verdict", tag));
+        w.dirs(&["repo", "docs", "sessions"]);
         // Members run as nobody (ateam runs as root here): their write grant is theirs.
-        std::os::unix::fs::chown(w.root().join("repo"), Some(65534), Some(65534)).unwrap();
+        std::os::unix::fs::chown(w.path("repo"), Some(65534), Some(65534)).unwrap();
         w
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().canonicalize().unwrap()
     }
 
     /// Writes the manifest: the team and these members.
@@ -256,22 +245,13 @@ impl World {
     }
 
     fn manifest(&self) -> PathBuf {
-        self.root().join("team.yaml")
+        self.path("team.yaml")
     }
 
+    /// ateam with `TEST_TOKEN` set (the secret a member may be handed).
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_ateam"));
-        c.arg("--backend")
-            .arg(self.engine)
-            .args(args)
-            .env("ATEAM_STATE_DIR", self.root().join("state"))
-            .env("DOCKER_HOST", var("ATEAM_TEST_DOCKER"))
-            .env("CONTAINER_HOST", var("ATEAM_TEST_PODMAN_ROOTFUL"))
-            .env("TEST_TOKEN", "secret-value")
-            .env_remove("SUDO_UID")
-            .env_remove("RUST_LOG")
-            .current_dir(self.root())
-            .stdin(Stdio::null());
+        let mut c = self.command_env(&[("TEST_TOKEN", "secret-value")]);
+        c.args(args).env_remove("RUST_LOG").stdin(Stdio::null());
         c
     }
 
@@ -299,16 +279,7 @@ impl World {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        let (bin, flag, uri) = match self.engine {
-            "docker" => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-            _ => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
-        };
-        Command::new(bin)
-            .arg(flag)
-            .arg(uri)
-            .args(args)
-            .output()
-            .unwrap()
+        self.engine_cli().args(args).output().unwrap()
     }
 
     /// Names of the containers with this team's label.
@@ -326,7 +297,7 @@ impl World {
 
     /// Probe containers of this world's store left behind (there must be none).
     fn probes(&self) -> Vec<String> {
-        let store = ateam::core::layout::store_id(&self.root().join("state"));
+        let store = ateam::core::layout::store_id(&self.state());
         let out = self.cli(&[
             "ps",
             "-a",
@@ -359,7 +330,7 @@ impl World {
         while !ok() {
             assert!(
                 start.elapsed() < Duration::from_secs(60),
-                "{}: never {what}",
+                "{:?}: never {what}",
                 self.engine
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -367,35 +338,26 @@ impl World {
     }
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = self.ateam(&["delete", "--team", &self.team, "--purge"]);
-        for name in self.containers() {
-            let _ = self.cli(&["rm", "-f", &name]);
-        }
-    }
-}
-
 /// status --exit-code, diff and apply --dry-run agree, case by case: in sync, a member held
 /// at its gate, an orphan kept without --prune, a stranger; and apply says the same.
-fn one_verdict_for_status_diff_and_dry_run(engine: &'static str) {
+fn one_verdict_for_status_diff_and_dry_run(engine: Engine) {
     let w = World::new(engine, "verdict");
     w.members(&[member("a", ""), member("b", "")]);
     let out = w.apply(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", both(&out));
-    assert_eq!(w.verdicts(), [Some(0); 3], "{engine}: in sync");
+    assert_eq!(w.verdicts(), [Some(0); 3], "{engine:?}: in sync");
     assert!(text(&w.ateam(&["diff", "-f", "team.yaml"]).stdout).contains("no changes"));
 
     // Restarted behind ateam's back: held at its gate until apply checks it.
     let b = ateam::core::container::container_name(&w.team, "b");
     assert!(w.cli(&["restart", "-t", "1", &b]).status.success());
-    assert_eq!(w.verdicts(), [Some(1); 3], "{engine}: held at the gate");
+    assert_eq!(w.verdicts(), [Some(1); 3], "{engine:?}: held at the gate");
     assert_eq!(w.apply(&[]).status.code(), Some(0));
-    assert_eq!(w.verdicts(), [Some(0); 3], "{engine}: released");
+    assert_eq!(w.verdicts(), [Some(0); 3], "{engine:?}: released");
 
     // b leaves the manifests: an orphan, kept without --prune, drift all the same.
     w.members(&[member("a", "")]);
-    assert_eq!(w.verdicts(), [Some(1); 3], "{engine}: an orphan");
+    assert_eq!(w.verdicts(), [Some(1); 3], "{engine:?}: an orphan");
     let diff = w.ateam(&["diff", "-f", "team.yaml"]);
     assert!(
         text(&diff.stdout).contains("? orphan b")
@@ -404,16 +366,16 @@ fn one_verdict_for_status_diff_and_dry_run(engine: &'static str) {
         both(&diff)
     );
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(1), "{engine}: {}", both(&out));
+    assert_eq!(out.status.code(), Some(1), "{engine:?}: {}", both(&out));
     assert!(text(&out.stderr).contains("? orphan b"), "{}", both(&out));
     assert_eq!(
         w.code(&["status", "--exit-code"]),
         Some(1),
-        "{engine}: the applied state sees the orphan too"
+        "{engine:?}: the applied state sees the orphan too"
     );
     let out = w.apply(&["--prune"]);
     assert_eq!(out.status.code(), Some(0), "{}", both(&out));
-    assert_eq!(w.verdicts(), [Some(0); 3], "{engine}: pruned");
+    assert_eq!(w.verdicts(), [Some(0); 3], "{engine:?}: pruned");
 
     // A stranger: ateam's labels on a container ateam did not make.
     let store = ateam::core::layout::store_id(&w.root().join("state"));
@@ -437,16 +399,20 @@ fn one_verdict_for_status_diff_and_dry_run(engine: &'static str) {
         "1000",
     ]);
     assert!(run.status.success(), "{}", both(&run));
-    assert_eq!(w.verdicts(), [Some(1); 3], "{engine}: a stranger");
+    assert_eq!(w.verdicts(), [Some(1); 3], "{engine:?}: a stranger");
     assert_eq!(w.code(&["status", "--exit-code"]), Some(1));
     assert_eq!(w.apply(&["--prune"]).status.code(), Some(0));
-    assert_eq!(w.verdicts(), [Some(0); 3], "{engine}: the stranger is gone");
+    assert_eq!(
+        w.verdicts(),
+        [Some(0); 3],
+        "{engine:?}: the stranger is gone"
+    );
 }
 
 /// A missing secret, a missing image, a missing command: apply refuses before its first
 /// change (exit 4), names the member and what is missing, and the engine holds nothing of
 /// the team afterwards (not even the probe that looked into the image).
-fn apply_refuses_before_its_first_change(engine: &'static str) {
+fn apply_refuses_before_its_first_change(engine: Engine) {
     let w = World::new(engine, "refuse");
     let ok = member("ok", "");
     let cases: [(String, &[&str]); 6] = [
@@ -499,11 +465,11 @@ fn apply_refuses_before_its_first_change(engine: &'static str) {
     for (bad, words) in cases {
         w.members(&[ok.clone(), bad]);
         let out = w.apply(&[]);
-        assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
+        assert_eq!(out.status.code(), Some(4), "{engine:?}: {}", both(&out));
         for word in words {
             assert!(
                 text(&out.stderr).contains(word),
-                "{engine}: no {word:?}: {}",
+                "{engine:?}: no {word:?}: {}",
                 both(&out)
             );
         }
@@ -512,11 +478,15 @@ fn apply_refuses_before_its_first_change(engine: &'static str) {
             "{}",
             both(&out)
         );
-        assert!(w.containers().is_empty(), "{engine}: {:?}", w.containers());
-        assert!(w.probes().is_empty(), "{engine}: {:?}", w.probes());
+        assert!(
+            w.containers().is_empty(),
+            "{engine:?}: {:?}",
+            w.containers()
+        );
+        assert!(w.probes().is_empty(), "{engine:?}: {:?}", w.probes());
         assert!(
             !w.root().join("state/teams").join(&w.team).exists(),
-            "{engine}: the refused team was recorded"
+            "{engine:?}: the refused team was recorded"
         );
     }
     // The same members, fixed: symlinks in the image are followed (/bin/sh), a set secret
@@ -531,14 +501,14 @@ fn apply_refuses_before_its_first_change(engine: &'static str) {
         member("mounted", &format!(", command: [{}]", script.display())),
     ]);
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
-    assert_eq!(w.containers().len(), 4, "{engine}: {:?}", w.containers());
-    assert!(w.probes().is_empty(), "{engine}: {:?}", w.probes());
+    assert_eq!(out.status.code(), Some(0), "{engine:?}: {}", both(&out));
+    assert_eq!(w.containers().len(), 4, "{engine:?}: {:?}", w.containers());
+    assert!(w.probes().is_empty(), "{engine:?}: {:?}", w.probes());
 }
 
 /// Every refusal of every member in one run (secrets, command, a folder below a write grant),
 /// each with its fix; the fix the refusal names (`chown -R`) is the one that works.
-fn apply_says_every_refusal_at_once(engine: &'static str) {
+fn apply_says_every_refusal_at_once(engine: Engine) {
     let w = World::new(engine, "every");
     // `chown` of the grant alone, as a person does: a folder below it stays root's.
     std::fs::create_dir_all(w.root().join("repo/src/deep")).unwrap();
@@ -555,7 +525,12 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
     // diff and doctor -f say it all before an apply, as apply will.
     let diff = w.ateam(&["diff", "-f", "team.yaml"]);
     let doctor = w.ateam(&["doctor", "-f", "team.yaml"]);
-    assert_eq!(doctor.status.code(), Some(1), "{engine}: {}", both(&doctor));
+    assert_eq!(
+        doctor.status.code(),
+        Some(1),
+        "{engine:?}: {}",
+        both(&doctor)
+    );
     for says in [
         "member `needy`: secretEnv `NO_SUCH_SECRET_VAR` is not set",
         "member `bare`: secretEnv `THIRD_UNSET_VAR` is not set",
@@ -564,19 +539,19 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
         assert!(
             text(&diff.stderr).contains(&format!("apply would refuse: {says}"))
                 || text(&diff.stderr).contains(says),
-            "{engine}: diff: {}",
+            "{engine:?}: diff: {}",
             both(&diff)
         );
         assert!(
             text(&doctor.stdout)
                 .lines()
                 .any(|l| l.starts_with("FAIL  apply") && l.contains(says)),
-            "{engine}: doctor: {}",
+            "{engine:?}: doctor: {}",
             both(&doctor)
         );
     }
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
+    assert_eq!(out.status.code(), Some(4), "{engine:?}: {}", both(&out));
     let err = text(&out.stderr);
     for word in [
         "member `needy`: secretEnv `NO_SUCH_SECRET_VAR` is not set",
@@ -592,9 +567,17 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
         &format!("`chown -R 65534:65534 {}/repo`", w.root().display()),
         "2 member(s) refused; nothing was changed",
     ] {
-        assert!(err.contains(word), "{engine}: no {word:?}: {}", both(&out));
+        assert!(
+            err.contains(word),
+            "{engine:?}: no {word:?}: {}",
+            both(&out)
+        );
     }
-    assert!(w.containers().is_empty(), "{engine}: {:?}", w.containers());
+    assert!(
+        w.containers().is_empty(),
+        "{engine:?}: {:?}",
+        w.containers()
+    );
     // The fix as named: then only the secrets and the command are left to say.
     let chown = Command::new("chown")
         .args(["-R", "65534:65534"])
@@ -603,35 +586,35 @@ fn apply_says_every_refusal_at_once(engine: &'static str) {
         .unwrap();
     assert!(chown.success());
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(4), "{engine}: {}", both(&out));
+    assert_eq!(out.status.code(), Some(4), "{engine:?}: {}", both(&out));
     assert!(
         !text(&out.stderr).contains("write grant"),
-        "{engine}: {}",
+        "{engine:?}: {}",
         both(&out)
     );
     // A one-shot member done by the next apply is counted as finished, not as running.
     let once = member("once", ", restart: Never, command: [\"true\"]");
     w.members(&[member("needy", ""), once.clone()]);
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
+    assert_eq!(out.status.code(), Some(0), "{engine:?}: {}", both(&out));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !text(&w.ateam(&["status", &w.team]).stdout).contains("exited 0") {
-        assert!(Instant::now() < deadline, "{engine}: once never ended");
+        assert!(Instant::now() < deadline, "{engine:?}: once never ended");
         std::thread::sleep(Duration::from_millis(200));
     }
     w.members(&[member("needy", "").replace("64Mi", "80Mi"), once]);
     let out = w.apply(&[]);
-    assert_eq!(out.status.code(), Some(0), "{engine}: {}", both(&out));
+    assert_eq!(out.status.code(), Some(0), "{engine:?}: {}", both(&out));
     assert!(
         text(&out.stdout).contains("applied: 1 member(s) running, 1 finished"),
-        "{engine}: {}",
+        "{engine:?}: {}",
         both(&out)
     );
 }
 
 /// How a member ended stays in status: from the engine while it is exited, and from the
 /// store once apply has restarted it (the engine forgets it then).
-fn status_keeps_the_last_exit_across_a_restart(engine: &'static str) {
+fn status_keeps_the_last_exit_across_a_restart(engine: Engine) {
     let w = World::new(engine, "exit");
     w.members(&[member(
         "flaky",
@@ -647,7 +630,7 @@ fn status_keeps_the_last_exit_across_a_restart(engine: &'static str) {
     let at = exited["lastExit"]["at"].as_str().unwrap().to_string();
     assert!(
         humantime::parse_rfc3339(&at).is_ok(),
-        "{engine}: not RFC 3339: {at}"
+        "{engine:?}: not RFC 3339: {at}"
     );
     let table = text(&w.ateam(&["status"]).stdout);
     assert!(
@@ -667,7 +650,7 @@ fn status_keeps_the_last_exit_across_a_restart(engine: &'static str) {
 /// Every document ateam prints for machines, read by another program: Python's json and
 /// PyYAML (which refuses YAML tags it does not know), each validated against its schema in
 /// manifests/ with the jsonschema package, every time parsed as RFC 3339.
-fn documents_validate_against_their_schemas(engine: &'static str) {
+fn documents_validate_against_their_schemas(engine: Engine) {
     let w = World::new(engine, "docs");
     // Nothing applied yet: still documents.
     let mut docs = vec![("status", "json", w.ateam(&["status", "-o", "json"]))];
@@ -719,7 +702,7 @@ fn documents_validate_against_their_schemas(engine: &'static str) {
         .args(&args)
         .output()
         .expect("python3 runs (apt-get install python3-yaml python3-jsonschema)");
-    assert!(out.status.success(), "{engine}: {}", both(&out));
+    assert!(out.status.success(), "{engine:?}: {}", both(&out));
     let seen = text(&out.stdout);
     assert!(seen.contains("checked 8 documents"), "{seen}");
 }
@@ -766,11 +749,11 @@ macro_rules! on_engines {
     ($($case:ident),* $(,)?) => {
         mod docker {
             $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
-               fn $case() { super::$case("docker") } )*
+               fn $case() { super::$case(super::Engine::Docker) } )*
         }
         mod podman {
             $( #[test] #[ignore = "needs the engines: scripts/engines.sh"]
-               fn $case() { super::$case("podman") } )*
+               fn $case() { super::$case(super::Engine::Podman) } )*
         }
     };
 }

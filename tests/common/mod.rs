@@ -29,6 +29,25 @@ pub enum Engine {
     Rootless,
 }
 
+impl Engine {
+    /// Its name as ateam says it (`--backend`, `status`, `doctor`): `docker` or `podman`.
+    pub fn backend(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Podman | Engine::Rootless => "podman",
+        }
+    }
+}
+
+/// The address of the shared `engine` that `scripts/engines.sh` started.
+pub fn engine_uri(engine: Engine) -> String {
+    var(match engine {
+        Engine::Docker => "ATEAM_TEST_DOCKER",
+        Engine::Podman => "ATEAM_TEST_PODMAN_ROOTFUL",
+        Engine::Rootless => "ATEAM_TEST_PODMAN_ROOTLESS",
+    })
+}
+
 pub fn var(k: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| {
         panic!("{k} is not set: run scripts/engines.sh, then source /run/ateam-ci/env")
@@ -110,11 +129,7 @@ pub fn ateam_command_env(engine: Engine, state: &Path, env: &[(&str, &str)]) -> 
                 .env_remove("OPENAI_API_KEY")
                 .envs(env.iter().copied())
                 .arg("--backend")
-                .arg(if engine == Engine::Docker {
-                    "docker"
-                } else {
-                    "podman"
-                });
+                .arg(engine.backend());
             c
         }
     }
@@ -147,9 +162,8 @@ pub fn shell_line(c: &Command) -> String {
 /// Podman run as its user when `as_user`, else as root against that user's socket.
 pub fn engine_command(engine: Engine, as_user: bool) -> Command {
     let (bin, flag, uri) = match engine {
-        Engine::Docker => ("docker", "-H", var("ATEAM_TEST_DOCKER")),
-        Engine::Podman => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTFUL")),
-        Engine::Rootless => ("podman", "--url", var("ATEAM_TEST_PODMAN_ROOTLESS")),
+        Engine::Docker => ("docker", "-H", engine_uri(engine)),
+        Engine::Podman | Engine::Rootless => ("podman", "--url", engine_uri(engine)),
     };
     let mut c = if engine == Engine::Rootless && as_user {
         let (name, uid, _) = rootless_user();
@@ -164,36 +178,6 @@ pub fn engine_command(engine: Engine, as_user: bool) -> Command {
     };
     c.arg(flag).arg(uri);
     c
-}
-
-/// A test team's teardown: `delete --purge` (by `ateam`, the test's own command), then any
-/// container with its label left on `engine`, and on rootless Podman the files the engine's
-/// user made below `root` (subuids root cannot always remove otherwise).
-pub fn remove_team(engine: Engine, team: &str, root: &std::path::Path, ateam: impl FnOnce()) {
-    ateam();
-    let Ok(out) = engine_command(engine, false)
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=ateam.dev/team={team}"),
-        ])
-        .output()
-    else {
-        return;
-    };
-    for id in text(&out.stdout).split_whitespace() {
-        let _ = engine_command(engine, false)
-            .args(["rm", "-f", id])
-            .output();
-    }
-    if engine == Engine::Rootless {
-        let (name, _, _) = rootless_user();
-        let _ = Command::new("runuser")
-            .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
-            .arg(root)
-            .output();
-    }
 }
 
 /// `on_every_engine!(docker: case_a, case_b)`: a module `docker` with one ignored test per

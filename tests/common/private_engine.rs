@@ -5,20 +5,21 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::var;
+use super::{Engine, engine_uri, var};
 
 /// An engine service of this test's own, to stop and start (the shared ones stay up for the
 /// other tests): a dockerd with its own data root (its containers stop with it), or a second
 /// `podman system service` over the shared storage (its containers outlive it, as with a
 /// restart of podman.service).
 pub struct PrivateEngine {
-    engine: &'static str,
+    engine: Engine,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl PrivateEngine {
-    pub fn new(engine: &'static str) -> PrivateEngine {
+    /// A dockerd for `Engine::Docker`, else a Podman service (root's).
+    pub fn new(engine: Engine) -> PrivateEngine {
         let dir = tempfile::Builder::new()
             .prefix("ateam-eng-")
             .tempdir()
@@ -29,11 +30,11 @@ impl PrivateEngine {
             child: None,
         };
         e.start();
-        if engine == "docker" {
+        if engine == Engine::Docker {
             // Its own data root has no images: the demo image, from the shared engine.
             let load = format!(
                 "docker -H {} save {img} | docker -H {} load",
-                var("ATEAM_TEST_DOCKER"),
+                engine_uri(Engine::Docker),
                 e.uri(),
                 img = var("ATEAM_TEST_IMAGE")
             );
@@ -54,7 +55,7 @@ impl PrivateEngine {
     pub fn start(&mut self) {
         let d = self.dir.path();
         let mut c = match self.engine {
-            "docker" => {
+            Engine::Docker => {
                 let mut c = Command::new("dockerd");
                 c.arg("--host")
                     .arg(self.uri())
@@ -68,7 +69,7 @@ impl PrivateEngine {
                     .args(["--shutdown-timeout", "2"]);
                 c
             }
-            _ => {
+            Engine::Podman | Engine::Rootless => {
                 let mut c = Command::new("podman");
                 c.args(["system", "service", "--time=0", &self.uri()]);
                 c
@@ -86,7 +87,7 @@ impl PrivateEngine {
         while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "{}: the private engine did not start:\n{}",
+                "{:?}: the private engine did not start:\n{}",
                 self.engine,
                 std::fs::read_to_string(d.join("engine.log")).unwrap_or_default()
             );

@@ -6,12 +6,16 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use super::{Engine, ateam_command, remove_team, rootless_user, text};
+use super::{Engine, ateam_command_env, engine_command, rootless_user, text};
 
 pub struct World {
     pub engine: Engine,
     pub team: String,
     root: PathBuf,
+    /// The engine's address when it is the test's own (a `PrivateEngine` to stop and start, a
+    /// `FaultySocket` in front of the shared one) rather than the shared engine's: ateam, the
+    /// engine's CLI and the teardown all talk to it (`set_uri`).
+    uri: Option<String>,
     /// Whether the team's `delete` on drop has `--purge`.
     purge: bool,
     /// Whether the team was ended.
@@ -37,6 +41,7 @@ impl World {
             engine,
             purge: true,
             removed: false,
+            uri: None,
             team,
             root: dir.path().canonicalize().unwrap(),
             _dir: dir,
@@ -95,9 +100,50 @@ impl World {
     /// `ateam --backend …` as the engine's user, state in `<root>/state`, in the temporary
     /// folder; the caller adds the arguments.
     pub fn command(&self) -> Command {
-        let mut c = ateam_command(self.engine, &self.state());
+        self.command_env(&[])
+    }
+
+    /// `command` with these variables in ateam's environment (a secret a member is handed,
+    /// an agent's key): through `runuser`'s `env -i` too, where `Command::env` would be lost.
+    pub fn command_env(&self, env: &[(&str, &str)]) -> Command {
+        let mut env = env.to_vec();
+        if let Some(uri) = &self.uri {
+            let var = match self.engine {
+                Engine::Docker => "DOCKER_HOST",
+                Engine::Podman | Engine::Rootless => "CONTAINER_HOST",
+            };
+            env.push((var, uri));
+        }
+        let mut c = ateam_command_env(self.engine, &self.state(), &env);
         c.current_dir(&self.root);
         c
+    }
+
+    /// From now on ateam, `engine_cli` and the teardown talk to the engine at `uri` (the
+    /// test's own), or again to the shared one (`None`). Root's engines only.
+    pub fn set_uri(&mut self, uri: Option<String>) {
+        assert!(
+            uri.is_none() || self.engine != Engine::Rootless,
+            "an engine of the test's own is root's"
+        );
+        self.uri = uri;
+    }
+
+    /// The engine's own CLI (`docker -H` / `podman --url`), as root, at the World's engine:
+    /// for looking, and for changes made behind ateam's back.
+    pub fn engine_cli(&self) -> Command {
+        match &self.uri {
+            None => engine_command(self.engine, false),
+            Some(uri) => {
+                let (bin, flag) = match self.engine {
+                    Engine::Docker => ("docker", "-H"),
+                    Engine::Podman | Engine::Rootless => ("podman", "--url"),
+                };
+                let mut c = Command::new(bin);
+                c.arg(flag).arg(uri);
+                c
+            }
+        }
     }
 
     /// `ateam args`, with nothing on its standard input.
@@ -130,9 +176,10 @@ impl World {
     }
 
     /// Ends the team now (as on drop, which then does nothing): `delete --team <team>
-    /// --purge`, then whatever container of the team is left on the engine, then on rootless
-    /// Podman the files the engine's user made below the folder (`remove_team`). For a crate
-    /// whose own teardown must come after it.
+    /// --purge`, then whatever container with the team's label is left on the engine
+    /// (strangers have no record), then on rootless Podman the files the engine's user made
+    /// below the folder (subuids root cannot always remove otherwise). For a crate whose own
+    /// teardown must come after it.
     pub fn remove(&mut self) {
         if std::mem::replace(&mut self.removed, true) {
             return;
@@ -141,9 +188,24 @@ impl World {
         if self.purge {
             args.push("--purge");
         }
-        remove_team(self.engine, &self.team, &self.root, || {
-            let _ = self.ateam(&args);
-        });
+        let _ = self.ateam(&args);
+        let label = format!("label=ateam.dev/team={}", self.team);
+        if let Ok(out) = self
+            .engine_cli()
+            .args(["ps", "-aq", "--filter", &label])
+            .output()
+        {
+            for id in text(&out.stdout).split_whitespace() {
+                let _ = self.engine_cli().args(["rm", "-f", id]).output();
+            }
+        }
+        if self.engine == Engine::Rootless {
+            let (name, _, _) = rootless_user();
+            let _ = Command::new("runuser")
+                .args(["-u", &name, "--", "podman", "unshare", "rm", "-rf"])
+                .arg(&self.root)
+                .output();
+        }
     }
 }
 
