@@ -54,6 +54,84 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     match cli.command {
         Command::Validate { files, show } => validate::run(g, &files, show),
         Command::Schema { of } => schema::run(of),
+        c @ (Command::Apply { .. }
+        | Command::Diff { .. }
+        | Command::Status { .. }
+        | Command::Approvals { .. }
+        | Command::Delete { .. }) => team_command(g, c),
+        Command::Events {
+            team,
+            watch,
+            output,
+        } => events::run(g, team.as_deref(), watch, output),
+        Command::Agents(crate::cli::AgentsCommand::Pull {
+            name,
+            version,
+            sha256,
+            from,
+        }) => block_on(agents::pull(&name, version, sha256, from.as_deref()))?,
+        Command::Controller(args) => controller(g, args),
+        Command::Logs(args) => logs(g, args),
+        Command::Export { team, output } => export::run(g, &team, output.as_deref()),
+        Command::RotateCa { team } => egress::rotate_ca(g, &team),
+        Command::Login(c) => login::run(g, c),
+        Command::LoginKeeper => login::keeper(g),
+        Command::HelperServer {
+            team,
+            member,
+            socket_owner,
+        } => helper_server::run(g, team, member, &socket_owner),
+        Command::EgressProxy {
+            socket,
+            policy,
+            log,
+            pid_file,
+            user,
+            detach,
+        } => egress::proxy(
+            ateam::servers::egress::proxy::Config {
+                socket,
+                policy,
+                log,
+                pid_file,
+            },
+            user.as_deref(),
+            detach,
+        ),
+        c @ (Command::Exec { .. }
+        | Command::Transcript { .. }
+        | Command::Restart { .. }
+        | Command::Task { .. }
+        | Command::Attach { .. }
+        | Command::Changes { .. }
+        | Command::Collect { .. }
+        | Command::Snapshots { .. }
+        | Command::Rollback { .. }
+        | Command::Reset { .. }) => member_command(g, c),
+        Command::Tasks { action, team, json } => board::tasks(g, team.as_deref(), action, json),
+        Command::Messages {
+            action,
+            team,
+            json,
+            last,
+        } => board::messages(g, team.as_deref(), action, json, last),
+        Command::Mcp { team, session } => board::mcp(g, team.as_deref(), &session),
+        Command::Top { selector } => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            top::run(g, &rt, selector)
+        }
+        Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
+        Command::Completion { shell } => completion::completion(shell),
+        Command::Man { dir } => completion::man(dir.as_deref()),
+    }
+}
+
+/// The commands on a team as a whole: apply, diff, status, approvals, delete.
+fn team_command(g: &crate::cli::Global, c: Command) -> anyhow::Result<Exit> {
+    match c {
         Command::Apply {
             files,
             prune,
@@ -95,11 +173,6 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 watch,
             },
         ))?,
-        Command::Events {
-            team,
-            watch,
-            output,
-        } => events::run(g, team.as_deref(), watch, output),
         Command::Approvals {
             team,
             output,
@@ -119,40 +192,44 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             };
             block_on(delete::run(g, &files, which, purge, no_wait))?
         }
-        Command::Agents(crate::cli::AgentsCommand::Pull {
-            name,
-            version,
-            sha256,
-            from,
-        }) => block_on(agents::pull(&name, version, sha256, from.as_deref()))?,
-        Command::Controller(args) => controller(g, args),
-        Command::Logs(args) => logs(g, args),
-        Command::Export { team, output } => export::run(g, &team, output.as_deref()),
-        Command::RotateCa { team } => egress::rotate_ca(g, &team),
-        Command::Login(c) => login::run(g, c),
-        Command::LoginKeeper => login::keeper(g),
-        Command::HelperServer {
-            team,
-            member,
-            socket_owner,
-        } => helper_server::run(g, team, member, &socket_owner),
-        Command::EgressProxy {
-            socket,
-            policy,
-            log,
-            pid_file,
-            user,
-            detach,
-        } => egress::proxy(
-            ateam::servers::egress::proxy::Config {
-                socket,
-                policy,
-                log,
-                pid_file,
-            },
-            user.as_deref(),
-            detach,
-        ),
+        // Named, not `_`: a new command is looked at here too. `run` handles these itself or
+        // sends them elsewhere.
+        Command::Validate { .. }
+        | Command::Schema { .. }
+        | Command::Events { .. }
+        | Command::Agents(_)
+        | Command::Controller(_)
+        | Command::Logs(_)
+        | Command::Export { .. }
+        | Command::RotateCa { .. }
+        | Command::Login(_)
+        | Command::LoginKeeper
+        | Command::HelperServer { .. }
+        | Command::EgressProxy { .. }
+        | Command::Exec { .. }
+        | Command::Transcript { .. }
+        | Command::Changes { .. }
+        | Command::Collect { .. }
+        | Command::Snapshots { .. }
+        | Command::Rollback { .. }
+        | Command::Reset { .. }
+        | Command::Restart { .. }
+        | Command::Task { .. }
+        | Command::Tasks { .. }
+        | Command::Messages { .. }
+        | Command::Mcp { .. }
+        | Command::Attach { .. }
+        | Command::Top { .. }
+        | Command::Doctor { .. }
+        | Command::Completion { .. }
+        | Command::Man { .. } => unreachable!("`run` sends a team command only"),
+    }
+}
+
+/// The commands on one member: its container (exec, restart, attach), its agent (transcript,
+/// task) and its workspace (changes, collect, snapshots, rollback, reset).
+fn member_command(g: &crate::cli::Global, c: Command) -> anyhow::Result<Exit> {
+    match c {
         Command::Exec {
             member,
             team,
@@ -181,6 +258,18 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 json,
             },
         ),
+        Command::Restart {
+            member,
+            team,
+            no_wait,
+        } => block_on(member::restart(g, team.as_deref(), &member, no_wait))?,
+        Command::Task {
+            member,
+            task,
+            team,
+            wait,
+        } => block_on(agent::task(g, team.as_deref(), &member, &task, wait))?,
+        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
         Command::Changes {
             member,
             team,
@@ -206,36 +295,32 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Reset { member, team } => {
             block_on(workspace::rollback(g, team.as_deref(), &member, None, true))?
         }
-        Command::Restart {
-            member,
-            team,
-            no_wait,
-        } => block_on(member::restart(g, team.as_deref(), &member, no_wait))?,
-        Command::Task {
-            member,
-            task,
-            team,
-            wait,
-        } => block_on(agent::task(g, team.as_deref(), &member, &task, wait))?,
-        Command::Tasks { action, team, json } => board::tasks(g, team.as_deref(), action, json),
-        Command::Messages {
-            action,
-            team,
-            json,
-            last,
-        } => board::messages(g, team.as_deref(), action, json, last),
-        Command::Mcp { team, session } => board::mcp(g, team.as_deref(), &session),
-        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
-        Command::Top { selector } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
-            top::run(g, &rt, selector)
-        }
-        Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
-        Command::Completion { shell } => completion::completion(shell),
-        Command::Man { dir } => completion::man(dir.as_deref()),
+        // Named, not `_`: a new command is looked at here too. `run` handles these itself or
+        // sends them elsewhere.
+        Command::Validate { .. }
+        | Command::Schema { .. }
+        | Command::Apply { .. }
+        | Command::Diff { .. }
+        | Command::Status { .. }
+        | Command::Events { .. }
+        | Command::Approvals { .. }
+        | Command::Delete { .. }
+        | Command::Agents(_)
+        | Command::Controller(_)
+        | Command::Logs(_)
+        | Command::Export { .. }
+        | Command::RotateCa { .. }
+        | Command::Login(_)
+        | Command::LoginKeeper
+        | Command::HelperServer { .. }
+        | Command::EgressProxy { .. }
+        | Command::Tasks { .. }
+        | Command::Messages { .. }
+        | Command::Mcp { .. }
+        | Command::Top { .. }
+        | Command::Doctor { .. }
+        | Command::Completion { .. }
+        | Command::Man { .. } => unreachable!("`run` sends a member command only"),
     }
 }
 
