@@ -3,10 +3,13 @@
 //! not, given a new allowlist by rewriting its policy file (no new container), and stopped,
 //! its socket removed, when its member goes.
 //!
-//! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command), with its parts:
-//!   `proxy::intercept` and `proxy::handshakes` (a host with rules, and the bound on its TLS
-//!   work) and `proxy::relay` (how it moves an allowed connection's bytes: splice(2), or
-//!   copying);
+//! - `proxy`: the proxy itself (`ateam egress-proxy`, a hidden command), a file per job:
+//!   `serve` (accepting, bounding and refusing connections; signals), `connection` (one
+//!   connection from its head to its end), `request` (reading the head), `decide` (the
+//!   allowlist's verdict), `upstream` (connecting to the judged address), `tunnel` (carrying
+//!   what was allowed), `state` and `policy` (what it holds and reads), `dir` (its folder,
+//!   held open); `intercept` and `handshakes` (a host with rules, and the bound on its TLS
+//!   work) and `relay` (how it moves an allowed connection's bytes: splice(2), or copying);
 //! - `log`: its bounded JSON-lines log, what `logs --egress` and `status` read back.
 //! - `listeners`: who owns a socket on the host, from the kernel's TCP table;
 //!
