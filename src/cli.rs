@@ -235,102 +235,20 @@ pub enum Command {
         of: SchemaOf,
     },
     /// Make the machine match the manifests, and wait until the members run.
-    Apply {
-        #[command(flatten)]
-        files: Files,
-        /// Remove ateam containers of these teams that no manifest wants.
-        #[arg(long)]
-        prune: bool,
-        /// Show what would change (as `diff`) and change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Members brought up at once; default min(8, 2 x CPUs).
-        #[arg(long)]
-        concurrency: Option<usize>,
-        /// Fail at once if another apply holds the store, instead of waiting.
-        #[arg(long)]
-        no_wait: bool,
-        /// A learning run for this long (at most 1h: `10m`): members get past their allow
-        /// lists for what you could approve (never a local, private or metadata address, an
-        /// ssh or database port, nor past a parent's list or a deny), each logged as an ask;
-        /// then `ateam approvals --proposal` shows the grants that cover what was used.
-        #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "dry_run")]
-        learn: Option<std::time::Duration>,
-    },
+    Apply(ApplyArgs),
     /// Show what apply would change. Exit 0: no change, 1: changes or drift, 2+: error.
-    Diff {
-        #[command(flatten)]
-        files: Files,
-        #[arg(long)]
-        prune: bool,
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
-        output: Output,
-    },
+    Diff(DiffArgs),
     /// What runs, what drifted, where each transcript is.
-    Status {
-        /// Only this team.
-        team: Option<String>,
-        #[command(flatten)]
-        files: OptionalFiles,
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
-        output: Output,
-        /// Exit 1 when anything differs from the manifests (for CI; as diff judges drift).
-        #[arg(long)]
-        exit_code: bool,
-        /// Only main sessions and members whose labels match (`role=review,tier!=x,key`);
-        /// the verdict is theirs alone.
-        #[arg(short = 'l', long, value_parser = Selector::parse)]
-        selector: Option<Selector>,
-        /// Print again each time something changes, until interrupted (as `kubectl get -w`);
-        /// with -o json one document per line.
-        #[arg(short = 'w', long, conflicts_with = "exit_code")]
-        watch: bool,
-    },
+    Status(StatusArgs),
     /// What apply and the controller did and why (created, replaced because ..., restarted
     /// after exit N, crash-loop backoff, strangers, refused egress and helper requests),
     /// newest last.
-    Events {
-        /// Only this team (default: every team of the state folder).
-        team: Option<String>,
-        /// Keep printing new events as they come, until interrupted.
-        #[arg(short, long)]
-        watch: bool,
-        /// `json`: one array; with -w, one object per line per event.
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
-        output: Output,
-    },
+    Events(EventsArgs),
     /// What members were refused that you could grant (pending approvals), and your
     /// answers: allow or deny, once or always (docs/approvals.md).
-    Approvals {
-        /// Only this team's.
-        #[arg(long)]
-        team: Option<String>,
-        /// `json`: one array of every pending approval.
-        #[arg(short = 'o', long, value_enum, default_value = "text")]
-        output: Output,
-        /// Print, as a diff of the manifests, the grants that would allow every approvable
-        /// ask (after `apply --learn`: what the members used); nothing is written.
-        #[arg(long)]
-        proposal: bool,
-        #[command(subcommand)]
-        answer: Option<ApprovalAnswer>,
-    },
+    Approvals(ApprovalsArgs),
     /// Stop and remove a team's containers; transcripts stay unless --purge.
-    Delete {
-        #[command(flatten)]
-        files: OptionalFiles,
-        /// The team to delete (from the applied state).
-        #[arg(long, conflicts_with = "files")]
-        team: Option<String>,
-        /// Every applied team whose Team labels match (`env=dev`).
-        #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with_all = ["files", "team"])]
-        selector: Option<Selector>,
-        /// Also delete the members' transcripts.
-        #[arg(long)]
-        purge: bool,
-        #[arg(long)]
-        no_wait: bool,
-    },
+    Delete(DeleteArgs),
     /// The agents' native builds that ateam brings into members with `agent:` (kept in
     /// ~/.cache/ateam/agents; apply fetches a missing one itself).
     #[command(subcommand)]
@@ -369,164 +287,44 @@ pub enum Command {
     LoginKeeper,
     /// A member's helper-request server (started by apply; not for people to run).
     #[command(hide = true)]
-    HelperServer {
-        #[arg(long)]
-        team: String,
-        #[arg(long)]
-        member: String,
-        /// UID:GID the socket belongs to (the member's user).
-        #[arg(long)]
-        socket_owner: String,
-    },
+    HelperServer(HelperServerArgs),
     /// A member's egress proxy (started by apply; not for people to run).
     #[command(hide = true)]
-    EgressProxy {
-        #[arg(long)]
-        socket: PathBuf,
-        #[arg(long)]
-        policy: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-        #[arg(long)]
-        pid_file: PathBuf,
-        /// UID:GID to run as, when started as root.
-        #[arg(long)]
-        user: Option<String>,
-        /// Start the proxy in the background and return.
-        #[arg(long)]
-        detach: bool,
-    },
+    EgressProxy(EgressProxyArgs),
     /// Run a command in a member's container, as the member's user.
-    Exec {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-        /// Keep stdin open (for a shell: `-it`). Runs the engine's own CLI, which must be
-        /// installed (`docker` or `podman`).
-        #[arg(short, long)]
-        interactive: bool,
-        /// Give the command a terminal.
-        #[arg(short, long)]
-        tty: bool,
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Exec(ExecArgs),
     /// What an agent member did: its own transcript (Claude Code's session, Codex's rollout),
     /// rendered: each task, what the agent said, each tool call and what came back, its
     /// errors, and how each task ended (done, or failed and why). Everything the member wrote
     /// is shown escaped. The newest session unless --session (docs/agents.md).
-    Transcript {
-        /// An agent member (one with `agent:` in its manifest).
-        member: String,
-        /// Its team, when several teams have a member of that name.
-        #[arg(long)]
-        team: Option<String>,
-        /// Keep printing what the agent writes, until interrupted; a newer session is
-        /// followed when one begins (unless --session).
-        #[arg(short, long)]
-        follow: bool,
-        /// Which session: its id, or part of it, as --list shows it.
-        #[arg(long)]
-        session: Option<String>,
-        /// List the agent's sessions, newest first.
-        #[arg(long, conflicts_with_all = ["follow", "session"])]
-        list: bool,
-        /// As JSON: one document (its tasks and items); with -f, one object per line.
-        #[arg(long)]
-        json: bool,
-    },
+    Transcript(TranscriptArgs),
     /// What a writer did in its workspace: commits ahead of its base, files not committed,
     /// and with --diff the diff from its base (docs/workspaces.md).
-    Changes {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-        /// Also print the diff from the base to the work tree.
-        #[arg(long)]
-        diff: bool,
-        /// As JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Changes(ChangesArgs),
     /// Bring a writer's branch into your repository as refs/ateam/<team>/<member> (nothing
     /// is checked out); with --into, also fast-forward (or make) that branch.
-    Collect {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-        #[arg(long)]
-        into: Option<String>,
-    },
+    Collect(CollectArgs),
     /// List the snapshots of a writer's workspace, the newest first (one before every start).
-    Snapshots {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-    },
+    Snapshots(SnapshotsArgs),
     /// Put a writer's workspace back as a snapshot recorded it (the newest by default), after
     /// a snapshot of the present; the member is stopped first.
-    Rollback {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-        /// A snapshot's id, as `ateam snapshots` lists it.
-        #[arg(long)]
-        to: Option<String>,
-    },
+    Rollback(RollbackArgs),
     /// Put a writer's workspace back at its base (after a snapshot of the present); the
     /// member is stopped first.
-    Reset {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-    },
+    Reset(ResetArgs),
     /// Give a member a new container, judged whole (secrets, image, folders) and checked at
     /// its gate before the old one goes: a restart that cannot bring it back changes nothing.
     /// Its transcript, grants and workspace stay; a one-shot member runs its command again.
-    Restart {
-        member: String,
-        #[arg(long)]
-        team: Option<String>,
-        #[arg(long)]
-        no_wait: bool,
-    },
+    Restart(RestartArgs),
     /// Give an agent member its next task, in its own session (the agent's resume), in the
     /// same container, through the same gate; a running agent finishes its current task
     /// first. The manifest's `agent.task` is its first task only.
-    Task {
-        member: String,
-        /// What the agent is to do next.
-        task: String,
-        #[arg(long)]
-        team: Option<String>,
-        /// Wait for the task to end, and exit with the agent's exit code.
-        #[arg(long)]
-        wait: bool,
-    },
+    Task(TaskArgs),
     /// The team's tasks (its board, `board: true`): list them, or change them as the person,
     /// who may act on any task (docs/teams.md).
-    Tasks {
-        #[command(subcommand)]
-        action: Option<TasksAction>,
-        #[arg(long, global = true)]
-        team: Option<String>,
-        /// As JSON.
-        #[arg(long, global = true)]
-        json: bool,
-    },
+    Tasks(TasksArgs),
     /// The team's messages (its board): the latest, or send one as the person.
-    Messages {
-        #[command(subcommand)]
-        action: Option<MessagesAction>,
-        #[arg(long, global = true)]
-        team: Option<String>,
-        /// As JSON.
-        #[arg(long, global = true)]
-        json: bool,
-        /// How many of the latest.
-        #[arg(short = 'n', long, default_value_t = 20, global = true)]
-        last: usize,
-    },
+    Messages(MessagesArgs),
     /// The team's tools (team_task, team_message) for a main session's agent: an MCP
     /// server on standard input and output, acting as that main session.
     Mcp {
@@ -580,6 +378,284 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+/// `ateam apply`: its arguments.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub files: Files,
+    /// Remove ateam containers of these teams that no manifest wants.
+    #[arg(long)]
+    pub prune: bool,
+    /// Show what would change (as `diff`) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Members brought up at once; default min(8, 2 x CPUs).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Fail at once if another apply holds the store, instead of waiting.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// A learning run for this long (at most 1h: `10m`): members get past their allow
+    /// lists for what you could approve (never a local, private or metadata address, an
+    /// ssh or database port, nor past a parent's list or a deny), each logged as an ask;
+    /// then `ateam approvals --proposal` shows the grants that cover what was used.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "dry_run")]
+    pub learn: Option<std::time::Duration>,
+}
+
+/// `ateam diff`: its arguments.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    pub files: Files,
+    #[arg(long)]
+    pub prune: bool,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+/// `ateam status`: its arguments.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this team.
+    pub team: Option<String>,
+    #[command(flatten)]
+    pub files: OptionalFiles,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// Exit 1 when anything differs from the manifests (for CI; as diff judges drift).
+    #[arg(long)]
+    pub exit_code: bool,
+    /// Only main sessions and members whose labels match (`role=review,tier!=x,key`);
+    /// the verdict is theirs alone.
+    #[arg(short = 'l', long, value_parser = Selector::parse)]
+    pub selector: Option<Selector>,
+    /// Print again each time something changes, until interrupted (as `kubectl get -w`);
+    /// with -o json one document per line.
+    #[arg(short = 'w', long, conflicts_with = "exit_code")]
+    pub watch: bool,
+}
+
+/// `ateam approvals`: its arguments.
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    /// Only this team's.
+    #[arg(long)]
+    pub team: Option<String>,
+    /// `json`: one array of every pending approval.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+    /// Print, as a diff of the manifests, the grants that would allow every approvable
+    /// ask (after `apply --learn`: what the members used); nothing is written.
+    #[arg(long)]
+    pub proposal: bool,
+    #[command(subcommand)]
+    pub answer: Option<ApprovalAnswer>,
+}
+
+/// `ateam delete`: its arguments.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub files: OptionalFiles,
+    /// The team to delete (from the applied state).
+    #[arg(long, conflicts_with = "files")]
+    pub team: Option<String>,
+    /// Every applied team whose Team labels match (`env=dev`).
+    #[arg(short = 'l', long, value_parser = Selector::parse, conflicts_with_all = ["files", "team"])]
+    pub selector: Option<Selector>,
+    /// Also delete the members' transcripts.
+    #[arg(long)]
+    pub purge: bool,
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `ateam events`: its arguments.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only this team (default: every team of the state folder).
+    pub team: Option<String>,
+    /// Keep printing new events as they come, until interrupted.
+    #[arg(short, long)]
+    pub watch: bool,
+    /// `json`: one array; with -w, one object per line per event.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+/// `ateam exec`: its arguments.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Keep stdin open (for a shell: `-it`). Runs the engine's own CLI, which must be
+    /// installed (`docker` or `podman`).
+    #[arg(short, long)]
+    pub interactive: bool,
+    /// Give the command a terminal.
+    #[arg(short, long)]
+    pub tty: bool,
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// `ateam transcript`: its arguments.
+#[derive(Debug, Args)]
+pub struct TranscriptArgs {
+    /// An agent member (one with `agent:` in its manifest).
+    pub member: String,
+    /// Its team, when several teams have a member of that name.
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Keep printing what the agent writes, until interrupted; a newer session is
+    /// followed when one begins (unless --session).
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Which session: its id, or part of it, as --list shows it.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// List the agent's sessions, newest first.
+    #[arg(long, conflicts_with_all = ["follow", "session"])]
+    pub list: bool,
+    /// As JSON: one document (its tasks and items); with -f, one object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ateam changes`: its arguments.
+#[derive(Debug, Args)]
+pub struct ChangesArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Also print the diff from the base to the work tree.
+    #[arg(long)]
+    pub diff: bool,
+    /// As JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ateam collect`: its arguments.
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    #[arg(long)]
+    pub into: Option<String>,
+}
+
+/// `ateam snapshots`: its arguments.
+#[derive(Debug, Args)]
+pub struct SnapshotsArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+}
+
+/// `ateam rollback`: its arguments.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    /// A snapshot's id, as `ateam snapshots` lists it.
+    #[arg(long)]
+    pub to: Option<String>,
+}
+
+/// `ateam reset`: its arguments.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+}
+
+/// `ateam restart`: its arguments.
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `ateam task`: its arguments.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    pub member: String,
+    /// What the agent is to do next.
+    pub task: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    /// Wait for the task to end, and exit with the agent's exit code.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// `ateam tasks`: its arguments.
+#[derive(Debug, Args)]
+pub struct TasksArgs {
+    #[command(subcommand)]
+    pub action: Option<TasksAction>,
+    #[arg(long, global = true)]
+    pub team: Option<String>,
+    /// As JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `ateam messages`: its arguments.
+#[derive(Debug, Args)]
+pub struct MessagesArgs {
+    #[command(subcommand)]
+    pub action: Option<MessagesAction>,
+    #[arg(long, global = true)]
+    pub team: Option<String>,
+    /// As JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// How many of the latest.
+    #[arg(short = 'n', long, default_value_t = 20, global = true)]
+    pub last: usize,
+}
+
+/// `ateam helper-server`: its arguments.
+#[derive(Debug, Args)]
+pub struct HelperServerArgs {
+    #[arg(long)]
+    pub team: String,
+    #[arg(long)]
+    pub member: String,
+    /// UID:GID the socket belongs to (the member's user).
+    #[arg(long)]
+    pub socket_owner: String,
+}
+
+/// `ateam egress-proxy`: its arguments.
+#[derive(Debug, Args)]
+pub struct EgressProxyArgs {
+    #[arg(long)]
+    pub socket: PathBuf,
+    #[arg(long)]
+    pub policy: PathBuf,
+    #[arg(long)]
+    pub log: PathBuf,
+    #[arg(long)]
+    pub pid_file: PathBuf,
+    /// UID:GID to run as, when started as root.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Start the proxy in the background and return.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 /// `doctor -o`: a table for people, or JSON for scripts.

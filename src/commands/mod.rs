@@ -44,288 +44,179 @@ mod workspace;
 
 use std::future::Future;
 
-use crate::cli::{Cli, Command, ControllerFlags, LogsFlags};
+use crate::cli::{
+    AgentsCommand, ApplyArgs, Cli, Command, ControllerFlags, DeleteArgs, EgressProxyArgs, ExecArgs,
+    Global, LogsFlags, StatusArgs, TranscriptArgs,
+};
 use ateam::backend::LogOptions;
 use exit::Exit;
 
-/// Runs one command: its verdict, or the error that `exit::classify` maps to a code.
+/// Runs one command: its verdict, or the error that `exit::classify` maps to a code. Each
+/// arm is one call: a command's arguments are read where that command is run.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let g = &cli.global;
     match cli.command {
         Command::Validate { files, show } => validate::run(g, &files, show),
         Command::Schema { of } => schema::run(of),
-        c @ (Command::Apply { .. }
-        | Command::Diff { .. }
-        | Command::Status { .. }
-        | Command::Approvals { .. }
-        | Command::Delete { .. }) => team_command(g, c),
-        Command::Events {
-            team,
-            watch,
-            output,
-        } => events::run(g, team.as_deref(), watch, output),
-        Command::Agents(crate::cli::AgentsCommand::Pull {
+        Command::Apply(a) => apply(g, a),
+        Command::Diff(a) => block_on(diff::run(g, &a.files, a.prune, a.output))?,
+        Command::Status(a) => status(g, a),
+        Command::Approvals(a) => block_on(approvals::run(
+            g,
+            a.team.as_deref(),
+            a.output,
+            a.proposal,
+            a.answer,
+        ))?,
+        Command::Delete(a) => delete(g, a),
+        Command::Events(a) => events::run(g, a.team.as_deref(), a.watch, a.output),
+        Command::Agents(AgentsCommand::Pull {
             name,
             version,
             sha256,
             from,
         }) => block_on(agents::pull(&name, version, sha256, from.as_deref()))?,
-        Command::Controller(args) => controller(g, args),
-        Command::Logs(args) => logs(g, args),
+        Command::Controller(a) => controller(g, a),
+        Command::Logs(a) => logs(g, a),
         Command::Export { team, output } => export::run(g, &team, output.as_deref()),
         Command::RotateCa { team } => egress::rotate_ca(g, &team),
         Command::Login(c) => login::run(g, c),
         Command::LoginKeeper => login::keeper(g),
-        Command::HelperServer {
-            team,
-            member,
-            socket_owner,
-        } => helper_server::run(g, team, member, &socket_owner),
-        Command::EgressProxy {
-            socket,
-            policy,
-            log,
-            pid_file,
-            user,
-            detach,
-        } => egress::proxy(
-            ateam::servers::egress::proxy::Config {
-                socket,
-                policy,
-                log,
-                pid_file,
-            },
-            user.as_deref(),
-            detach,
-        ),
-        c @ (Command::Exec { .. }
-        | Command::Transcript { .. }
-        | Command::Restart { .. }
-        | Command::Task { .. }
-        | Command::Attach { .. }
-        | Command::Changes { .. }
-        | Command::Collect { .. }
-        | Command::Snapshots { .. }
-        | Command::Rollback { .. }
-        | Command::Reset { .. }) => member_command(g, c),
-        Command::Tasks { action, team, json } => board::tasks(g, team.as_deref(), action, json),
-        Command::Messages {
-            action,
-            team,
-            json,
-            last,
-        } => board::messages(g, team.as_deref(), action, json, last),
-        Command::Mcp { team, session } => board::mcp(g, team.as_deref(), &session),
-        Command::Top { selector } => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()?;
-            top::run(g, &rt, selector)
+        Command::HelperServer(a) => helper_server::run(g, a.team, a.member, &a.socket_owner),
+        Command::EgressProxy(a) => egress_proxy(a),
+        Command::Exec(a) => exec(g, a),
+        Command::Transcript(a) => transcript(g, a),
+        Command::Restart(a) => {
+            block_on(member::restart(g, a.team.as_deref(), &a.member, a.no_wait))?
         }
+        Command::Task(a) => block_on(agent::task(
+            g,
+            a.team.as_deref(),
+            &a.member,
+            &a.task,
+            a.wait,
+        ))?,
+        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
+        Command::Changes(a) => block_on(workspace::changes(
+            g,
+            a.team.as_deref(),
+            &a.member,
+            a.diff,
+            a.json,
+        ))?,
+        Command::Collect(a) => block_on(workspace::collect(
+            g,
+            a.team.as_deref(),
+            &a.member,
+            a.into.as_deref(),
+        ))?,
+        Command::Snapshots(a) => block_on(workspace::snapshots(g, a.team.as_deref(), &a.member))?,
+        Command::Rollback(a) => block_on(workspace::rollback(
+            g,
+            a.team.as_deref(),
+            &a.member,
+            a.to.as_deref(),
+            false,
+        ))?,
+        Command::Reset(a) => block_on(workspace::rollback(
+            g,
+            a.team.as_deref(),
+            &a.member,
+            None,
+            true,
+        ))?,
+        Command::Tasks(a) => board::tasks(g, a.team.as_deref(), a.action, a.json),
+        Command::Messages(a) => board::messages(g, a.team.as_deref(), a.action, a.json, a.last),
+        Command::Mcp { team, session } => board::mcp(g, team.as_deref(), &session),
+        Command::Top { selector } => top(g, selector),
         Command::Doctor { files, output } => block_on(doctor::run(g, &files, output))?,
         Command::Completion { shell } => completion::completion(shell),
         Command::Man { dir } => completion::man(dir.as_deref()),
     }
 }
 
-/// The commands on a team as a whole: apply, diff, status, approvals, delete.
-fn team_command(g: &crate::cli::Global, c: Command) -> anyhow::Result<Exit> {
-    match c {
-        Command::Apply {
-            files,
-            prune,
-            dry_run,
-            concurrency,
-            no_wait,
-            learn,
-        } => block_on(apply::run(
-            g,
-            &files,
-            apply::Opts {
-                prune,
-                dry_run,
-                concurrency,
-                no_wait,
-                learn,
-            },
-        ))?,
-        Command::Diff {
-            files,
-            prune,
-            output,
-        } => block_on(diff::run(g, &files, prune, output))?,
-        Command::Status {
-            team,
-            files,
-            output,
-            exit_code,
-            selector,
-            watch,
-        } => block_on(status::run(
-            g,
-            status::Args {
-                team: team.as_deref(),
-                files: &files,
-                output,
-                exit_code,
-                selector: selector.as_ref(),
-                watch,
-            },
-        ))?,
-        Command::Approvals {
-            team,
-            output,
-            proposal,
-            answer,
-        } => block_on(approvals::run(g, team.as_deref(), output, proposal, answer))?,
-        Command::Delete {
-            files,
-            team,
-            selector,
-            purge,
-            no_wait,
-        } => {
-            let which = delete::Which {
-                team: team.as_deref(),
-                selector: selector.as_ref(),
-            };
-            block_on(delete::run(g, &files, which, purge, no_wait))?
-        }
-        // Named, not `_`: a new command is looked at here too. `run` handles these itself or
-        // sends them elsewhere.
-        Command::Validate { .. }
-        | Command::Schema { .. }
-        | Command::Events { .. }
-        | Command::Agents(_)
-        | Command::Controller(_)
-        | Command::Logs(_)
-        | Command::Export { .. }
-        | Command::RotateCa { .. }
-        | Command::Login(_)
-        | Command::LoginKeeper
-        | Command::HelperServer { .. }
-        | Command::EgressProxy { .. }
-        | Command::Exec { .. }
-        | Command::Transcript { .. }
-        | Command::Changes { .. }
-        | Command::Collect { .. }
-        | Command::Snapshots { .. }
-        | Command::Rollback { .. }
-        | Command::Reset { .. }
-        | Command::Restart { .. }
-        | Command::Task { .. }
-        | Command::Tasks { .. }
-        | Command::Messages { .. }
-        | Command::Mcp { .. }
-        | Command::Attach { .. }
-        | Command::Top { .. }
-        | Command::Doctor { .. }
-        | Command::Completion { .. }
-        | Command::Man { .. } => unreachable!("`run` sends a team command only"),
-    }
+/// `ateam apply`: the flags as its options.
+fn apply(g: &Global, a: ApplyArgs) -> anyhow::Result<Exit> {
+    let opts = apply::Opts {
+        prune: a.prune,
+        dry_run: a.dry_run,
+        concurrency: a.concurrency,
+        no_wait: a.no_wait,
+        learn: a.learn,
+    };
+    block_on(apply::run(g, &a.files, opts))?
 }
 
-/// The commands on one member: its container (exec, restart, attach), its agent (transcript,
-/// task) and its workspace (changes, collect, snapshots, rollback, reset).
-fn member_command(g: &crate::cli::Global, c: Command) -> anyhow::Result<Exit> {
-    match c {
-        Command::Exec {
-            member,
-            team,
-            interactive,
-            tty,
-            command,
-        } => {
-            let how = member::ExecMode { interactive, tty };
-            block_on(member::exec(g, team.as_deref(), &member, how, &command))?
-        }
-        Command::Transcript {
-            member,
-            team,
-            follow,
-            session,
-            list,
-            json,
-        } => transcript::run(
-            g,
-            team.as_deref(),
-            &member,
-            transcript::Opts {
-                follow,
-                session,
-                list,
-                json,
-            },
-        ),
-        Command::Restart {
-            member,
-            team,
-            no_wait,
-        } => block_on(member::restart(g, team.as_deref(), &member, no_wait))?,
-        Command::Task {
-            member,
-            task,
-            team,
-            wait,
-        } => block_on(agent::task(g, team.as_deref(), &member, &task, wait))?,
-        Command::Attach { name, team } => block_on(member::attach(g, team.as_deref(), &name))?,
-        Command::Changes {
-            member,
-            team,
-            diff,
-            json,
-        } => block_on(workspace::changes(g, team.as_deref(), &member, diff, json))?,
-        Command::Collect { member, team, into } => block_on(workspace::collect(
-            g,
-            team.as_deref(),
-            &member,
-            into.as_deref(),
-        ))?,
-        Command::Snapshots { member, team } => {
-            block_on(workspace::snapshots(g, team.as_deref(), &member))?
-        }
-        Command::Rollback { member, team, to } => block_on(workspace::rollback(
-            g,
-            team.as_deref(),
-            &member,
-            to.as_deref(),
-            false,
-        ))?,
-        Command::Reset { member, team } => {
-            block_on(workspace::rollback(g, team.as_deref(), &member, None, true))?
-        }
-        // Named, not `_`: a new command is looked at here too. `run` handles these itself or
-        // sends them elsewhere.
-        Command::Validate { .. }
-        | Command::Schema { .. }
-        | Command::Apply { .. }
-        | Command::Diff { .. }
-        | Command::Status { .. }
-        | Command::Events { .. }
-        | Command::Approvals { .. }
-        | Command::Delete { .. }
-        | Command::Agents(_)
-        | Command::Controller(_)
-        | Command::Logs(_)
-        | Command::Export { .. }
-        | Command::RotateCa { .. }
-        | Command::Login(_)
-        | Command::LoginKeeper
-        | Command::HelperServer { .. }
-        | Command::EgressProxy { .. }
-        | Command::Tasks { .. }
-        | Command::Messages { .. }
-        | Command::Mcp { .. }
-        | Command::Top { .. }
-        | Command::Doctor { .. }
-        | Command::Completion { .. }
-        | Command::Man { .. } => unreachable!("`run` sends a member command only"),
-    }
+/// `ateam status`: the flags as its arguments.
+fn status(g: &Global, a: StatusArgs) -> anyhow::Result<Exit> {
+    let args = status::Args {
+        team: a.team.as_deref(),
+        files: &a.files,
+        output: a.output,
+        exit_code: a.exit_code,
+        selector: a.selector.as_ref(),
+        watch: a.watch,
+    };
+    block_on(status::run(g, args))?
+}
+
+/// `ateam delete`: of the manifests' teams, one team, or the teams a selector matches.
+fn delete(g: &Global, a: DeleteArgs) -> anyhow::Result<Exit> {
+    let which = delete::Which {
+        team: a.team.as_deref(),
+        selector: a.selector.as_ref(),
+    };
+    block_on(delete::run(g, &a.files, which, a.purge, a.no_wait))?
+}
+
+/// `ateam egress-proxy` (hidden): the proxy of one member, as apply starts it.
+fn egress_proxy(a: EgressProxyArgs) -> anyhow::Result<Exit> {
+    let config = ateam::servers::egress::proxy::Config {
+        socket: a.socket,
+        policy: a.policy,
+        log: a.log,
+        pid_file: a.pid_file,
+    };
+    egress::proxy(config, a.user.as_deref(), a.detach)
+}
+
+/// `ateam exec`: a command in a member's container.
+fn exec(g: &Global, a: ExecArgs) -> anyhow::Result<Exit> {
+    let how = member::ExecMode {
+        interactive: a.interactive,
+        tty: a.tty,
+    };
+    block_on(member::exec(
+        g,
+        a.team.as_deref(),
+        &a.member,
+        how,
+        &a.command,
+    ))?
+}
+
+/// `ateam transcript`: an agent member's own transcript, rendered.
+fn transcript(g: &Global, a: TranscriptArgs) -> anyhow::Result<Exit> {
+    let opts = transcript::Opts {
+        follow: a.follow,
+        session: a.session,
+        list: a.list,
+        json: a.json,
+    };
+    transcript::run(g, a.team.as_deref(), &a.member, opts)
+}
+
+/// `ateam top`, on a runtime of one worker thread.
+fn top(g: &Global, selector: Option<ateam::core::selector::Selector>) -> anyhow::Result<Exit> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    top::run(g, &rt, selector)
 }
 
 /// `ateam controller`: the flags as the daemon's options.
-fn controller(g: &crate::cli::Global, a: ControllerFlags) -> anyhow::Result<Exit> {
+fn controller(g: &Global, a: ControllerFlags) -> anyhow::Result<Exit> {
     controller::run(
         g,
         &a.files,
@@ -344,7 +235,7 @@ fn controller(g: &crate::cli::Global, a: ControllerFlags) -> anyhow::Result<Exit
 
 /// `ateam logs`: one member's output, its egress (`--egress`), or every member a selector
 /// matches.
-fn logs(g: &crate::cli::Global, a: LogsFlags) -> anyhow::Result<Exit> {
+fn logs(g: &Global, a: LogsFlags) -> anyhow::Result<Exit> {
     let opts = LogOptions {
         tail: a.tail,
         follow: a.follow,
