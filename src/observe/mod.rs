@@ -77,19 +77,7 @@ pub(crate) async fn observe_listed(
     // is everything listed once more, to see a container of that name that is not ours (a
     // conflict the planner must not step on): a no-op apply never pays for that.
     let started = Instant::now();
-    let ours = ours(&desired.store);
-    let list = async {
-        match (only, ahead) {
-            (Some(member), _) => member_inspects(backend, desired, member, &ours)
-                .await
-                .map(Listed::Inspected),
-            (None, Some(f)) => match f.await {
-                Some(listed) => listed.map(Listed::Summaries),
-                None => backend.list(&ours).await.map(Listed::Summaries),
-            },
-            (None, None) => backend.list(&ours).await.map(Listed::Summaries),
-        }
-    };
+    let list = list(backend, desired, ahead, only);
     // What needs no engine is read on a blocking thread while the engine lists (Docker
     // takes 35 ms to list 200 containers); then the events that vouch for the kept inspects
     // are asked, still beside the list.
@@ -174,6 +162,27 @@ pub(crate) async fn observe_listed(
         board_news,
         board_held,
     })
+}
+
+/// Ours, as the look asks for them: the member's containers alone (`only`), else the list
+/// asked ahead when there is one, else a list now.
+async fn list(
+    backend: &dyn Backend,
+    desired: &DesiredState,
+    ahead: Option<Ahead<'_>>,
+    only: Option<&str>,
+) -> Result<Listed, BackendError> {
+    let ours = ours(&desired.store);
+    match (only, ahead) {
+        (Some(member), _) => member_inspects(backend, desired, member, &ours)
+            .await
+            .map(Listed::Inspected),
+        (None, Some(f)) => match f.await {
+            Some(listed) => listed.map(Listed::Summaries),
+            None => backend.list(&ours).await.map(Listed::Summaries),
+        },
+        (None, None) => backend.list(&ours).await.map(Listed::Summaries),
+    }
 }
 
 /// What a look reads from the state folder and the host alone, needing nothing of the

@@ -21,7 +21,7 @@ use crate::core::layout::{
     store_id, team_run_dir, transcript_dir as transcript_dir_of,
 };
 use crate::host::Host;
-use crate::model::{Member, Model, Network, PullPolicy, RestartPolicy, Team};
+use crate::model::{MainSession, Member, Model, Network, PullPolicy, RestartPolicy, Team};
 
 /// Where the egress bridge listens inside a member with an allowlist: its own loopback (each
 /// member has its own network namespace). `HTTP_PROXY` and friends point here.
@@ -327,96 +327,14 @@ pub(crate) fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>)
     let mut sessions = Vec::new();
     for team in &desired.teams {
         for s in &team.sessions {
-            let transcript_dir = if s.transcript_dir.as_os_str().is_empty() {
-                session_transcript_dir(&team.session_dir, &s.name)
-            } else {
-                s.transcript_dir.clone()
-            };
-            let mut env = s.env.clone();
-            env.insert("ATEAM_ROLE".into(), "main".into());
-            env.insert("ATEAM_TEAM".into(), team.name.clone());
-            env.insert("ATEAM_NAME".into(), s.name.clone());
-            env.insert(
-                "ATEAM_SESSION_DIR".into(),
-                transcript_dir.display().to_string(),
-            );
-            sessions.push(DesiredSession {
-                team: team.name.clone(),
-                name: s.name.clone(),
-                socket: session_socket_path(&host.state_dir, &team.name, &s.name),
-                cwd: s.cwd.clone(),
-                command: s.command.clone(),
-                env,
-                transcript_dir,
-                dir: session_dir(&host.state_dir, &team.name, &s.name),
-                promoted_from: s
-                    .promoted_from
-                    .as_ref()
-                    .map(|m| transcript_dir_of(&team.session_dir, m)),
-                takes_over: s.takes_over.clone(),
-            });
+            sessions.push(desired_session(team, s, host));
         }
         for m in team
             .members
             .iter()
             .filter(|m| only.is_none_or(|o| m.name == o))
         {
-            let spec = member_spec(team, m, host);
-            members.push(DesiredMember {
-                team: team.name.clone(),
-                member: m.name.clone(),
-                hash: spec.hash(),
-                spec,
-                restart: m.restart,
-                pull: m.image_pull_policy,
-                transcript_dir: m.transcript_dir.clone(),
-                ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
-                record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),
-                allow_unenforced_limits: team.allow_unenforced_limits,
-                egress: match &m.access.network {
-                    Network::Allow(allow) => Some(DesiredEgress {
-                        socket: egress_socket_path(&host.state_dir, &team.name, &m.name),
-                        policy: EgressPolicy {
-                            allow: allow.clone(),
-                            intercept: m.access.intercept.clone(),
-                            applied_by: host.appliers(team.folder().as_deref()),
-                            host_listeners: m.access.host_listeners.clone(),
-                            deny: m.access.deny.clone(),
-                        },
-                    }),
-                    Network::None | Network::Open => None,
-                },
-                helpers: (team.helper_requests || team.board)
-                    .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
-                workspace: m.workspace.clone(),
-                agent_home: m.agent.as_ref().map(|a| a.home.clone()),
-                agent_build: m.agent.as_ref().and_then(crate::model::Agent::cached),
-                build: m.image_build.clone(),
-                agent_model_host: m.agent.as_ref().and_then(|a| a.model_host.clone()),
-                agent_ui: m
-                    .agent
-                    .as_ref()
-                    .filter(|a| a.interactive)
-                    .map(|a| a.name.clone()),
-                wake: m
-                    .agent
-                    .as_ref()
-                    .filter(|a| team.board && !a.interactive)
-                    .and_then(|a| {
-                        a.next_task(crate::core::agents::WAKE_TASK, &m.transcript_dir, &m.cwd)
-                    })
-                    .map(|x| x.command),
-                login_file: m
-                    .agent
-                    .as_ref()
-                    .and_then(|a| a.expand(&m.transcript_dir, &m.cwd))
-                    .and_then(|x| x.login_file),
-                copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
-                    folders: m.access.write.clone(),
-                    store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),
-                    max_bytes,
-                }),
-            });
+            members.push(desired_member(team, m, host));
         }
     }
     DesiredState {
@@ -432,6 +350,98 @@ pub(crate) fn desired_state_of(desired: &Model, host: &Host, only: Option<&str>)
             .collect(),
         sessions,
         members,
+    }
+}
+
+/// A main session as the planner sees it: its transcript folder, its socket and the
+/// variables ateam sets in it.
+fn desired_session(team: &Team, s: &MainSession, host: &Host) -> DesiredSession {
+    let transcript_dir = if s.transcript_dir.as_os_str().is_empty() {
+        session_transcript_dir(&team.session_dir, &s.name)
+    } else {
+        s.transcript_dir.clone()
+    };
+    let mut env = s.env.clone();
+    env.insert("ATEAM_ROLE".into(), "main".into());
+    env.insert("ATEAM_TEAM".into(), team.name.clone());
+    env.insert("ATEAM_NAME".into(), s.name.clone());
+    env.insert(
+        "ATEAM_SESSION_DIR".into(),
+        transcript_dir.display().to_string(),
+    );
+    DesiredSession {
+        team: team.name.clone(),
+        name: s.name.clone(),
+        socket: session_socket_path(&host.state_dir, &team.name, &s.name),
+        cwd: s.cwd.clone(),
+        command: s.command.clone(),
+        env,
+        transcript_dir,
+        dir: session_dir(&host.state_dir, &team.name, &s.name),
+        promoted_from: s
+            .promoted_from
+            .as_ref()
+            .map(|m| transcript_dir_of(&team.session_dir, m)),
+        takes_over: s.takes_over.clone(),
+    }
+}
+
+/// A member as the planner sees it: its spec and hash, and the folders, sockets and servers
+/// ateam keeps beside its container.
+fn desired_member(team: &Team, m: &Member, host: &Host) -> DesiredMember {
+    let spec = member_spec(team, m, host);
+    DesiredMember {
+        team: team.name.clone(),
+        member: m.name.clone(),
+        hash: spec.hash(),
+        spec,
+        restart: m.restart,
+        pull: m.image_pull_policy,
+        transcript_dir: m.transcript_dir.clone(),
+        ctl_dir: member_ctl_dir(&host.state_dir, &team.name, &m.name),
+        record: member_record_path(&team_run_dir(&host.state_dir, &team.name), &m.name),
+        allow_unenforced_limits: team.allow_unenforced_limits,
+        egress: match &m.access.network {
+            Network::Allow(allow) => Some(DesiredEgress {
+                socket: egress_socket_path(&host.state_dir, &team.name, &m.name),
+                policy: EgressPolicy {
+                    allow: allow.clone(),
+                    intercept: m.access.intercept.clone(),
+                    applied_by: host.appliers(team.folder().as_deref()),
+                    host_listeners: m.access.host_listeners.clone(),
+                    deny: m.access.deny.clone(),
+                },
+            }),
+            Network::None | Network::Open => None,
+        },
+        helpers: (team.helper_requests || team.board)
+            .then(|| helpers_socket_path(&host.state_dir, &team.name, &m.name)),
+        workspace: m.workspace.clone(),
+        agent_home: m.agent.as_ref().map(|a| a.home.clone()),
+        agent_build: m.agent.as_ref().and_then(crate::model::Agent::cached),
+        build: m.image_build.clone(),
+        agent_model_host: m.agent.as_ref().and_then(|a| a.model_host.clone()),
+        agent_ui: m
+            .agent
+            .as_ref()
+            .filter(|a| a.interactive)
+            .map(|a| a.name.clone()),
+        wake: m
+            .agent
+            .as_ref()
+            .filter(|a| team.board && !a.interactive)
+            .and_then(|a| a.next_task(crate::core::agents::WAKE_TASK, &m.transcript_dir, &m.cwd))
+            .map(|x| x.command),
+        login_file: m
+            .agent
+            .as_ref()
+            .and_then(|a| a.expand(&m.transcript_dir, &m.cwd))
+            .and_then(|x| x.login_file),
+        copies: m.snapshot_writes.map(|max_bytes| DesiredCopies {
+            folders: m.access.write.clone(),
+            store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),
+            max_bytes,
+        }),
     }
 }
 

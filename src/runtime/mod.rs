@@ -19,6 +19,32 @@ mod release;
 #[cfg(test)]
 pub(crate) mod rig;
 mod roots;
+/// The member's secrets file: `NAME=value\0` for each secret it names; a secret its proxy
+/// injects reaches the member as its placeholder only. `secret` looks up a value.
+fn secrets_of(
+    m: &DesiredMember,
+    secret: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Vec<u8>, RunError> {
+    let mut secrets = Vec::new();
+    let injected = m
+        .egress
+        .as_ref()
+        .map(|e| crate::core::intercept::injected_secrets(&e.policy.intercept))
+        .unwrap_or_default();
+    for name in &m.spec.secret_env {
+        let value = if injected.contains(&name.as_str()) {
+            crate::core::intercept::placeholder(name)
+        } else {
+            secret(name).ok_or_else(|| RunError::MissingSecret {
+                member: m.member.clone(),
+                name: name.clone(),
+            })?
+        };
+        secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
+    }
+    Ok(secrets)
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -184,56 +210,13 @@ impl Runtime {
         }
         gate::close(&m.ctl_dir).map_err(io(&m.ctl_dir))?;
         self.snapshot_workspace(m, member_owner, true).await?;
-        let mut secrets = Vec::new();
-        // A secret the proxy injects reaches the member as its placeholder only.
-        let injected = m
-            .egress
-            .as_ref()
-            .map(|e| crate::core::intercept::injected_secrets(&e.policy.intercept))
-            .unwrap_or_default();
-        for name in &m.spec.secret_env {
-            if injected.contains(&name.as_str()) {
-                let value = crate::core::intercept::placeholder(name);
-                secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
-                continue;
-            }
-            let value = secret(name).ok_or_else(|| RunError::MissingSecret {
-                member: m.member.clone(),
-                name: name.clone(),
-            })?;
-            secrets.extend_from_slice(format!("{name}={value}\0").as_bytes());
-        }
+        let secrets = secrets_of(m, secret)?;
         let secrets_path = secrets_path(&m.ctl_dir);
         files::write_atomic_in_member_dir(&secrets_path, &secrets, 0o600, member_owner)
             .map_err(io(&secrets_path))?;
         self.seed_agent_ui(m, &secrets, member_owner)?;
 
-        if let Some(net) = m.spec.network.name() {
-            let labels = std::collections::BTreeMap::from([
-                (labels::MANAGED_BY.to_string(), "ateam".to_string()),
-                (labels::STORE.to_string(), self.store.clone()),
-                (labels::TEAM.to_string(), m.team.clone()),
-            ]);
-            self.backend
-                .ensure_network(net, &labels)
-                .await
-                .map_err(|e| self.backend_err(m, e))?;
-        }
-        if let Some(b) = &m.build {
-            let engine = self.info.kind.to_string();
-            build::ensure(self.backend.as_ref(), &engine, &m.spec.image, b)
-                .await
-                .map_err(|e| RunError::Image {
-                    member: m.member.clone(),
-                    reason: e.to_string(),
-                })?;
-        }
-        if let Some(c) = &m.agent_build {
-            agents::ensure(c).await.map_err(|e| RunError::Agent {
-                member: m.member.clone(),
-                source: Arc::new(e),
-            })?;
-        }
+        self.ensure_beside(m).await?;
         let pins = self.pin_all(m)?;
         self.check_pinned_writable(m, &pins)?;
         let cmd = match &m.spec.command {
@@ -261,6 +244,38 @@ impl Runtime {
             request,
             pins,
         })
+    }
+
+    /// What the member's container needs the engine and the host to have first: its team's
+    /// network, its image when a repository defines it, its agent's build.
+    async fn ensure_beside(&self, m: &DesiredMember) -> Result<(), RunError> {
+        if let Some(net) = m.spec.network.name() {
+            let labels = std::collections::BTreeMap::from([
+                (labels::MANAGED_BY.to_string(), "ateam".to_string()),
+                (labels::STORE.to_string(), self.store.clone()),
+                (labels::TEAM.to_string(), m.team.clone()),
+            ]);
+            self.backend
+                .ensure_network(net, &labels)
+                .await
+                .map_err(|e| self.backend_err(m, e))?;
+        }
+        if let Some(b) = &m.build {
+            let engine = self.info.kind.to_string();
+            build::ensure(self.backend.as_ref(), &engine, &m.spec.image, b)
+                .await
+                .map_err(|e| RunError::Image {
+                    member: m.member.clone(),
+                    reason: e.to_string(),
+                })?;
+        }
+        if let Some(c) = &m.agent_build {
+            agents::ensure(c).await.map_err(|e| RunError::Agent {
+                member: m.member.clone(),
+                source: Arc::new(e),
+            })?;
+        }
+        Ok(())
     }
 
     fn pin_all(&self, m: &DesiredMember) -> Result<Vec<(PathBuf, Pinned)>, RunError> {
