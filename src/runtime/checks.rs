@@ -79,21 +79,21 @@ impl Runtime {
         }
     }
 
+    /// The member's uid and gid, as the write checks judge them.
+    fn member_user(&self, m: &DesiredMember) -> Result<crate::model::UserId, RunError> {
+        let owner = self.member_owner(m)?;
+        Ok(crate::model::UserId {
+            uid: owner.uid,
+            gid: owner.gid,
+        })
+    }
+
     /// Refuses a member whose uid could not write one of its write grants, or a folder in
     /// one (by owner, group and mode bits; `check_writable_tree`). Its transcript folder ateam makes the member's, and HOME is a tmpfs of
     /// its own (`plan::spec`): only the grants can be wrong.
     pub fn check_writable(&self, m: &DesiredMember) -> Result<(), RunError> {
-        let owner = self.member_owner(m)?;
-        let user = crate::model::UserId {
-            uid: owner.uid,
-            gid: owner.gid,
-        };
-        for mount in m
-            .spec
-            .mounts
-            .iter()
-            .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
-        {
+        let user = self.member_user(m)?;
+        for mount in granted_writes(m) {
             let bounds = crate::host::access::TREE_BOUNDS;
             let judged = crate::host::access::check_writable_tree(&mount.source, user, bounds)
                 .map_err(|source| RunError::NotWritable {
@@ -203,17 +203,8 @@ impl Runtime {
         m: &DesiredMember,
         pins: &[(PathBuf, Pinned)],
     ) -> Result<(), RunError> {
-        let owner = self.member_owner(m)?;
-        let user = crate::model::UserId {
-            uid: owner.uid,
-            gid: owner.gid,
-        };
-        for mount in m
-            .spec
-            .mounts
-            .iter()
-            .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
-        {
+        let user = self.member_user(m)?;
+        for mount in granted_writes(m) {
             if let Some((_, pinned)) = pins.iter().find(|(t, _)| *t == mount.target)
                 && !pinned.owned.writable_by(user)
             {
@@ -229,4 +220,13 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// The member's read-write mounts that are its grants: not its transcript folder nor its
+/// control folder, which ateam makes the member's.
+fn granted_writes(m: &DesiredMember) -> impl Iterator<Item = &crate::core::container::Mount> {
+    m.spec
+        .mounts
+        .iter()
+        .filter(|x| !x.read_only && x.source != m.transcript_dir && x.source != m.ctl_dir)
 }
