@@ -41,16 +41,12 @@ impl Executor<'_> {
         member: &str,
         policy: &EgressPolicy,
     ) -> Result<(), ActionError> {
-        let (owner, paths, policy) = self.egress_files(wanted, team, member, policy)?;
-        let store_owner = self.rt.owner;
-        blocking(member, move || {
-            egress::start(&paths, &policy, store_owner, owner)
-        })
-        .await?
-        .map_err(|source| ActionError::Egress {
-            member: member.to_string(),
-            source,
-        })
+        self.begin_egress_proxy(wanted, team, member, policy)?
+            .await
+            .map_err(|source| ActionError::Egress {
+                member: member.to_string(),
+                source,
+            })
     }
 
     /// `start_egress_proxy` for a member whose container is made next: its files are written
