@@ -68,6 +68,12 @@ pub fn pin(path: &Path) -> Result<Pinned, PinError> {
     };
     let fd = crate::files::folder_handle(path).map_err(|e| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => err("a component is a symlink".into()),
+        // A final symlink opened without following is "not a directory": say what it is.
+        rustix::io::Errno::NOTDIR
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            err("it is a symlink, not the granted folder".into())
+        }
         rustix::io::Errno::NOTDIR => err("not a directory".into()),
         other => err(other.to_string()),
     })?;
