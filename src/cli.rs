@@ -316,6 +316,13 @@ pub enum Command {
     /// its gate before the old one goes: a restart that cannot bring it back changes nothing.
     /// Its transcript, grants and workspace stay; a one-shot member runs its command again.
     Restart(RestartArgs),
+    /// Take a member down with its state kept, its memory freed: its HOME written into its
+    /// transcript folder, its container removed, its proxy stopped; apply and the controller
+    /// keep it down until `ateam resume` (docs/suspend.md).
+    Suspend(SuspendArgs),
+    /// Bring a suspended member back: a new container judged whole and checked at its gate,
+    /// its HOME put back before its command runs.
+    Resume(ResumeArgs),
     /// Give an agent member its next task, in its own session (the agent's resume), in the
     /// same container, through the same gate; a running agent finishes its current task
     /// first. The manifest's `agent.task` is its first task only.
@@ -580,6 +587,29 @@ pub struct ResetArgs {
 /// `ateam restart`: its arguments.
 #[derive(Debug, Args)]
 pub struct RestartArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// `ateam suspend`: its arguments.
+#[derive(Debug, Args)]
+pub struct SuspendArgs {
+    pub member: String,
+    #[arg(long)]
+    pub team: Option<String>,
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Suspend without keeping its HOME (for an image without `tar`).
+    #[arg(long)]
+    pub discard_home: bool,
+}
+
+/// `ateam resume`: its arguments.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
     pub member: String,
     #[arg(long)]
     pub team: Option<String>,

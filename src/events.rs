@@ -100,6 +100,10 @@ pub enum EventKind {
     Deleted,
     /// The person stopped a member's container (`ateam rollback`, for its workspace).
     Stopped,
+    /// The person suspended a member (`ateam suspend`): down, its state kept.
+    Suspended,
+    /// The person resumed a suspended member (`ateam resume`).
+    Resumed,
 }
 
 impl EventKind {
@@ -121,7 +125,9 @@ impl EventKind {
             | EventKind::AgentDone
             | EventKind::BoardTask
             | EventKind::Deleted
-            | EventKind::Stopped => "Normal",
+            | EventKind::Stopped
+            | EventKind::Suspended
+            | EventKind::Resumed => "Normal",
             EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
@@ -164,6 +170,8 @@ impl EventKind {
             EventKind::Refused => "refused",
             EventKind::Deleted => "deleted",
             EventKind::Stopped => "stopped",
+            EventKind::Suspended => "suspended",
+            EventKind::Resumed => "resumed",
         }
     }
 }

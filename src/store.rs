@@ -4,6 +4,7 @@
 //! and lock, which status reads.
 
 pub mod controller;
+pub mod suspended;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

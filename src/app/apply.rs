@@ -312,7 +312,8 @@ fn left_alone(plan: &Plan) -> Vec<Finding> {
             | Finding::Stranger { .. }
             | Finding::Conflict { .. }
             | Finding::RetainedTranscript { .. } => true,
-            Finding::Finished { .. } => false,
+            // Said by `suspend`; status shows it on the member's row.
+            Finding::Finished { .. } | Finding::Suspended { .. } => false,
         })
         .cloned()
         .collect()
@@ -337,9 +338,11 @@ async fn not_running(
     let mut not_running = Vec::new();
     let mut finished = Vec::new();
     for m in &look.desired.members {
-        if failures
-            .iter()
-            .any(|f| f.team == m.team && f.member == m.member)
+        // Down because the person asked (`ateam suspend`), or failed and said so already.
+        if m.suspended.is_some()
+            || failures
+                .iter()
+                .any(|f| f.team == m.team && f.member == m.member)
         {
             continue;
         }

@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod login_keeper;
 pub mod restart;
 pub mod status;
+pub mod suspend;
 pub mod team_tools;
 
 use std::path::{Path, PathBuf};
@@ -400,7 +401,9 @@ impl App {
         // Helpers members asked for are desired as much as what the manifests name.
         let (model, mut dropped) = crate::requests::merge(desired, &self.host.state_dir);
         // One member's look wants that member alone: the planner's part for it reads no other.
-        let ds = crate::plan::spec::desired_state_of(&model, &self.host, opts.only.as_deref());
+        let mut ds = crate::plan::spec::desired_state_of(&model, &self.host, opts.only.as_deref());
+        // Members the person suspended are desired down.
+        suspend::mark(&mut ds, &self.host.state_dir);
         if let Some(only) = &opts.only {
             dropped.retain(|d| d.member == *only);
         }

@@ -53,12 +53,7 @@ pub async fn restart(
         team: team.to_string(),
         state_dir: app.host.state_dir.clone(),
     })?;
-    if !t.members.iter().any(|m| m.name == member) {
-        let hint = if t.sessions.iter().any(|s| s.name == member) {
-            ": it is a main session (its terminal is the person's; `ateam attach` reaches it)"
-        } else {
-            ""
-        };
+    if let Some(hint) = not_a_member(t, member) {
         return Err(RestartError::NoSuchMember {
             team: team.to_string(),
             member: member.to_string(),
@@ -78,7 +73,11 @@ pub async fn restart(
         Ok(look) => carry_out(app, &desired, look, &opts, secret, progress)
             .await
             .map_err(RestartError::from)
-            .and_then(|r| judge(&r.outcome, team, member)),
+            .and_then(|r| match verdict(&r.outcome, team, member) {
+                Verdict::Up => Ok(()),
+                Verdict::Refused(why) => Err(RestartError::Refused(why)),
+                Verdict::NotUp(why) => Err(RestartError::NotUp(why)),
+            }),
         Err(e) => Err(e.into()),
     };
     if let Err(e) = &result {
@@ -92,28 +91,50 @@ pub async fn restart(
     result
 }
 
-/// What the converge came to for the member restarted.
-fn judge(outcome: &Outcome, team: &str, member: &str) -> Result<(), RestartError> {
+/// Why `member` is not a member of `t` that a person's command can act on, in words to
+/// follow "no member `x`" (empty when it is no name at all); none when it is one.
+pub(super) fn not_a_member(t: &crate::model::Team, member: &str) -> Option<&'static str> {
+    if t.members.iter().any(|m| m.name == member) {
+        None
+    } else if t.sessions.iter().any(|s| s.name == member) {
+        Some(": it is a main session (its terminal is the person's; `ateam attach` reaches it)")
+    } else {
+        Some("")
+    }
+}
+
+/// What a converge for one member came to.
+pub(super) enum Verdict {
+    /// It is as asked (or another apply, a controller, made it so between the look and the
+    /// lock).
+    Up,
+    /// Refused before anything changed.
+    Refused(String),
+    /// Carried out, but the member is not up: why.
+    NotUp(String),
+}
+
+/// What the converge came to for `member` of `team`.
+pub(super) fn verdict(outcome: &Outcome, team: &str, member: &str) -> Verdict {
     let mine = |t: &str, m: &str| t == team && m == member;
     match outcome {
-        // Another apply (a controller) made the new container between the look and the lock.
-        Outcome::NoChanges => Ok(()),
-        Outcome::Refused(f) => Err(RestartError::Refused(
+        Outcome::NoChanges => Verdict::Up,
+        Outcome::Refused(f) => Verdict::Refused(
             f.iter()
                 .map(|x| x.error.to_string())
                 .collect::<Vec<_>>()
                 .join("; "),
-        )),
+        ),
         Outcome::Applied { failures, .. }
             if let Some(x) = failures.iter().find(|x| mine(&x.team, &x.member)) =>
         {
-            Err(RestartError::NotUp(x.error.to_string()))
+            Verdict::NotUp(x.error.to_string())
         }
         Outcome::Applied { not_running, .. }
             if let Some(n) = not_running.iter().find(|n| mine(&n.team, &n.member)) =>
         {
-            Err(RestartError::NotUp(n.why.clone()))
+            Verdict::NotUp(n.why.clone())
         }
-        Outcome::Applied { .. } => Ok(()),
+        Outcome::Applied { .. } => Verdict::Up,
     }
 }

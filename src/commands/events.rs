@@ -201,7 +201,9 @@ fn identity(e: &Event) -> String {
         | EventKind::Refused
         | EventKind::ApprovalPending
         | EventKind::Deleted
-        | EventKind::Stopped => e.ts.to_bits().to_string(),
+        | EventKind::Stopped
+        | EventKind::Suspended
+        | EventKind::Resumed => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",

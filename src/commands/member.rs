@@ -114,19 +114,80 @@ pub async fn restart(
     no_wait: bool,
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
-    let applied = ctx.applied(team)?;
-    let team = match member_of(&applied, member) {
-        Ok((t, _)) => t.name.clone(),
-        // A main session's name, or none: the library says which.
-        Err(_) if team.is_some() || applied.teams.len() == 1 => applied.teams[0].name.clone(),
-        Err(e) => return Err(e),
-    };
+    // A main session's name, or none: the library says which.
+    let team = team_of(&ctx.applied(team)?, team, member)?;
     let secret = |n: &str| std::env::var(n).ok();
     let display = super::progress::Display::new();
     ateam::app::restart::restart(&ctx, &team, member, no_wait, &secret, &display, waiting)
         .await
         .with_context(|| format!("{team}/{member} not restarted"))?;
     outln!("{team}/{member} restarted");
+    Ok(Exit::Ok)
+}
+
+/// The team of `member` among the applied teams (`team` narrows them): the one whose
+/// manifests name it, else the only (or named) team, for the library to say what it is.
+fn team_of(
+    applied: &ateam::model::Model,
+    team: Option<&str>,
+    member: &str,
+) -> anyhow::Result<String> {
+    match member_of(applied, member) {
+        Ok((t, _)) => Ok(t.name.clone()),
+        Err(_) if team.is_some() || applied.teams.len() == 1 => Ok(applied.teams[0].name.clone()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `ateam suspend`: the member down with its state kept (`app::suspend`).
+pub async fn suspend(global: &Global, a: crate::cli::SuspendArgs) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let team = team_of(
+        &ctx.applied_with_requests(a.team.as_deref())?,
+        a.team.as_deref(),
+        &a.member,
+    )?;
+    let opts = ateam::app::suspend::SuspendOptions {
+        no_wait: a.no_wait,
+        discard_home: a.discard_home,
+    };
+    let secret = |n: &str| std::env::var(n).ok();
+    let display = super::progress::Display::new();
+    let member = a.member.as_str();
+    let done =
+        ateam::app::suspend::suspend(&ctx, (&team, member), opts, &secret, &display, waiting)
+            .await
+            .with_context(|| format!("{team}/{member} not suspended"))?;
+    let s = &done.suspension;
+    let home = match (&s.home, done.was_running) {
+        (Some(h), _) => format!("its HOME kept in {}", h.display()),
+        (None, true) => "its HOME let go (--discard-home)".to_string(),
+        (None, false) => "it was not running (no HOME to keep)".to_string(),
+    };
+    let freed = s
+        .freed_bytes
+        .map(|b| format!(", {} freed", ateam::core::quantity::human_bytes(b)))
+        .unwrap_or_default();
+    outln!("{team}/{member} suspended: {home}{freed}; `ateam resume {member}` brings it back");
+    Ok(Exit::Ok)
+}
+
+/// `ateam resume`: a suspended member brought back through its gate (`app::suspend`).
+pub async fn resume(global: &Global, a: crate::cli::ResumeArgs) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let team = team_of(
+        &ctx.applied_with_requests(a.team.as_deref())?,
+        a.team.as_deref(),
+        &a.member,
+    )?;
+    let secret = |n: &str| std::env::var(n).ok();
+    let display = super::progress::Display::new();
+    let member = a.member.as_str();
+    let s =
+        ateam::app::suspend::resume(&ctx, (&team, member), a.no_wait, &secret, &display, waiting)
+            .await
+            .with_context(|| format!("{team}/{member} not resumed"))?;
+    outln!("{team}/{member} resumed (suspended since {})", s.since);
     Ok(Exit::Ok)
 }
 

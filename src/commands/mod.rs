@@ -89,6 +89,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Restart(a) => {
             block_on(member::restart(g, a.team.as_deref(), &a.member, a.no_wait))?
         }
+        Command::Suspend(a) => block_on(member::suspend(g, a))?,
+        Command::Resume(a) => block_on(member::resume(g, a))?,
         Command::Task(a) => block_on(agent::task(
             g,
             a.team.as_deref(),

@@ -21,6 +21,8 @@
 //!                                                   files (`ca.pem`, `ca-bundle.pem`)
 //! <state>/teams/<team>/members/<m>/containers.json  ids of the containers ateam made
 //! <state>/teams/<team>/members/<m>/approvals.json   the person's answers to its approvals
+//! <state>/teams/<team>/members/<m>/suspended.json   `ateam suspend`: since when, its HOME
+//! <state>/teams/<team>/members/<m>/resume.json      `ateam resume`: HOME to put back at start
 //! <state>/teams/<team>/members/<m>/ctl/egress.sock  its egress proxy's socket (mounted with ctl/)
 //! <state>/teams/<team>/members/<m>/egress/          the proxy's allowlist, pid file, log,
 //!                                                   refusal log (`log-refused.jsonl`),
@@ -112,6 +114,32 @@ pub(crate) fn member_approvals_path(state_dir: &Path, team: &str, member: &str) 
         .join(member)
         .join("approvals.json")
 }
+
+/// A suspended member's record (`store::suspended`): since when, and where its HOME was
+/// kept. Beside the control folder, never mounted into it: the member cannot undo it.
+pub(crate) fn member_suspended_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("suspended.json")
+}
+
+/// A resumed member's HOME, to be put back at its next start before its gate opens
+/// (`runtime`); gone once it is. Beside the control folder, never mounted into it.
+pub(crate) fn member_resume_path(state_dir: &Path, team: &str, member: &str) -> PathBuf {
+    members_dir(&team_run_dir(state_dir, team))
+        .join(member)
+        .join("resume.json")
+}
+
+/// Where a suspended member's HOME is kept: an archive its own `tar` wrote, inside its own
+/// transcript folder (the same path inside and out). ateam never opens it on the host: the
+/// member's `tar` writes it and, at the next start, reads it back into HOME.
+pub(crate) fn suspended_home_archive(transcript_dir: &Path) -> PathBuf {
+    transcript_dir.join(SUSPENDED_HOME_NAME)
+}
+
+/// `suspended_home_archive`'s name in the transcript folder.
+pub(crate) const SUSPENDED_HOME_NAME: &str = ".ateam-suspended-home.tar";
 
 /// The hosts a member's helper requests asked for that its grant does not allow
 /// (`approvals::asks`): ateam's user's, 0600, beside the answers, never mounted.

@@ -122,7 +122,7 @@ pub fn parse_cpus(s: &str) -> Result<u64, String> {
 }
 
 /// Human form of a byte count, for messages.
-pub(crate) fn human_bytes(b: u64) -> String {
+pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut i = 0;

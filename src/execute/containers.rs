@@ -44,7 +44,7 @@ impl Executor<'_> {
                 self.start(team, member, container, reason, wanted).await
             }
             ContainerOp::Remove { container, removal } => Carried::done(match removal {
-                Removal::Orphan { .. } | Removal::Duplicate => {
+                Removal::Orphan { .. } | Removal::Duplicate | Removal::Suspended => {
                     self.remove_recorded(team, member, container).await
                 }
                 Removal::Stranger => self.remove_stranger(team, member, container).await,

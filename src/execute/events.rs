@@ -130,6 +130,7 @@ fn container_said(op: &ContainerOp) -> (K, String) {
                 ),
                 Removal::Duplicate => "removed: a duplicate".into(),
                 Removal::Stranger => "removed a container ateam did not make".into(),
+                Removal::Suspended => "suspended: its container removed, its state kept".into(),
             },
         ),
         ContainerOp::RestoreName { name, .. } => (

@@ -255,6 +255,11 @@ fn every_action_is_named_once_and_documented() {
             removal: Removal::Stranger,
         }
         .into(),
+        ContainerOp::Remove {
+            container: c(),
+            removal: Removal::Suspended,
+        }
+        .into(),
         ContainerOp::FinishReplacement {
             container: c(),
             name: "n".into(),
@@ -292,7 +297,7 @@ fn every_action_is_named_once_and_documented() {
     }
     assert_eq!(
         names.len(),
-        26,
+        27,
         "every action has a name of its own: {names:?}"
     );
     for d in [

@@ -118,6 +118,9 @@ pub enum Removal {
     /// It carries ateam's labels but ateam did not make it (not in its record): with
     /// `--prune`, or because it holds the name the member's own container needs.
     Stranger,
+    /// The person suspended its member (`ateam suspend`): the container goes, the member's
+    /// state stays outside it.
+    Suspended,
 }
 
 /// What is done to the processes ateam runs for a member on the host.
@@ -374,6 +377,7 @@ impl ContainerOp {
                 Removal::Orphan { .. } => "removeOrphan",
                 Removal::Duplicate => "removeDuplicate",
                 Removal::Stranger => "removeStranger",
+                Removal::Suspended => "removeSuspended",
             },
             ContainerOp::FinishReplacement { .. } => "finishReplacement",
             ContainerOp::RestoreName { .. } => "restoreName",
@@ -391,6 +395,7 @@ impl ContainerOp {
                 Removal::Orphan { .. } => "noManifestWantsIt",
                 Removal::Duplicate => "duplicate",
                 Removal::Stranger => "notMadeByAteam",
+                Removal::Suspended => "suspended",
             },
             ContainerOp::FinishReplacement { .. } => "interruptedReplacement",
             ContainerOp::RestoreName { .. } => "renamed",

@@ -42,6 +42,35 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// A suspended member: every container of its goes (its state is outside them: grants,
+    /// workspace, transcript folder, and HOME kept there by `ateam suspend`), and so do its
+    /// proxy and helper server; nothing is started. (Its board tasks go back: `return_tasks`.)
+    pub(super) fn plan_suspended(
+        &self,
+        m: &DesiredMember,
+        since: &str,
+        mine: Vec<&ObservedContainer>,
+        plan: &mut Plan,
+    ) {
+        for c in mine {
+            let (container, removal) = (cref(c), Removal::Suspended);
+            plan.actions
+                .push(Action::of(m, ContainerOp::Remove { container, removal }));
+        }
+        let live = |s: &std::path::PathBuf| self.observed.live_sockets.contains(s);
+        if m.egress.as_ref().is_some_and(|e| live(&e.socket)) {
+            plan.actions.push(Action::of(m, ServerOp::StopEgress));
+        }
+        if m.helpers.as_ref().is_some_and(live) {
+            plan.actions.push(Action::of(m, ServerOp::StopHelper));
+        }
+        plan.findings.push(Finding::Suspended {
+            team: m.team.clone(),
+            member: m.member.clone(),
+            since: since.to_string(),
+        });
+    }
+
     /// The member's container, given `mine`: every container this store made for it.
     pub(super) fn plan_containers(
         &self,

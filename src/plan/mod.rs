@@ -131,6 +131,16 @@ pub enum Finding {
         /// Session name.
         session: String,
     },
+    /// The person suspended it (`ateam suspend`): kept down, with its state, until `ateam
+    /// resume`.
+    Suspended {
+        /// Team name.
+        team: String,
+        /// Member name.
+        member: String,
+        /// Since when (RFC 3339).
+        since: String,
+    },
     /// The transcript of a member that no manifest wants any more; kept until `--purge`.
     RetainedTranscript {
         /// Team name.
@@ -146,14 +156,16 @@ impl Finding {
     /// Whether the machine differs from the manifests here. An orphan, a stranger and a
     /// conflict are drift although apply leaves them (without `--prune`, or ever): the
     /// manifests do not describe them. A finished member and a kept transcript are what the
-    /// manifests asked for.
+    /// manifests asked for, a suspended member what the person asked for.
     pub fn is_drift(&self) -> bool {
         match self {
             Finding::Orphan { .. }
             | Finding::Conflict { .. }
             | Finding::Stranger { .. }
             | Finding::OrphanSession { .. } => true,
-            Finding::Finished { .. } | Finding::RetainedTranscript { .. } => false,
+            Finding::Finished { .. }
+            | Finding::Suspended { .. }
+            | Finding::RetainedTranscript { .. } => false,
         }
     }
 
@@ -164,6 +176,7 @@ impl Finding {
             | Finding::Conflict { team, member, .. }
             | Finding::Finished { team, member, .. }
             | Finding::Stranger { team, member, .. }
+            | Finding::Suspended { team, member, .. }
             | Finding::RetainedTranscript { team, member, .. } => (team, member),
             Finding::OrphanSession { team, session } => (team, session),
         }
@@ -176,6 +189,7 @@ impl Finding {
             Finding::Conflict { .. } => "conflict",
             Finding::Finished { .. } => "finished",
             Finding::Stranger { .. } => "stranger",
+            Finding::Suspended { .. } => "suspended",
             Finding::RetainedTranscript { .. } => "retainedTranscript",
             Finding::OrphanSession { .. } => "orphanSession",
         }
@@ -222,10 +236,14 @@ pub fn plan(desired: &DesiredState, observed: &Observed, opts: PlanOptions) -> P
         ours.remove(&(key.0.as_str(), key.1.as_str()));
     }
     for m in &desired.members {
-        pass.plan_services(m, &mut plan);
         let mine = ours
             .remove(&(m.team.as_str(), m.member.as_str()))
             .unwrap_or_default();
+        if let Some(since) = &m.suspended {
+            pass.plan_suspended(m, since, mine, &mut plan);
+            continue;
+        }
+        pass.plan_services(m, &mut plan);
         pass.plan_containers(m, mine, &mut plan);
     }
     let dropped = pass.plan_orphans(ours, &mut plan);
@@ -404,6 +422,8 @@ impl<'a> Pass<'a> {
                 // Its container is kept (no --prune) and may still be at work.
                 None if self.still_runs(team, member, plan) => continue,
                 None => Some(format!("member {member} is in no manifest any more")),
+                // Its command starts again at `resume`: its work is not to wait for it.
+                Some(m) if m.suspended.is_some() => Some(format!("member {member} is suspended")),
                 Some(m) => self.left_why(m, plan),
             };
             if let Some(why) = why {

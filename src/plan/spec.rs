@@ -106,6 +106,11 @@ pub struct DesiredMember {
     /// that runs one task at a time): its next task, `core::agents::WAKE_TASK`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake: Option<Vec<String>>,
+    /// Since when the person has it suspended (`ateam suspend`, read from the state folder
+    /// by every look): the plan keeps it down, its proxy and helper server stopped, and gives
+    /// the tasks it held on the board back (its command starts again at `resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<String>,
 }
 
 /// A member's copy snapshots: its write grants, where the copies go, their bound in bytes.
@@ -442,6 +447,7 @@ fn desired_member(team: &Team, m: &Member, host: &Host) -> DesiredMember {
             store: crate::core::layout::copy_snapshots_dir(&team.session_dir, &m.name),
             max_bytes,
         }),
+        suspended: None,
     }
 }
 

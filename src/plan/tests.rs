@@ -181,6 +181,7 @@ fn container_kind(member: &str, op: &ContainerOp) -> String {
             Removal::Orphan { .. } => format!("remove-orphan {member}"),
             Removal::Duplicate => format!("remove-duplicate {}", container.id),
             Removal::Stranger => format!("remove-stranger {}", container.id),
+            Removal::Suspended => format!("remove-suspended {}", container.id),
         },
         ContainerOp::FinishReplacement { container, .. } => format!("finish {}", container.id),
         ContainerOp::RestoreName { container, name } => format!("rename {} {name}", container.id),
@@ -924,6 +925,60 @@ fn sessions_and_egress_proxies_start_when_their_socket_is_silent() {
         },
     );
     assert!(plan(&d, &o, PlanOptions::default()).is_noop());
+}
+
+#[test]
+fn a_suspended_member_is_kept_down_with_its_servers_and_its_tasks_go_back() {
+    let mut t = team(vec![member("a"), member("b")]);
+    t.teams[0].members[1].access.network = Network::Allow(vec!["api.example.com".into()]);
+    t.teams[0].helper_requests = true;
+    let mut d = desired_state(&t, &host());
+    d.members[1].suspended = Some("2026-12-07T04:00:00Z".into());
+    let b = &d.members[1];
+    let (proxy, helpers) = (b.egress.clone().unwrap().socket, b.helpers.clone().unwrap());
+    let mut o = in_sync(&d, &["a", "b"]);
+    for s in [&proxy, &helpers, &d.members[0].helpers.clone().unwrap()] {
+        o.live_sockets.insert(s.clone());
+    }
+    o.egress_proxies.insert(("t".into(), "b".into()));
+    o.helper_servers.insert(("t".into(), "a".into()));
+    o.helper_servers.insert(("t".into(), "b".into()));
+    o.board_held.insert(("t".into(), "b".into()));
+    let p = plan(&d, &o, PlanOptions::default());
+    let id = o.containers[1].id.clone();
+    assert_eq!(
+        kinds(&p),
+        [
+            format!("remove-suspended {id}"),
+            "stop-proxy b".into(),
+            "stop-helpers b".into(),
+            "return-tasks b".into(),
+        ]
+    );
+    assert_eq!(
+        p.findings,
+        [Finding::Suspended {
+            team: "t".into(),
+            member: "b".into(),
+            since: "2026-12-07T04:00:00Z".into(),
+        }]
+    );
+    // Once it is down, nothing is started, whatever its restart policy; not even its
+    // transcript folder is made again: nothing of it is touched.
+    o.containers.remove(1);
+    o.live_sockets.remove(&proxy);
+    o.live_sockets.remove(&helpers);
+    o.egress_proxies.clear();
+    o.helper_servers.remove(&("t".into(), "b".into()));
+    o.transcript_dirs = transcripts(&["a"]);
+    o.board_held.clear();
+    let p = plan(&d, &o, PlanOptions::default());
+    assert!(p.actions.is_empty(), "{:?}", kinds(&p));
+    assert!(!p.drifted());
+    // Resumed: made again, its proxy and helper server first.
+    d.members[1].suspended = None;
+    let p = plan(&d, &o, PlanOptions::default());
+    assert_eq!(kinds(&p), ["proxy b", "helpers b", "mkdir b", "create b"]);
 }
 
 #[test]

@@ -135,6 +135,10 @@ fn container_text(member: &str, op: &ContainerOp) -> String {
                 container.name,
                 short(&container.id)
             ),
+            Removal::Suspended => format!(
+                "- remove {member} ({}): suspended; its state is kept outside it",
+                container.name
+            ),
         },
         ContainerOp::FinishReplacement { name, .. } => {
             format!("~ finish replacing {member}: rename to {name}")
@@ -262,6 +266,9 @@ pub fn finding_text(f: &Finding) -> Option<String> {
             container.name,
             short(&container.id)
         ),
+        Finding::Suspended { member, since, .. } => {
+            format!("= {member} suspended since {since}; `ateam resume {member}` brings it back")
+        }
         Finding::Finished { .. } => return None,
     })
 }

@@ -284,7 +284,7 @@ pub fn diff_document(plan: &Plan) -> DiffDocument {
                     (Some(container_id(container)), None, None)
                 }
                 Finding::Finished { code, .. } => (None, Some(*code), None),
-                Finding::OrphanSession { .. } => (None, None, None),
+                Finding::OrphanSession { .. } | Finding::Suspended { .. } => (None, None, None),
                 Finding::RetainedTranscript { path, .. } => (None, None, Some(path.clone())),
             };
             DiffFinding {

@@ -25,7 +25,8 @@ pub enum RowKind {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EgressStatus {
-    /// `running`, `down` (apply starts it) or `stale list` (apply gives it the new list).
+    /// `running`, `down` (apply starts it), `stale list` (apply gives it the new list) or
+    /// `suspended` (stopped with its member until `ateam resume`).
     pub proxy: String,
     /// The most refused destinations (at most `servers::egress::log::SHOWN`), most frequent first.
     pub refused: Vec<crate::servers::egress::log::Refusal>,
@@ -267,7 +268,7 @@ pub struct MemberStatus {
     /// stranger, a kept transcript.
     pub parent: Option<String>,
     /// `running`, `exited N`, `missing`, `drifted`, `policy violation`, `held at gate`,
-    /// `orphan`, `stranger`, `conflict`, `retained`, ... (for people; `drifted` is the
+    /// `orphan`, `stranger`, `conflict`, `retained`, `suspended`, ... (for people; `drifted` is the
     /// verdict).
     pub state: String,
     /// Why, when the state is not plain (the drifted field, the violations, what apply does).

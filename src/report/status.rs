@@ -257,7 +257,7 @@ impl<'a> Inputs<'a> {
     }
 
     /// A member's state and why, from its container `c` and what the plan does to it: a
-    /// conflict or a missing container first, then a planned replacement or rename, else
+    /// conflict, a suspension or a missing container first, then a planned replacement or rename, else
     /// what the engine says.
     fn member_state(&self, m: &Member, c: Option<&ObservedContainer>) -> (String, Option<String>) {
         let team = self.team.name.as_str();
@@ -266,6 +266,26 @@ impl<'a> Inputs<'a> {
             return (
                 "conflict".to_string(),
                 Some("a container ateam did not make holds its name".to_string()),
+            );
+        }
+        let suspended = self.plan.findings.iter().find_map(|f| {
+            let Finding::Suspended {
+                team: t,
+                member,
+                since,
+            } = f
+            else {
+                return None;
+            };
+            (*t == team && *member == m.name).then_some(since)
+        });
+        if let Some(since) = suspended {
+            return (
+                "suspended".to_string(),
+                Some(format!(
+                    "since {since}; its state is kept; `ateam resume {}` brings it back",
+                    m.name
+                )),
             );
         }
         let Some(c) = c else {
@@ -355,7 +375,10 @@ impl<'a> Inputs<'a> {
             Finding::OrphanSession { team, session } => {
                 ours(team).then(|| self.orphan_session_row(session))
             }
-            Finding::Conflict { .. } | Finding::Stranger { .. } | Finding::Finished { .. } => None,
+            Finding::Conflict { .. }
+            | Finding::Stranger { .. }
+            | Finding::Finished { .. }
+            | Finding::Suspended { .. } => None,
         }
     }
 
@@ -573,6 +596,7 @@ fn stranger_found(f: &Finding) -> Option<(&String, &String, &ContainerRef)> {
         | Finding::Conflict { .. }
         | Finding::OrphanSession { .. }
         | Finding::RetainedTranscript { .. }
+        | Finding::Suspended { .. }
         | Finding::Finished { .. } => None,
     }
 }
@@ -617,7 +641,10 @@ fn egress_state(
     let stale = ours
         .clone()
         .any(|a| matches!(a.op, Op::Server(ServerOp::UpdateEgress { .. })));
-    let (proxy, note) = if down {
+    let (proxy, note) = if state == "suspended" {
+        // Stopped with its member, started again by `resume`.
+        ("suspended", None)
+    } else if down {
         ("down", Some("egress proxy not running; apply starts it"))
     } else if stale {
         (

@@ -129,12 +129,55 @@ impl Runtime {
             ));
             return Err(self.unless_stopped(m, id, err).await);
         }
+        self.restore_home(m, id).await;
         let owner = self.member_owner(m)?;
         gate::release(&m.ctl_dir, id, &start, owner).map_err(|source| RunError::Io {
             member: m.member.clone(),
             path: m.ctl_dir.clone(),
             source,
         })
+    }
+
+    /// A resumed member's HOME put back before its command runs (`ateam resume` left the
+    /// note): by the member's own `tar`, as the member, inside its container, from the archive
+    /// its `tar` wrote at `suspend`; ateam never reads the archive on the host. A HOME that
+    /// cannot be put back is said, and its archive left where it is: nothing is lost, and the
+    /// member starts (its grants, workspace and transcript are its state; HOME is a cache).
+    async fn restore_home(&self, m: &DesiredMember, id: &str) {
+        let (state_dir, team, member) = (&self.state_dir, &m.team, &m.member);
+        let note = match crate::store::suspended::resume_note(state_dir, team, member) {
+            Ok(Some(note)) => note,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(member = %member, error = %e, "HOME not put back");
+                return;
+            }
+        };
+        let archive = note.home.display().to_string();
+        let home = crate::core::container::MEMBER_HOME;
+        let put_back = ["tar", "-x", "-f", &archive, "-C", home].map(String::from);
+        match self.backend.exec(id, &put_back).await {
+            Ok(out) if out.code == 0 => {
+                let rm = ["rm", "-f", &archive].map(String::from);
+                if let Err(e) = self.backend.exec(id, &rm).await {
+                    tracing::warn!(member = %member, error = %e, "{archive} not removed");
+                }
+                tracing::info!(member = %member, "HOME put back as it was at suspend");
+            }
+            Ok(out) => tracing::warn!(
+                member = %member,
+                "HOME not put back (`tar` exited {}: {}); its archive stays at {archive}",
+                out.code,
+                out.stderr.trim()
+            ),
+            Err(e) => tracing::warn!(
+                member = %member, error = %e,
+                "HOME not put back; its archive stays at {archive}"
+            ),
+        }
+        if let Err(e) = crate::store::suspended::forget_resume_note(state_dir, team, member) {
+            tracing::warn!(member = %member, error = %e, "the resume note stays");
+        }
     }
 
     /// The container stopped before its gate was released: say so, with its exit code and its

@@ -534,7 +534,9 @@ impl StatusSource for Reconciler {
                     | EventKind::AgentFailed
                     | EventKind::Refused
                     | EventKind::Deleted
-                    | EventKind::Stopped => continue,
+                    | EventKind::Stopped
+                    | EventKind::Suspended
+                    | EventKind::Resumed => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }
