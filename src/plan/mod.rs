@@ -383,7 +383,9 @@ impl<'a> Pass<'a> {
             {
                 continue;
             }
+            // A dropped helper's or fork's container goes in this plan, with or without prune.
             let container_stays = !self.opts.prune
+                && self.opts.dropped_why(team, member).is_none()
                 && !promoting.contains(&(team.clone(), member.clone()))
                 && !self.wanted.contains(&(team.as_str(), member.as_str()))
                 && observed.containers.iter().any(|c| {
