@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""`ateam suspend` and `ateam resume`, timed, with the memory they free: one member of
+"""`ateam suspend`, `ateam resume` and `ateam fork`, timed, with the memory suspend frees: one member of
 ateam-demo with an allow list (so its egress proxy goes and comes back too) that fills its
-HOME with --home-mib of data, suspended and resumed --runs times. Each resume is checked: the
-data is back in HOME. Side by side, the engine's own way down and up for the same image and
+HOME with --home-mib of data, suspended and resumed --runs times, then forked --runs times
+(each fork dropped again). Each resume and fork is checked: the data is in HOME. Side by side, the engine's own way down and up for the same image and
 hardening (read-only root, no capabilities, no-new-privileges, nobody, tmpfs HOME, the
 memory and pids caps, no network): `rm -f` and `run -d` of a plain container, which keeps
 nothing of HOME. Prints a Markdown table for docs/suspend.md: the medians, and ateam's over
@@ -103,7 +103,7 @@ def bench_ateam(args, root):
         if run(ateam + size, env=env, cwd=root).strip() == want:
             break
         time.sleep(0.1)
-    down, up, freed = [], [], []
+    down, up, freed, forks = [], [], [], []
     try:
         for _ in range(args.runs):
             t, said = timed(ateam + ["suspend", "a", "--team", team], env=env, cwd=root)
@@ -114,28 +114,39 @@ def bench_ateam(args, root):
             got = run(ateam + size, env=env, cwd=root).strip()
             if got != want:
                 sys.exit(f"HOME not back after resume: {got} bytes, not {want}")
+        for i in range(args.runs):
+            t, _ = timed(ateam + ["fork", "a", "--as", f"f{i}", "--team", team], env=env, cwd=root)
+            forks.append(t)
+            got = run(ateam + ["exec", f"f{i}"] + size[2:], env=env, cwd=root).strip()
+            if got != want:
+                sys.exit(f"HOME not in the fork: {got} bytes, not {want}")
+            run(ateam + ["fork", "--drop", f"f{i}", "--team", team], env=env, cwd=root)
     finally:
         subprocess.run(ateam + ["delete", "--team", team, "--purge"], env=env, cwd=root,
                        capture_output=True)
-    return down, up, [f for f in freed if f is not None]
+    return down, up, [f for f in freed if f is not None], forks
 
 
 def bench_engine(args):
     cli = CLI[args.engine]
     name = f"bench-suspend-{os.getpid()}"
     fill = f"dd if=/dev/zero of=/home/agent/blob bs=1048576 count={args.home_mib} 2>/dev/null; exec sleep 100000"
+    # Podman's --tmpfs takes no uid=: a HOME anyone may write stands in for the member's own.
+    owned = "uid=65534,gid=65534,mode=0700" if args.engine == "docker" else "mode=1777"
     create = cli + [
         "run", "-d", "--name", name, "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--user", "65534:65534",
-        "--tmpfs", "/home/agent:rw,nosuid,nodev,size=256m,uid=65534,gid=65534,mode=0700",
+        "--tmpfs", f"/home/agent:rw,nosuid,nodev,size=256m,{owned}",
         "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m", "--memory", "128m", "--pids-limit", "64",
         "--network", "none", "-e", "HOME=/home/agent", IMAGE, "sh", "-c", fill,
     ]
     run(create)
+    # Podman's rm -f waits out its stop timeout for a PID 1 that ignores SIGTERM; Docker kills.
+    rm = cli + ["rm", "-f"] + (["-t", "0"] if args.engine == "podman" else []) + [name]
     down, up = [], []
     try:
         for _ in range(args.runs):
-            t, _ = timed(cli + ["rm", "-f", name])
+            t, _ = timed(rm)
             down.append(t)
             t, _ = timed(create)
             up.append(t)
@@ -156,7 +167,7 @@ def main():
     root = tempfile.mkdtemp(prefix="ateam-bench-suspend-")
     os.chmod(root, 0o755)
     try:
-        a_down, a_up, freed = bench_ateam(args, root)
+        a_down, a_up, freed, forks = bench_ateam(args, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     e_down, e_up = bench_engine(args)
@@ -166,6 +177,7 @@ def main():
     print("|---|---|---|---|")
     print(f"| down | {med(a_down):.3f} s (`suspend`) | {med(e_down):.3f} s | {med(a_down) / med(e_down):.2f}x |")
     print(f"| up | {med(a_up):.3f} s (`resume`) | {med(e_up):.3f} s | {med(a_up) / med(e_up):.2f}x |")
+    print(f"| fork | {med(forks):.3f} s (`fork`: HOME, grant and transcript copied) | {med(e_up):.3f} s (`run -d`) | {med(forks) / med(e_up):.2f}x |")
     if freed:
         print(f"\nMemory freed by suspend (container and proxy, as counted before): {med(freed):.1f} MiB")
 

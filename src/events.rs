@@ -104,6 +104,8 @@ pub enum EventKind {
     Suspended,
     /// The person resumed a suspended member (`ateam resume`).
     Resumed,
+    /// The person made a member from a running one (`ateam fork`).
+    Forked,
 }
 
 impl EventKind {
@@ -127,7 +129,8 @@ impl EventKind {
             | EventKind::Deleted
             | EventKind::Stopped
             | EventKind::Suspended
-            | EventKind::Resumed => "Normal",
+            | EventKind::Resumed
+            | EventKind::Forked => "Normal",
             EventKind::TasksReturned => "Warning",
             EventKind::Held
             | EventKind::Failed
@@ -172,6 +175,7 @@ impl EventKind {
             EventKind::Stopped => "stopped",
             EventKind::Suspended => "suspended",
             EventKind::Resumed => "resumed",
+            EventKind::Forked => "forked",
         }
     }
 }

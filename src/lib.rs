@@ -17,7 +17,8 @@
 //!   gate in `gate/`, verification before the member's command runs, limits in its cgroup,
 //!   the agents' builds in the host's agent cache: fetched, checked, mounted read-only);
 //! - `requests`: helper members a member asks for at run time, the pure part: judged as
-//!   manifests, recorded, merged into what is desired;
+//!   manifests, recorded, merged into what is desired (with the forks a person makes,
+//!   `app::fork`, recorded beside them);
 //! - `report`: diff and status as text and data;
 //! - `approvals`: what a member was refused that the person could grant (pending
 //!   approvals, with stable ids), and the person's answers kept in the state folder;
@@ -37,8 +38,9 @@
 //! - `manifest`: read YAML files, check every rule, build the trusted `model::Model`;
 //! - `transcripts`: agents' own transcripts in a member's transcript folder, found and read
 //!   within bounds, never through a link (what they say is `core::transcript`'s);
-//! - `store`: the state folder's versioned records, the containers ateam made, the lock, and
-//!   the running controller's record (`store::controller`), which status reads;
+//! - `store`: the state folder's versioned records, the containers ateam made, the lock, the
+//!   running controller's record (`store::controller`), which status reads, and the members
+//!   a person suspended (`store::suspended`), which every look reads;
 //! - `backend`: Docker (bollard) and Podman (podman-api) behind one trait, and discovery;
 //!   `backend::docker` and `backend::podman` are folders of the same files for the same jobs;
 //! - `policy`: the container hardening as data: the create request, and the check of an

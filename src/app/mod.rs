@@ -8,6 +8,7 @@ pub mod apply;
 pub mod approvals;
 pub mod delete;
 pub mod doctor;
+pub mod fork;
 pub mod login_keeper;
 pub mod restart;
 pub mod status;
@@ -476,7 +477,7 @@ impl App {
 
     /// Whom git and copies run as for member `m`: its uid where ateam can act as it (root),
     /// else the caller (as members run on rootless Podman).
-    fn workspace_owner(&self, m: &crate::model::Member) -> Owner {
+    pub(crate) fn workspace_owner(&self, m: &crate::model::Member) -> Owner {
         if rustix::process::geteuid().is_root() {
             let u = m.user.unwrap_or_else(|| self.host.default_member_user());
             Owner {

@@ -32,7 +32,7 @@ use crate::store::suspended::{self, Resume, Suspension};
     missing_docs,
     reason = "a variant's fields are the values its message names; its doc says when it happens"
 )]
-pub enum SuspendError {
+pub enum LifecycleError {
     /// The team or engine could not be read, or the store's lock taken.
     #[error(transparent)]
     App(#[from] AppError),
@@ -102,7 +102,7 @@ pub async fn suspend(
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
-) -> Result<Suspended, SuspendError> {
+) -> Result<Suspended, LifecycleError> {
     let desired = app.applied(Some(team))?;
     known(app, team, member)?;
     let _lock = app
@@ -111,7 +111,7 @@ pub async fn suspend(
         .map_err(AppError::from)?;
     let state_dir = &app.host.state_dir;
     if let Some(s) = suspended::load(state_dir, team, member)? {
-        return Err(SuspendError::Already {
+        return Err(LifecycleError::Already {
             team: team.into(),
             member: member.into(),
             since: s.since,
@@ -149,8 +149,8 @@ pub async fn suspend(
     let report = super::apply::converge(app, &desired, opts, secret, progress).await?;
     match verdict(&report.outcome, team, member) {
         Verdict::Up => {}
-        Verdict::Refused(why) => return Err(SuspendError::Refused(why)),
-        Verdict::NotUp(why) => return Err(SuspendError::NotDone(why)),
+        Verdict::Refused(why) => return Err(LifecycleError::Refused(why)),
+        Verdict::NotUp(why) => return Err(LifecycleError::NotDone(why)),
     }
     Ok(Suspended {
         suspension,
@@ -168,13 +168,13 @@ pub async fn resume(
     secret: &(dyn Fn(&str) -> Option<String> + Sync),
     progress: &dyn Progress,
     waiting: impl FnOnce(&str),
-) -> Result<Suspension, SuspendError> {
+) -> Result<Suspension, LifecycleError> {
     let desired = app.applied(Some(team))?;
     known(app, team, member)?;
     let _lock = app.store.lock(no_wait, waiting).map_err(AppError::from)?;
     let state_dir = &app.host.state_dir;
     let Some(s) = suspended::load(state_dir, team, member)? else {
-        return Err(SuspendError::NotSuspended {
+        return Err(LifecycleError::NotSuspended {
             team: team.into(),
             member: member.into(),
         });
@@ -192,11 +192,11 @@ pub async fn resume(
     let result = match prepare(app, &desired, opts.plan_options(), secret).await {
         Ok(look) => carry_out(app, &desired, look, &opts, secret, progress)
             .await
-            .map_err(SuspendError::from)
+            .map_err(LifecycleError::from)
             .and_then(|r| match verdict(&r.outcome, team, member) {
                 Verdict::Up => Ok(s),
-                Verdict::Refused(why) => Err(SuspendError::Refused(why)),
-                Verdict::NotUp(why) => Err(SuspendError::NotDone(why)),
+                Verdict::Refused(why) => Err(LifecycleError::Refused(why)),
+                Verdict::NotUp(why) => Err(LifecycleError::NotDone(why)),
             }),
         Err(e) => Err(e.into()),
     };
@@ -228,12 +228,12 @@ pub(crate) fn mark(ds: &mut DesiredState, state_dir: &std::path::Path) {
 }
 
 /// A member of the applied team `team`, requested helpers included.
-fn known(app: &App, team: &str, member: &str) -> Result<(), SuspendError> {
+fn known(app: &App, team: &str, member: &str) -> Result<(), LifecycleError> {
     let all = app.applied_with_requests(Some(team))?;
     let hint = all.teams.first().and_then(|t| not_a_member(t, member));
     match hint {
         None => Ok(()),
-        Some(hint) => Err(SuspendError::NoSuchMember {
+        Some(hint) => Err(LifecycleError::NoSuchMember {
             team: team.into(),
             member: member.into(),
             hint,
@@ -273,7 +273,7 @@ async fn keep_home(
     id: &str,
     transcript: &std::path::Path,
     (team, member): (&str, &str),
-) -> Result<PathBuf, SuspendError> {
+) -> Result<PathBuf, LifecycleError> {
     let archive = layout::suspended_home_archive(transcript);
     let cmd = [
         "tar",
@@ -285,7 +285,7 @@ async fn keep_home(
         ".",
     ]
     .map(String::from);
-    let failed = |why: String| SuspendError::Home {
+    let failed = |why: String| LifecycleError::Home {
         team: team.into(),
         member: member.into(),
         why,

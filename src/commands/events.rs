@@ -203,7 +203,8 @@ fn identity(e: &Event) -> String {
         | EventKind::Deleted
         | EventKind::Stopped
         | EventKind::Suspended
-        | EventKind::Resumed => e.ts.to_bits().to_string(),
+        | EventKind::Resumed
+        | EventKind::Forked => e.ts.to_bits().to_string(),
     };
     format!(
         "{}\0{}\0{}\0{when}\0{}",

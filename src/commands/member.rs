@@ -191,6 +191,48 @@ pub async fn resume(global: &Global, a: crate::cli::ResumeArgs) -> anyhow::Resul
     Ok(Exit::Ok)
 }
 
+/// `ateam fork`: a second member from a running one (`app::fork`), or `--drop` of one.
+pub async fn fork(global: &Global, a: crate::cli::ForkArgs) -> anyhow::Result<Exit> {
+    let ctx = app(global);
+    let display = super::progress::Display::new();
+    if let Some(name) = &a.drop {
+        let team = team_of(
+            &ctx.applied_with_requests(a.team.as_deref())?,
+            a.team.as_deref(),
+            name,
+        )?;
+        ateam::app::fork::drop_fork(&ctx, &team, name, a.no_wait, &display, waiting)
+            .await
+            .with_context(|| format!("{team}/{name} not dropped"))?;
+        outln!("{team}/{name} dropped (its copies and transcript are kept)");
+        return Ok(Exit::Ok);
+    }
+    let (Some(from), Some(new)) = (a.member.as_deref(), a.new.as_deref()) else {
+        anyhow::bail!("ateam fork MEMBER --as NEW, or ateam fork --drop NAME");
+    };
+    let max_bytes = ateam::core::quantity::parse_memory(&a.max_copy)
+        .map_err(|e| anyhow::anyhow!("--max-copy: {e}"))?;
+    let team = team_of(
+        &ctx.applied_with_requests(a.team.as_deref())?,
+        a.team.as_deref(),
+        from,
+    )?;
+    let opts = ateam::app::fork::ForkOptions {
+        no_wait: a.no_wait,
+        max_bytes,
+    };
+    let secret = |n: &str| std::env::var(n).ok();
+    let f = ateam::app::fork::fork(&ctx, (&team, from), new, opts, &secret, &display, waiting)
+        .await
+        .with_context(|| format!("{team}/{from} not forked"))?;
+    let home = if f.home { ", its HOME" } else { "" };
+    outln!(
+        "{team}/{new} forked from {from}: copies of {} write grant(s), its transcript{home}; running",
+        f.copies.len()
+    );
+    Ok(Exit::Ok)
+}
+
 pub async fn logs(
     global: &Global,
     team: Option<&str>,

@@ -91,6 +91,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         }
         Command::Suspend(a) => block_on(member::suspend(g, a))?,
         Command::Resume(a) => block_on(member::resume(g, a))?,
+        Command::Fork(a) => block_on(member::fork(g, a))?,
         Command::Task(a) => block_on(agent::task(
             g,
             a.team.as_deref(),

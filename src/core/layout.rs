@@ -429,6 +429,12 @@ pub fn transcript_dir(session_dir: &Path, member: &str) -> PathBuf {
     transcripts_dir(session_dir).join(member)
 }
 
+/// The copies of a fork's write grants (`ateam fork`): `<sessionDir>/forks/<name>/<i>-…`, the
+/// fork's, kept as its transcript is.
+pub(crate) fn fork_dir(session_dir: &Path, name: &str) -> PathBuf {
+    session_dir.join("forks").join(name)
+}
+
 /// Where the helper members a team's members asked for are recorded, one file each
 /// (`<state>/teams/<team>/requested/<name>.json`, see `crate::requests`).
 pub(crate) fn requested_dir(state_dir: &Path, team: &str) -> PathBuf {

@@ -21,6 +21,8 @@ use crate::model::{AccessGrant, Member, Network, Origin, Parent, Team};
 
 /// The annotation an exported requested member carries: who asked for it, and when.
 pub(crate) const REQUESTED_BY: &str = "ateam.dev/requested-by";
+/// The annotation of an exported member made by `ateam fork`: its origin, and when.
+pub(crate) const FORKED_FROM: &str = "ateam.dev/forked-from";
 
 /// One manifest object of any kind, ready to serialize.
 #[derive(Debug, Clone, Serialize)]
@@ -148,10 +150,18 @@ pub(crate) fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
     if let Some(a) = &m.agent {
         without_agent(&mut o.spec, a, &m.transcript_dir, &m.cwd);
     }
-    if let Origin::Requested { by, at } = &m.origin {
-        o.metadata
-            .annotations
-            .insert(REQUESTED_BY.into(), format!("{by} at {at}"));
+    match &m.origin {
+        Origin::Requested { by, at } => {
+            o.metadata
+                .annotations
+                .insert(REQUESTED_BY.into(), format!("{by} at {at}"));
+        }
+        Origin::Forked { from, at } => {
+            o.metadata
+                .annotations
+                .insert(FORKED_FROM.into(), format!("{from} at {at}"));
+        }
+        Origin::Manifest => {}
     }
     o
 }

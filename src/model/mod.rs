@@ -399,6 +399,14 @@ pub enum Origin {
         /// When, as RFC 3339.
         at: String,
     },
+    /// Made by the person from a running member (`ateam fork`), with copies of its write
+    /// grants, transcript and HOME. It lives as long as `from` is desired.
+    Forked {
+        /// The member it was made from, by name.
+        from: String,
+        /// When, as RFC 3339.
+        at: String,
+    },
 }
 
 impl Origin {
@@ -407,11 +415,12 @@ impl Origin {
         matches!(self, Origin::Manifest)
     }
 
-    /// `manifest`, or `requested by NAME`: what status shows.
+    /// `manifest`, `requested by NAME` or `forked from NAME`: what status shows.
     pub fn describe(&self) -> String {
         match self {
             Origin::Manifest => "manifest".into(),
             Origin::Requested { by, .. } => format!("requested by {by}"),
+            Origin::Forked { from, .. } => format!("forked from {from}"),
         }
     }
 }

@@ -371,12 +371,18 @@ pub struct WorkspaceStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OriginStatus {
-    /// `manifest` or `requested`.
+    /// `manifest`, `requested` or `forked`.
     pub kind: String,
     /// The member that asked for it (`requested`).
     pub requested_by: Option<String>,
     /// When it asked (RFC 3339).
     pub requested_at: Option<String>,
+    /// The member it was forked from (`forked`, `ateam fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    /// When it was forked (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_at: Option<String>,
 }
 
 impl OriginStatus {
@@ -386,11 +392,22 @@ impl OriginStatus {
                 kind: "manifest".into(),
                 requested_by: None,
                 requested_at: None,
+                forked_from: None,
+                forked_at: None,
             },
             crate::model::Origin::Requested { by, at } => OriginStatus {
                 kind: "requested".into(),
                 requested_by: Some(by.clone()),
                 requested_at: Some(at.clone()),
+                forked_from: None,
+                forked_at: None,
+            },
+            crate::model::Origin::Forked { from, at } => OriginStatus {
+                kind: "forked".into(),
+                requested_by: None,
+                requested_at: None,
+                forked_from: Some(from.clone()),
+                forked_at: Some(at.clone()),
             },
         }
     }

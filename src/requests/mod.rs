@@ -17,6 +17,9 @@
 //! sessionDir remembers (`remembered`), a container's (checked by the server). A requester whose
 //! container is merely down (crashed, being replaced) is still desired, so its helpers stay.
 //!
+//! A fork a person made (`ateam fork`, `app::fork`) is recorded here too, as a member of
+//! `Origin::Forked`: merged while the member it was forked from is desired, beside it.
+//!
 //! This module is the pure part: judging, recording, merging. `ateam helper-server`, the
 //! per-member process behind `/.ateam/helpers.sock` that judges and converges, and its
 //! starting and stopping, are `servers::helper`.

@@ -40,7 +40,7 @@ pub fn records(state_dir: &Path, team: &str) -> Vec<RequestRecord> {
 
 pub(super) fn requested_at(m: &Member) -> &str {
     match &m.origin {
-        Origin::Requested { at, .. } => at,
+        Origin::Requested { at, .. } | Origin::Forked { at, .. } => at,
         Origin::Manifest => "",
     }
 }
@@ -130,6 +130,16 @@ pub fn merge(desired: &Model, state_dir: &Path) -> (Model, Vec<Dropped>) {
         for m in pending {
             let by = match &m.origin {
                 Origin::Requested { by, .. } => by.clone(),
+                Origin::Forked { from, .. } => {
+                    let why =
+                        format!("the member it was forked from, `{from}`, is no longer wanted");
+                    dropped.push(Dropped {
+                        team: team.name.clone(),
+                        member: m.name,
+                        why,
+                    });
+                    continue;
+                }
                 Origin::Manifest => String::new(),
             };
             let why = if pending_names.contains(&by) {
@@ -147,6 +157,37 @@ pub fn merge(desired: &Model, state_dir: &Path) -> (Model, Vec<Dropped>) {
     (out, dropped)
 }
 
+/// A fork (`ateam fork`): kept while its origin is in the team, beside it (its parent and
+/// depth); its grants are its own copies, so no bound of its origin's applies to them. The
+/// team's name rules and maxMembers hold as for a helper.
+fn admit_fork(team: &Team, manifest_names: &[String], mut m: Member, from: &str) -> Admit {
+    let why = if manifest_names.contains(&m.name) {
+        Some("a manifest now names a member of this name".to_string())
+    } else if team.sessions.iter().any(|s| s.name == m.name) {
+        Some("a main session has this name".to_string())
+    } else if team.members.iter().any(|p| p.name == m.name) {
+        Some("another member has this name".to_string())
+    } else if team.members.len() as u32 >= team.max_members {
+        Some(format!(
+            "the team has maxMembers {} without it",
+            team.max_members
+        ))
+    } else if let Some(origin) = team.members.iter().find(|p| p.name == from) {
+        m.parent = origin.parent.clone();
+        m.depth = origin.depth;
+        None
+    } else {
+        return Admit::Wait(Box::new(m));
+    };
+    match why {
+        Some(why) => Admit::Drop {
+            member: m.name,
+            why,
+        },
+        None => Admit::Keep(Box::new(m)),
+    }
+}
+
 /// What `merge` does with one record, given the team as merged so far.
 enum Admit {
     Keep(Box<Member>),
@@ -161,6 +202,10 @@ enum Admit {
 fn admit(team: &Team, manifest_names: &[String], mut m: Member) -> Admit {
     let by = match &m.origin {
         Origin::Requested { by, .. } => by.clone(),
+        Origin::Forked { from, .. } => {
+            let from = from.clone();
+            return admit_fork(team, manifest_names, m, &from);
+        }
         Origin::Manifest => {
             return Admit::Drop {
                 member: m.name,

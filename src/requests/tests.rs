@@ -355,6 +355,67 @@ fn records_merge_while_their_requester_is_wanted() {
 }
 
 #[test]
+fn a_fork_merges_beside_its_origin_whatever_the_helper_rules_and_goes_with_it() {
+    let f = Fixture::new();
+    let team = f.team(false);
+    let mut fork = team.members[0].clone();
+    fork.name = "a2".into();
+    fork.parent = Parent::MainSession("someone-else".into());
+    fork.access.write = vec![f.root.join("sessions/forks/a2/0-work")];
+    fork.origin = Origin::Forked {
+        from: "a".into(),
+        at: "2026-12-07T05:00:00Z".into(),
+    };
+    let owner = Owner {
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+    };
+    save(&f.host.state_dir, "t", &fork, owner).unwrap();
+    // helperRequests is off, and its grant is no part of its origin's: a fork is kept,
+    // beside its origin (its parent and depth, whatever the record says).
+    let desired = Model {
+        teams: vec![team.clone()],
+    };
+    let (merged, dropped) = merge(&desired, &f.host.state_dir);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    let kept = &merged.teams[0].members[1];
+    assert_eq!(kept.name, "a2");
+    assert_eq!(kept.parent, Parent::MainSession("lead".into()));
+    assert_eq!(kept.depth, team.members[0].depth);
+    assert_eq!(kept.origin.describe(), "forked from a");
+    // Without its origin, it goes, and says why; with no room, it is dropped too.
+    let mut without = team.clone();
+    without.members.clear();
+    let (merged, dropped) = merge(
+        &Model {
+            teams: vec![without],
+        },
+        &f.host.state_dir,
+    );
+    assert!(merged.teams[0].members.is_empty());
+    assert!(
+        dropped[0]
+            .why
+            .contains("forked from, `a`, is no longer wanted"),
+        "{dropped:?}"
+    );
+    let mut full = team.clone();
+    full.max_members = 1;
+    let (_, dropped) = merge(&Model { teams: vec![full] }, &f.host.state_dir);
+    assert!(dropped[0].why.contains("maxMembers 1"), "{dropped:?}");
+    // A manifest that now names a member of its name wins.
+    let mut named = team.clone();
+    let mut other = team.members[0].clone();
+    other.name = "a2".into();
+    named.members.push(other);
+    let (_, dropped) = merge(&Model { teams: vec![named] }, &f.host.state_dir);
+    assert!(
+        dropped[0].why.contains("a manifest now names"),
+        "{dropped:?}"
+    );
+}
+
+#[test]
 fn an_export_validates_back_to_the_same_team() {
     let f = Fixture::new();
     let mut team = f.team(true);

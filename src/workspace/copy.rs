@@ -127,6 +127,26 @@ pub fn restore(p: &CopyPlace, to: Option<&str>) -> Result<(Snapshot, Snapshot), 
     Ok((saved, target))
 }
 
+/// A new folder `dst`, the member's (`p.member_owner`), with what the member's folder `src`
+/// holds now, by the rules of a copy snapshot (no link followed, no FIFO opened, within
+/// `p.max_bytes` and the entry bound): first into `stage`, ateam's own, then out of it. For
+/// `ateam fork`, whose member gets copies of its origin's folders. `dst` must not exist.
+pub fn copy_out(p: &CopyPlace, src: &Path, stage: &Path, dst: &Path) -> Result<(), WorkspaceError> {
+    if std::fs::symlink_metadata(dst).is_ok() {
+        return Err(WorkspaceError::Refused(format!(
+            "{} exists already: nothing is copied over it",
+            dst.display()
+        )));
+    }
+    let mut budget = p.max_bytes;
+    let copied = copy_tree(src, stage, &mut budget, p).and_then(|()| {
+        files::member_dir(dst, p.ateam_owner, p.member_owner).map_err(io(dst))?;
+        put_back(stage, dst, p.member_owner)
+    });
+    let _ = std::fs::remove_dir_all(stage);
+    copied
+}
+
 /// Copies `src` (the member's) into `dst` (ateam's), within `budget` bytes.
 fn copy_tree(
     src: &Path,

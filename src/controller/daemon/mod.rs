@@ -536,7 +536,8 @@ impl StatusSource for Reconciler {
                     | EventKind::Deleted
                     | EventKind::Stopped
                     | EventKind::Suspended
-                    | EventKind::Resumed => continue,
+                    | EventKind::Resumed
+                    | EventKind::Forked => continue,
                 };
                 *out.entry((team.clone(), outcome)).or_default() += e.count;
             }

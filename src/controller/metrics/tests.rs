@@ -150,6 +150,8 @@ fn document() -> StatusDocument {
         kind: "requested".into(),
         requested_by: Some("web".into()),
         requested_at: None,
+        forked_from: None,
+        forked_at: None,
     });
     let lead = row("lead", RowKind::MainSession, "running");
     let old = row("gone", RowKind::Transcript, "retained");
