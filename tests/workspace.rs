@@ -575,6 +575,7 @@ fn a_plain_write_grant_is_copied_bounded_and_restored() {
         folders: vec![grant.clone()],
         store: root.join("sessions/snapshots/m"),
         max_bytes: 1 << 20,
+        bound: "snapshotWrites",
         member_owner: member_owner(),
         ateam_owner: me(),
     };

@@ -274,20 +274,24 @@ fn copy_folders(
         folders: origin.access.write.clone(),
         store: stage.clone(),
         max_bytes,
+        bound: "--max-copy",
         member_owner: app.workspace_owner(origin),
         ateam_owner: app.owner,
     };
     let refused = |e: crate::workspace::WorkspaceError| LifecycleError::Refused(e.to_string());
     let mut copies = Vec::new();
+    let mut budget = max_bytes;
     for (i, folder) in origin.access.write.iter().enumerate() {
         // By position and the origin's name for it: two grants may share a last name.
         let name = folder.file_name().map(|n| n.to_string_lossy().into_owned());
         let to = base.join(format!("{i}-{}", name.unwrap_or_default()));
-        crate::workspace::copy::copy_out(&place, folder, &stage, &to).map_err(refused)?;
+        crate::workspace::copy::copy_out(&place, folder, &stage, &to, &mut budget)
+            .map_err(refused)?;
         copies.push(to);
     }
     let transcript = layout::transcript_dir(&t.session_dir, new);
-    crate::workspace::copy::copy_out(&place, &origin.transcript_dir, &stage, &transcript)
+    let from = &origin.transcript_dir;
+    crate::workspace::copy::copy_out(&place, from, &stage, &transcript, &mut budget)
         .map_err(refused)?;
     Ok(Forked {
         copies,

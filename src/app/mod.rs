@@ -470,6 +470,7 @@ impl App {
             folders: m.access.write.clone(),
             store: crate::core::layout::copy_snapshots_dir(&t.session_dir, &m.name),
             max_bytes,
+            bound: "snapshotWrites",
             member_owner,
             ateam_owner: self.owner,
         })

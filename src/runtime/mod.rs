@@ -136,6 +136,7 @@ impl Runtime {
                 folders: c.folders.clone(),
                 store: c.store.clone(),
                 max_bytes: c.max_bytes,
+                bound: "snapshotWrites",
                 member_owner,
                 ateam_owner: self.owner,
             };

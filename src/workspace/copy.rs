@@ -29,6 +29,8 @@ pub struct CopyPlace {
     pub store: PathBuf,
     /// The bound on the bytes of one snapshot, all folders together.
     pub max_bytes: u64,
+    /// What sets that bound, for the refusal (`snapshotWrites`, `--max-copy`).
+    pub bound: &'static str,
     /// The member's uid: restored files are its.
     pub member_owner: Owner,
     /// Who owns the snapshots (ateam's caller).
@@ -128,18 +130,24 @@ pub fn restore(p: &CopyPlace, to: Option<&str>) -> Result<(Snapshot, Snapshot), 
 }
 
 /// A new folder `dst`, the member's (`p.member_owner`), with what the member's folder `src`
-/// holds now, by the rules of a copy snapshot (no link followed, no FIFO opened, within
-/// `p.max_bytes` and the entry bound): first into `stage`, ateam's own, then out of it. For
-/// `ateam fork`, whose member gets copies of its origin's folders. `dst` must not exist.
-pub fn copy_out(p: &CopyPlace, src: &Path, stage: &Path, dst: &Path) -> Result<(), WorkspaceError> {
+/// holds now, by the rules of a copy snapshot (no link followed, no FIFO opened, within what
+/// is left of `budget` bytes, which it lowers, and the entry bound): first into `stage`,
+/// ateam's own, then out of it. For `ateam fork`, whose member gets copies of its origin's
+/// folders. `dst` must not exist.
+pub fn copy_out(
+    p: &CopyPlace,
+    src: &Path,
+    stage: &Path,
+    dst: &Path,
+    budget: &mut u64,
+) -> Result<(), WorkspaceError> {
     if std::fs::symlink_metadata(dst).is_ok() {
         return Err(WorkspaceError::Refused(format!(
             "{} exists already: nothing is copied over it",
             dst.display()
         )));
     }
-    let mut budget = p.max_bytes;
-    let copied = copy_tree(src, stage, &mut budget, p).and_then(|()| {
+    let copied = copy_tree(src, stage, budget, p).and_then(|()| {
         files::member_dir(dst, p.ateam_owner, p.member_owner).map_err(io(dst))?;
         put_back(stage, dst, p.member_owner)
     });
@@ -203,8 +211,9 @@ fn copy_file(
 ) -> Result<(), WorkspaceError> {
     let over = || {
         WorkspaceError::Refused(format!(
-            "the write grants of {} hold more than snapshotWrites allows ({}): raise it, or take files out",
+            "the write grants of {} hold more than {} allows ({}): raise it, or take files out",
             p.member,
+            p.bound,
             crate::core::quantity::human_bytes(p.max_bytes)
         ))
     };
@@ -295,5 +304,66 @@ fn put_back(from: &Path, folder: &Path, owner: Owner) -> Result<(), WorkspaceErr
 fn prune(p: &CopyPlace) {
     for old in list(p).into_iter().skip(KEEP) {
         let _ = std::fs::remove_dir_all(p.store.join(&old.id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> Owner {
+        Owner {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        }
+    }
+
+    fn place(root: &Path, max_bytes: u64) -> CopyPlace {
+        CopyPlace {
+            member: "m".into(),
+            folders: vec![],
+            store: root.join("stage"),
+            max_bytes,
+            bound: "--max-copy",
+            member_owner: me(),
+            ateam_owner: me(),
+        }
+    }
+
+    #[test]
+    fn a_copy_out_keeps_links_as_links_leaves_fifos_and_holds_to_its_budget() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, secret) = (t.path().join("src"), t.path().join("secret"));
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::create_dir(&secret).unwrap();
+        std::fs::write(secret.join("key"), "not the member's").unwrap();
+        std::fs::write(src.join("sub/f"), "12345").unwrap();
+        std::os::unix::fs::symlink(&secret, src.join("link")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            src.join("pipe"),
+            FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let p = place(t.path(), 100);
+        let (stage, dst) = (t.path().join("stage"), t.path().join("dst"));
+        let mut budget = 100;
+        copy_out(&p, &src, &stage, &dst, &mut budget).unwrap();
+        assert_eq!(budget, 95);
+        assert_eq!(std::fs::read_to_string(dst.join("sub/f")).unwrap(), "12345");
+        let link = std::fs::symlink_metadata(dst.join("link")).unwrap();
+        assert!(link.file_type().is_symlink());
+        assert!(!dst.join("pipe").exists());
+        assert!(!stage.exists(), "the staging folder goes");
+        // Over what is left: refused, and the half-made copy is not the member's.
+        let mut left = 3;
+        let err = copy_out(&p, &src, &stage, &t.path().join("dst2"), &mut left).unwrap_err();
+        assert!(err.to_string().contains("--max-copy allows"), "{err}");
+        assert!(!t.path().join("dst2").exists());
+        // Never over what exists.
+        let err = copy_out(&p, &src, &stage, &dst, &mut 100).unwrap_err();
+        assert!(err.to_string().contains("exists already"), "{err}");
     }
 }
