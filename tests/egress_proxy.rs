@@ -1555,15 +1555,25 @@ fn attack_a_handshake_flood_costs_the_proxy_no_more_than_any_refused_flood() {
         got["refused"].as_u64().unwrap() > answered,
         "the flood was not refused: {got}"
     );
-    // Per connection, what the member's CPU buys of the proxy's: no more than when the list
-    // refuses it outright (with room for the bounded handshakes and a noisy machine).
-    let (per, plain_per) = (
-        share / client.max(0.01),
-        plain_share / plain_client.max(0.01),
-    );
+    // Per connection the member makes, the proxy's CPU: within a small factor of what a
+    // refusal by the list costs, which no bound on TLS can lower. A handshake the proxy did
+    // not bound costs it milliseconds, tens of times a refusal; the bounded flood measures
+    // 1.7 times here (its 111 admitted handshakes, the 503 answer and its log).
+    // Per connection, not per client CPU second: the client's share swings with how fast the
+    // proxy answers it, and with it a ratio of ratios that once failed a run in two.
+    let made = |v: &serde_json::Value| {
+        ["answered", "refused", "other"]
+            .iter()
+            .map(|k| v[*k].as_u64().unwrap_or(0))
+            .sum::<u64>()
+            .max(1) as f64
+    };
+    let per_us = share * SECONDS * 1e6 / made(&got);
+    let plain_per_us = plain_share * SECONDS * 1e6 / made(&plain);
     assert!(
-        per < 1.5 * plain_per + 0.3,
-        "intercepted: {per:.2} of the client's CPU, refused by the list: {plain_per:.2}"
+        per_us < 2.5 * plain_per_us,
+        "intercepted: {per_us:.0} us of the proxy's CPU a connection, refused by the list: \
+         {plain_per_us:.0} us (clients {client:.3} and {plain_client:.3} of a core)"
     );
     assert!(
         peak < base_peak + 16 * 1024,
