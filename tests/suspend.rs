@@ -1,10 +1,13 @@
-//! `ateam suspend` and `ateam resume` on Docker, rootful and rootless Podman: a suspended
+//! `ateam suspend`, `ateam resume` and `ateam fork` on Docker, rootful and rootless Podman: a suspended
 //! member's container, proxy and memory are gone and its HOME, grant and transcript are kept;
 //! apply and a running controller keep it down; `resume` brings it back through its gate with
 //! HOME as it was, and its proxy allows exactly what it allowed; a grant swapped for a symlink
-//! while it was suspended holds the resume at the gate. The real binary, judged from outside
-//! (the engine's CLI, the proxy's pid, the files) and from inside (busybox in the member).
-//! Ignored by a plain `cargo test`.
+//! while it was suspended holds the resume at the gate. And `ateam fork`: a fork of a running
+//! member gets its own copies of the write grant, transcript and HOME and its own proxy; the
+//! two go on apart; a link or FIFO the origin planted is copied as a link or left out; apply
+//! keeps the fork; a taken name is refused before anything is copied; `--drop` removes it and
+//! keeps its copies. The real binary, judged from outside (the engine's CLI, the proxy's pid,
+//! the files) and from inside (busybox in the member). Ignored by a plain `cargo test`.
 
 #![allow(
     clippy::unwrap_used,
@@ -101,9 +104,11 @@ spec: {{parent: lead, access: g, restart: Always, command: [sleep, "100000"], re
         self.ok(&["apply", "-f", "team.yaml"])
     }
 
-    /// stdout and stderr of a shell script run inside `a`, as the member.
-    fn inside(&self, script: &str) -> String {
-        let out = self.ateam(&["exec", "a", "--team", &self.team, "--", "sh", "-c", script]);
+    /// stdout and stderr of a shell script run inside `member`, as the member.
+    fn inside(&self, member: &str, script: &str) -> String {
+        let out = self.ateam(&[
+            "exec", member, "--team", &self.team, "--", "sh", "-c", script,
+        ]);
         format!(
             "{}{}[exit {:?}]",
             text(&out.stdout),
@@ -127,22 +132,23 @@ spec: {{parent: lead, access: g, restart: Always, command: [sleep, "100000"], re
             .collect()
     }
 
-    fn member_dir(&self) -> PathBuf {
+    fn member_dir(&self, member: &str) -> PathBuf {
         self.state()
             .join("teams")
             .join(&self.team)
-            .join("members/a")
+            .join("members")
+            .join(member)
     }
 
-    fn proxy_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.member_dir().join("egress/proxy.pid"))
+    fn proxy_pid(&self, member: &str) -> Option<i32> {
+        std::fs::read_to_string(self.member_dir(member).join("egress/proxy.pid"))
             .ok()?
             .trim()
             .parse()
             .ok()
     }
 
-    fn row(&self) -> serde_json::Value {
+    fn row(&self, member: &str) -> serde_json::Value {
         let out = self.ateam(&["status", &self.team, "-o", "json"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -150,7 +156,7 @@ spec: {{parent: lead, access: g, restart: Always, command: [sleep, "100000"], re
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["name"] == "a")
+            .find(|r| r["name"] == member)
             .cloned()
             .unwrap()
     }
@@ -197,12 +203,12 @@ fn suspend_keeps_the_state_and_resume_brings_it_back(engine: Engine) {
     let other = serve("other-endpoint");
     let w = World::new(engine, "sr", allowed);
     w.apply();
-    let got = w.inside(&format!(
+    let got = w.inside("a", &format!(
         "echo kept > $HOME/note && mkdir -p $HOME/.cache/x && echo deep > $HOME/.cache/x/y && echo mine > {}/file && wget -q -O - http://127.0.0.1:{allowed}/",
         w.path("work").display()
     ));
     assert!(got.contains("allowed-endpoint"), "{engine:?}: {got}");
-    let proxy = w.proxy_pid().expect("a proxy runs");
+    let proxy = w.proxy_pid("a").expect("a proxy runs");
     let container = w.containers();
     assert_eq!(container.len(), 1, "{engine:?}: {container:?}");
 
@@ -217,10 +223,10 @@ fn suspend_keeps_the_state_and_resume_brings_it_back(engine: Engine) {
         "{engine:?}: its proxy stopped"
     );
     assert!(
-        !w.member_dir().join("ctl/egress.sock").exists(),
+        !w.member_dir("a").join("ctl/egress.sock").exists(),
         "{engine:?}: nothing listens for it while it is suspended"
     );
-    let row = w.row();
+    let row = w.row("a");
     assert_eq!(row["state"], "suspended", "{engine:?}: {row}");
     assert_eq!(row["drifted"], false, "{engine:?}: {row}");
     assert_eq!(
@@ -245,15 +251,21 @@ fn suspend_keeps_the_state_and_resume_brings_it_back(engine: Engine) {
 
     let said = w.ok(&["resume", "a", "--team", &w.team]);
     assert!(said.contains("resumed"), "{engine:?}: {said}");
-    assert_eq!(w.row()["state"], "running", "{engine:?}");
-    let got = w.inside("cat $HOME/note $HOME/.cache/x/y; ls -a $ATEAM_SESSION_DIR");
+    assert_eq!(w.row("a")["state"], "running", "{engine:?}");
+    let got = w.inside(
+        "a",
+        "cat $HOME/note $HOME/.cache/x/y; ls -a $ATEAM_SESSION_DIR",
+    );
     assert!(
         got.contains("kept\ndeep\n") && !got.contains(".ateam-suspended-home.tar"),
         "{engine:?}: HOME is back, its archive gone: {got}"
     );
-    let got = w.inside(&format!("wget -q -O - http://127.0.0.1:{allowed}/ 2>&1"));
+    let got = w.inside(
+        "a",
+        &format!("wget -q -O - http://127.0.0.1:{allowed}/ 2>&1"),
+    );
     assert!(got.contains("allowed-endpoint"), "{engine:?}: {got}");
-    let got = w.inside(&format!("wget -q -O - http://127.0.0.1:{other}/ 2>&1"));
+    let got = w.inside("a", &format!("wget -q -O - http://127.0.0.1:{other}/ 2>&1"));
     assert!(
         got.contains("403") && !got.contains("other-endpoint"),
         "{engine:?}: {got}"
@@ -275,7 +287,7 @@ fn a_controller_keeps_a_suspended_member_down(engine: Engine) {
         "{engine:?}: the controller brings the member up"
     );
     assert!(
-        eventually(Duration::from_secs(30), || w.row()["state"] == "running"),
+        eventually(Duration::from_secs(30), || w.row("a")["state"] == "running"),
         "{engine:?}"
     );
     w.ok(&["suspend", "a", "--team", &w.team]);
@@ -289,7 +301,7 @@ fn a_controller_keeps_a_suspended_member_down(engine: Engine) {
     w.ok(&["resume", "a", "--team", &w.team]);
     assert_eq!(w.containers().len(), 1, "{engine:?}");
     assert!(
-        eventually(Duration::from_secs(30), || w.row()["state"] == "running"),
+        eventually(Duration::from_secs(30), || w.row("a")["state"] == "running"),
         "{engine:?}"
     );
 }
@@ -328,18 +340,136 @@ fn a_grant_swapped_while_suspended_holds_the_resume(engine: Engine) {
     );
 }
 
+/// A fork of a running member: its own copies and proxy, and the two go on apart.
+fn a_fork_gets_its_own_copies_and_the_two_go_on_apart(engine: Engine) {
+    let allowed = serve("allowed-endpoint");
+    let other = serve("other-endpoint");
+    let w = World::new(engine, "fk", allowed);
+    w.apply();
+    let work = w.path("work");
+    let got = w.inside(
+        "a",
+        &format!(
+            "echo kept > $HOME/note && echo origin > {0}/file && mkdir {0}/sub && echo deep > {0}/sub/f && ln -s /etc {0}/link && mkfifo {0}/pipe && echo ok",
+            work.display()
+        ),
+    );
+    assert!(got.contains("ok"), "{engine:?}: {got}");
+    let said = w.ok(&["fork", "a", "--as", "b", "--team", &w.team]);
+    assert!(
+        said.contains("forked from a") && said.contains("HOME"),
+        "{engine:?}: {said}"
+    );
+    let row = w.row("b");
+    assert_eq!(row["state"], "running", "{engine:?}: {row}");
+    assert_eq!(row["origin"]["kind"], "forked", "{engine:?}: {row}");
+    assert_eq!(row["origin"]["forkedFrom"], "a", "{engine:?}: {row}");
+    assert_eq!(
+        w.row("a")["state"],
+        "running",
+        "{engine:?}: the origin runs on"
+    );
+    // Its own copy: HOME, the files, the link kept as a link, the FIFO left out.
+    let got = w.inside(
+        "b",
+        "cd $ATEAM_WRITE_DIRS && cat $HOME/note file sub/f && readlink link && ls -a && echo fork > file && echo new > only-b",
+    );
+    assert!(
+        got.contains("kept\norigin\ndeep\n/etc\n") && !got.contains("pipe"),
+        "{engine:?}: {got}"
+    );
+    assert!(
+        !got.contains("[exit Some(1)]"),
+        "{engine:?}: the fork writes its copy: {got}"
+    );
+    // The origin's files are as it left them; its own edit does not reach the fork.
+    assert_eq!(
+        std::fs::read_to_string(work.join("file")).unwrap(),
+        "origin\n"
+    );
+    assert!(!work.join("only-b").exists(), "{engine:?}");
+    w.inside("a", &format!("echo later > {}/file", work.display()));
+    let got = w.inside("b", "cat $ATEAM_WRITE_DIRS/file");
+    assert!(got.starts_with("fork\n"), "{engine:?}: {got}");
+    // On the host, the copy holds a link, not /etc's files.
+    let copy = w.path("sessions/forks/b/0-work");
+    let link = std::fs::symlink_metadata(copy.join("link")).unwrap();
+    assert!(link.file_type().is_symlink(), "{engine:?}");
+    assert!(
+        !copy.join("pipe").exists(),
+        "{engine:?}: a FIFO is never copied"
+    );
+    // Its own proxy, with the origin's allow list.
+    let (pa, pb) = (w.proxy_pid("a").unwrap(), w.proxy_pid("b").unwrap());
+    assert_ne!(pa, pb, "{engine:?}");
+    let got = w.inside(
+        "b",
+        &format!("wget -q -O - http://127.0.0.1:{allowed}/ 2>&1"),
+    );
+    assert!(got.contains("allowed-endpoint"), "{engine:?}: {got}");
+    let got = w.inside("b", &format!("wget -q -O - http://127.0.0.1:{other}/ 2>&1"));
+    assert!(got.contains("403"), "{engine:?}: {got}");
+    // An apply keeps it: a fork is desired while its origin is.
+    let applied = w.apply();
+    assert!(
+        applied.to_lowercase().contains("no changes"),
+        "{engine:?}: {applied}"
+    );
+    // Dropped: its container and proxy go, its copies stay.
+    let said = w.ok(&["fork", "--drop", "b", "--team", &w.team]);
+    assert!(said.contains("dropped"), "{engine:?}: {said}");
+    let names = w.containers();
+    assert_eq!(names.len(), 1, "{engine:?}: {names:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(pb)),
+        "{engine:?}: its proxy stopped"
+    );
+    assert!(alive(pa), "{engine:?}: the origin's proxy runs on");
+    assert!(
+        copy.join("file").exists(),
+        "{engine:?}: its copies are kept"
+    );
+}
+
+/// A name something has or had is refused before anything is copied.
+fn a_taken_name_is_refused_before_anything_is_copied(engine: Engine) {
+    let w = World::new(engine, "fn", 9);
+    w.apply();
+    for (name, words) in [
+        ("a", "is taken"),
+        ("lead", "is taken"),
+        ("Not_A_Name", "not a valid name"),
+    ] {
+        let out = w.ateam(&["fork", "a", "--as", name, "--team", &w.team]);
+        let err = text(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{engine:?}: {name}: {err}");
+        assert!(err.contains(words), "{engine:?}: {name}: {err}");
+    }
+    assert!(
+        !w.path("sessions/forks").exists(),
+        "{engine:?}: nothing was copied"
+    );
+    assert_eq!(w.containers().len(), 1, "{engine:?}");
+}
+
 on_every_engine!(docker:
     suspend_keeps_the_state_and_resume_brings_it_back,
     a_controller_keeps_a_suspended_member_down,
     a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+    a_taken_name_is_refused_before_anything_is_copied,
 );
 on_every_engine!(podman:
     suspend_keeps_the_state_and_resume_brings_it_back,
     a_controller_keeps_a_suspended_member_down,
     a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+    a_taken_name_is_refused_before_anything_is_copied,
 );
 on_every_engine!(rootless_podman:
     suspend_keeps_the_state_and_resume_brings_it_back,
     a_controller_keeps_a_suspended_member_down,
     a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+    a_taken_name_is_refused_before_anything_is_copied,
 );

@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 
 use super::apply::ApplyOptions;
 use super::restart::{Verdict, not_a_member, verdict};
-use super::suspend::LifecycleError;
+use super::suspend::{LifecycleError, running_container, write_home};
 use super::{App, AppError};
-use crate::core::container::{ContainerState, MEMBER_HOME, labels, rfc3339};
+use crate::core::container::rfc3339;
 use crate::core::layout;
 use crate::events::{Event, EventKind};
 use crate::execute::Progress;
@@ -213,29 +213,14 @@ async fn copy(
         ..PlanOptions::default()
     };
     let look = app.look(&desired, only).await?;
-    let name = crate::core::container::container_name(&t.name, &origin.name);
-    let running = look.observed.containers.iter().find(|c| {
-        c.name == name
-            && look.observed.recorded.contains(&c.id)
-            && c.labels.get(labels::TEAM) == Some(&t.name)
-            && c.state == ContainerState::Running
-    });
     let archive = origin.transcript_dir.join(FORK_HOME_NAME);
     let archive_text = archive.display().to_string();
-    let home = match running {
-        Some(c) => {
-            let cmd = ["tar", "-c", "-f", &archive_text, "-C", MEMBER_HOME, "."].map(String::from);
-            match look.backend.exec(&c.id, &cmd).await {
-                Ok(out) if out.code == 0 => Some(c.id.clone()),
-                Ok(out) => {
-                    return Err(LifecycleError::Refused(format!(
-                        "its HOME could not be copied (`tar` exited {}: {})",
-                        out.code,
-                        out.stderr.trim()
-                    )));
-                }
-                Err(e) => return Err(LifecycleError::Refused(e.to_string())),
-            }
+    let home = match running_container(&look.observed, &t.name, &origin.name) {
+        Some((id, _)) => {
+            write_home(&look, &id, &archive).await.map_err(|why| {
+                LifecycleError::Refused(format!("its HOME could not be copied ({why})"))
+            })?;
+            Some(id)
         }
         None => None,
     };

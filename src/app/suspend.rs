@@ -12,7 +12,7 @@
 //! the gate opens (`runtime`). Process state is not kept: the member's command starts again
 //! (an agent resumes its own session from its transcript folder).
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use super::apply::{ApplyOptions, carry_out, prepare};
 use super::restart::{Verdict, not_a_member, verdict};
@@ -122,7 +122,7 @@ pub async fn suspend(
         ..PlanOptions::default()
     };
     let look = app.look(&desired, only.clone()).await?;
-    let running = running_container(&look.desired, &look.observed, team, member);
+    let running = running_container(&look.observed, team, member);
     let mut suspension = Suspension {
         since: rfc3339(std::time::SystemTime::now()),
         home: None,
@@ -130,10 +130,17 @@ pub async fn suspend(
     };
     if let Some((id, pid)) = &running {
         suspension.freed_bytes = held_memory(app, team, member, id, *pid);
-        if !opts.discard_home {
-            let m = look.desired.members.iter().find(|m| m.member == member);
-            let transcript = m.map(|m| m.transcript_dir.clone()).unwrap_or_default();
-            suspension.home = Some(keep_home(&look, id, &transcript, (team, member)).await?);
+        let m = look.desired.members.iter().find(|m| m.member == member);
+        if let (false, Some(m)) = (opts.discard_home, m) {
+            let archive = layout::suspended_home_archive(&m.transcript_dir);
+            write_home(&look, id, &archive)
+                .await
+                .map_err(|why| LifecycleError::Home {
+                    team: team.into(),
+                    member: member.into(),
+                    why,
+                })?;
+            suspension.home = Some(archive);
         }
     }
     suspended::save(state_dir, team, member, &suspension, app.owner)?;
@@ -241,20 +248,14 @@ fn known(app: &App, team: &str, member: &str) -> Result<(), LifecycleError> {
     }
 }
 
-/// The member's running container, released (its own command at work): id and host pid.
-fn running_container(
-    ds: &DesiredState,
+/// The running container of `member` of `team` (by its container's name), among the
+/// recorded ones `observed` holds: id and host pid.
+pub(super) fn running_container(
     observed: &crate::plan::Observed,
     team: &str,
     member: &str,
 ) -> Option<(String, Option<u32>)> {
-    let name = ds
-        .members
-        .iter()
-        .find(|m| m.member == member)?
-        .spec
-        .name
-        .clone();
+    let name = crate::core::container::container_name(team, member);
     observed
         .containers
         .iter()
@@ -267,37 +268,19 @@ fn running_container(
         .map(|c| (c.id.clone(), c.pid))
 }
 
-/// The member's HOME written by its own `tar`, as the member, into its transcript folder.
-async fn keep_home(
-    look: &super::Look,
-    id: &str,
-    transcript: &std::path::Path,
-    (team, member): (&str, &str),
-) -> Result<PathBuf, LifecycleError> {
-    let archive = layout::suspended_home_archive(transcript);
-    let cmd = [
-        "tar",
-        "-c",
-        "-f",
-        &archive.display().to_string(),
-        "-C",
-        MEMBER_HOME,
-        ".",
-    ]
-    .map(String::from);
-    let failed = |why: String| LifecycleError::Home {
-        team: team.into(),
-        member: member.into(),
-        why,
-    };
+/// The member's HOME written by its own `tar`, as the member, inside its container `id`, to
+/// `archive` (in its transcript folder); why not, if it could not be.
+pub(super) async fn write_home(look: &super::Look, id: &str, archive: &Path) -> Result<(), String> {
+    let archive = archive.display().to_string();
+    let cmd = ["tar", "-c", "-f", &archive, "-C", MEMBER_HOME, "."].map(String::from);
     match look.backend.exec(id, &cmd).await {
-        Ok(out) if out.code == 0 => Ok(archive),
-        Ok(out) => Err(failed(format!(
+        Ok(out) if out.code == 0 => Ok(()),
+        Ok(out) => Err(format!(
             "its `tar` exited {}: {}",
             out.code,
             out.stderr.trim()
-        ))),
-        Err(e) => Err(failed(e.to_string())),
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
