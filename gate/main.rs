@@ -18,6 +18,11 @@
 //! when FILE, whose mtime the `ateam exec` client sets every second, goes stale or away: the
 //! engines keep an exec's process running when its client is gone.
 //!
+//! `--probe PROGRAM` prints what ateam checks of a start under gVisor, as the sandbox's own
+//! kernel shows it (the host's `/proc` shows the sandbox's processes, not the member's): the
+//! boot id, `/proc/1/stat`, whether PROGRAM can run, this process's no-new-privileges, and
+//! `/proc/1/status`. ateam runs it through the engine's exec while the gate still holds.
+//!
 //! Built by build.rs as a static, std-only binary so that it runs in any image.
 
 use std::ffi::OsString;
@@ -30,6 +35,7 @@ use std::time::{Duration, Instant};
 const CTL: &str = "/.ateam";
 const WAIT: Duration = Duration::from_secs(300);
 const PR_SET_NO_NEW_PRIVS: i32 = 38;
+const PR_GET_NO_NEW_PRIVS: i32 = 39;
 /// How old the `--alive` file may get before the client counts as gone (it is touched
 /// every second).
 const STALE: Duration = Duration::from_secs(5);
@@ -96,6 +102,10 @@ impl Wake {
 
 fn main() {
     let mut args = std::env::args_os().skip(1).peekable();
+    if args.peek().map(|a| a == "--probe").unwrap_or(false) {
+        args.next();
+        probe(args.next().unwrap_or_default());
+    }
     let exec_mode = args.peek().map(|a| a == "--exec").unwrap_or(false);
     if exec_mode {
         args.next();
@@ -140,7 +150,7 @@ fn main() {
         if let (Ok(release), Some(start)) = (std::fs::read_to_string(&go), &this_start)
             && released(&release, &me, start)
         {
-            break release.trim().to_string();
+            break first_line(&release).to_string();
         }
         if Instant::now() > deadline {
             eprintln!(
@@ -254,6 +264,24 @@ fn run_tied(mut command: Command, alive: &Path, program: &OsString) -> ! {
     }
 }
 
+/// `--probe PROGRAM`: what the sandbox's kernel says of this start, for ateam's checks under
+/// gVisor (see the module's comment). Lines: boot id, `/proc/1/stat`, `runnable 0|1`,
+/// `nnp 0|1`, then `/proc/1/status`.
+fn probe(program: OsString) -> ! {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let nnp = unsafe { prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    let stat = read("/proc/1/stat");
+    print!(
+        "{}\n{}\nrunnable {}\nnnp {}\n{}",
+        read("/proc/sys/kernel/random/boot_id").trim(),
+        stat.trim(),
+        u8::from(!program.is_empty() && runnable(&program)),
+        nnp,
+        read("/proc/1/status")
+    );
+    exit(0);
+}
+
 /// `--exec`: runs `cmd` in place of this process only if this start of the container was
 /// released; never waits (a person's `exec` into a held member is refused at once, 125).
 /// With the member's secrets; with `alive`, as a child ended when the client goes.
@@ -344,8 +372,14 @@ fn task_for(me: &str) -> Option<Vec<OsString>> {
     (!argv.is_empty() && !argv[0].is_empty()).then_some(argv)
 }
 
+/// The release's first line: `<container id> <boot id> <init start time>` as seen inside.
+/// (Under gVisor ateam adds a line of its own, the sandbox's start as the host sees it.)
+fn first_line(release: &str) -> &str {
+    release.lines().next().unwrap_or_default().trim()
+}
+
 fn released(release: &str, me: &str, start: &str) -> bool {
-    let release = release.trim();
+    let release = first_line(release);
     let Some((id, token)) = release.split_once(' ') else {
         return false;
     };

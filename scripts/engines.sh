@@ -24,6 +24,7 @@ ROOTLESS_USER=ateamci
 IMAGE=ateam-demo:latest
 DOCKER_SOCK=$RUN/docker.sock
 PODMAN_SOCK=$RUN/podman.sock
+PODMAN_GVISOR_SOCK=$RUN/podman-gvisor.sock   # rootful Podman that runs its containers under gVisor
 WAIT_SECS=${ATEAM_ENGINES_WAIT:-60}   # how long a daemon may take to answer
 declare -A LAUNCHED=()                # daemons started by this run: name -> pid
 
@@ -33,6 +34,9 @@ die() { printf '[engines] ERROR: %s\n' "$*" >&2; exit 1; }
 # ---------------------------------------------------------------- packages
 PKGS=(podman runc uidmap slirp4netns fuse-overlayfs busybox-static tmux curl
       python3-yaml python3-jsonschema docker-registry)
+# gVisor's runsc for `runtime: gvisor` members, from bookworm-backports: bookworm's own is of
+# 2022-12.
+BACKPORTS_PKGS=(runsc)
 # docker.io without its recommends (apparmor, cgroupfs-mount, needrestart, git...):
 # none is needed here. curl pings the API sockets. python3-yaml and python3-jsonschema read
 # ateam's -o json|yaml documents in tests/verdict.rs, as another program would.
@@ -42,7 +46,7 @@ DOCKER_PKGS=(docker.io)
 
 install_packages() {
     local p missing=()
-    for p in "${PKGS[@]}" "${DOCKER_PKGS[@]}"; do
+    for p in "${PKGS[@]}" "${DOCKER_PKGS[@]}" "${BACKPORTS_PKGS[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
     done
     if [ ${#missing[@]} -eq 0 ]; then log "packages: already installed"; return; fi
@@ -55,10 +59,25 @@ install_packages() {
         printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
         chmod 755 /usr/sbin/policy-rc.d; policy_added=1
     fi
+    backports_source
     apt-get update -qq
     apt-get install -y -qq "${PKGS[@]}" >/dev/null
     apt-get install -y -qq --no-install-recommends "${DOCKER_PKGS[@]}" >/dev/null
+    apt-get install -y -qq -t bookworm-backports "${BACKPORTS_PKGS[@]}" >/dev/null
     if [ -n "$policy_added" ]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+# Debian's backports, where apt has no source for them yet (used only with -t).
+backports_source() {
+    grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/ && return
+    cat >/etc/apt/sources.list.d/bookworm-backports.sources <<'EOF'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    log "added bookworm-backports to apt's sources"
 }
 
 # ---------------------------------------------------------------- config
@@ -87,12 +106,36 @@ runtime = "runc"
 EOF
 }
 
+# Docker's runtimes beside runc: gVisor's runsc (`runtime: gvisor`), which connects to the
+# Unix sockets mounted into a member (its egress and helper sockets) only with --host-uds=open.
+docker_conf() {
+    printf '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--host-uds=open"]}}}\n'
+}
+
+# runsc's flags under a Podman service that runs every container it makes under gVisor
+# (Podman 4.3 ignores the runtime a create names): no network of its own in the sandbox
+# (Podman's `none` netns is not enough for runsc's netstack), host sockets as for Docker,
+# and, rootless, no cgroups (runsc cannot make them for an unprivileged user on cgroup v1).
+GVISOR_FLAGS=(--runtime /usr/bin/runsc --runtime-flag network=none --runtime-flag host-uds=open)
+
+# docker_runtimes: writes the daemon's configuration; a running daemon reloads its runtimes
+# on SIGHUP.
+docker_runtimes() {
+    local before; before=$(cat "$RUN/daemon.json" 2>/dev/null || true)
+    mkdir -p "$RUN"
+    docker_conf | write_file "$RUN/daemon.json" root
+    if [ "$before" != "$(cat "$RUN/daemon.json")" ] && alive docker; then
+        kill -HUP "$(cat "$RUN/docker.pid")"; log "docker: reloaded its runtimes"
+    fi
+}
+
 user_vars() {
     local uid
     uid=$(id -u "$ROOTLESS_USER") || die "no user $ROOTLESS_USER: run '$0 start'"
     UHOME=$(getent passwd "$ROOTLESS_USER" | cut -d: -f6)
     XDG=$RUN/user-$uid                        # its XDG_RUNTIME_DIR (no logind here)
     ROOTLESS_SOCK=$XDG/podman/podman.sock
+    ROOTLESS_GVISOR_SOCK=$XDG/podman/podman-gvisor.sock
     AS_USER=(setpriv --reuid="$ROOTLESS_USER" --regid="$ROOTLESS_USER" --init-groups
         env -i -C "$UHOME" HOME="$UHOME" USER="$ROOTLESS_USER" LOGNAME="$ROOTLESS_USER"
         PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR="$XDG")
@@ -258,21 +301,28 @@ start_engines() {
     start_daemon docker "$DOCKER_SOCK" /_ping \
         dockerd --host "unix://$DOCKER_SOCK" --data-root "$STATE/docker" \
         --exec-root "$RUN/docker-exec" --pidfile "$RUN/docker.pid" \
-        --iptables=false --ip-masq=false --bridge=none
+        --iptables=false --ip-masq=false --bridge=none --config-file "$RUN/daemon.json"
     start_daemon podman "$PODMAN_SOCK" /v4.0.0/libpod/_ping \
         podman system service --time=0 "unix://$PODMAN_SOCK"
+    start_daemon podman-gvisor "$PODMAN_GVISOR_SOCK" /v4.0.0/libpod/_ping \
+        podman "${GVISOR_FLAGS[@]}" system service --time=0 "unix://$PODMAN_GVISOR_SOCK"
     reset_rootless_if_orphaned
     start_daemon podman-rootless "$ROOTLESS_SOCK" /v4.0.0/libpod/_ping \
         "${AS_USER[@]}" podman system service --time=0 "unix://$ROOTLESS_SOCK"
-    # Started all three first, so their start-ups overlap.
+    start_daemon podman-rootless-gvisor "$ROOTLESS_GVISOR_SOCK" /v4.0.0/libpod/_ping \
+        "${AS_USER[@]}" podman "${GVISOR_FLAGS[@]}" --runtime-flag ignore-cgroups \
+        system service --time=0 "unix://$ROOTLESS_GVISOR_SOCK"
+    # Started all first, so their start-ups overlap.
     wait_daemon docker "$DOCKER_SOCK" /_ping
     wait_daemon podman "$PODMAN_SOCK" /v4.0.0/libpod/_ping
+    wait_daemon podman-gvisor "$PODMAN_GVISOR_SOCK" /v4.0.0/libpod/_ping
     wait_daemon podman-rootless "$ROOTLESS_SOCK" /v4.0.0/libpod/_ping
+    wait_daemon podman-rootless-gvisor "$ROOTLESS_GVISOR_SOCK" /v4.0.0/libpod/_ping
 }
 
 stop_engines() {
     local name pid i
-    for name in registry podman-rootless podman docker; do
+    for name in registry podman-rootless-gvisor podman-rootless podman-gvisor podman docker; do
         alive "$name" || { rm -f "$RUN/$name.pid"; continue; }
         pid=$(cat "$RUN/$name.pid")
         kill "$pid"
@@ -358,6 +408,12 @@ check_engines() {
         die "rootless keep-id: file written in a bind mount belongs to $(stat -c %U "$dir/f")"
     rm -rf "$dir"
     log "rootless keep-id: bind-mount file owned by $ROOTLESS_USER on the host: ok"
+    # gVisor's kernel says it is Linux 4.4.0, whatever the host runs.
+    out=$("${DOCKER[@]}" "${lockdown[@]}" --runtime runsc "$IMAGE" uname -r); log "docker gVisor:   $out"
+    out=$(podman --url "unix://$PODMAN_GVISOR_SOCK" "${lockdown[@]}" "$IMAGE" uname -r)
+    log "podman gVisor:   $out"
+    out=$(as_user podman --url "unix://$ROOTLESS_GVISOR_SOCK" "${lockdown[@]}" --userns=keep-id "$IMAGE" uname -r)
+    log "rootless gVisor: $out"
 }
 
 # ---------------------------------------------------------------- registry
@@ -415,6 +471,8 @@ export DOCKER_HOST=unix://$DOCKER_SOCK
 export ATEAM_TEST_DOCKER=unix://$DOCKER_SOCK
 export ATEAM_TEST_PODMAN_ROOTFUL=unix://$PODMAN_SOCK
 export ATEAM_TEST_PODMAN_ROOTLESS=unix://$ROOTLESS_SOCK
+export ATEAM_TEST_PODMAN_GVISOR=unix://$PODMAN_GVISOR_SOCK
+export ATEAM_TEST_PODMAN_ROOTLESS_GVISOR=unix://$ROOTLESS_GVISOR_SOCK
 export ATEAM_TEST_ROOTLESS_USER=$ROOTLESS_USER
 export ATEAM_TEST_IMAGE=$IMAGE
 export ATEAM_TEST_REGISTRY=$REGISTRY
@@ -450,6 +508,7 @@ main() {
         containers_conf | write_file /etc/containers/containers.conf root
         mkdir -p /etc/containers/registries.conf.d
         podman_registries_conf | write_file /etc/containers/registries.conf.d/50-ateam-ci.conf root
+        docker_runtimes
         host_fixes
         hosts_entries
         setup_user

@@ -7,7 +7,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::core::container::Effective;
-use crate::core::container::{ContainerSpec, CreateRequest, EngineKind, Mount, SpecNetwork};
+use crate::core::container::{
+    ContainerRuntime, ContainerSpec, CreateRequest, EngineKind, GVISOR_RUNTIME, Mount, SpecNetwork,
+};
 
 /// One way a container differs from the policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +118,18 @@ fn what_runs(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
         found.user == spec.user,
         spec.user.clone(),
         found.user.clone(),
+    );
+    // A runc container where the manifest says gVisor has none of gVisor's boundary; the
+    // other way round, the gate's checks would be of the wrong kind.
+    v.check(
+        "runtime",
+        spec.runtime.reported_as(&found.runtime),
+        spec.runtime.to_string(),
+        if found.runtime.is_empty() {
+            "the engine's default".into()
+        } else {
+            found.runtime.clone()
+        },
     );
 }
 
@@ -530,6 +544,10 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         published_ports: vec![],
+        runtime: match spec.runtime {
+            ContainerRuntime::Runc => "runc".into(),
+            ContainerRuntime::Gvisor => GVISOR_RUNTIME.into(),
+        },
     }
 }
 
@@ -576,6 +594,7 @@ pub(crate) fn create_request(
         // Engines on cgroup v1 default to the host's cgroup namespace, which the policy refuses.
         cgroupns_private: true,
         terminal: spec.terminal,
+        gvisor: spec.runtime == ContainerRuntime::Gvisor,
     }
 }
 

@@ -358,6 +358,23 @@ impl LogOptions {
     }
 }
 
+/// Whether, and how, an engine runs members under gVisor (`runtime: gvisor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GvisorSupport {
+    /// Each container that asks: Docker's runtime named `runsc`, configured as members need.
+    PerContainer,
+    /// Every container it makes: a Podman service started with `--runtime runsc` (Podman 4
+    /// ignores the runtime a create names).
+    Everything,
+    /// Not here; why, and what to do.
+    Absent(String),
+}
+
+/// runsc's flags a member under gVisor needs: no network of the sandbox's own (Docker's and
+/// Podman's `none` namespace is not one runsc can start in) and the host's Unix sockets
+/// mounted in (its egress and helper sockets) open to connect to.
+pub const GVISOR_FLAGS: [&str; 2] = ["--network=none", "--host-uds=open"];
+
 /// The engine operations ateam needs. Every method is one engine call (or a few for `exec`).
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -367,6 +384,13 @@ pub trait Backend: Send + Sync {
     fn endpoint(&self) -> &str;
     /// Checks the engine answers and learns what it can enforce.
     async fn ping(&self) -> Result<EngineInfo>;
+    /// Whether it runs members under gVisor (asked only where one wants it: on Podman it
+    /// costs an `info`).
+    async fn gvisor(&self) -> Result<GvisorSupport> {
+        Ok(GvisorSupport::Absent(
+            "this engine cannot run containers under gVisor".into(),
+        ))
+    }
     /// Who answered when this connected (the engine's name for itself and its API version),
     /// where the engine says so cheaply; None where it does not. Two connects with the same
     /// identity on the same socket and boot find the same `ping` (see `connect::Memo`).

@@ -32,6 +32,50 @@ impl SpecNetwork {
     }
 }
 
+/// The OCI runtime a member's container runs under: the engine's runc (a hardened container
+/// on the host's kernel) or gVisor's runsc (a user-space kernel between the member and the
+/// host's).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerRuntime {
+    /// The engine's own runtime (runc here).
+    #[default]
+    Runc,
+    /// gVisor's `runsc`.
+    Gvisor,
+}
+
+impl ContainerRuntime {
+    /// Left out of a spec's JSON when runc, so that members from before keep their hash.
+    pub fn is_runc(&self) -> bool {
+        *self == ContainerRuntime::Runc
+    }
+
+    /// Whether the runtime an engine reports (`runc`, `runsc`, `/usr/bin/runsc`,
+    /// `io.containerd.runc.v2`, `""` for its default) is this one.
+    pub fn reported_as(&self, engine_says: &str) -> bool {
+        let name = engine_says.rsplit('/').next().unwrap_or(engine_says);
+        match self {
+            ContainerRuntime::Gvisor => name == GVISOR_RUNTIME,
+            ContainerRuntime::Runc => name != GVISOR_RUNTIME,
+        }
+    }
+}
+
+impl std::fmt::Display for ContainerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ContainerRuntime::Runc => "runc",
+            ContainerRuntime::Gvisor => "gvisor",
+        })
+    }
+}
+
+/// gVisor's runtime binary, and the name Docker's configuration gives it (`runsc install`).
+pub const GVISOR_RUNTIME: &str = "runsc";
+
 /// Label keys that ateam puts on every container it makes.
 pub mod labels {
     /// Always `ateam`: marks a container, network or helper as ateam's.
@@ -131,6 +175,9 @@ pub struct ContainerSpec {
     /// members without one keep their hash.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminal: bool,
+    /// The OCI runtime it runs under; left out of the hash's JSON when runc.
+    #[serde(default, skip_serializing_if = "ContainerRuntime::is_runc")]
+    pub runtime: ContainerRuntime,
 }
 
 impl ContainerSpec {
@@ -389,6 +436,10 @@ pub struct CreateRequest {
     /// A terminal and an open stdin (`ContainerSpec::terminal`).
     #[serde(default)]
     pub terminal: bool,
+    /// Run it under gVisor (Docker: its runtime named `runsc`; Podman 4 runs what its service
+    /// runs, whatever a create says).
+    #[serde(default)]
+    pub gvisor: bool,
 }
 
 /// A container's configuration as the engine reports it, reduced to what the policy covers.
@@ -463,6 +514,10 @@ pub struct Effective {
     pub namespaces: std::collections::BTreeMap<String, String>,
     /// Ports published on the host: a member publishes none.
     pub published_ports: Vec<String>,
+    /// The OCI runtime as the engine names it (`runc`, `runsc`, `/usr/bin/runsc`; `""`: the
+    /// engine's default).
+    #[serde(default)]
+    pub runtime: String,
 }
 
 /// What a container's processes use now, as its cgroup counts it. `None`: not readable.

@@ -216,6 +216,7 @@ fn failure_kind(err: &ActionError) -> K {
             | RunError::Egress { .. }
             | RunError::Backend { .. }
             | RunError::LimitsNotEnforced { .. }
+            | RunError::RuntimeUnavailable { .. }
             | RunError::MissingSecret { .. }
             | RunError::NoCommand { .. }
             | RunError::Image { .. }

@@ -8,7 +8,8 @@ use std::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::{Executor, Failure};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, GvisorSupport};
+use crate::core::container::ContainerRuntime;
 use crate::model::PullPolicy;
 use crate::plan::spec::DesiredMember;
 use crate::plan::{Action, ContainerOp, Plan};
@@ -174,6 +175,7 @@ impl Executor<'_> {
         let mut refused = Refusals::default();
         let no_agent = self.check_agents(plan, desired, &mut refused).await;
         let created = self.check_members(plan, desired, &no_agent, &mut refused);
+        self.check_runtimes(plan, desired, &mut refused).await;
         let images = created.len();
         for (image, members) in created {
             self.check_image(image, &members, &mut refused).await;
@@ -185,6 +187,37 @@ impl Executor<'_> {
             "checked before any change"
         );
         refused.0
+    }
+
+    /// The members brought up under gVisor, refused where the engine cannot run it: the
+    /// engine is asked once, and only when one such member is brought up.
+    async fn check_runtimes(&self, plan: &Plan, desired: &[DesiredMember], refused: &mut Refusals) {
+        let gvisor: Vec<&DesiredMember> = plan
+            .actions
+            .iter()
+            .filter_map(|a| brought_up(a, desired))
+            .map(|(m, _)| m)
+            .filter(|m| m.spec.runtime == ContainerRuntime::Gvisor)
+            .collect();
+        if gvisor.is_empty() {
+            return;
+        }
+        let why = match self.rt.backend.gvisor().await {
+            Ok(GvisorSupport::PerContainer | GvisorSupport::Everything) => return,
+            Ok(GvisorSupport::Absent(why)) => why,
+            Err(e) => format!("the engine did not say whether it can: {e}"),
+        };
+        for m in gvisor {
+            refused.refuse(
+                m,
+                RunError::RuntimeUnavailable {
+                    member: m.member.clone(),
+                    runtime: m.spec.runtime.to_string(),
+                    engine: self.rt.info.kind.to_string(),
+                    why: why.clone(),
+                },
+            );
+        }
     }
 
     /// What `preflight` would refuse that needs no engine and changes nothing (no agent

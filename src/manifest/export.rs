@@ -141,6 +141,7 @@ pub(crate) fn member_object(team: &Team, m: &Member) -> Object<MemberSpec> {
                 })
             }),
             share_writes: m.share_writes,
+            runtime: (!m.runtime.is_runc()).then_some(m.runtime),
             agent: m.agent.as_ref().map(|a| Box::new(agent_spec(a))),
             snapshot_writes: m
                 .snapshot_writes
@@ -186,6 +187,8 @@ pub fn team_objects(team: &Team) -> Vec<Manifest> {
             allow_root_user: team.allow_root_user,
             helper_requests: team.helper_requests,
             board: team.board,
+            // Each member's is written on it.
+            runtime: None,
         },
     ))];
     for s in &team.sessions {

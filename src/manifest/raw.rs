@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+use crate::core::container::ContainerRuntime;
 use crate::core::quantity;
 pub(crate) use crate::model::RestartPolicy;
 pub use crate::model::{BackendChoice, PullPolicy};
@@ -84,6 +85,11 @@ pub struct TeamSpec {
     /// `/.ateam/mcp.sock`, main sessions through `ateam mcp`. Default false.
     #[serde(default)]
     pub board: bool,
+    /// `runc` (default) or `gvisor`: the OCI runtime its members run under, unless a Member
+    /// says otherwise. gVisor puts a user-space kernel between a member and the host's
+    /// (docs/gvisor.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<ContainerRuntime>,
 }
 
 /// `kind: MainSession`: a session a person drives, on the host, with the person's own access.
@@ -436,6 +442,9 @@ pub struct MemberSpec {
     /// start whose folders hold more is held. Default: no copy (docs/workspaces.md).
     #[schemars(with = "Option<MemoryQuantity>")]
     pub snapshot_writes: Option<Quantity>,
+    /// `runc` or `gvisor`; default the Team's `runtime`, else `runc` (docs/gvisor.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<ContainerRuntime>,
 }
 
 /// A member's image: a name the engine has (or pulls), or the one a repository defines.

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::core::container::ContainerRuntime;
+
 mod agents;
 
 /// Everything a set of manifests asks for, validated and grouped by team: the trusted model.
@@ -298,6 +300,9 @@ pub struct Member {
     /// none, and did not share.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub share_writes: bool,
+    /// The OCI runtime it runs under (`runtime:`); records before it ran under runc.
+    #[serde(default, skip_serializing_if = "ContainerRuntime::is_runc")]
+    pub runtime: ContainerRuntime,
 }
 
 /// A member's coding agent, as the manifest names it (`core::agents`).

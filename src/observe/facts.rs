@@ -280,6 +280,7 @@ mod tests {
 
     fn member(dir: &Path) -> Member {
         Member {
+            runtime: Default::default(),
             name: "a".into(),
             user: Some(UserId {
                 uid: 4242,

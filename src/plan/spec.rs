@@ -317,6 +317,7 @@ pub(crate) fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec
         network,
         labels: m.labels.clone(),
         terminal: m.agent.as_ref().is_some_and(|a| a.interactive),
+        runtime: m.runtime,
     }
 }
 

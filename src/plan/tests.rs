@@ -28,6 +28,7 @@ fn host() -> Host {
 
 pub(crate) fn member(name: &str) -> Member {
     Member {
+        runtime: Default::default(),
         name: name.into(),
         user: None,
         parent: Parent::MainSession("lead".into()),

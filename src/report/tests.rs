@@ -24,6 +24,7 @@ fn host() -> Host {
 
 fn team(members: &[&str]) -> Team {
     let member = |name: &str| Member {
+        runtime: Default::default(),
         name: name.into(),
         user: None,
         parent: Parent::MainSession("lead".into()),

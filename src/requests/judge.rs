@@ -423,6 +423,8 @@ fn as_manifests(
         // Its asker's word: a person who let the asker share its folders lets its helpers
         // share them too; otherwise a helper may not write where another member writes.
         share_writes: parent.share_writes,
+        // No wider than its asker: an asker under gVisor gets helpers under gVisor.
+        runtime: parent.runtime,
     };
     let mut member_obj = export::member_object(team, &child);
     member_obj.spec.cwd = req.cwd.clone();

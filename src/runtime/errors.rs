@@ -66,6 +66,17 @@ pub enum RunError {
         /// The engine, in words.
         engine: String,
     },
+    #[error("member `{member}`: runtime `{runtime}` cannot run on {engine}: {why}")]
+    /// The engine cannot run the member's runtime (`runtime: gvisor`).
+    RuntimeUnavailable {
+        member: String,
+        /// The runtime the manifest names.
+        runtime: String,
+        /// The engine, in words.
+        engine: String,
+        /// Why not, and what to do.
+        why: String,
+    },
     #[error("member `{member}`: secretEnv `{name}` is not set in the environment of ateam")]
     /// A `secretEnv` variable is not set where ateam runs.
     MissingSecret {

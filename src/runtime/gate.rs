@@ -91,9 +91,20 @@ pub fn close(ctl: &Path) -> std::io::Result<()> {
 }
 
 /// Lets the container with this id run its command, for this start only: `start` is the
-/// `procfs::start_token` of its init, which a restart changes.
-pub fn release(ctl: &Path, container_id: &str, start: &str, owner: Owner) -> std::io::Result<()> {
-    let text = format!("{container_id} {start}");
+/// token of its init as the gate reads it inside, which a restart changes. Under gVisor the
+/// host sees another start (`host`: the sandbox process's `procfs::start_token`), which
+/// `names_start` reads from a second line.
+pub fn release(
+    ctl: &Path,
+    container_id: &str,
+    start: &str,
+    host: Option<&str>,
+    owner: Owner,
+) -> std::io::Result<()> {
+    let mut text = format!("{container_id} {start}");
+    if let Some(host) = host {
+        text.push_str(&format!("\n{HOST_LINE}{host}"));
+    }
     write_atomic_in_member_dir(&gate_release_path(ctl), text.as_bytes(), 0o600, owner)
 }
 
@@ -138,13 +149,21 @@ pub(crate) fn release_text(ctl: &Path) -> Option<String> {
     read_small(&gate_release_path(ctl), 4096)
 }
 
-/// Whether the release file's `text` lets the container `id` run in its start `now`.
+/// The release line that gives a gVisor sandbox's start as the host sees it.
+const HOST_LINE: &str = "host ";
+
+/// Whether the release file's `text` lets the container `id` run in its start `now` (its
+/// init's `procfs::start_token`, or under gVisor its sandbox's).
 pub(crate) fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
     let Some(now) = now else { return false };
-    match text.trim().split_once(' ') {
-        Some((who, start)) => !who.is_empty() && id.starts_with(who) && start == now,
-        None => false,
-    }
+    let mut lines = text.trim().lines();
+    let Some((who, start)) = lines.next().and_then(|l| l.trim().split_once(' ')) else {
+        return false;
+    };
+    let start = lines
+        .find_map(|l| l.strip_prefix(HOST_LINE))
+        .unwrap_or(start);
+    !who.is_empty() && id.starts_with(who) && start.trim() == now
 }
 
 /// An `ateam exec` in progress, as the gate sees it: a file `exec-<pid>-<nanos>` in the

@@ -19,6 +19,7 @@ mod release;
 #[cfg(test)]
 pub(crate) mod rig;
 mod roots;
+mod sandbox;
 /// The member's secrets file: `NAME=value\0` for each secret it names; a secret its proxy
 /// injects reaches the member as its placeholder only. `secret` looks up a value.
 fn secrets_of(

@@ -60,7 +60,7 @@ fn interfaces_besides_lo(net_dev: &str) -> Vec<String> {
         .collect()
 }
 
-fn parse(text: &str) -> ProcStatus {
+pub(crate) fn parse(text: &str) -> ProcStatus {
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))
@@ -113,9 +113,16 @@ fn boot_id() -> std::io::Result<&'static str> {
 }
 
 /// Field 22 of `/proc/<pid>/stat`; the command name before it may hold spaces and `)`.
-fn stat_start_time(stat: &str) -> Option<&str> {
+pub(crate) fn stat_start_time(stat: &str) -> Option<&str> {
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(19)
+}
+
+/// The parent of process `pid` (field 4 of its `/proc/<pid>/stat`).
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
+    let stat = crate::files::read_kernel_text(Path::new(&format!("/proc/{pid}/stat"))).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The host pid of the first process of container `id`'s start now running, from the files

@@ -5,11 +5,50 @@
 use std::path::PathBuf;
 
 use super::pin::{self, PinError, Pinned};
-use super::{Looked, RunError, Runtime, cgroup, gate, procfs};
+use super::{Looked, RunError, Runtime, cgroup, gate, procfs, sandbox};
 use crate::backend::Inspected;
-use crate::core::container::{ContainerState, EngineKind, SpecNetwork};
+use crate::core::container::{ContainerRuntime, ContainerState, EngineKind, SpecNetwork};
 use crate::plan::spec::DesiredMember;
-use crate::policy::{self, Limits};
+use crate::policy::{self, GATE_ENTRYPOINT, Limits};
+
+/// A refusal of what the start made of the member's processes.
+fn process(m: &DesiredMember, id: &str, what: String) -> RunError {
+    RunError::Process {
+        member: m.member.clone(),
+        id: id.to_string(),
+        what,
+    }
+}
+
+fn not_runnable(m: &DesiredMember, id: &str, cmd: &str) -> RunError {
+    process(
+        m,
+        id,
+        format!("its command `{cmd}` is not found or not executable in the image"),
+    )
+}
+
+/// No capabilities, no new privileges, and the manifest's user: of the first process, as
+/// the kernel that enforces them has them.
+fn judge_credentials(
+    m: &DesiredMember,
+    id: &str,
+    st: &procfs::ProcStatus,
+    no_new_privs: bool,
+) -> Result<(), RunError> {
+    let user = format!("{}:{}", st.uid, st.gid);
+    if st.cap_bnd != 0 || st.cap_eff != 0 || !no_new_privs || user != m.spec.user {
+        return Err(process(
+            m,
+            id,
+            format!(
+                "its process has capabilities {:x}/{:x}, no-new-privileges {no_new_privs}, user {user} (expected none, on, {})",
+                st.cap_eff, st.cap_bnd, m.spec.user
+            ),
+        ));
+    }
+    Ok(())
+}
 
 impl Runtime {
     /// Starts the container and finds the host pid of the start's first process, its
@@ -49,7 +88,8 @@ impl Runtime {
     }
 
     /// Checks from the kernel what the start made of the container's first process `pid`,
-    /// then releases its gate for that start.
+    /// then releases its gate for that start. Under gVisor `pid` is the sandbox's, and the
+    /// same checks take the sandbox's three views (`sandbox`).
     pub(super) async fn release_checked(
         &self,
         m: &DesiredMember,
@@ -58,51 +98,33 @@ impl Runtime {
         pins: &[(PathBuf, Pinned)],
         command: Option<&str>,
     ) -> Result<(), RunError> {
-        let process = |what: String| RunError::Process {
-            member: m.member.clone(),
-            id: id.to_string(),
-            what,
-        };
         // Taken before any check: the checks below are of this start, and the release will be
         // good for this start only. A restart in between makes a new init the token misses.
-        let start = match procfs::start_token(pid) {
-            Ok(s) => s,
-            Err(e) => {
-                let err = process(format!("cannot read /proc/{pid}/stat: {e}"));
-                return Err(self.unless_stopped(m, id, err).await);
+        // `files`: the process whose root is the member's file tree.
+        let (start, host, files) = match m.spec.runtime {
+            ContainerRuntime::Runc => (self.runc_checked(m, id, pid).await?, None, pid),
+            ContainerRuntime::Gvisor => {
+                let host = match procfs::start_token(pid) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let err = process(m, id, format!("cannot read /proc/{pid}/stat: {e}"));
+                        return Err(self.unless_stopped(m, id, err).await);
+                    }
+                };
+                let (start, gofer) = self.gvisor_checked(m, id, pid, command).await?;
+                (start, Some(host), gofer)
             }
         };
-        // The process can end while it is being looked at (a command that cannot run ends at
-        // once); then that, not the failed look, is the reason to report.
-        let st = match procfs::status(pid) {
-            Ok(st) => st,
-            Err(e) => {
-                return Err(self
-                    .unless_stopped(
-                        m,
-                        id,
-                        process(format!("cannot read /proc/{pid}/status: {e}")),
-                    )
-                    .await);
-            }
-        };
-        let user = format!("{}:{}", st.uid, st.gid);
-        if st.cap_bnd != 0 || st.cap_eff != 0 || !st.no_new_privs || user != m.spec.user {
-            return Err(process(format!(
-                "its process has capabilities {:x}/{:x}, no-new-privileges {}, user {user} (expected none, on, {})",
-                st.cap_eff, st.cap_bnd, st.no_new_privs, m.spec.user
-            )));
-        }
         let alone = match &m.spec.network {
             SpecNetwork::None | SpecNetwork::Proxy => true,
             SpecNetwork::Open(_) => false,
         };
         if alone && let Some(why) = procfs::loopback_only(pid) {
-            let err = process(format!("its network is not loopback alone: {why}"));
+            let err = process(m, id, format!("its network is not loopback alone: {why}"));
             return Err(self.unless_stopped(m, id, err).await);
         }
         for (target, pinned) in pins {
-            match pin::check(pid, target, pinned) {
+            match pin::check(files, target, pinned) {
                 Ok(()) => {}
                 Err(source @ PinError::Inspect { .. }) => {
                     let err = RunError::Pin {
@@ -120,22 +142,99 @@ impl Runtime {
             }
         }
         // A command that cannot run would end the member the moment the gate opens, after apply
-        // has said all is well: look for it from outside first.
-        if let Some(cmd) = command
+        // has said all is well: look for it from outside first (under gVisor the probe did).
+        if m.spec.runtime == ContainerRuntime::Runc
+            && let Some(cmd) = command
             && !procfs::runnable_in(pid, cmd, &m.spec.cwd)
         {
-            let err = process(format!(
-                "its command `{cmd}` is not found or not executable in the image"
-            ));
+            let err = not_runnable(m, id, cmd);
             return Err(self.unless_stopped(m, id, err).await);
         }
         self.restore_home(m, id).await;
         let owner = self.member_owner(m)?;
-        gate::release(&m.ctl_dir, id, &start, owner).map_err(|source| RunError::Io {
-            member: m.member.clone(),
-            path: m.ctl_dir.clone(),
-            source,
+        gate::release(&m.ctl_dir, id, &start, host.as_deref(), owner).map_err(|source| {
+            RunError::Io {
+                member: m.member.clone(),
+                path: m.ctl_dir.clone(),
+                source,
+            }
         })
+    }
+
+    /// This start's token, and the first process's credentials judged, from the host's
+    /// `/proc/<pid>`.
+    async fn runc_checked(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        pid: u32,
+    ) -> Result<String, RunError> {
+        let start = match procfs::start_token(pid) {
+            Ok(s) => s,
+            Err(e) => {
+                let err = process(m, id, format!("cannot read /proc/{pid}/stat: {e}"));
+                return Err(self.unless_stopped(m, id, err).await);
+            }
+        };
+        // The process can end while it is being looked at (a command that cannot run ends at
+        // once); then that, not the failed look, is the reason to report.
+        let st = match procfs::status(pid) {
+            Ok(st) => st,
+            Err(e) => {
+                let err = process(m, id, format!("cannot read /proc/{pid}/status: {e}"));
+                return Err(self.unless_stopped(m, id, err).await);
+            }
+        };
+        judge_credentials(m, id, &st, st.no_new_privs)?;
+        Ok(start)
+    }
+
+    /// Under gVisor: this start's token and the first process's credentials as the Sentry has
+    /// them (`gate --probe`, run while the gate holds), and the gofer whose root is the
+    /// member's file tree (`sandbox`).
+    async fn gvisor_checked(
+        &self,
+        m: &DesiredMember,
+        id: &str,
+        pid: u32,
+        command: Option<&str>,
+    ) -> Result<(String, u32), RunError> {
+        let mut probe_cmd = vec![GATE_ENTRYPOINT[0].to_string(), "--probe".into()];
+        probe_cmd.extend(command.map(str::to_string));
+        let out = match self.backend.exec(id, &probe_cmd).await {
+            Ok(out) => out,
+            Err(e) => {
+                let err = process(m, id, format!("its sandbox could not be probed: {e}"));
+                return Err(self.unless_stopped(m, id, err).await);
+            }
+        };
+        let Some(probe) = sandbox::parse_probe(&out.stdout) else {
+            let err = process(
+                m,
+                id,
+                format!(
+                    "its sandbox's probe said nothing ateam reads (exit {}: {})",
+                    out.code,
+                    out.stderr.trim()
+                ),
+            );
+            return Err(self.unless_stopped(m, id, err).await);
+        };
+        judge_credentials(m, id, &probe.status, probe.nnp)?;
+        if let Some(cmd) = command
+            && !probe.runnable
+        {
+            return Err(not_runnable(m, id, cmd));
+        }
+        let Some(gofer) = sandbox::gofer_of(pid, id) else {
+            let err = process(
+                m,
+                id,
+                format!("the gofer of its sandbox (pid {pid}) is not found beside it"),
+            );
+            return Err(self.unless_stopped(m, id, err).await);
+        };
+        Ok((probe.token, gofer))
     }
 
     /// A resumed member's HOME put back before its command runs (`ateam resume` left the
@@ -260,7 +359,10 @@ impl Runtime {
         limits: Limits,
         fresh: bool,
     ) -> Result<Option<u32>, RunError> {
-        if !fresh && !self.info.inspect_holds_while_running() {
+        // Under gVisor the engine's pid files and cgroup name the sandbox: an inspect does.
+        if m.spec.runtime == ContainerRuntime::Gvisor
+            || (!fresh && !self.info.inspect_holds_while_running())
+        {
             return Ok(None);
         }
         let Some(before) = before else {

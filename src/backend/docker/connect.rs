@@ -9,7 +9,8 @@ use bollard::models::SystemInfoCgroupVersionEnum;
 
 use super::errors::{io_kind, message_of};
 use super::{DockerBackend, ENGINE, REQUEST_TIMEOUT};
-use crate::backend::{BackendError, EngineInfo, EngineKind, Result};
+use crate::backend::{BackendError, EngineInfo, EngineKind, GVISOR_FLAGS, GvisorSupport, Result};
+use crate::core::container::GVISOR_RUNTIME;
 
 /// How long the connect's `_ping` may take: it answers in well under a millisecond.
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
@@ -168,4 +169,42 @@ pub(super) async fn ping_headers(
         })
     });
     Ok(api.zip(header("server")))
+}
+
+/// Docker runs a container under gVisor when its create names a runtime of the daemon's
+/// configuration: ateam names `runsc`, and wants it with `GVISOR_FLAGS`.
+pub(super) async fn gvisor(b: &DockerBackend) -> Result<GvisorSupport> {
+    let info = b.docker.info().await.map_err(|e| b.engine_err("info", e))?;
+    let runtimes = info.runtimes.unwrap_or_default();
+    let Some(runsc) = runtimes.get(GVISOR_RUNTIME) else {
+        return Ok(GvisorSupport::Absent(format!(
+            "Docker has no runtime named `{GVISOR_RUNTIME}` (it has {}): add {} to the daemon's configuration (daemon.json) and reload it (docs/gvisor.md)",
+            runtimes.keys().cloned().collect::<Vec<_>>().join(", "),
+            docker_runtime_entry()
+        )));
+    };
+    let args = runsc.runtime_args.clone().unwrap_or_default();
+    let missing: Vec<&str> = GVISOR_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| !args.iter().any(|a| a == f))
+        .collect();
+    if missing.is_empty() {
+        Ok(GvisorSupport::PerContainer)
+    } else {
+        Ok(GvisorSupport::Absent(format!(
+            "Docker's runtime `{GVISOR_RUNTIME}` runs without {}: make its entry in daemon.json {} and reload the daemon (docs/gvisor.md)",
+            missing.join(" "),
+            docker_runtime_entry()
+        )))
+    }
+}
+
+/// The daemon.json entry members under gVisor need.
+fn docker_runtime_entry() -> String {
+    let args: Vec<String> = GVISOR_FLAGS.iter().map(|f| format!("\"{f}\"")).collect();
+    format!(
+        "`\"runtimes\": {{\"{GVISOR_RUNTIME}\": {{\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [{}]}}}}`",
+        args.join(", ")
+    )
 }

@@ -64,6 +64,10 @@ pub(super) fn create_body(req: &CreateRequest) -> ContainerCreateBody {
         memory_swap: Some(to_i64(req.memory_swap_bytes)),
         pids_limit: Some(i64::from(req.pids)),
         nano_cpus: req.nano_cpus.map(to_i64),
+        // gVisor by the name `runsc install` gives it in the daemon's configuration.
+        runtime: req
+            .gvisor
+            .then(|| crate::core::container::GVISOR_RUNTIME.to_string()),
         network_mode: Some(if req.network_none {
             "none".to_string()
         } else {

@@ -113,6 +113,7 @@ pub(super) fn effective_of(
         init: hc.init == Some(true),
         network_mode: hc.network_mode.clone().unwrap_or_default(),
         networks: networks_of(c),
+        runtime: hc.runtime.clone().unwrap_or_default(),
         bind_mounts,
         tmpfs,
         other_mounts,

@@ -64,6 +64,7 @@ impl Drop for Cleanup {
 
 fn request(name: &str, labels: &BTreeMap<String, String>, ro: &std::path::Path) -> CreateRequest {
     CreateRequest {
+        gvisor: false,
         name: name.into(),
         image: IMAGE.into(),
         entrypoint: vec!["/bin/agent.sh".into()],
@@ -155,6 +156,7 @@ async fn a_hardened_container_is_created_inspected_run_and_removed() {
         e.masked_paths
     );
     let expected = Effective {
+        runtime: "runc".into(),
         image: IMAGE.into(),
         entrypoint: vec!["/bin/agent.sh".into()],
         cmd: vec![],
@@ -547,6 +549,7 @@ fn an_unsafe_inspect_shows_every_difference() {
     assert_eq!(
         i.effective,
         Effective {
+            runtime: String::new(),
             image: "x:1".into(),
             entrypoint: vec![],
             cmd: vec![],

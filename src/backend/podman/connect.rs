@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use super::errors::{engine_err, unavailable};
 use super::{ENGINE, LIBPOD, PodmanBackend};
-use crate::backend::{BackendError, EngineInfo, EngineKind, Result};
+use crate::backend::{BackendError, EngineInfo, EngineKind, GvisorSupport, Result};
+use crate::core::container::ContainerRuntime;
 
 impl PodmanBackend {
     /// Connects to `unix:///path` or `tcp://host:port` and asks the engine whether it runs
@@ -152,4 +153,32 @@ pub(super) fn validate_response(response: Response<Body>) -> Validated {
             message,
         })
     })
+}
+
+/// Podman 4 runs every container of a service under the service's runtime (a create's
+/// runtime is ignored): members under gVisor need a service started with runsc.
+pub(super) async fn gvisor(b: &PodmanBackend) -> Result<GvisorSupport> {
+    let info = b.podman.info().await.map_err(|e| engine_err("info", &e))?;
+    let runtime = info
+        .host
+        .as_ref()
+        .and_then(|h| h.oci_runtime.as_ref())
+        .and_then(|r| r.path.clone().or_else(|| r.name.clone()))
+        .unwrap_or_default();
+    if ContainerRuntime::Gvisor.reported_as(&runtime) {
+        return Ok(GvisorSupport::Everything);
+    }
+    let rootless = if b.rootless {
+        " --runtime-flag ignore-cgroups"
+    } else {
+        ""
+    };
+    let flags: Vec<String> = crate::backend::GVISOR_FLAGS
+        .iter()
+        .map(|f| format!("--runtime-flag {}", f.trim_start_matches("--")))
+        .collect();
+    Ok(GvisorSupport::Absent(format!(
+        "this Podman service runs its containers under `{runtime}`, and Podman 4 runs every container of a service under the service's runtime: start one with `podman --runtime runsc {}{rootless} system service` and point CONTAINER_HOST at it (docs/gvisor.md)",
+        flags.join(" ")
+    )))
 }

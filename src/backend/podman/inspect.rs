@@ -112,6 +112,8 @@ pub(super) fn effective_of(d: &ContainerInspectResponseLibpod) -> Effective {
         cmd: cfg.and_then(|c| c.cmd.clone()).unwrap_or_default(),
         user: cfg.and_then(|c| c.user.clone()).unwrap_or_default(),
         apparmor_profile: d.app_armor_profile.clone().unwrap_or_default(),
+        // Libpod's own field: its compat `HostConfig.Runtime` says `oci` for any runtime.
+        runtime: d.oci_runtime.clone().unwrap_or_default(),
         ..Default::default()
     };
     // The bounding set is what the process can ever hold; libpod reports it as null when

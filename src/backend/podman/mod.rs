@@ -82,6 +82,10 @@ impl Backend for PodmanBackend {
         connect::ping(self).await
     }
 
+    async fn gvisor(&self) -> Result<crate::backend::GvisorSupport> {
+        connect::gvisor(self).await
+    }
+
     async fn list(&self, labels: &BTreeMap<String, String>) -> Result<Vec<Summary>> {
         list::list(self, labels).await
     }

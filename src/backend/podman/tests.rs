@@ -64,6 +64,7 @@ fn request(name: &str, image: &str, user: &str, ro: &Path, rw: &Path, run: &str)
     let mut mounts = vec![Mount::same(ro, true), Mount::same(rw, false)];
     mounts.sort();
     CreateRequest {
+        gvisor: false,
         name: name.into(),
         image: image.into(),
         entrypoint: vec!["/bin/sh".into(), "-c".into()],
@@ -326,7 +327,14 @@ async fn scenario(b: &PodmanBackend, t: &Target, run: &str) {
     let limited = info.limits_enforced;
     let mut got = i.effective.clone();
     got.bind_mounts.sort();
+    assert!(
+        crate::core::container::ContainerRuntime::Runc.reported_as(&got.runtime),
+        "{}",
+        got.runtime
+    );
     let want = Effective {
+        // Podman names the runtime by its path where it found it.
+        runtime: got.runtime.clone(),
         image: got.image.clone(),
         entrypoint: vec!["/bin/sh".into(), "-c".into()],
         cmd: req.cmd.clone(),

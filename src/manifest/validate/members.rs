@@ -12,6 +12,7 @@ use super::{
     root_user_refused,
 };
 use crate::core::agents::{AgentKind, AgentLogin};
+use crate::core::container::ContainerRuntime;
 use crate::core::env::reserved_env;
 use crate::core::layout::{egress_socket_path, transcript_dir};
 use crate::manifest::paths::{check_dir, resolve, within};
@@ -263,6 +264,7 @@ impl Build<'_> {
         self.member_env(o, m, &access);
         let resources = self.resources(o, &m.resources);
         let user = self.member_user(tree, o, m);
+        let runtime = self.member_runtime(t, o, m, &access);
         self.admit(o, resources.memory_bytes);
         let member = model::Member {
             name: name.to_string(),
@@ -299,6 +301,7 @@ impl Build<'_> {
             snapshot_writes,
             origin: model::Origin::Manifest,
             share_writes: m.share_writes,
+            runtime,
         };
         let at = o.value_problem("spec.access", String::new());
         self.writers
@@ -449,6 +452,36 @@ impl Build<'_> {
             };
             problems.push(o.value_problem(field, why));
         }
+    }
+
+    /// The runtime the member runs under: its own `runtime`, else the team's. A member under
+    /// gVisor has loopback and its egress socket, never a network of its own: runsc runs with
+    /// `--network=none` (docs/gvisor.md), so `network: open` is refused.
+    fn member_runtime(
+        &mut self,
+        t: &TeamObjects,
+        o: &Parsed,
+        m: &raw::MemberSpec,
+        access: &AccessGrant,
+    ) -> ContainerRuntime {
+        let runtime = m.runtime.or(t.spec.runtime).unwrap_or_default();
+        if runtime == ContainerRuntime::Gvisor && access.network == Network::Open {
+            let (field, whose) = match m.runtime {
+                Some(_) => ("spec.runtime", "its `runtime: gvisor`".to_string()),
+                None => (
+                    "spec.access",
+                    format!("its team's `runtime: gvisor` (Team `{}`)", t.team.name),
+                ),
+            };
+            self.problems.push(o.value_problem(
+                field,
+                format!(
+                    "grant `{}` gives `network: open`, which {whose} cannot run: a member under gVisor reaches the network only through its egress proxy (`network: {{allow: [...]}}`)",
+                    access.name
+                ),
+            ));
+        }
+        runtime
     }
 
     /// Whom the member runs as: its own `user`, else the team's.
