@@ -266,17 +266,24 @@ fn run_tied(mut command: Command, alive: &Path, program: &OsString) -> ! {
 
 /// `--probe PROGRAM`: what the sandbox's kernel says of this start, for ateam's checks under
 /// gVisor (see the module's comment). Lines: boot id, `/proc/1/stat`, `runnable 0|1`,
-/// `nnp 0|1`, then `/proc/1/status`.
+/// `nnp 0|1`, `nproc SOFT HARD` (of `/proc/1/limits`), then `/proc/1/status`.
 fn probe(program: OsString) -> ! {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let nnp = unsafe { prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
     let stat = read("/proc/1/stat");
+    let limits = read("/proc/1/limits");
+    let nproc = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max processes"))
+        .map(|rest| rest.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
     print!(
-        "{}\n{}\nrunnable {}\nnnp {}\n{}",
+        "{}\n{}\nrunnable {}\nnnp {}\nnproc {}\n{}",
         read("/proc/sys/kernel/random/boot_id").trim(),
         stat.trim(),
         u8::from(!program.is_empty() && runnable(&program)),
         nnp,
+        nproc,
         read("/proc/1/status")
     );
     exit(0);

@@ -311,20 +311,20 @@ fn mounts(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
 fn limits(v: &mut Violations, spec: &ContainerSpec, found: &Effective) {
     v.check(
         "memory",
-        found.memory_bytes == spec.memory_bytes,
-        spec.memory_bytes.to_string(),
+        found.memory_bytes == spec.engine_memory(),
+        spec.engine_memory().to_string(),
         found.memory_bytes.to_string(),
     );
     v.check(
         "memory+swap",
-        found.memory_swap_bytes == spec.memory_bytes as i64,
-        spec.memory_bytes.to_string(),
+        found.memory_swap_bytes == spec.engine_memory() as i64,
+        spec.engine_memory().to_string(),
         found.memory_swap_bytes.to_string(),
     );
     v.check(
         "pids limit",
-        found.pids_limit == i64::from(spec.pids),
-        spec.pids.to_string(),
+        found.pids_limit == i64::from(spec.engine_pids()),
+        spec.engine_pids().to_string(),
         found.pids_limit.to_string(),
     );
     let cpus = spec.nano_cpus.unwrap_or(0);
@@ -532,9 +532,9 @@ pub fn compliant(spec: &ContainerSpec) -> Effective {
         bind_mounts: spec.mounts.clone(),
         tmpfs: spec.tmpfs.clone(),
         other_mounts: vec![],
-        memory_bytes: spec.memory_bytes,
-        memory_swap_bytes: spec.memory_bytes as i64,
-        pids_limit: i64::from(spec.pids),
+        memory_bytes: spec.engine_memory(),
+        memory_swap_bytes: spec.engine_memory() as i64,
+        pids_limit: i64::from(spec.engine_pids()),
         nano_cpus: spec.nano_cpus.unwrap_or(0),
         restart_policy: "no".into(),
         devices: vec![],
@@ -578,9 +578,9 @@ pub(crate) fn create_request(
         workdir: spec.cwd.clone(),
         mounts: spec.mounts.clone(),
         tmpfs: engine_tmpfs(&spec.tmpfs, engine),
-        memory_bytes: spec.memory_bytes,
-        memory_swap_bytes: spec.memory_bytes,
-        pids: spec.pids,
+        memory_bytes: spec.engine_memory(),
+        memory_swap_bytes: spec.engine_memory(),
+        pids: spec.engine_pids(),
         nano_cpus: spec.nano_cpus,
         // An allowlist reaches the network only through the egress proxy's socket.
         network_none: !matches!(spec.network, SpecNetwork::Open(_)),
@@ -595,6 +595,7 @@ pub(crate) fn create_request(
         cgroupns_private: true,
         terminal: spec.terminal,
         gvisor: spec.runtime == ContainerRuntime::Gvisor,
+        nproc: (spec.runtime == ContainerRuntime::Gvisor).then_some(spec.pids),
     }
 }
 

@@ -849,6 +849,8 @@ macro_rules! cases {
 }
 
 cases!(docker, podman, rootless_podman);
+// The same attacks on members under gVisor (docs/gvisor.md).
+cases!(docker_gvisor, podman_gvisor, rootless_podman_gvisor);
 
 // Rootless Podman on cgroup v1 neither enforces limits nor can pause (no freezer of its
 // own): these cases have nothing to check there.

@@ -486,24 +486,28 @@ macro_rules! on_every_engine {
                 #[test]
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_flood_of_idle_connections_costs_the_host_no_cpu() {
+                    crate::common::set_gvisor(stringify!($engine).ends_with("_gvisor"));
                     super::a_flood_of_idle_connections_costs_the_host_no_cpu($e);
                 }
 
                 #[test]
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn secrets_never_reach_the_proxy_or_the_helper_server() {
+                    crate::common::set_gvisor(stringify!($engine).ends_with("_gvisor"));
                     super::secrets_never_reach_the_proxy_or_the_helper_server($e);
                 }
 
                 #[test]
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn a_member_never_reaches_another_uids_host_service() {
+                    crate::common::set_gvisor(stringify!($engine).ends_with("_gvisor"));
                     super::a_member_never_reaches_another_uids_host_service($e);
                 }
 
                 #[test]
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn the_bridge_does_not_spin_out_of_descriptors() {
+                    crate::common::set_gvisor(stringify!($engine).ends_with("_gvisor"));
                     super::the_bridge_does_not_spin_out_of_descriptors($e);
                 }
             }
@@ -515,4 +519,7 @@ on_every_engine!(
     docker => super::Engine::Docker,
     podman => super::Engine::Podman,
     rootless_podman => super::Engine::Rootless,
+    docker_gvisor => super::Engine::Docker,
+    podman_gvisor => super::Engine::Podman,
+    rootless_podman_gvisor => super::Engine::Rootless,
 );

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 #[macro_use]
 mod common;
-use common::{Engine, rootless_user, text, var};
+use common::{Engine, rootless_user, text};
 
 const SECRET: &str = "s3cr3t-value-22";
 
@@ -88,30 +88,7 @@ spec: {{parent: lead, access: rw, secretEnv: [T22_SECRET], resources: {{memory: 
     /// `ateam ARGS` as this engine's user, with the member's secret in its environment.
     fn command(&self, args: &[&str]) -> Command {
         let state = self.root().join("state");
-        let mut c = match self.engine {
-            Engine::Rootless => {
-                let (name, uid, _) = rootless_user();
-                let mut c = Command::new("runuser");
-                c.args(["-u", &name, "--", "env", "-i"])
-                    .arg(format!("PATH={}", var("PATH")))
-                    .arg(format!("HOME=/home/{name}"))
-                    .arg(format!("XDG_RUNTIME_DIR=/run/ateam-ci/user-{uid}"))
-                    .arg(format!(
-                        "CONTAINER_HOST={}",
-                        var("ATEAM_TEST_PODMAN_ROOTLESS")
-                    ))
-                    .arg(format!("ATEAM_STATE_DIR={}", state.display()))
-                    .arg(format!("T22_SECRET={SECRET}"))
-                    .arg(common::ateam_bin())
-                    .args(["--backend", "podman"]);
-                c
-            }
-            engine => {
-                let mut c = common::ateam_command(engine, &state);
-                c.env("T22_SECRET", SECRET);
-                c
-            }
-        };
+        let mut c = common::ateam_command_env(self.engine, &state, &[("T22_SECRET", SECRET)]);
         c.args(args).current_dir(self.root()).stdin(Stdio::null());
         c
     }
@@ -400,6 +377,21 @@ fn pids_of(words: &[&str]) -> Vec<u32> {
         .collect()
 }
 
+/// Whether `sleep SECS` runs in the World's member, as its own `ps` shows it (the engine's
+/// exec, which no gate or client lease ends).
+fn sleeping_inside(w: &World, secs: &str) -> bool {
+    std::thread::sleep(Duration::from_millis(400));
+    let name = format!("ateam_{}_worker", w.team);
+    let out = w
+        .engine_cli()
+        .args(["exec", &name, "ps", "-o", "args"])
+        .output()
+        .unwrap();
+    text(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == format!("sleep {secs}"))
+}
+
 /// Host pids of the ateam client whose command line holds `marker`.
 fn clients_with(marker: &str) -> Vec<u32> {
     let bin = common::ateam_bin();
@@ -458,7 +450,17 @@ fn exec_ends_its_process_when_the_client_goes(engine: Engine) {
     w.apply();
     w.wait_started();
     for (n, how) in [(0, ""), (1, "-i"), (2, "-it")] {
-        let secs = format!("{}", 770000 + (std::process::id() % 10000) * 10 + n);
+        // Its own number per case: the engines' cases run at once in this one process, and
+        // each kills the clients whose command line holds its number.
+        let case = match engine {
+            Engine::Docker => 0,
+            Engine::Podman => 1,
+            Engine::Rootless => 2,
+        } + if common::gvisor() { 3 } else { 0 };
+        let secs = format!(
+            "{}",
+            770000 + (std::process::id() % 1000) * 100 + case * 10 + n
+        );
         let script = format!("exec sleep {secs}");
         let mut args = vec!["exec"];
         if !how.is_empty() {
@@ -466,6 +468,17 @@ fn exec_ends_its_process_when_the_client_goes(engine: Engine) {
         }
         args.extend(["worker", "--team", &w.team, "--", "sh", "-c", &script]);
         let mut command = w.command(&args);
+        if how == "-it" && common::gvisor() && engine != Engine::Docker {
+            // Podman 4 cannot give an exec a terminal under gVisor: refused, and said so.
+            let out = command.output().unwrap();
+            assert!(
+                out.status.code() != Some(0)
+                    && text(&out.stderr).contains("cannot give an exec a terminal"),
+                "{engine:?}: {}",
+                text(&out.stderr)
+            );
+            continue;
+        }
         if how == "-it" {
             let line = shell_line(&command);
             command = Command::new("script");
@@ -479,24 +492,31 @@ fn exec_ends_its_process_when_the_client_goes(engine: Engine) {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // Under gVisor the member's processes are its sandbox's: looked for inside.
+        let running = || {
+            if common::gvisor() {
+                sleeping_inside(&w, &secs)
+            } else {
+                !pids_of(&["sleep", &secs]).is_empty()
+            }
+        };
+        // (A look inside is one engine exec: polled less often than the host's /proc.)
         assert!(
-            wait_for("the exec's sleep", Duration::from_secs(20), || !pids_of(&[
-                "sleep", &secs
-            ])
-            .is_empty()),
-            "{engine:?}: the exec never ran"
+            wait_for("the exec's sleep", Duration::from_secs(30), running),
+            "{engine:?}: exec {how}: the exec never ran"
         );
         let clients = clients_with(&script);
-        assert!(!clients.is_empty(), "{engine:?}: no ateam client found");
+        assert!(
+            !clients.is_empty(),
+            "{engine:?}: exec {how}: no ateam client found"
+        );
         for pid in clients {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
         }
         let _ = child.wait();
-        let gone = wait_for("the exec's end", Duration::from_secs(20), || {
-            pids_of(&["sleep", &secs]).is_empty()
-        });
+        let gone = wait_for("the exec's end", Duration::from_secs(20), || !running());
         // Whatever the outcome, leave nothing behind.
         for pid in pids_of(&["sleep", &secs]) {
             let _ = Command::new("kill")
@@ -556,3 +576,5 @@ macro_rules! cases {
 }
 
 cases!(docker, podman, rootless_podman);
+// The same attacks on members under gVisor (docs/gvisor.md).
+cases!(docker_gvisor, podman_gvisor, rootless_podman_gvisor);

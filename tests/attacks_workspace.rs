@@ -721,3 +721,5 @@ macro_rules! cases {
 }
 
 cases!(docker, podman, rootless_podman);
+// The same attacks on members under gVisor (docs/gvisor.md).
+cases!(docker_gvisor, podman_gvisor, rootless_podman_gvisor);

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 use crate::cli::Global;
 use ateam::backend::LogOptions;
-use ateam::core::container::ContainerState;
+use ateam::core::container::{ContainerRuntime, ContainerState};
 use ateam::core::container::{EngineKind, container_name, is_replacement, labels};
 use ateam::core::layout::{
     gate_dir, member_ctl_dir, member_record_path, session_socket_path, store_id, team_run_dir,
@@ -43,6 +43,8 @@ struct Found {
     backend: std::sync::Arc<dyn ateam::backend::Backend>,
     id: String,
     team: String,
+    /// The OCI runtime the engine runs it under, as it names it.
+    runtime: String,
 }
 
 /// What a command wants of a member's container: whatever the engine keeps of it (its output),
@@ -103,6 +105,7 @@ async fn find(
         backend,
         id,
         team: t.name,
+        runtime: seen.effective.runtime,
     })
 }
 
@@ -328,6 +331,16 @@ pub async fn exec(
 ) -> anyhow::Result<Exit> {
     let ctx = app(global);
     let found = find(&ctx, team, member, Reach::Process).await?;
+    // Podman 4's conmon asks the runtime for an exec's terminal with `--tty`, which runsc does
+    // not take: said here, not as runsc's usage text.
+    if how.tty
+        && matches!(found.backend.kind(), EngineKind::Podman { .. })
+        && ContainerRuntime::Gvisor.reported_as(&found.runtime)
+    {
+        bail!(
+            "member `{member}` runs under gVisor on Podman, which cannot give an exec a terminal (Podman 4 asks runsc for one with a flag runsc does not take): run `ateam exec` without -t, or use Docker"
+        );
+    }
     let (backend, id) = (found.backend, found.id);
     // A member created by an older ateam may hold a gate without `--exec`: give it this one's
     // (its command already runs; the file is only read by the next exec or start).

@@ -76,6 +76,35 @@ impl std::fmt::Display for ContainerRuntime {
 /// gVisor's runtime binary, and the name Docker's configuration gives it (`runsc install`).
 pub const GVISOR_RUNTIME: &str = "runsc";
 
+/// Under gVisor the host's pids cgroup holds the sandbox's own threads (the Sentry's and the
+/// gofer's, about 50 at rest here, more under load), not the member's processes, which the
+/// Sentry counts against `RLIMIT_NPROC`; a cgroup the sandbox's threads outgrow kills it. So
+/// the cgroup gets this many more than the member's `pids`.
+pub const GVISOR_SANDBOX_PIDS: u32 = 512;
+
+/// Under gVisor the host's memory cgroup holds the Sentry and the gofer too (about 25 MiB at
+/// rest here, and some per task): a cap of the member's `memory` alone kills the whole sandbox
+/// well before the member has used it. So the cgroup gets this much more.
+pub const GVISOR_SANDBOX_MEMORY: u64 = 64 << 20;
+
+impl ContainerSpec {
+    /// The memory cap the engine's cgroup gets (`GVISOR_SANDBOX_MEMORY`).
+    pub fn engine_memory(&self) -> u64 {
+        match self.runtime {
+            ContainerRuntime::Runc => self.memory_bytes,
+            ContainerRuntime::Gvisor => self.memory_bytes.saturating_add(GVISOR_SANDBOX_MEMORY),
+        }
+    }
+
+    /// The pids cap the engine's cgroup gets (`GVISOR_SANDBOX_PIDS`).
+    pub fn engine_pids(&self) -> u32 {
+        match self.runtime {
+            ContainerRuntime::Runc => self.pids,
+            ContainerRuntime::Gvisor => self.pids.saturating_add(GVISOR_SANDBOX_PIDS),
+        }
+    }
+}
+
 /// Label keys that ateam puts on every container it makes.
 pub mod labels {
     /// Always `ateam`: marks a container, network or helper as ateam's.
@@ -440,6 +469,10 @@ pub struct CreateRequest {
     /// runs, whatever a create says).
     #[serde(default)]
     pub gvisor: bool,
+    /// The most processes the member's uid may have (`RLIMIT_NPROC`): under gVisor, where the
+    /// host's pids cgroup counts the sandbox's threads and the Sentry enforces this limit.
+    #[serde(default)]
+    pub nproc: Option<u32>,
 }
 
 /// A container's configuration as the engine reports it, reduced to what the policy covers.

@@ -221,6 +221,22 @@ impl Runtime {
             return Err(self.unless_stopped(m, id, err).await);
         };
         judge_credentials(m, id, &probe.status, probe.nnp)?;
+        // The member's processes are the Sentry's tasks, which the host's pids cgroup does not
+        // count: the Sentry's RLIMIT_NPROC bounds them (`GVISOR_SANDBOX_PIDS`).
+        let pids = Some(u64::from(m.spec.pids));
+        if probe.nproc != (pids, pids) {
+            let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |n| n.to_string());
+            return Err(process(
+                m,
+                id,
+                format!(
+                    "its processes are bounded at {}/{} (RLIMIT_NPROC as its sandbox has it), not at its pids {}",
+                    show(probe.nproc.0),
+                    show(probe.nproc.1),
+                    m.spec.pids
+                ),
+            ));
+        }
         if let Some(cmd) = command
             && !probe.runnable
         {

@@ -27,17 +27,26 @@ pub(crate) struct Probe {
     /// The probe's own no-new-privileges: the engine set it on a process it started in this
     /// sandbox (gVisor's `/proc/<pid>/status` has no `NoNewPrivs` line).
     pub nnp: bool,
+    /// `RLIMIT_NPROC` of the first process, soft and hard (`unlimited` reads as None): what
+    /// bounds the member's processes under gVisor.
+    pub nproc: (Option<u64>, Option<u64>),
     /// The sandbox's `/proc/1/status`.
     pub status: ProcStatus,
 }
 
 /// Parses `gate --probe`'s output; None for anything else (a probe that did not run).
 pub(crate) fn parse_probe(text: &str) -> Option<Probe> {
-    let mut lines = text.splitn(5, '\n');
+    let mut lines = text.splitn(6, '\n');
     let boot = lines.next()?.trim();
     let start = procfs::stat_start_time(lines.next()?)?;
     let runnable = lines.next()?.strip_prefix("runnable ")?.trim() == "1";
     let nnp = lines.next()?.strip_prefix("nnp ")?.trim() == "1";
+    let mut nproc = lines
+        .next()?
+        .strip_prefix("nproc")?
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().ok());
+    let nproc = (nproc.next().flatten(), nproc.next().flatten());
     let status = lines.next()?;
     if boot.is_empty() || !status.contains("Uid:") {
         return None;
@@ -46,6 +55,7 @@ pub(crate) fn parse_probe(text: &str) -> Option<Probe> {
         token: format!("{boot} {start}"),
         runnable,
         nnp,
+        nproc,
         status: procfs::parse(status),
     })
 }
@@ -109,10 +119,13 @@ mod tests {
 
     #[test]
     fn a_probe_reads_as_the_sentry_said_and_nothing_else_does() {
-        let text = "be42dd42-bc97\n1 (docker-init) S 0 1 1 0 0 0 0 0 0 0 3 2 4 1 20 0 1 0 15 10575872\nrunnable 1\nnnp 1\nName:\tdocker-init\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n";
+        let text = "be42dd42-bc97\n1 (docker-init) S 0 1 1 0 0 0 0 0 0 0 3 2 4 1 20 0 1 0 15 10575872\nrunnable 1\nnnp 1\nnproc 64 64\nName:\tdocker-init\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n";
         let p = parse_probe(text).unwrap();
         assert_eq!(p.token, "be42dd42-bc97 15");
         assert!(p.runnable && p.nnp);
+        assert_eq!(p.nproc, (Some(64), Some(64)));
+        let unlimited = text.replace("nproc 64 64", "nproc unlimited unlimited");
+        assert_eq!(parse_probe(&unlimited).unwrap().nproc, (None, None));
         assert_eq!((p.status.uid, p.status.gid), (1000, 1000));
         assert_eq!((p.status.cap_eff, p.status.cap_bnd), (0, 0));
         // gVisor's status has no NoNewPrivs line: the status alone never says it is set.

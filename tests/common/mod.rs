@@ -39,6 +39,52 @@ impl Engine {
     }
 }
 
+thread_local! {
+    /// Whether the case running on this thread runs its members under gVisor (a module of
+    /// `on_every_engine!` named `<engine>_gvisor`): its `World` says `runtime: gvisor` on every
+    /// Team it writes and, on Podman, talks to the gVisor service.
+    static GVISOR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's case runs under gVisor (`GVISOR`).
+pub fn gvisor() -> bool {
+    GVISOR.with(|g| g.get())
+}
+
+/// Sets this thread's case to run under gVisor or not (`on_every_engine!` does).
+pub fn set_gvisor(on: bool) {
+    GVISOR.with(|g| g.set(on));
+}
+
+/// The address of the shared Podman service that runs its containers under gVisor.
+pub fn gvisor_uri(engine: Engine) -> Option<String> {
+    match engine {
+        Engine::Docker => None,
+        Engine::Podman => Some(var("ATEAM_TEST_PODMAN_GVISOR")),
+        Engine::Rootless => Some(var("ATEAM_TEST_PODMAN_ROOTLESS_GVISOR")),
+    }
+}
+
+/// `yaml` with `runtime: gvisor` on each Team that does not name a runtime (flow or block
+/// `spec`).
+pub fn with_gvisor(yaml: &str) -> String {
+    yaml.split("\n---")
+        .map(|doc| {
+            let team = doc.lines().any(|l| l.trim() == "kind: Team");
+            if !team || doc.contains("runtime:") {
+                doc.to_string()
+            } else if doc.contains("\nspec: {") {
+                doc.replacen("\nspec: {", "\nspec: {runtime: gvisor, ", 1)
+            } else if doc.contains("\nspec:\n") {
+                doc.replacen("\nspec:\n", "\nspec:\n  runtime: gvisor\n", 1)
+            } else {
+                format!("{doc}\nspec: {{runtime: gvisor}}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n---")
+}
+
 /// The address of the shared `engine` that `scripts/engines.sh` started.
 pub fn engine_uri(engine: Engine) -> String {
     var(match engine {
@@ -100,6 +146,14 @@ pub fn ateam_command(engine: Engine, state: &Path) -> Command {
 /// proxies); the agents' keys of the test's own environment are never passed on.
 pub fn ateam_command_env(engine: Engine, state: &Path, env: &[(&str, &str)]) -> Command {
     let bin = ateam_bin();
+    // A case under gVisor talks to the gVisor service (a `World`'s own address comes after
+    // in `env`, and wins).
+    let gvisor_host = gvisor().then(|| gvisor_uri(engine)).flatten();
+    let mut env = env.to_vec();
+    if let Some(uri) = &gvisor_host {
+        env.insert(0, ("CONTAINER_HOST", uri.as_str()));
+    }
+    let env = env.as_slice();
     match engine {
         Engine::Rootless => {
             let (name, uid, _) = rootless_user();
@@ -163,7 +217,14 @@ pub fn shell_line(c: &Command) -> String {
 pub fn engine_command(engine: Engine, as_user: bool) -> Command {
     let (bin, flag, uri) = match engine {
         Engine::Docker => ("docker", "-H", engine_uri(engine)),
-        Engine::Podman | Engine::Rootless => ("podman", "--url", engine_uri(engine)),
+        Engine::Podman | Engine::Rootless => (
+            "podman",
+            "--url",
+            gvisor()
+                .then(|| gvisor_uri(engine))
+                .flatten()
+                .unwrap_or_else(|| engine_uri(engine)),
+        ),
     };
     let mut c = if engine == Engine::Rootless && as_user {
         let (name, uid, _) = rootless_user();
@@ -190,16 +251,18 @@ macro_rules! on_every_engine {
                 #[test]
                 #[ignore = "needs the engines: scripts/engines.sh"]
                 fn $case() {
-                    super::$case(crate::common::engine_of(stringify!($engine)));
+                    let name = stringify!($engine);
+                    crate::common::set_gvisor(name.ends_with("_gvisor"));
+                    super::$case(crate::common::engine_of(name));
                 }
             )*
         }
     };
 }
 
-/// The engine a module of `on_every_engine!` is named after.
+/// The engine a module of `on_every_engine!` is named after (`_gvisor` aside).
 pub fn engine_of(name: &str) -> Engine {
-    match name {
+    match name.trim_end_matches("_gvisor") {
         "docker" => Engine::Docker,
         "podman" => Engine::Podman,
         _ => Engine::Rootless,

@@ -16,6 +16,8 @@ pub struct World {
     /// `FaultySocket` in front of the shared one) rather than the shared engine's: ateam, the
     /// engine's CLI and the teardown all talk to it (`set_uri`).
     uri: Option<String>,
+    /// Its Teams run their members under gVisor (`common::gvisor`, read when it was made).
+    pub gvisor: bool,
     /// Whether the team's `delete` on drop has `--purge`.
     purge: bool,
     /// Whether the team was ended.
@@ -33,15 +35,17 @@ impl World {
             .tempdir()
             .unwrap();
         let team = format!(
-            "{tag}{}{}",
+            "{tag}{}{}{}",
             &format!("{engine:?}").to_lowercase()[..1],
+            if super::gvisor() { "g" } else { "" },
             std::process::id() % 100000
         );
         World {
             engine,
             purge: true,
             removed: false,
-            uri: None,
+            uri: super::gvisor().then(|| super::gvisor_uri(engine)).flatten(),
+            gvisor: super::gvisor(),
             team,
             root: dir.path().canonicalize().unwrap(),
             _dir: dir,
@@ -90,8 +94,14 @@ impl World {
     }
 
     /// Writes `text` as `rel` below the temporary folder, the person's (`give`); its path.
+    /// Under gVisor a Team written gets `runtime: gvisor` (`common::with_gvisor`).
     pub fn write(&self, rel: &str, text: &str) -> PathBuf {
         let p = self.path(rel);
+        let text = if self.gvisor {
+            super::with_gvisor(text)
+        } else {
+            text.to_string()
+        };
         std::fs::write(&p, text).unwrap();
         self.give(&[rel]);
         p

@@ -64,6 +64,13 @@ pub(super) fn create_body(req: &CreateRequest) -> ContainerCreateBody {
         memory_swap: Some(to_i64(req.memory_swap_bytes)),
         pids_limit: Some(i64::from(req.pids)),
         nano_cpus: req.nano_cpus.map(to_i64),
+        ulimits: req.nproc.map(|n| {
+            vec![bollard::models::ResourcesUlimits {
+                name: Some("nproc".into()),
+                soft: Some(i64::from(n)),
+                hard: Some(i64::from(n)),
+            }]
+        }),
         // gVisor by the name `runsc install` gives it in the daemon's configuration.
         runtime: req
             .gvisor

@@ -65,6 +65,7 @@ impl Drop for Cleanup {
 fn request(name: &str, labels: &BTreeMap<String, String>, ro: &std::path::Path) -> CreateRequest {
     CreateRequest {
         gvisor: false,
+        nproc: None,
         name: name.into(),
         image: IMAGE.into(),
         entrypoint: vec!["/bin/agent.sh".into()],

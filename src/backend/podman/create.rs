@@ -143,6 +143,10 @@ pub(super) fn create_body(req: &CreateRequest) -> Value {
     if req.cgroupns_private {
         body["cgroupns"] = json!({ "nsmode": "private" });
     }
+    if let Some(n) = req.nproc {
+        // Podman says the type without its `RLIMIT_` (it prefixes one).
+        body["r_limits"] = json!([{ "type": "nproc", "soft": n, "hard": n }]);
+    }
     if req.userns_keep_id {
         body["userns"] = json!({ "nsmode": "keep-id" });
     }

@@ -65,6 +65,7 @@ fn request(name: &str, image: &str, user: &str, ro: &Path, rw: &Path, run: &str)
     mounts.sort();
     CreateRequest {
         gvisor: false,
+        nproc: None,
         name: name.into(),
         image: image.into(),
         entrypoint: vec!["/bin/sh".into(), "-c".into()],
