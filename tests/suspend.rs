@@ -473,3 +473,20 @@ on_every_engine!(rootless_podman:
     a_fork_gets_its_own_copies_and_the_two_go_on_apart,
     a_taken_name_is_refused_before_anything_is_copied,
 );
+// Under gVisor: the state is the same files, taken and put back by the member's own `tar`
+// inside its sandbox, and the resumed start is judged by the gate's gVisor checks.
+on_every_engine!(docker_gvisor:
+    suspend_keeps_the_state_and_resume_brings_it_back,
+    a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+);
+on_every_engine!(podman_gvisor:
+    suspend_keeps_the_state_and_resume_brings_it_back,
+    a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+);
+on_every_engine!(rootless_podman_gvisor:
+    suspend_keeps_the_state_and_resume_brings_it_back,
+    a_grant_swapped_while_suspended_holds_the_resume,
+    a_fork_gets_its_own_copies_and_the_two_go_on_apart,
+);
