@@ -119,6 +119,13 @@ fn on_the_host(cmdline: &[&str]) -> bool {
 fn a_member_runs_in_a_sandbox_checked_at_its_gate(engine: Engine) {
     let allowed = serve("allowed-answer");
     let w = world(engine, "run", allowed, "");
+    let doctor = text(&w.ateam(&["doctor", "-f", "team.yaml"]).stdout);
+    assert!(
+        doctor
+            .lines()
+            .any(|l| l.starts_with("ok") && l.contains("gvisor")),
+        "{engine:?}: {doctor}"
+    );
     w.ok(&["apply", "-f", "team.yaml"]);
     // The engine made it with gVisor's runtime, and its kernel is gVisor's.
     let runtime = match engine {
@@ -227,6 +234,14 @@ fn an_engine_without_gvisor_refuses_before_anything_is_made(engine: Engine) {
             && err.contains("--runtime runsc")
             && err.contains("nothing was changed"),
         "{engine:?}: {err}"
+    );
+    // `doctor` says the same, as a failed check.
+    let doctor = text(&w.ateam(&["doctor", "-f", "team.yaml"]).stdout);
+    assert!(
+        doctor.lines().any(|l| l.starts_with("FAIL")
+            && l.contains("gvisor")
+            && l.contains("--runtime runsc")),
+        "{engine:?}: {doctor}"
     );
     let label = format!("label=ateam.dev/team={}", w.team);
     let made = w

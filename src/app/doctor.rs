@@ -114,6 +114,7 @@ pub async fn doctor(app: &App, manifests: Option<&Manifests>) -> Vec<Check> {
     if let Some(d) = &desired {
         for t in &d.teams {
             checks.extend(images(app, t).await);
+            checks.extend(gvisor(app, t).await);
         }
         checks.extend(would_refuse(app, d).await);
     }
@@ -582,6 +583,53 @@ fn tmux(needed: bool) -> Check {
 
 /// Every image a team's members use is on the engine the team would be applied on: ateam
 /// never pulls.
+/// Whether the team's engine runs its members that say `runtime: gvisor` (none: no check).
+async fn gvisor(app: &App, team: &Team) -> Option<Check> {
+    use crate::backend::GvisorSupport;
+    let wanting: Vec<&str> = team
+        .members
+        .iter()
+        .filter(|m| m.runtime == crate::core::container::ContainerRuntime::Gvisor)
+        .map(|m| m.name.as_str())
+        .collect();
+    if wanting.is_empty() {
+        return None;
+    }
+    let who = format!("team {} ({})", team.name, wanting.join(", "));
+    let connected =
+        tokio::time::timeout(ENGINE_TIMEOUT, app.connect(std::slice::from_ref(team))).await;
+    let Ok(Ok((backend, info))) = connected else {
+        return Some(Check::new(
+            "gvisor",
+            Status::Fail,
+            format!("{who}: no engine answers to run it under gVisor"),
+        ));
+    };
+    Some(match backend.gvisor().await {
+        Ok(GvisorSupport::PerContainer) => Check::new(
+            "gvisor",
+            Status::Ok,
+            format!("{who}: {} runs it under its runtime `runsc`", info.kind),
+        ),
+        Ok(GvisorSupport::Everything) => Check::new(
+            "gvisor",
+            Status::Ok,
+            format!(
+                "{who}: this {} service runs every container under gVisor; its members that say runc are refused here",
+                info.kind
+            ),
+        ),
+        Ok(GvisorSupport::Absent(why)) => {
+            Check::new("gvisor", Status::Fail, format!("{who}: {why}")).fix("see docs/gvisor.md")
+        }
+        Err(e) => Check::new(
+            "gvisor",
+            Status::Fail,
+            format!("{who}: the engine did not say whether it can run gVisor: {e}"),
+        ),
+    })
+}
+
 async fn images(app: &App, team: &Team) -> Vec<Check> {
     let wanted: BTreeSet<&str> = team.members.iter().map(|m| m.image.as_str()).collect();
     if wanted.is_empty() {
