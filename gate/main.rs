@@ -45,6 +45,7 @@ const SIG_IGN: usize = 1;
 
 unsafe extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    fn __errno_location() -> *mut i32;
     fn setpgid(pid: i32, pgid: i32) -> i32;
     fn getpgrp() -> i32;
     fn kill(pid: i32, sig: i32) -> i32;
@@ -53,6 +54,78 @@ unsafe extern "C" {
     fn inotify_add_watch(fd: i32, path: *const u8, mask: u32) -> i32;
     fn poll(fds: *mut PollFd, n: u64, timeout_ms: i32) -> i32;
     fn read(fd: i32, buf: *mut u8, n: usize) -> isize;
+}
+
+/// A classic BPF instruction (`struct sock_filter`).
+#[repr(C)]
+struct SockFilter {
+    code: u16,
+    jt: u8,
+    jf: u8,
+    k: u32,
+}
+
+/// `struct sock_fprog`.
+#[repr(C)]
+struct SockFprog {
+    len: u16,
+    filter: *const SockFilter,
+}
+
+const PR_SET_SECCOMP: i32 = 22;
+const SECCOMP_MODE_FILTER: u64 = 2;
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const CLONE_NEWUSER: u32 = 0x1000_0000;
+const NR_CLONE: u32 = 56;
+const NR_UNSHARE: u32 = 272;
+const NR_CLONE3: u32 = 435;
+/// The x32 ABI's bit in a syscall number on x86_64.
+const X32_BIT: u32 = 0x4000_0000;
+const RET_ALLOW: u32 = 0x7fff_0000;
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
+const EPERM: u32 = 1;
+const ENOSYS: u32 = 38;
+
+/// Under gVisor (`ATEAM_RUNTIME=gvisor`, which ateam sets in the member's configuration) the
+/// member's command may not make a user namespace. runsc does not apply the engine's seccomp
+/// profile, and in a user namespace of its own a process forks past `RLIMIT_NPROC`, which is
+/// what bounds its processes there (the host's pids cgroup counts the sandbox's threads).
+/// Under runc the engine's profile and the pids cgroup do it. `clone3` is refused with ENOSYS
+/// (its flags are in memory a filter cannot read), so that libc falls back to `clone`.
+/// A filter that cannot be installed ends the gate: the member does not run unbounded.
+fn no_user_namespaces() {
+    if std::env::var_os("ATEAM_RUNTIME").is_none_or(|r| r != "gvisor") {
+        return;
+    }
+    let stmt = |code: u16, k: u32| SockFilter { code, jt: 0, jf: 0, k };
+    let jump = |k: u32, jt: u8, jf: u8| SockFilter { code: 0x15, jt, jf, k }; // jeq k
+    let filter = [
+        stmt(0x20, 4),                          // 0: ld arch
+        jump(AUDIT_ARCH_X86_64, 1, 0),          // 1: x86_64 -> 3
+        stmt(0x06, RET_KILL_PROCESS),           // 2: another ABI: never
+        stmt(0x20, 0),                          // 3: ld nr
+        SockFilter { code: 0x45, jt: 8, jf: 0, k: X32_BIT }, // 4: jset x32 -> 13 (kill)
+        jump(NR_CLONE3, 6, 0),                  // 5: clone3 -> 12
+        jump(NR_UNSHARE, 1, 0),                 // 6: unshare -> 8
+        jump(NR_CLONE, 0, 3),                   // 7: clone -> 8, else -> 11
+        stmt(0x20, 16),                         // 8: ld args[0] (low word)
+        SockFilter { code: 0x45, jt: 0, jf: 1, k: CLONE_NEWUSER }, // 9: jset NEWUSER -> 10 : 11
+        stmt(0x06, RET_ERRNO | EPERM),          // 10
+        stmt(0x06, RET_ALLOW),                  // 11
+        stmt(0x06, RET_ERRNO | ENOSYS),         // 12
+        stmt(0x06, RET_KILL_PROCESS),           // 13
+    ];
+    let prog = SockFprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr(),
+    };
+    let ok = unsafe { prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog as *const SockFprog as u64, 0, 0) };
+    if ok != 0 {
+        let errno = unsafe { *__errno_location() };
+        eprintln!("ateam-gate: cannot refuse user namespaces (seccomp, errno {errno}); not starting");
+        exit(126);
+    }
 }
 
 #[repr(C)]
@@ -179,6 +252,7 @@ fn main() {
     }
     // The next task ateam gave this container (`ateam task`) runs in place of its first.
     let cmd = task_for(&me).unwrap_or(cmd);
+    no_user_namespaces();
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     add_secrets(&mut command);
@@ -309,6 +383,7 @@ fn exec_if_released(
         );
         exit(125);
     }
+    no_user_namespaces();
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     add_secrets(&mut command);

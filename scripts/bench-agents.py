@@ -22,7 +22,12 @@ speak to the stand-in as the examples do.
 With --trace DIR, each member run's apply log (RUST_LOG=ateam=debug) with the time of its
 first model request, and its proxy's log, are kept in DIR: where the time went.
 
+With --runtime gvisor the member runs under gVisor (docs/gvisor.md): on Docker, its runtime
+`runsc`; the `docker run` side stays runc, so the table's ratio is then gVisor's member over a
+plain runc container, beside a runc run of the bench.
+
 Usage: scripts/bench-agents.py [--runs 5] [--ateam PATH] [--agents claude,codex] [--trace DIR]
+                               [--runtime runc|gvisor]
 """
 
 import argparse
@@ -250,7 +255,7 @@ def member_output(ateam, env):
             f"{tail(egress.stdout)}{tail(egress.stderr)}")
 
 
-def run_ateam(agent, port, log, ateam, n, state, trace=None):
+def run_ateam(agent, port, log, ateam, n, state, trace=None, runtime="runc"):
     """Apply the example (pointed at the stand-in like tests/agents.rs does) and time it.
     `state` is ateam's state folder, the same for every run of the bench, as a person's is
     from one apply to the next (what ateam keeps by image id is read once)."""
@@ -260,6 +265,8 @@ def run_ateam(agent, port, log, ateam, n, state, trace=None):
     text = example_text(agent, port)
     # A team of its own: not one a crashed bench left behind.
     text = text.replace(f"name: {agent}-agent\n", f"name: bench{agent}{os.getpid() % 100000}r{n}\n")
+    if runtime != "runc":
+        text = text.replace("\nspec:\n", f"\nspec:\n  runtime: {runtime}\n", 1)
     with open(path, "w") as f:
         f.write(text)
     # A user's folder: a root caller's members run as its owner (docs/manifests.md).
@@ -329,6 +336,8 @@ def main():
     ap.add_argument("--ateam", default=release if os.path.exists(release)
                     else os.path.join(REPO, "target", "debug", "ateam"))
     ap.add_argument("--agents", default="claude,codex")
+    ap.add_argument("--runtime", choices=["runc", "gvisor"], default="runc",
+                    help="the member's runtime (the `docker run` side is runc either way)")
     ap.add_argument("--trace", metavar="DIR",
                     help="write each member run's apply log (RUST_LOG=ateam=debug, which costs "
                          "some time itself) and its first request's time into DIR")
@@ -358,7 +367,7 @@ def main():
                     how = "docker run"
                     d = run_docker(agent, port, log, cadir, i, a.ateam)
                     how = "ateam member"
-                    m = run_ateam(agent, port, log, a.ateam, i, state, a.trace)
+                    m = run_ateam(agent, port, log, a.ateam, i, state, a.trace, a.runtime)
                     if i > 0:
                         dr.append(d)
                         ar.append(m)

@@ -104,6 +104,11 @@ spec: {{parent: lead, access: net, command: [sleep, "100000"], secretEnv: [{SECR
 "#,
             team = w.team
         );
+        let yaml = if common::gvisor() {
+            common::with_gvisor(&yaml)
+        } else {
+            yaml.to_string()
+        };
         std::fs::write(w.manifest(), yaml).unwrap();
         w.give(&["", "work", "state", "sessions", "team.yaml"]);
         let out = w.ateam(&["apply", "-f", w.manifest().to_str().unwrap()], secret);

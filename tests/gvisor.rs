@@ -172,6 +172,21 @@ fn a_member_runs_in_a_sandbox_checked_at_its_gate(engine: Engine) {
         got.contains("allowed-answer") && got.contains("403"),
         "{engine:?}: {got}"
     );
+    // A FIFO it makes in its grant stays in its sandbox: the host sees none (so none of
+    // the attack suite's FIFO plants can be made from under gVisor).
+    let fifo = inside(
+        &w,
+        &format!(
+            "mkfifo {0}/p && test -p {0}/p && echo made",
+            w.path("work").display()
+        ),
+    );
+    assert!(fifo.contains("made"), "{engine:?}: {fifo}");
+    let seen = std::fs::symlink_metadata(w.path("work/p"));
+    assert!(
+        !seen.is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type())),
+        "{engine:?}: the member's FIFO is on the host"
+    );
     // Its processes are the Sentry's tasks: not on the host's process list.
     let marker = format!("{}", 880000 + std::process::id() % 1000);
     let ran = inside(&w, &format!("sleep {marker} & sleep 0.5; ps -o args"));
@@ -194,6 +209,13 @@ fn its_pids_bound_its_processes(engine: Engine) {
     assert!(
         limits.split_whitespace().nth(2) == Some("40"),
         "{engine:?}: {limits}"
+    );
+    // In a user namespace of its own a process would fork past RLIMIT_NPROC: the gate
+    // refuses the member's command one (runsc applies no engine seccomp profile).
+    let userns = inside(&w, "unshare -U true");
+    assert!(
+        userns.contains("Operation not permitted") && !userns.ends_with("[exit Some(0)]"),
+        "{engine:?}: {userns}"
     );
     // The loop's shell gives up at the fork the limit refuses; root's `ps` (an engine exec,
     // which the member's limit does not bound) counts what runs.

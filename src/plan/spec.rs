@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::core::container::{
-    CTL_TARGET, ContainerSpec, MEMBER_HOME, Mount, SpecNetwork, container_name, labels,
-    team_network_name,
+    CTL_TARGET, ContainerRuntime, ContainerSpec, MEMBER_HOME, Mount, SpecNetwork, container_name,
+    labels, team_network_name,
 };
 use crate::core::env::{CA_VARS, PROXY_VARS};
 use crate::core::intercept::EgressPolicy;
@@ -243,6 +243,10 @@ pub(crate) fn member_spec(team: &Team, m: &Member, host: &Host) -> ContainerSpec
     env.insert("ATEAM_TEAM".into(), team.name.clone());
     env.insert("ATEAM_NAME".into(), m.name.clone());
     env.insert("ATEAM_MEMBER".into(), m.name.clone());
+    // The gate refuses user namespaces under gVisor (gate/main.rs `no_user_namespaces`).
+    if m.runtime == ContainerRuntime::Gvisor {
+        env.insert("ATEAM_RUNTIME".into(), "gvisor".into());
+    }
     env.insert(
         "ATEAM_SESSION_DIR".into(),
         m.transcript_dir.display().to_string(),

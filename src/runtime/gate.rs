@@ -103,7 +103,7 @@ pub fn release(
 ) -> std::io::Result<()> {
     let mut text = format!("{container_id} {start}");
     if let Some(host) = host {
-        text.push_str(&format!("\n{HOST_LINE}{host}"));
+        text.push_str(&format!("\n{HOST_LINE}{}", host_digest(host)));
     }
     write_atomic_in_member_dir(&gate_release_path(ctl), text.as_bytes(), 0o600, owner)
 }
@@ -152,6 +152,15 @@ pub(crate) fn release_text(ctl: &Path) -> Option<String> {
 /// The release line that gives a gVisor sandbox's start as the host sees it.
 const HOST_LINE: &str = "host ";
 
+/// The host's start token as the release file holds it: a digest, as the member reads that
+/// file and gVisor otherwise hides the host's boot id from it.
+fn host_digest(token: &str) -> String {
+    Sha256::digest(token.as_bytes())[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Whether the release file's `text` lets the container `id` run in its start `now` (its
 /// init's `procfs::start_token`, or under gVisor its sandbox's).
 pub(crate) fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
@@ -160,10 +169,11 @@ pub(crate) fn names_start(text: &str, id: &str, now: Option<&str>) -> bool {
     let Some((who, start)) = lines.next().and_then(|l| l.trim().split_once(' ')) else {
         return false;
     };
-    let start = lines
-        .find_map(|l| l.strip_prefix(HOST_LINE))
-        .unwrap_or(start);
-    !who.is_empty() && id.starts_with(who) && start.trim() == now
+    let same = match lines.find_map(|l| l.strip_prefix(HOST_LINE)) {
+        Some(digest) => digest.trim() == host_digest(now),
+        None => start == now,
+    };
+    !who.is_empty() && id.starts_with(who) && same
 }
 
 /// An `ateam exec` in progress, as the gate sees it: a file `exec-<pid>-<nanos>` in the
@@ -258,6 +268,31 @@ fn remove_stale_leases(ctl: &Path, dir: &crate::files::Dir) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_names_one_start_as_each_side_sees_it() {
+        let ctl = tempfile::tempdir().unwrap();
+        let me = Owner {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        };
+        // Under runc the start is the one both sides see.
+        release(ctl.path(), "abc123", "boot 42", None, me).unwrap();
+        assert!(released_for(ctl.path(), "abc123def", Some("boot 42")));
+        assert!(!released_for(ctl.path(), "abc123def", Some("boot 43")));
+        assert!(!released_for(ctl.path(), "other", Some("boot 42")));
+        // Under gVisor the gate reads the first line; ateam the host's start, kept as a
+        // digest: the member, which reads the file, never sees the host's boot id.
+        release(ctl.path(), "abc123", "sandbox 7", Some("hostboot 99"), me).unwrap();
+        let text = release_text(ctl.path()).unwrap();
+        assert!(
+            text.starts_with("abc123 sandbox 7\n") && !text.contains("hostboot"),
+            "{text}"
+        );
+        assert!(released_for(ctl.path(), "abc123def", Some("hostboot 99")));
+        assert!(!released_for(ctl.path(), "abc123def", Some("hostboot 98")));
+        assert!(!released_for(ctl.path(), "abc123def", Some("sandbox 7")));
+    }
 
     #[test]
     fn an_exec_lease_is_kept_fresh_while_held_and_gone_after() {
