@@ -16,33 +16,9 @@
     reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
 )]
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::time::Duration;
-
 #[macro_use]
 mod common;
 use common::{Engine, text};
-
-/// A web server on the host's loopback that answers every request with `body`.
-fn serve(body: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut c) = conn else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = c.read(&mut buf);
-            let _ = write!(
-                c,
-                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
 
 /// A team whose member `a` writes `work`, reaches `127.0.0.1:<allowed>` alone and may have
 /// 40 processes; `runtime` is the Team's line (`common::World::write` adds `runtime: gvisor`
@@ -117,7 +93,7 @@ fn on_the_host(cmdline: &[&str]) -> bool {
 
 /// The member runs under gVisor, released by its gate, and is everything a member is.
 fn a_member_runs_in_a_sandbox_checked_at_its_gate(engine: Engine) {
-    let allowed = serve("allowed-answer");
+    let allowed = common::serve("allowed-answer");
     let w = world(engine, "run", allowed, "");
     let doctor = text(&w.ateam(&["doctor", "-f", "team.yaml"]).stdout);
     assert!(

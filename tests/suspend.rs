@@ -15,8 +15,6 @@
     reason = "a test that unwraps fails loudly, and a test matches the variant it expects"
 )]
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -24,26 +22,6 @@ use std::time::Duration;
 #[macro_use]
 mod common;
 use common::{Engine, eventually, text};
-
-/// A web server on the host's loopback that answers every request with `body`.
-fn serve(body: &'static str) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut c) = conn else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = c.read(&mut buf);
-            let _ = write!(
-                c,
-                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
-}
 
 /// The common world and what is this crate's own: a controller it may run.
 struct World {
@@ -199,8 +177,8 @@ fn alive(pid: i32) -> bool {
 /// apply keeps it down and calls that no drift; resume brings HOME back through the gate,
 /// and its proxy allows exactly what it allowed.
 fn suspend_keeps_the_state_and_resume_brings_it_back(engine: Engine) {
-    let allowed = serve("allowed-endpoint");
-    let other = serve("other-endpoint");
+    let allowed = common::serve("allowed-endpoint");
+    let other = common::serve("other-endpoint");
     let w = World::new(engine, "sr", allowed);
     w.apply();
     let got = w.inside("a", &format!(
@@ -342,8 +320,8 @@ fn a_grant_swapped_while_suspended_holds_the_resume(engine: Engine) {
 
 /// A fork of a running member: its own copies and proxy, and the two go on apart.
 fn a_fork_gets_its_own_copies_and_the_two_go_on_apart(engine: Engine) {
-    let allowed = serve("allowed-endpoint");
-    let other = serve("other-endpoint");
+    let allowed = common::serve("allowed-endpoint");
+    let other = common::serve("other-endpoint");
     let w = World::new(engine, "fk", allowed);
     w.apply();
     let work = w.path("work");

@@ -121,6 +121,27 @@ pub fn eventually(limit: Duration, mut ok: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A web server on the host's loopback that answers every request with `body`.
+pub fn serve(body: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = c.read(&mut buf);
+            let _ = write!(
+                c,
+                "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
 /// The unprivileged user of the rootless engine: (name, uid, gid).
 pub fn rootless_user() -> (String, u32, u32) {
     let name = var("ATEAM_TEST_ROOTLESS_USER");
